@@ -1,0 +1,1 @@
+"""The `levergate` command. Sync only here, at the edge: each subcommand runs one event loop."""

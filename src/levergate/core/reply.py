@@ -1,0 +1,106 @@
+"""`Reply`: a completed answer or a stream of events.
+
+A `Stream` owns its resources: connections, permits, cache writes and metrics are settled when
+it *closes* (exhausted, failed or `aclose()`d by a disconnecting client), not when the service
+call returns. Every layer that wraps a stream does so with `Stream.through`, which guarantees
+the inner stream is closed when the outer one is, in that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
+from typing import Any
+
+import orjson
+
+
+class Completed:
+    """A whole answer. `raw` is the JSON as received, passed through byte for byte unless a
+    layer replaces it; `data` parses it once, on first use."""
+
+    __slots__ = ("_data", "headers", "raw", "status")
+
+    def __init__(
+        self,
+        raw: bytes | None = None,
+        *,
+        data: dict[str, Any] | None = None,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if raw is None and data is None:
+            raise ValueError("Completed needs raw bytes or data")
+        self.raw = raw if raw is not None else orjson.dumps(data)
+        self._data = data
+        self.status = status
+        # Extra response headers layers want the client to see (x-levergate-*).
+        self.headers: dict[str, str] = headers if headers is not None else {}
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            parsed = orjson.loads(self.raw)
+            self._data = parsed if isinstance(parsed, dict) else {"data": parsed}
+        return self._data
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        usage = self.data.get("usage")
+        return usage if isinstance(usage, dict) else None
+
+
+class Event:
+    """One server-sent event of a stream: its `data` field, raw, parsed on demand."""
+
+    __slots__ = ("_json", "data")
+
+    def __init__(self, data: bytes, parsed: dict[str, Any] | None = None) -> None:
+        self.data = data
+        self._json = parsed
+
+    @classmethod
+    def of(cls, obj: dict[str, Any]) -> Event:
+        return cls(orjson.dumps(obj), obj)
+
+    def json(self) -> dict[str, Any]:
+        if self._json is None:
+            try:
+                parsed = orjson.loads(self.data)
+            except orjson.JSONDecodeError:
+                parsed = {}
+            self._json = parsed if isinstance(parsed, dict) else {}
+        return self._json
+
+
+EventSource = AsyncGenerator[Event, None]
+
+
+class Stream:
+    __slots__ = ("_events", "headers")
+
+    def __init__(self, events: EventSource, *, headers: dict[str, str] | None = None) -> None:
+        self._events = events
+        self.headers: dict[str, str] = headers if headers is not None else {}
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
+    def through(self, transform: Callable[[EventSource], EventSource]) -> Stream:
+        """A new stream: `transform` applied to this one's events. Closing the new stream closes
+        the transform's generator first (its `finally` blocks run) and then this stream."""
+        return Stream(_chained(self._events, transform), headers=self.headers)
+
+
+async def _chained(
+    inner: EventSource, transform: Callable[[EventSource], EventSource]
+) -> EventSource:
+    async with aclosing(inner), aclosing(transform(inner)) as outer:
+        async for event in outer:
+            yield event
+
+
+Reply = Completed | Stream

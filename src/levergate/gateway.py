@@ -1,0 +1,196 @@
+"""`Gateway`: settings plus the built pipeline — the one core behind the library and the proxy.
+
+Both edges (the ASGI app and the httpx transport) and the library methods go through
+`Gateway.make_call` and `Gateway.serve`, so a request behaves the same whichever way it came in.
+
+    async with Gateway(Settings.for_upstream("http://127.0.0.1:8000/v1")) as gw:
+        reply = await gw.chat(model="m", messages=[{"role": "user", "content": "hi"}])
+        async for chunk in await gw.chat(model="m", messages=[...], stream=True): ...
+        client = openai.AsyncOpenAI(api_key="-", base_url="http://levergate/v1",
+                                    http_client=httpx.AsyncClient(transport=gw.transport()))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from levergate.config import WILDCARD, Settings
+from levergate.core.call import Call, Context, Kind, Priority, Trace
+from levergate.core.reply import Completed, EventSource, Reply, Stream
+from levergate.errors import BadRequest, LevergateError
+from levergate.pipeline import Deps, Pipeline, build_pipeline
+from levergate.protocol.openai import check_body, is_usage_only
+
+if TYPE_CHECKING:
+    import httpx
+
+FEATURE_HEADER = "x-levergate-feature"
+PRIORITY_HEADER = "x-levergate-priority"
+TIMEOUT_HEADER = "x-levergate-timeout"
+REQUEST_ID_HEADER = "x-request-id"
+
+
+class Gateway:
+    def __init__(self, settings: Settings | None = None, *, deps: Deps | None = None) -> None:
+        self.settings = settings or Settings.load()
+        self.pipeline: Pipeline = build_pipeline(self.settings, deps)
+        self.ready = False
+
+    @classmethod
+    def from_config(cls, path: str | Path) -> Gateway:
+        return cls(Settings.load(path))
+
+    async def __aenter__(self) -> Self:
+        self.ready = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self.ready = False
+        await self.pipeline.aclose()
+
+    # ---- the core, shared by every edge -------------------------------------------------
+
+    def make_call(
+        self,
+        kind: Kind,
+        body: Any,
+        *,
+        headers: Mapping[str, str] | None = None,
+        trace: Trace | None = None,
+    ) -> Call:
+        """Check the body and read the request's controls from its headers and metadata."""
+        body = check_body(kind, body)
+        headers = headers or {}
+        metadata = body.get("metadata")
+        feature = headers.get(FEATURE_HEADER) or (
+            metadata.get("feature", "") if isinstance(metadata, dict) else ""
+        )
+        deadline = None
+        if timeout := headers.get(TIMEOUT_HEADER):
+            deadline = time.monotonic() + _seconds(timeout)
+        ctx = Context(
+            request_id=headers.get(REQUEST_ID_HEADER) or os.urandom(12).hex(),
+            priority=Priority.parse(headers.get(PRIORITY_HEADER)),
+            deadline=deadline,
+            feature=feature if isinstance(feature, str) else "",
+            headers=headers,
+            trace=trace or Trace(),
+        )
+        return Call(kind=kind, body=body, ctx=ctx)
+
+    async def serve(self, call: Call) -> Reply:
+        """Run the call through the pipeline. A stream comes back with the usage chunk removed
+        unless the client asked for it (the gateway always asks the upstream for it)."""
+        reply = await self.pipeline.service(call)
+        if isinstance(reply, Stream) and not call.wants_usage_chunk:
+            return reply.through(_drop_usage_chunk)
+        return reply
+
+    async def models(self) -> list[dict[str, Any]]:
+        """Configured aliases, plus the upstream's own list behind a `*` model."""
+        listed = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "levergate"}
+            for name in self.pipeline.models
+            if name != WILDCARD
+        ]
+        wildcard = self.pipeline.models.get(WILDCARD)
+        if wildcard is not None:
+            # The upstream may not list models; the configured aliases still stand.
+            with contextlib.suppress(LevergateError, OSError, ValueError):
+                listed.extend(await self.pipeline.upstreams[wildcard.upstream].models())
+        return listed
+
+    # ---- the library surface ------------------------------------------------------------
+
+    async def chat(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        stream: bool = False,
+        headers: Mapping[str, str] | None = None,
+        **params: Any,
+    ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+        """`params` are further fields of the OpenAI request body (temperature, max_tokens...)."""
+        body = {**params, "model": model, "messages": messages, "stream": stream}
+        return await self._library_call("chat", body, headers)
+
+    async def complete(
+        self,
+        *,
+        model: str,
+        prompt: str | list[str],
+        stream: bool = False,
+        headers: Mapping[str, str] | None = None,
+        **params: Any,
+    ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+        body = {**params, "model": model, "prompt": prompt, "stream": stream}
+        return await self._library_call("completion", body, headers)
+
+    async def embed(
+        self,
+        *,
+        model: str,
+        input: str | list[str],  # noqa: A002 - the OpenAI field name
+        headers: Mapping[str, str] | None = None,
+        **params: Any,
+    ) -> dict[str, Any]:
+        reply = await self.serve(
+            self.make_call("embedding", {**params, "model": model, "input": input}, headers=headers)
+        )
+        if not isinstance(reply, Completed):
+            raise BadRequest("embeddings cannot be streamed")
+        return reply.data
+
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """An httpx transport that runs this gateway's pipeline in-process, for the OpenAI SDK."""
+        from levergate.server.transport import GatewayTransport
+
+        return GatewayTransport(self)
+
+    async def _library_call(
+        self, kind: Kind, body: dict[str, Any], headers: Mapping[str, str] | None
+    ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+        reply = await self.serve(self.make_call(kind, body, headers=headers))
+        if isinstance(reply, Completed):
+            return reply.data
+        return _chunks(reply)
+
+
+async def _chunks(stream: Stream) -> AsyncIterator[dict[str, Any]]:
+    try:
+        async for event in stream:
+            yield event.json()
+    finally:
+        await stream.aclose()
+
+
+async def _drop_usage_chunk(events: EventSource) -> EventSource:
+    async for event in events:
+        if b'"usage":{' in event.data and is_usage_only(event.json()):
+            continue
+        yield event
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadRequest(f"'{TIMEOUT_HEADER}' must be a number of seconds") from None
+    if not value > 0:
+        raise BadRequest(f"'{TIMEOUT_HEADER}' must be positive")
+    return value

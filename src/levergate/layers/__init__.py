@@ -1,0 +1,1 @@
+"""One lever, one layer, one module. The order they stack in is written in `pipeline.py`."""

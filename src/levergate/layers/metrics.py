@@ -1,0 +1,193 @@
+"""Measure: the outermost layer, so it sees every request, including the ones other layers refuse.
+
+Per request it records total time, TTFT at the first *generated* token (not the first byte, not
+the role preamble), the mean inter-token gap, input / output / cached tokens, cost from the price
+table, the outcome, and the gateway's own overhead: total time minus the time spent waiting on
+the upstream (and, for streams, minus the time the client took to accept each chunk). Histograms
+carry route, model, upstream and feature labels so p50/p95/p99 follow for each.
+
+For a stream everything is recorded when the stream *closes*, whichever way it closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from levergate.config import WILDCARD, Metrics, Price
+from levergate.core.call import Call
+from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.service import Service
+from levergate.errors import LevergateError
+from levergate.protocol.openai import has_generated_token, usage_tokens
+
+OVERHEAD_HEADER = "x-levergate-overhead-ms"
+_MAX_FEATURES = 100  # distinct feature labels kept; later ones are counted as "other"
+
+
+class Telemetry:
+    """The Prometheus metrics of one gateway, in its own registry (no global state)."""
+
+    def __init__(self, settings: Metrics) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ("route", "model", "upstream", "feature")
+        buckets = settings.latency_buckets
+        reg = self.registry
+        self.requests = Counter(
+            "levergate_requests", "Requests by outcome.", (*labels, "outcome"), registry=reg
+        )
+        self.total = Histogram(
+            "levergate_request_seconds",
+            "Time from arrival to the last byte of the answer.",
+            (*labels, "outcome"),
+            buckets=buckets,
+            registry=reg,
+        )
+        self.ttft = Histogram(
+            "levergate_ttft_seconds",
+            "Time from arrival to the first generated token of a stream.",
+            labels,
+            buckets=buckets,
+            registry=reg,
+        )
+        self.itl = Histogram(
+            "levergate_inter_token_seconds",
+            "Mean gap between generated chunks of a stream, one sample per stream.",
+            labels,
+            buckets=buckets,
+            registry=reg,
+        )
+        self.overhead = Histogram(
+            "levergate_overhead_seconds",
+            "Gateway time per request: total minus upstream wait (and client writes for streams).",
+            ("route",),
+            buckets=settings.overhead_buckets,
+            registry=reg,
+        )
+        self.tokens = Counter(
+            "levergate_tokens",
+            "Tokens by kind: input (cached included, OpenAI convention), output, cached.",
+            ("model", "upstream", "feature", "kind"),
+            registry=reg,
+        )
+        self.cost = Counter(
+            "levergate_cost_usd", "Cost from the price table.", ("model", "upstream", "feature"),
+            registry=reg,
+        )  # fmt: skip
+        self.in_flight = Gauge("levergate_in_flight", "Requests being served.", registry=reg)
+        self._features: set[str] = set()
+
+    def feature_label(self, feature: str) -> str:
+        """Feature tags come from clients: bound their number so metrics cannot grow without end."""
+        if feature in self._features or not feature:
+            return feature
+        if len(self._features) >= _MAX_FEATURES:
+            return "other"
+        self._features.add(feature)
+        return feature
+
+
+class Measure:
+    def __init__(
+        self, inner: Service, *, telemetry: Telemetry, prices: Mapping[str, Price]
+    ) -> None:
+        self._inner = inner
+        self._t = telemetry
+        self._prices = prices
+        self._default_price = prices.get(WILDCARD, Price())
+
+    async def __call__(self, call: Call) -> Reply:
+        self._t.in_flight.inc()
+        try:
+            reply = await self._inner(call)
+        except BaseException as exc:
+            self._t.in_flight.dec()
+            self._record(call, _outcome(exc), None, consumer_seconds=0.0)
+            raise
+        if isinstance(reply, Completed):
+            self._t.in_flight.dec()
+            overhead = self._record(call, "ok", reply.usage, consumer_seconds=0.0)
+            reply.headers[OVERHEAD_HEADER] = f"{overhead * 1000:.3f}"
+            return reply
+        trace = call.ctx.trace
+        reply.headers[OVERHEAD_HEADER] = f"{(trace.elapsed() - trace.upstream_seconds) * 1000:.3f}"
+        return reply.through(lambda events: self._watch(call, events))
+
+    async def _watch(self, call: Call, events: EventSource) -> EventSource:
+        started = call.ctx.trace.started
+        first: float | None = None
+        last = 0.0
+        gaps = 0
+        usage: dict[str, Any] | None = None
+        consumer = 0.0
+        outcome = "cancelled"
+        try:
+            async for event in events:
+                if first is None:
+                    if has_generated_token(event.json()):
+                        first = last = time.perf_counter()
+                elif _may_carry_token(event.data) and has_generated_token(event.json()):
+                    last = time.perf_counter()
+                    gaps += 1
+                if b'"usage":{' in event.data:
+                    found = event.json().get("usage")
+                    usage = found if isinstance(found, dict) else usage
+                handed = time.perf_counter()
+                yield event
+                consumer += time.perf_counter() - handed
+            outcome = "ok"
+        except BaseException as exc:
+            outcome = _outcome(exc)
+            raise
+        finally:
+            self._t.in_flight.dec()
+            labels = self._labels(call)
+            if first is not None:
+                self._t.ttft.labels(*labels).observe(first - started)
+                if gaps:
+                    self._t.itl.labels(*labels).observe((last - first) / gaps)
+            self._record(call, outcome, usage, consumer_seconds=consumer)
+
+    def _labels(self, call: Call) -> tuple[str, str, str, str]:
+        trace = call.ctx.trace
+        return (call.kind, call.model, trace.upstream, self._t.feature_label(call.ctx.feature))
+
+    def _record(
+        self, call: Call, outcome: str, usage: dict[str, Any] | None, *, consumer_seconds: float
+    ) -> float:
+        trace = call.ctx.trace
+        total = trace.elapsed()
+        overhead = max(0.0, total - trace.upstream_seconds - consumer_seconds)
+        route, model, upstream, feature = labels = self._labels(call)
+        self._t.requests.labels(*labels, outcome).inc()
+        self._t.total.labels(*labels, outcome).observe(total)
+        self._t.overhead.labels(route).observe(overhead)
+        if usage:
+            prompt, completion, cached = usage_tokens(usage)
+            tokens = self._t.tokens
+            tokens.labels(model, upstream, feature, "input").inc(prompt)
+            tokens.labels(model, upstream, feature, "output").inc(completion)
+            if cached:
+                tokens.labels(model, upstream, feature, "cached").inc(cached)
+            price = self._prices.get(model, self._default_price)
+            cost = price.cost(prompt, completion, cached)
+            if cost:
+                self._t.cost.labels(model, upstream, feature).inc(cost)
+        return overhead
+
+
+def _outcome(exc: BaseException) -> str:
+    if isinstance(exc, LevergateError):
+        return exc.type
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+        return "cancelled"
+    return "internal_error"
+
+
+def _may_carry_token(data: bytes) -> bool:
+    """A byte-level pre-check so most chunks are judged without parsing them twice."""
+    return b'"content":"' in data or b'"text":"' in data or b'"tool_calls"' in data

@@ -1,0 +1,1 @@
+"""The OpenAI wire: request checks, usage accounting, server-sent events."""

@@ -1,0 +1,135 @@
+"""What the gateway needs to know about OpenAI-shaped bodies, checked cheaply.
+
+Full validation stays with the upstream (which knows its own parameters); here we check only the
+fields the gateway itself relies on, with plain type tests rather than a validation model,
+because this runs on every request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from levergate.core.call import Kind
+from levergate.errors import BadRequest
+
+_NUMBER = (int, float)
+# field -> accepted types (bool is excluded from numbers explicitly below)
+_COMMON: dict[str, tuple[type, ...]] = {
+    "model": (str,),
+    "stream": (bool,),
+    "stream_options": (dict,),
+    "max_tokens": (int,),
+    "max_completion_tokens": (int,),
+    "n": (int,),
+    "seed": (int,),
+    "temperature": _NUMBER,
+    "top_p": _NUMBER,
+    "presence_penalty": _NUMBER,
+    "frequency_penalty": _NUMBER,
+    "stop": (str, list),
+    "user": (str,),
+    "metadata": (dict,),
+    "logit_bias": (dict,),
+}
+_BY_KIND: dict[Kind, dict[str, tuple[type, ...]]] = {
+    "chat": {**_COMMON, "messages": (list,), "tools": (list,), "response_format": (dict,)},
+    "completion": {**_COMMON, "prompt": (str, list)},
+    "embedding": {
+        "model": (str,),
+        "input": (str, list),
+        "encoding_format": (str,),
+        "dimensions": (int,),
+        "user": (str,),
+    },
+}
+_REQUIRED: dict[Kind, tuple[str, ...]] = {
+    "chat": ("model", "messages"),
+    "completion": ("model", "prompt"),
+    "embedding": ("model", "input"),
+}
+
+
+def check_body(kind: Kind, body: Any) -> dict[str, Any]:
+    """Raise `BadRequest` naming the offending field, or return the body as a dict."""
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    for name in _REQUIRED[kind]:
+        if name not in body:
+            raise BadRequest(f"Missing required parameter: '{name}'.", param=name)
+    types = _BY_KIND[kind]
+    for name, value in body.items():
+        expected = types.get(name)
+        if expected is None or value is None:
+            continue
+        if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+            wanted = " or ".join(_TYPE_NAMES[t] for t in expected)
+            got = _TYPE_NAMES.get(type(value), type(value).__name__)
+            raise BadRequest(
+                f"Invalid type for '{name}': expected {wanted}, got {got}.",
+                param=name,
+                code="invalid_type",
+            )
+    if kind == "chat":
+        _check_messages(body["messages"])
+    return body
+
+
+_TYPE_NAMES: dict[type, str] = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    list: "an array",
+    dict: "an object",
+}
+
+
+def _check_messages(messages: list[Any]) -> None:
+    if not messages:
+        raise BadRequest("'messages' must contain at least one message.", param="messages")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRequest(
+                f"Invalid message at index {index}: each message must be an object with a 'role'.",
+                param=f"messages[{index}]",
+            )
+
+
+def usage_tokens(usage: Mapping[str, Any] | None) -> tuple[int, int, int]:
+    """(input, output, cached input) in the OpenAI convention: cached counted inside input."""
+    if not usage:
+        return 0, 0, 0
+    prompt = _int(usage.get("prompt_tokens"))
+    completion = _int(usage.get("completion_tokens"))
+    details = usage.get("prompt_tokens_details")
+    cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+    return prompt, completion, cached
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def has_generated_token(chunk: Mapping[str, Any]) -> bool:
+    """True when a stream chunk carries generated output (content, a tool call, or text) rather
+    than only the role preamble or usage: the moment TTFT is measured at."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, Mapping):
+            continue
+        if choice.get("text"):
+            return True
+        delta = choice.get("delta")
+        if isinstance(delta, Mapping) and (
+            delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content")
+        ):
+            return True
+    return False
+
+
+def is_usage_only(chunk: Mapping[str, Any]) -> bool:
+    """The final chunk `stream_options.include_usage` adds: no choices, a usage block."""
+    return not chunk.get("choices") and isinstance(chunk.get("usage"), Mapping)

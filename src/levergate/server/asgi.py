@@ -1,0 +1,140 @@
+"""The ASGI adapter over `Edge`: reads the body under the size limit, writes the response, and
+streams SSE frames one `send` per event, never buffering. A watcher on `receive` turns a client
+disconnect into cancellation of the handling task, which closes the stream and so the upstream
+connection. Lifespan events open and close the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from levergate.core.call import Trace
+from levergate.errors import LevergateError, PayloadTooLarge
+from levergate.gateway import Gateway
+from levergate.server.edge import Edge, Response, error_response
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+log = logging.getLogger("levergate.server")
+
+
+class App:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.edge = Edge(gateway)
+        self._limit = gateway.settings.server.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        trace = Trace()
+        # ASGI servers deliver header names lower-cased already.
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            body = await _read_body(receive, headers, self._limit)
+        except LevergateError as exc:
+            await _send(send, error_response(exc), head_only=False)
+            return
+        answering = _Answering(asyncio.current_task())
+        watcher = asyncio.create_task(answering.watch(receive))
+        try:
+            response = await self.edge.handle(
+                scope["method"], scope["path"], headers, body, trace=trace
+            )
+            await _send(send, response, head_only=scope["method"] == "HEAD")
+        except asyncio.CancelledError:
+            if not watcher.done() or watcher.cancelled():
+                raise
+            # The client went away: nothing left to answer. Swallow our own cancellation.
+            handler_task = asyncio.current_task()
+            if handler_task is not None:
+                handler_task.uncancel()
+        except Exception:
+            log.exception("unhandled error while serving %s", scope["path"])
+            with contextlib.suppress(Exception):
+                await _send(send, _internal_error(), head_only=False)
+        finally:
+            answering.over = True
+            watcher.cancel()
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.gateway.__aenter__()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.gateway.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class _Answering:
+    """Cancels the handling task if the client disconnects while it is still answering. Servers
+    also report `http.disconnect` once the response is complete, hence the `over` flag."""
+
+    __slots__ = ("handler", "over")
+
+    def __init__(self, handler: asyncio.Task[Any] | None) -> None:
+        self.handler = handler
+        self.over = False
+
+    async def watch(self, receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if not self.over and self.handler is not None:
+                    self.handler.cancel()
+                return
+
+
+async def _send(send: Send, response: Response, *, head_only: bool) -> None:
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
+    if response.stream is None:
+        headers.append((b"content-length", str(len(response.body)).encode()))
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    if response.stream is None:
+        await send({"type": "http.response.body", "body": b"" if head_only else response.body})
+        return
+    try:
+        async for frame in response.stream:
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    finally:
+        await response.stream.aclose()
+
+
+def _internal_error() -> Response:
+    return error_response(
+        LevergateError("The gateway failed to serve this request.", code="internal")
+    )

@@ -1,0 +1,171 @@
+"""Every default of the provider simulator, in one typed, frozen object.
+
+`SimSettings` is what the CLI flags, a `--config` YAML file and the live `POST /sim/config`
+endpoint all produce; the simulator swaps the whole object atomically, so a request always sees
+one consistent configuration. Defaults are the fast path: zero latency, no limits, no faults,
+so tests and throughput benchmarks run as fast as the machine allows; each realism knob is
+opt-in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from levergate.config import DEFAULT_HOST, DEFAULT_SIM_PORT
+from levergate.errors import ConfigError
+
+SIMULATED_HEADER = "x-simulated"
+SIMULATED_VALUE = "levergate-sim"
+SYSTEM_FINGERPRINT = "levergate-sim"
+DEFAULT_MODELS = ("sim-small", "sim-large", "sim-embed", "gpt-4o-mini", "text-embedding-3-small")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LatencySettings(_Frozen):
+    """TTFT = (ttft_ms + prefill_ms_per_token * uncached prompt tokens) * jitter; then one output
+    token every 1/tokens_per_second seconds (each gap jittered). All zeros is the fast path."""
+
+    ttft_ms: float = Field(0.0, ge=0)
+    prefill_ms_per_token: float = Field(0.0, ge=0)
+    # 0 means instant decoding (no pacing between tokens).
+    tokens_per_second: float = Field(0.0, ge=0)
+    # Sigma of a log-normal multiplier (median 1): 0.2 gives roughly +-20% with a right tail.
+    jitter: float = Field(0.0, ge=0, le=2)
+
+    @property
+    def is_zero(self) -> bool:
+        return self.ttft_ms == 0 and self.prefill_ms_per_token == 0 and self.tokens_per_second == 0
+
+
+class LimitSettings(_Frozen):
+    """Per API key, like hosted providers; `None` turns a limit off. TPM charges the prompt plus
+    the requested output cap at admission (what OpenAI and others reserve)."""
+
+    rpm: int | None = Field(None, ge=1)
+    tpm: int | None = Field(None, ge=1)
+    # Requests being answered at once, across keys; over it the simulator answers 429.
+    max_concurrency: int | None = Field(None, ge=1)
+    window_seconds: float = Field(60.0, gt=0)
+
+    @property
+    def any_rate(self) -> bool:
+        return self.rpm is not None or self.tpm is not None
+
+
+class FaultSettings(_Frozen):
+    """Probabilities per generation request, drawn from the simulator's seeded RNG. They are
+    exclusive outcomes, so they must sum to at most 1."""
+
+    error_rate: float = Field(0.0, ge=0, le=1)  # 500 or 503 with an OpenAI error body
+    hang_rate: float = Field(0.0, ge=0, le=1)  # never answer until the client goes away
+    disconnect_rate: float = Field(0.0, ge=0, le=1)  # close the socket mid-body
+    malformed_rate: float = Field(0.0, ge=0, le=1)  # 200 with a body that is not JSON
+    slow_rate: float = Field(0.0, ge=0, le=1)  # add `slow_ms` before the first token
+    # A cut stream closes after this many SSE frames (the role frame counts).
+    disconnect_after_chunks: int = Field(2, ge=0)
+    slow_ms: float = Field(2000.0, ge=0)
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> FaultSettings:
+        if self.total_rate > 1.0 + 1e-9:
+            raise ValueError("fault rates are exclusive outcomes and must sum to at most 1")
+        return self
+
+    @property
+    def total_rate(self) -> float:
+        return (
+            self.error_rate + self.hang_rate + self.disconnect_rate + self.malformed_rate
+        ) + self.slow_rate
+
+
+class PromptCacheSettings(_Frozen):
+    """OpenAI's automatic prompt caching: exact prefixes of >= 1024 tokens, hits counted in
+    128-token steps, entries scoped by API key and model, forgotten after `ttl_seconds`."""
+
+    enabled: bool = True
+    min_tokens: int = Field(1024, ge=1)
+    increment: int = Field(128, ge=1)
+    ttl_seconds: float = Field(600.0, gt=0)
+    max_entries: int = Field(100_000, ge=1)
+
+
+class SimSettings(_Frozen):
+    host: str = DEFAULT_HOST
+    port: int = Field(DEFAULT_SIM_PORT, ge=0, le=65535)
+    seed: int = 0
+    latency: LatencySettings = Field(default_factory=LatencySettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    faults: FaultSettings = Field(default_factory=FaultSettings)
+    prompt_cache: PromptCacheSettings = Field(default_factory=PromptCacheSettings)
+    # Output tokens when the request sets no max_tokens / max_completion_tokens.
+    max_tokens_default: int = Field(16, ge=1)
+    # Largest output cap a request may ask for (400 above it, as providers do).
+    max_output_tokens: int = Field(16_384, ge=1)
+    # Prompt + output cap above this is a 400 context_length_exceeded; None: unlimited.
+    context_window: int | None = Field(None, ge=1)
+    embedding_dim: int = Field(1536, ge=1, le=16_384)
+    models: tuple[str, ...] = DEFAULT_MODELS
+    # False: any model name is served (listed or not); True: unknown models get a 404.
+    strict_models: bool = False
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+
+    def patched(self, patch: Mapping[str, Any]) -> SimSettings:
+        """A copy with `patch` deep-merged in and validated again (raises ValidationError)."""
+        return SimSettings.model_validate(_deep_merge(self.model_dump(), patch))
+
+    @classmethod
+    def load(
+        cls, path: str | Path | None = None, *, overrides: Mapping[str, Any] = {}
+    ) -> SimSettings:  # noqa: B006 - read-only default
+        """Settings from an optional YAML file with `overrides` (nested dicts) merged on top; any
+        problem becomes one `ConfigError` saying where."""
+        data: dict[str, Any] = {}
+        if path is not None:
+            data = _read_yaml(Path(path))
+        try:
+            return cls.model_validate(_deep_merge(data, overrides))
+        except ValidationError as exc:
+            where = f" in {path}" if path else ""
+            raise ConfigError(f"invalid simulator settings{where}:\n{describe(exc)}") from None
+
+
+def _deep_merge(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in patch.items():
+        current = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            merged[key] = _deep_merge(current, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read simulator config {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"simulator config {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"simulator config {path} must hold a mapping at the top level")
+    return data
+
+
+def describe(exc: ValidationError) -> str:
+    """One line per problem, `dotted.path: message`, for CLI output and 400 bodies."""
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        lines.append(f"  {where}: {error['msg']}")
+    return "\n".join(lines)
