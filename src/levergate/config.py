@@ -135,6 +135,80 @@ class Metrics(_Strict):
     )  # fmt: skip
 
 
+CacheMode = Literal["off", "deterministic", "always"]
+
+
+class CacheRule(_Strict):
+    """When answers may be cached. `deterministic` (the default) caches only requests that ask
+    for one answer: temperature 0 or a fixed seed. `always` also caches sampled answers (for
+    callers who want the same answer to the same question); `off` never reads nor writes."""
+
+    mode: CacheMode = "deterministic"
+    ttl_seconds: float = Field(24 * 3600.0, gt=0)
+    # An answer that calls tools is usually about live state; cache it only when told to.
+    cache_tool_calls: bool = False
+    # Requests for several choices (n > 1) ask for variety; cache them only when told to.
+    cache_n: bool = False
+    # Opt in to the semantic cache for this model / feature (never on by default).
+    semantic: bool = False
+
+
+class CacheStore(_Strict):
+    """Where exact entries live. `sqlite` survives restarts (set it for `levergate serve`);
+    `redis` is shared by replicas; `memory` is per gateway instance. The default is `memory` so
+    that gateways built in one process (tests, library users) never see each other's entries
+    and nothing writes a file unasked. A bounded in-memory LRU sits in front of sqlite and redis
+    when `front_bytes` > 0."""
+
+    backend: Literal["memory", "sqlite", "redis"] = "memory"
+    memory_bytes: int = Field(256 * 1024 * 1024, ge=0)
+    front_bytes: int = Field(64 * 1024 * 1024, ge=0)
+    # How long an entry may stay in the front LRU before the back store is asked again.
+    front_ttl_seconds: float = Field(60.0, gt=0)
+    sqlite_path: str = "levergate-cache.sqlite3"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "levergate:cache:"
+    # A store slower than this is treated as down for the request (a miss, never a failure).
+    timeout_seconds: float = Field(0.05, gt=0)
+    # After a store failure, skip the store for this long instead of waiting on it again.
+    cooldown_seconds: float = Field(1.0, ge=0)
+
+
+class SemanticCacheSettings(_Strict):
+    """Nearest-neighbour lookup of the final user text. Threshold and guards were chosen on the
+    labelled paraphrase data (benchmarks/results/cache_semantic_eval.md): false hits <= 1% of
+    the non-duplicate pairs of qqp_dev."""
+
+    threshold: float = Field(0.95, gt=0, le=1)
+    guards: bool = True
+    top_k: int = Field(4, ge=1)
+    embedder: Literal["local", "upstream"] = "local"
+    # For `embedder: upstream`: the model alias sent to this gateway's own /v1/embeddings route.
+    embedding_model: str = ""
+    max_entries: int = Field(100_000, ge=1)
+    # Above this many entries in one partition the exact numpy index becomes an HNSW graph.
+    hnsw_above: int = Field(20_000, ge=1)
+    # Optional: ask this model whether the cached answer answers the new question.
+    verify_model: str | None = None
+
+
+class Cache(_Strict):
+    """The exact cache, in-flight coalescing, the embeddings cache and the semantic cache."""
+
+    enabled: bool = True
+    store: CacheStore = Field(default_factory=CacheStore)
+    default: CacheRule = Field(default_factory=CacheRule)
+    # Overrides by model alias, and by feature tag (a feature rule wins over a model rule).
+    models: dict[str, CacheRule] = Field(default_factory=dict)
+    features: dict[str, CacheRule] = Field(default_factory=dict)
+    # Tenants never share entries; map several tenants to one namespace to let them.
+    tenant_namespaces: dict[str, str] = Field(default_factory=dict)
+    coalesce: bool = True
+    embeddings: bool = True
+    embeddings_ttl_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    semantic: SemanticCacheSettings = Field(default_factory=SemanticCacheSettings)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LEVERGATE_",
@@ -148,6 +222,7 @@ class Settings(BaseSettings):
     models: list[Model] = Field(default_factory=list)
     auth: Auth = Field(default_factory=Auth)
     metrics: Metrics = Field(default_factory=Metrics)
+    cache: Cache = Field(default_factory=Cache)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod

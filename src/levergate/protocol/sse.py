@@ -23,7 +23,11 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         buffer = self._buffer + chunk if self._buffer else chunk
+        held = b""
         if b"\r" in buffer:
+            if buffer.endswith(b"\r"):
+                # A CR at the end may be the first half of a CRLF split across two chunks.
+                buffer, held = buffer[:-1], b"\r"
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         events: list[bytes] = []
         start = 0
@@ -35,7 +39,7 @@ class SSEDecoder:
             if payload is not None:
                 events.append(payload)
             start = end + 2
-        self._buffer = buffer[start:]
+        self._buffer = buffer[start:] + held
         return events
 
     @property

@@ -142,12 +142,6 @@ class OpenAIUpstream:
                     upstream=self.name,
                     code="stream_interrupted",
                 )
-        except TransportFailed as exc:
-            raise UpstreamUnavailable(
-                f"upstream '{self.name}' broke the stream: {exc}",
-                upstream=self.name,
-                code="stream_interrupted",
-            ) from None
         finally:
             await _close_quietly(chunks)
             await response.aclose()

@@ -1,0 +1,181 @@
+"""Which HTTP server and which upstream client should carry the proxy? Measured, not assumed.
+
+Starts a fixed-answer upstream, then for each candidate (server x client) starts the gateway
+proxying every model to it, drives it with wrk (closed loop, 16 and 64 connections) and reads the
+gateway process's CPU time from /proc. Also measures the upstream directly in the same run, so
+every number is a ratio against the same baseline. Writes benchmarks/results/server_choice.{json,md}.
+
+    .venv/bin/python benchmarks/server_choice.py [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PY = sys.executable
+BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello there"}]})
+ANSWER = (
+    b'{"id":"x","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,'
+    b'"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],'
+    b'"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}'
+)
+
+UPSTREAM = f"""
+import asyncio, uvloop
+ANSWER = {ANSWER!r}
+HEAD = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: %d\\r\\n\\r\\n" % len(ANSWER)
+class P(asyncio.Protocol):
+    def connection_made(self, t): self.t = t; self.buf = b""
+    def data_received(self, d):
+        self.buf += d
+        while True:
+            h = self.buf.find(b"\\r\\n\\r\\n")
+            if h < 0: return
+            m = __import__("re").search(rb"content-length: *(\\d+)", self.buf[:h], 2)
+            n = int(m.group(1)) if m else 0
+            if len(self.buf) < h + 4 + n: return
+            self.buf = self.buf[h + 4 + n:]
+            self.t.write(HEAD + ANSWER)
+async def main(port):
+    s = await asyncio.get_running_loop().create_server(P, "127.0.0.1", port, backlog=4096)
+    await s.serve_forever()
+uvloop.run(main(int(__import__("sys").argv[1])))
+"""
+
+GATEWAY = """
+import sys, os
+from levergate import Gateway, Settings
+from levergate.server.asgi import App
+settings = Settings.for_upstream(os.environ["BENCH_UPSTREAM"], upstreams=[],
+    server={"port": int(os.environ["BENCH_PORT"])})
+if os.environ.get("BENCH_CLIENT") == "httpx":
+    settings = Settings.load(upstreams=[{"name": "default", "base_url": os.environ["BENCH_UPSTREAM"],
+        "http2": "off"}], models=[{"name": "*", "upstream": "default"}])
+app = App(Gateway(settings))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int) -> None:
+    for _ in range(200):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"port {port} did not open")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def tree(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [pid, *(p for c in out.stdout.split() for p in tree(int(c)))]
+
+
+def wrk(url: str, connections: int, seconds: int, lua: Path) -> dict[str, float]:
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(lua), url],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    p50 = re.search(r"50%\s+([\d.]+)(\w+)", out)
+    scale = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+    return {"rps": rps, "requests": total,
+            "p50_ms": float(p50.group(1)) * scale[p50.group(2)] if p50 else -1}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=5)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    lua = tmp / "post.lua"
+    lua.write_text(
+        'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        f"wrk.body = {json.dumps(BODY)}\n"
+    )
+    (tmp / "gw_app.py").write_text(GATEWAY)
+    up_port = free_port()
+    upstream = subprocess.Popen([PY, "-c", UPSTREAM, str(up_port)])
+    wait_port(up_port)
+    base = f"http://127.0.0.1:{up_port}/v1"
+    rows = []
+    try:
+        for conns in (16, 64):
+            direct = wrk(base + "/chat/completions", conns, args.seconds, lua)
+            rows.append({"candidate": "direct (no gateway)", "connections": conns, **direct,
+                         "gateway_cpu_ms_per_request": 0.0})  # fmt: skip
+        candidates = {
+            "uvicorn+httptools+uvloop / aiohttp client": ("uvicorn", "aiohttp"),
+            "granian (asgi, uvloop) / aiohttp client": ("granian", "aiohttp"),
+            "uvicorn+httptools+uvloop / httpx client": ("uvicorn", "httpx"),
+        }
+        for name, (server, client) in candidates.items():
+            port = free_port()
+            env = {**os.environ, "BENCH_UPSTREAM": base, "BENCH_PORT": str(port),
+                   "BENCH_CLIENT": client, "PYTHONPATH": str(tmp)}  # fmt: skip
+            if server == "uvicorn":
+                cmd = [PY, "-m", "uvicorn", "gw_app:app", "--port", str(port), "--loop", "uvloop",
+                       "--http", "httptools", "--no-access-log", "--log-level", "warning"]  # fmt: skip
+            else:
+                cmd = [PY, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--port",
+                       str(port), "--workers", "1", "--log-level", "warning", "gw_app:app"]  # fmt: skip
+            proc = subprocess.Popen(cmd, env=env, cwd=tmp)
+            try:
+                wait_port(port)
+                url = f"http://127.0.0.1:{port}/v1/chat/completions"
+                wrk(url, 16, 1, lua)  # warm-up
+                for conns in (16, 64):
+                    pids = tree(proc.pid)
+                    before = cpu_seconds(pids)
+                    result = wrk(url, conns, args.seconds, lua)
+                    used = cpu_seconds(pids) - before
+                    rows.append({"candidate": name, "connections": conns, **result,
+                                 "gateway_cpu_ms_per_request": 1000 * used / result["requests"]})  # fmt: skip
+            finally:
+                proc.terminate()
+                proc.wait()
+    finally:
+        upstream.terminate()
+        upstream.wait()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine":
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"}  # fmt: skip
+    (RESULTS / "server_choice.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    lines = [f"# Server and client choice ({meta['date']}, {meta['machine']})", "",
+             "wrk closed loop against a fixed-answer upstream; CPU is the gateway process's own.", "",
+             "| candidate | connections | req/s | p50 ms | gateway CPU ms/request |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {r['candidate']} | {r['connections']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | "
+              f"{r['gateway_cpu_ms_per_request']:.3f} |" for r in rows]  # fmt: skip
+    (RESULTS / "server_choice.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Real servers on loopback: the simulator as the provider, the gateway in front of it, and the
+official OpenAI SDK as the client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import openai
+import pytest
+
+from levergate.config import Settings
+from levergate.gateway import Gateway
+from levergate.server.run import serving
+from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+
+GatewayFactory = Callable[..., AbstractAsyncContextManager[str]]
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimHandle]:
+    async with run_simulator(SimSettings(port=0)) as handle:
+        yield handle
+
+
+@pytest.fixture
+def gateway_at() -> GatewayFactory:
+    """`async with gateway_at(upstream_url, **settings) as base_url:` a gateway on a free port."""
+
+    @asynccontextmanager
+    async def start(upstream: str, **values: Any) -> AsyncIterator[str]:
+        values.setdefault("server", {})["port"] = 0
+        settings = Settings.for_upstream(upstream, **values)
+        async with Gateway(settings) as gateway, serving(gateway) as url:
+            yield url
+
+    return start
+
+
+@pytest.fixture
+def gateway_for() -> GatewayFactory:
+    """`async with gateway_for(upstreams=[...], models=[...]) as base_url:` from full settings."""
+
+    @asynccontextmanager
+    async def start(**values: Any) -> AsyncIterator[str]:
+        values.setdefault("server", {})["port"] = 0
+        async with Gateway(Settings.load(**values)) as gateway, serving(gateway) as url:
+            yield url
+
+    return start
+
+
+@pytest.fixture
+async def proxy(sim: SimHandle, gateway_at: GatewayFactory) -> AsyncIterator[str]:
+    async with gateway_at(sim.base_url) as url:
+        yield url
+
+
+@pytest.fixture
+async def client(proxy: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=proxy, api_key="sk-client", max_retries=0) as sdk:
+        yield sdk
+
+
+USER = [{"role": "user", "content": "Say something simulated."}]

@@ -1,0 +1,97 @@
+"""The library: `Gateway` in-process, and the OpenAI SDK over `gw.transport()` — the same pipeline
+as the proxy, with no socket between the client and the gateway."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import openai
+import pytest
+
+from levergate import Gateway, LevergateError, Settings
+from levergate.upstreams.simulator import SimHandle
+from tests.e2e.conftest import USER
+
+
+@pytest.fixture
+async def gateway(sim: SimHandle) -> AsyncIterator[Gateway]:
+    async with Gateway(Settings.for_upstream(sim.base_url)) as gw:
+        yield gw
+
+
+async def test_chat_in_process_streaming_and_not(gateway: Gateway) -> None:
+    reply = await gateway.chat(model="m", messages=USER, max_tokens=4)
+    assert isinstance(reply, dict)
+    assert reply["usage"]["completion_tokens"] == 4
+    stream = await gateway.chat(model="m", messages=USER, max_tokens=4, stream=True)
+    assert not isinstance(stream, dict)
+    chunks = [chunk async for chunk in stream]
+    assert all(chunk["choices"] for chunk in chunks)  # no usage chunk unless asked
+    embedded = await gateway.embed(model="e", input="hello")
+    assert embedded["data"][0]["embedding"]
+
+
+async def test_library_errors_are_the_same_exception_tree(gateway: Gateway) -> None:
+    with pytest.raises(LevergateError) as caught:
+        await gateway.chat(model="m", messages=[])
+    assert caught.value.http_status == 400
+
+
+async def test_the_sdk_over_the_in_process_transport(gateway: Gateway, sim: SimHandle) -> None:
+    async with openai.AsyncOpenAI(
+        base_url="http://levergate.local/v1",
+        api_key="unused",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=gateway.transport()),
+    ) as sdk:
+        raw = await sdk.chat.completions.with_raw_response.create(
+            model="m", messages=USER, max_tokens=3
+        )
+        assert raw.parse().choices[0].message.content
+        assert "x-levergate-overhead-ms" in raw.headers
+        stream = await sdk.chat.completions.create(
+            model="m", messages=USER, max_tokens=3, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        chunks = [c async for c in stream]
+        assert chunks[-1].usage is not None
+        with pytest.raises(openai.BadRequestError):
+            await sdk.chat.completions.create(model="m", messages="nope")  # type: ignore[arg-type]
+        sim.configure({"faults": {"error_rate": 1.0}})
+        with pytest.raises(openai.InternalServerError) as caught:
+            await sdk.chat.completions.create(model="m", messages=USER)
+        assert caught.value.status_code == 502
+
+
+async def test_closing_an_sdk_stream_over_the_transport_closes_the_upstream(
+    gateway: Gateway, sim: SimHandle
+) -> None:
+    sim.configure({"latency": {"tokens_per_second": 20}})
+    async with openai.AsyncOpenAI(
+        base_url="http://levergate.local/v1", api_key="unused", max_retries=0,
+        http_client=httpx.AsyncClient(transport=gateway.transport()),
+    ) as sdk:  # fmt: skip
+        stream = await sdk.chat.completions.create(
+            model="m", messages=USER, max_tokens=1000, stream=True
+        )
+        async for _ in stream:
+            break
+        await stream.close()
+    import asyncio
+
+    for _ in range(200):
+        if sim.stats()["in_flight"] == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert sim.stats()["in_flight"] == 0
+
+
+def test_the_public_surface_is_pinned() -> None:
+    import levergate
+
+    assert sorted(levergate.__all__) == [
+        "Call", "Clock", "Completed", "Context", "Deps", "Event", "Gateway", "Layer",
+        "LevergateError", "Priority", "Reply", "Service", "Settings", "Stream", "SystemClock",
+        "Trace", "build_pipeline", "stack",
+    ]  # fmt: skip

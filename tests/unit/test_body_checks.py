@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import pytest
+
+from levergate.errors import BadRequest
+from levergate.protocol.openai import (
+    check_body,
+    has_generated_token,
+    is_usage_only,
+    usage_tokens,
+)
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_a_valid_chat_body_passes_unchanged() -> None:
+    assert check_body("chat", dict(CHAT)) == CHAT
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": CHAT["messages"]}, "model"),
+        ({"model": "m"}, "messages"),
+        ({**CHAT, "model": 3}, "model"),
+        ({**CHAT, "messages": "hi"}, "messages"),
+        ({**CHAT, "messages": []}, "messages"),
+        ({**CHAT, "messages": ["hi"]}, "messages[0]"),
+        ({**CHAT, "stream": "yes"}, "stream"),
+        ({**CHAT, "max_tokens": 1.5}, "max_tokens"),
+        ({**CHAT, "max_tokens": True}, "max_tokens"),
+        ({**CHAT, "temperature": "hot"}, "temperature"),
+        ({**CHAT, "stream_options": []}, "stream_options"),
+    ],
+)
+def test_each_bad_field_is_named(body: dict[str, object], param: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        check_body("chat", body)
+    assert caught.value.param == param
+    assert caught.value.http_status == 400
+
+
+def test_non_objects_are_refused() -> None:
+    for body in ([], "x", 3, None):
+        with pytest.raises(BadRequest):
+            check_body("chat", body)
+
+
+def test_embeddings_and_completions_have_their_own_required_fields() -> None:
+    check_body("embedding", {"model": "e", "input": ["a", "b"]})
+    check_body("completion", {"model": "m", "prompt": "once"})
+    with pytest.raises(BadRequest):
+        check_body("embedding", {"model": "e"})
+    with pytest.raises(BadRequest):
+        check_body("completion", {"model": "m", "prompt": 5})
+
+
+def test_floats_and_ints_are_both_numbers_but_null_is_allowed() -> None:
+    check_body("chat", {**CHAT, "temperature": 0, "top_p": 0.5, "max_tokens": None})
+
+
+def test_usage_tokens_follow_the_openai_convention() -> None:
+    usage = {"prompt_tokens": 2000, "completion_tokens": 10,
+             "prompt_tokens_details": {"cached_tokens": 1536}}  # fmt: skip
+    assert usage_tokens(usage) == (2000, 10, 1536)
+    assert usage_tokens(None) == (0, 0, 0)
+    assert usage_tokens({"prompt_tokens": "x"}) == (0, 0, 0)
+
+
+def test_the_first_generated_token_is_not_the_role_preamble() -> None:
+    preamble = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    token = {"choices": [{"index": 0, "delta": {"content": "Hi"}}]}
+    tool = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0}]}}]}
+    text = {"choices": [{"index": 0, "text": "Hi"}]}
+    assert not has_generated_token(preamble)
+    assert all(has_generated_token(c) for c in (token, tool, text))
+    assert not has_generated_token({"choices": [], "usage": {"prompt_tokens": 1}})
+
+
+def test_the_usage_chunk_is_recognised() -> None:
+    assert is_usage_only({"choices": [], "usage": {"prompt_tokens": 1}})
+    assert not is_usage_only({"choices": [{"delta": {}}], "usage": None})

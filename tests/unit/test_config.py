@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from levergate.config import WILDCARD, Price, Settings
+from levergate.errors import ConfigError
+
+
+def test_defaults_load_without_a_file() -> None:
+    settings = Settings.load()
+    assert settings.server.port == 8080
+    assert settings.upstreams == []
+
+
+def test_yaml_file_and_environment_merge_with_the_environment_winning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "levergate.yaml"
+    path.write_text(
+        "server: {port: 9000, host: 0.0.0.0}\n"
+        "upstreams: [{name: a, base_url: 'http://127.0.0.1:1/v1', api_key_env: A_KEY}]\n"
+        "models: [{name: fast, upstream: a, upstream_model: tiny, price: {input: 1, output: 2}}]\n"
+    )
+    monkeypatch.setenv("LEVERGATE_SERVER__PORT", "9100")
+    monkeypatch.setenv("A_KEY", "sk-secret")
+    settings = Settings.load(path)
+    assert settings.server.port == 9100
+    assert settings.server.host == "0.0.0.0"
+    key = settings.upstreams[0].api_key
+    assert key is not None
+    assert key.get_secret_value() == "sk-secret"
+    assert "sk-secret" not in repr(settings)
+    assert settings.models[0].upstream_model == "tiny"
+
+
+def test_code_values_merge_into_the_file_instead_of_replacing_sections(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("server: {host: 0.0.0.0, max_body_bytes: 4096}\n")
+    settings = Settings.load(path, server={"port": 1234})
+    assert (settings.server.host, settings.server.port, settings.server.max_body_bytes) == (
+        "0.0.0.0", 1234, 4096,
+    )  # fmt: skip
+
+
+def test_for_upstream_routes_every_model_to_one_url() -> None:
+    settings = Settings.for_upstream("http://127.0.0.1:8000/v1/")
+    assert settings.upstreams[0].base_url == "http://127.0.0.1:8000/v1"
+    assert [m.name for m in settings.models] == [WILDCARD]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("server: [1, 2]\n", "server"),
+        ("server: {port: 'x'}\n", "server.port"),
+        ("server: {prot: 1}\n", "server.prot"),
+        ("models: [{name: m, upstream: nowhere}]\n", "unknown upstream"),
+        ("upstreams: [{name: a, base_url: 'ftp://x'}]\n", "http"),
+        ("- a\n- b\n", "mapping"),
+        ("server: {port: [\n", "not valid YAML"),
+    ],
+)
+def test_bad_files_give_one_clear_config_error(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        Settings.load(path)
+    assert fragment in caught.value.message
+
+
+def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        Settings.load(tmp_path / "absent.yaml")
+
+
+def test_price_counts_cached_tokens_at_their_own_rate() -> None:
+    price = Price(input=1.0, output=4.0, cached_input=0.1)
+    assert price.cost(2_000_000, 1_000_000, 1_000_000) == pytest.approx(1.0 + 0.1 + 4.0)
+    assert Price(input=2.0).cost(1_000_000, 0, 500_000) == pytest.approx(2.0)

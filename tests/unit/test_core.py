@@ -1,0 +1,93 @@
+"""The core values: streams settle their resources on close, layers compose in reading order."""
+
+from __future__ import annotations
+
+from levergate.core.call import Call, Context, Priority
+from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
+from levergate.core.service import Service, stack
+
+
+def make_call(**body: object) -> Call:
+    return Call(kind="chat", body={"model": "m", "messages": [], **body}, ctx=Context("r1"))
+
+
+async def _events(log: list[str], n: int) -> EventSource:
+    try:
+        for i in range(n):
+            yield Event(b'{"i":%d}' % i)
+    finally:
+        log.append("inner closed")
+
+
+async def test_closing_a_derived_stream_closes_outer_then_inner() -> None:
+    log: list[str] = []
+
+    async def tag(events: EventSource) -> EventSource:
+        try:
+            async for event in events:
+                yield event
+        finally:
+            log.append("outer closed")
+
+    stream = Stream(_events(log, 10)).through(tag)
+    async for event in stream:
+        assert event.json() == {"i": 0}
+        break
+    await stream.aclose()
+    assert log == ["outer closed", "inner closed"]
+
+
+async def test_an_exhausted_stream_runs_every_finaliser() -> None:
+    log: list[str] = []
+    stream = Stream(_events(log, 3)).through(lambda events: events)
+    assert [e.json()["i"] async for e in stream] == [0, 1, 2]
+    assert log == ["inner closed"]
+
+
+def test_calls_are_derived_not_mutated() -> None:
+    call = make_call(stream=True)
+    renamed = call.with_body(model="upstream-m")
+    assert call.model == "m"
+    assert renamed.model == "upstream-m"
+    assert renamed.ctx is call.ctx
+    assert call.with_ctx(tenant="t").ctx.tenant == "t"
+    assert call.ctx.tenant == "default"
+    assert call.stream
+    assert not call.wants_usage_chunk
+    assert make_call(stream_options={"include_usage": True}).wants_usage_chunk
+
+
+def test_priority_parses_names_and_defaults_otherwise() -> None:
+    assert Priority.parse("interactive") is Priority.INTERACTIVE
+    assert Priority.parse("BATCH") is Priority.BATCH
+    assert Priority.parse("urgent!") is Priority.DEFAULT
+    assert Priority.parse(None) is Priority.DEFAULT
+
+
+async def test_stack_applies_layers_outermost_first() -> None:
+    seen: list[str] = []
+
+    class Tag:
+        def __init__(self, inner: Service, name: str) -> None:
+            self.inner, self.name = inner, name
+
+        async def __call__(self, call: Call) -> Reply:
+            seen.append(self.name)
+            return await self.inner(call)
+
+    async def answer(call: Call) -> Reply:
+        seen.append("answer")
+        return Completed(data={"ok": True})
+
+    service = stack(answer, [lambda s: Tag(s, "outer"), lambda s: Tag(s, "inner")])
+    reply = await service(make_call())
+    assert isinstance(reply, Completed)
+    assert reply.data == {"ok": True}
+    assert seen == ["outer", "inner", "answer"]
+
+
+def test_completed_keeps_raw_bytes_and_parses_lazily() -> None:
+    raw = b'{"usage": {"prompt_tokens": 3}, "x": 1}'
+    reply = Completed(raw)
+    assert reply.raw is raw
+    assert reply.usage == {"prompt_tokens": 3}
