@@ -71,8 +71,10 @@ class Gateway:
         *,
         headers: Mapping[str, str] | None = None,
         trace: Trace | None = None,
+        raw: bytes | None = None,
     ) -> Call:
-        """Check the body and read the request's controls from its headers and metadata."""
+        """Check the body and read the request's controls from its headers and metadata.
+        `raw` is the JSON text the body was parsed from, if the caller has it."""
         body = check_body(kind, body)
         headers = headers or {}
         metadata = body.get("metadata")
@@ -90,7 +92,7 @@ class Gateway:
             headers=headers,
             trace=trace or Trace(),
         )
-        return Call(kind=kind, body=body, ctx=ctx)
+        return Call(kind=kind, body=body, ctx=ctx, raw=raw)
 
     async def serve(self, call: Call) -> Reply:
         """Run the call through the pipeline. A stream comes back with the usage chunk removed

@@ -98,3 +98,24 @@ async def _tick() -> None:
     import asyncio
 
     await asyncio.sleep(0.02)
+
+
+async def test_client_giving_up_on_a_non_streaming_call_cancels_it_upstream(
+    sim: SimHandle, proxy: str
+) -> None:
+    sim.configure({"latency": {"ttft_ms": 30_000}})
+    async with httpx.AsyncClient(timeout=0.5) as http:
+        try:
+            await http.post(
+                f"{proxy}/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+            )
+        except httpx.ReadTimeout:
+            pass
+        else:
+            raise AssertionError("the simulator answered despite a 30 s TTFT")
+    for _ in range(200):
+        if sim.stats()["in_flight"] == 0:
+            break
+        await _tick()
+    assert sim.stats()["in_flight"] == 0

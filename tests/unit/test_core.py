@@ -57,6 +57,12 @@ def test_calls_are_derived_not_mutated() -> None:
     assert make_call(stream_options={"include_usage": True}).wants_usage_chunk
 
 
+def test_raw_bytes_travel_only_while_the_body_is_unchanged() -> None:
+    call = Call(kind="chat", body={"model": "m"}, ctx=Context("r"), raw=b'{"model":"m"}')
+    assert call.with_ctx(tenant="t").raw == b'{"model":"m"}'
+    assert call.with_body(model="n").raw is None
+
+
 def test_priority_parses_names_and_defaults_otherwise() -> None:
     assert Priority.parse("interactive") is Priority.INTERACTIVE
     assert Priority.parse("BATCH") is Priority.BATCH

@@ -134,6 +134,6 @@ async def test_measure_counts_failures_by_type_and_a_cut_stream_as_cancelled() -
 
 def test_feature_labels_are_bounded() -> None:
     telemetry = Telemetry(Metrics())
-    labels = {telemetry.feature_label(f"f{i}") for i in range(500)}
+    labels = {telemetry.bounded("feature", f"f{i}") for i in range(500)}
     assert len(labels) == 101
     assert "other" in labels

@@ -74,6 +74,9 @@ class Call:
     kind: Kind
     body: Mapping[str, Any]
     ctx: Context
+    # The JSON bytes `body` was parsed from, while the body is unchanged: an upstream can send
+    # them as they are instead of serialising the body again (long prompts make that matter).
+    raw: bytes | None = None
 
     @property
     def model(self) -> str:
@@ -91,7 +94,7 @@ class Call:
         return isinstance(options, Mapping) and options.get("include_usage") is True
 
     def with_body(self, **changes: Any) -> Call:
-        return dataclasses.replace(self, body={**self.body, **changes})
+        return dataclasses.replace(self, body={**self.body, **changes}, raw=None)
 
     def with_ctx(self, **changes: Any) -> Call:
         return dataclasses.replace(self, ctx=dataclasses.replace(self.ctx, **changes))

@@ -26,7 +26,7 @@ from levergate.errors import LevergateError
 from levergate.protocol.openai import has_generated_token, usage_tokens
 
 OVERHEAD_HEADER = "x-levergate-overhead-ms"
-_MAX_FEATURES = 100  # distinct feature labels kept; later ones are counted as "other"
+_MAX_LABEL_VALUES = 100  # distinct client-chosen label values; later ones count as "other"
 
 
 class Telemetry:
@@ -79,16 +79,27 @@ class Telemetry:
             registry=reg,
         )  # fmt: skip
         self.in_flight = Gauge("levergate_in_flight", "Requests being served.", registry=reg)
-        self._features: set[str] = set()
+        self._seen: dict[str, set[str]] = {"feature": set(), "model": set()}
+        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
 
-    def feature_label(self, feature: str) -> str:
-        """Feature tags come from clients: bound their number so metrics cannot grow without end."""
-        if feature in self._features or not feature:
-            return feature
-        if len(self._features) >= _MAX_FEATURES:
+    def bounded(self, kind: str, value: str) -> str:
+        """Feature tags, and model names behind a `*` route, come from clients: bound how many
+        distinct values become labels so the metrics cannot grow without end."""
+        seen = self._seen[kind]
+        if value in seen or not value:
+            return value
+        if len(seen) >= _MAX_LABEL_VALUES:
             return "other"
-        self._features.add(feature)
-        return feature
+        seen.add(value)
+        return value
+
+    def child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        """`metric.labels(*labels)`, memoised: the lookup is most of the cost of an update."""
+        key = (metric._name, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
 
 class Measure:
@@ -147,14 +158,16 @@ class Measure:
             self._t.in_flight.dec()
             labels = self._labels(call)
             if first is not None:
-                self._t.ttft.labels(*labels).observe(first - started)
+                self._t.child(self._t.ttft, *labels).observe(first - started)
                 if gaps:
-                    self._t.itl.labels(*labels).observe((last - first) / gaps)
+                    self._t.child(self._t.itl, *labels).observe((last - first) / gaps)
             self._record(call, outcome, usage, consumer_seconds=consumer)
 
     def _labels(self, call: Call) -> tuple[str, str, str, str]:
         trace = call.ctx.trace
-        return (call.kind, call.model, trace.upstream, self._t.feature_label(call.ctx.feature))
+        bounded = self._t.bounded
+        model = bounded("model", call.model)
+        return (call.kind, model, trace.upstream, bounded("feature", call.ctx.feature))
 
     def _record(
         self, call: Call, outcome: str, usage: dict[str, Any] | None, *, consumer_seconds: float
@@ -162,21 +175,21 @@ class Measure:
         trace = call.ctx.trace
         total = trace.elapsed()
         overhead = max(0.0, total - trace.upstream_seconds - consumer_seconds)
+        t = self._t
         route, model, upstream, feature = labels = self._labels(call)
-        self._t.requests.labels(*labels, outcome).inc()
-        self._t.total.labels(*labels, outcome).observe(total)
-        self._t.overhead.labels(route).observe(overhead)
+        t.child(t.requests, *labels, outcome).inc()
+        t.child(t.total, *labels, outcome).observe(total)
+        t.child(t.overhead, route).observe(overhead)
         if usage:
             prompt, completion, cached = usage_tokens(usage)
-            tokens = self._t.tokens
-            tokens.labels(model, upstream, feature, "input").inc(prompt)
-            tokens.labels(model, upstream, feature, "output").inc(completion)
+            t.child(t.tokens, model, upstream, feature, "input").inc(prompt)
+            t.child(t.tokens, model, upstream, feature, "output").inc(completion)
             if cached:
-                tokens.labels(model, upstream, feature, "cached").inc(cached)
-            price = self._prices.get(model, self._default_price)
+                t.child(t.tokens, model, upstream, feature, "cached").inc(cached)
+            price = self._prices.get(call.model, self._default_price)
             cost = price.cost(prompt, completion, cached)
             if cost:
-                self._t.cost.labels(model, upstream, feature).inc(cost)
+                t.child(t.cost, model, upstream, feature).inc(cost)
         return overhead
 
 

@@ -83,7 +83,7 @@ class Edge:
                 f"We could not parse the JSON body of your request: {exc.msg}.",
                 code="invalid_json",
             ) from None
-        call = self.gateway.make_call(kind, parsed, headers=headers, trace=trace)
+        call = self.gateway.make_call(kind, parsed, headers=headers, trace=trace, raw=body)
         try:
             reply = await self.gateway.serve(call)
             return await _respond(call, reply)

@@ -11,6 +11,7 @@ the connect timeout and leave reads unbounded.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
@@ -86,6 +87,7 @@ class AiohttpClient:
         # Created lazily: a session must be made inside the event loop that will use it.
         if self._session is None:
             connector = aiohttp.TCPConnector(
+                ssl=tls_context(self._settings),
                 limit=self._settings.pool.max_connections,
                 limit_per_host=0,
                 keepalive_timeout=self._settings.pool.keepalive_seconds,
@@ -146,6 +148,7 @@ class _HttpxResponse:
 class HttpxClient:
     def __init__(self, settings: Upstream, *, http2: bool, http1: bool = True) -> None:
         self._client = httpx.AsyncClient(
+            verify=tls_context(settings),
             http1=http1,
             http2=http2,
             timeout=httpx.Timeout(None, connect=settings.timeouts.connect),
@@ -179,6 +182,10 @@ def client_for(settings: Upstream) -> HttpClient:
     if settings.http2 == "on" or (settings.http2 == "auto" and tls):
         return HttpxClient(settings, http2=True)
     return AiohttpClient(settings)
+
+
+def tls_context(settings: Upstream) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=settings.ca_bundle)
 
 
 def _describe(exc: BaseException) -> str:

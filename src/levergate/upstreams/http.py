@@ -49,12 +49,15 @@ class OpenAIUpstream:
         self._headers = headers
 
     async def __call__(self, call: Call) -> Reply:
-        body = dict(call.body)
-        if call.stream and call.kind != "embedding":
+        payload = call.raw
+        if call.stream and call.kind != "embedding" and not call.wants_usage_chunk:
             # Always ask for the usage chunk: the gateway measures tokens and cost on every
             # stream. The edge drops it again when the client did not ask for it.
-            options = body.get("stream_options")
-            body["stream_options"] = {**(options or {}), "include_usage": True}
+            options = call.body.get("stream_options")
+            include = {**(options or {}), "include_usage": True}
+            payload = orjson.dumps({**call.body, "stream_options": include})
+        elif payload is None:
+            payload = orjson.dumps(call.body)
         timeouts = self._settings.timeouts
         deadline = time.monotonic() + timeouts.total
         trace = call.ctx.trace
@@ -67,7 +70,7 @@ class OpenAIUpstream:
                 response = await self._client.request(
                     "POST",
                     self._base + PATHS[call.kind],
-                    body=orjson.dumps(body),
+                    body=payload,
                     headers=self._headers,
                 )
         except TimeoutError:
@@ -82,6 +85,7 @@ class OpenAIUpstream:
             raise UpstreamUnavailable(
                 f"cannot reach upstream '{self.name}': {exc}", upstream=self.name
             ) from None
+        note_ratelimit_headers(response.headers, trace)
         try:
             if response.status >= 400:
                 await self._raise_for(response, deadline)
@@ -185,6 +189,22 @@ class OpenAIUpstream:
         raise UpstreamUnavailable(
             text, upstream=self.name, upstream_status=response.status, retry_after=retry_after
         )
+
+
+def note_ratelimit_headers(headers: Mapping[str, str], trace: Trace) -> None:
+    """Copy the provider's `x-ratelimit-*` headers into the trace, where the balancer reads
+    quota headroom and reset times (on successes as well as on 429s)."""
+    for name in _RATELIMIT_HEADERS:
+        value = headers.get(name)
+        if value is not None:
+            trace.annotations[name] = value
+
+
+_RATELIMIT_HEADERS = tuple(
+    f"x-ratelimit-{what}-{dimension}"
+    for what in ("limit", "remaining", "reset")
+    for dimension in ("requests", "tokens")
+)
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

@@ -1,0 +1,205 @@
+"""What does levergate cost? Direct to the simulator vs through levergate, in one run.
+
+Starts `levergate sim` (0 ms and 50 ms time-to-first-token) and `levergate serve --upstream` in
+front of it as separate processes, then for concurrency 1, 16 and 64, streaming and not, runs the
+same closed-loop load (levergate's own load generator) against the simulator directly and through
+the gateway, back to back. Reports the latency the gateway adds (p50, p99, TTFT) and the gateway
+process's CPU per request read from /proc. A last step measures peak throughput at 64
+connections with wrk (a C load generator, so the client is not the bottleneck).
+
+Writes benchmarks/results/overhead.json and overhead.md.
+
+    .venv/bin/python benchmarks/overhead.py [--seconds 4] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from levergate.bench import BenchConfig, run_bench
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def process(args: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([*LEVERGATE, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{args[0]} did not start: {proc.stderr.read()!r}")  # type: ignore[union-attr]
+            time.sleep(0.05)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def load(url: str, *, concurrency: int, stream: bool, seconds: float) -> dict[str, Any]:
+    config = BenchConfig(
+        url=url, concurrency=concurrency, duration_s=seconds, stream=stream,
+        prompt_tokens=64, max_tokens=16, model="sim-small",
+    )  # fmt: skip
+    result = await run_bench(config)
+    return result.to_dict()
+
+
+def measure_pair(
+    sim_url: str, gw_url: str, gw_pid: int, *, concurrency: int, stream: bool, seconds: float
+) -> dict[str, Any]:
+    asyncio.run(load(gw_url, concurrency=concurrency, stream=stream, seconds=0.5))  # warm-up
+    direct = asyncio.run(load(sim_url, concurrency=concurrency, stream=stream, seconds=seconds))
+    before = cpu_seconds(gw_pid)
+    via = asyncio.run(load(gw_url, concurrency=concurrency, stream=stream, seconds=seconds))
+    used = cpu_seconds(gw_pid) - before
+    key = "ttft_ms" if stream else "total_ms"
+    nan = float("nan")
+    d, v = direct[key], via[key]
+    return {
+        "concurrency": concurrency,
+        "stream": stream,
+        "direct_rps": direct["throughput_rps"],
+        "levergate_rps": via["throughput_rps"],
+        "direct_p50_ms": d.get("p50", nan),
+        "levergate_p50_ms": v.get("p50", nan),
+        "added_p50_ms": v.get("p50", nan) - d.get("p50", nan),
+        "direct_p99_ms": d.get("p99", nan),
+        "levergate_p99_ms": v.get("p99", nan),
+        "added_p99_ms": v.get("p99", nan) - d.get("p99", nan),
+        "metric": "TTFT (first generated token)" if stream else "total",
+        "errors": {"direct": direct["errors"], "levergate": via["errors"]},
+        "gateway_cpu_ms_per_request": 1000 * used / max(1, via["completed"]),
+    }
+
+
+def wrk_throughput(url: str, seconds: int, pid: int | None) -> dict[str, float]:
+    lua = Path(tempfile.mkdtemp()) / "post.lua"
+    body = json.dumps({"model": "sim-small", "max_tokens": 16,
+                       "messages": [{"role": "user", "content": "hello " * 60}]})  # fmt: skip
+    lua.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                   f"wrk.body = {json.dumps(body)}\n")  # fmt: skip
+    before = cpu_seconds(pid) if pid else 0.0
+    out = subprocess.run(
+        ["wrk", "-t1", "-c64", f"-d{seconds}s", "-s", str(lua), url + "/chat/completions"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    used = cpu_seconds(pid) - before if pid else 0.0
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"rps": rps, "non_2xx": int(errors.group(1)) if errors else 0,
+            "gateway_cpu_ms_per_request": 1000 * used / max(1, total)}  # fmt: skip
+
+
+def run(seconds: float, quick: bool) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    throughput: dict[str, Any] = {}
+    for latency_ms in (0, 50):
+        sim_port, gw_port = free_port(), free_port()
+        sim_args = ["sim", "--port", str(sim_port), "--ttft-ms", str(latency_ms)]
+        sim_url = f"http://127.0.0.1:{sim_port}/v1"
+        gw_args = ["serve", "--upstream", sim_url, "--port", str(gw_port)]
+        gw_url = f"http://127.0.0.1:{gw_port}/v1"
+        with process(sim_args, sim_port), process(gw_args, gw_port) as gateway:
+            for concurrency in (1, 16) if quick else (1, 16, 64):
+                for stream in (False, True):
+                    row = measure_pair(sim_url, gw_url, gateway.pid, concurrency=concurrency,
+                                       stream=stream, seconds=seconds)  # fmt: skip
+                    rows.append({"upstream_latency_ms": latency_ms, **row})
+                    print(json.dumps(rows[-1]), flush=True)
+            if latency_ms == 0 and shutil.which("wrk"):
+                secs = max(2, int(seconds))
+                throughput = {
+                    "direct": wrk_throughput(sim_url, secs, None),
+                    "levergate": wrk_throughput(gw_url, secs, gateway.pid),
+                }
+    return {"rows": rows, "throughput_c64_0ms": throughput}
+
+
+def markdown(data: dict[str, Any]) -> str:
+    lines = [
+        f"# Gateway overhead ({data['date']}, {data['machine']})", "",
+        ("Closed loop, 64-token prompts, 16 output tokens; direct = straight to `levergate sim`, "
+        "levergate = through `levergate serve --upstream` with its default layers. Added = "
+        "levergate minus direct, measured back to back in one run."), "",
+        ("| upstream latency | concurrency | mode | direct p50 ms | levergate p50 ms "
+         "| added p50 ms | added p99 ms | direct req/s | levergate req/s | gateway CPU ms/req |"),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for r in data["rows"]:
+        mode = "stream (TTFT)" if r["stream"] else "non-stream (total)"
+        lines.append(
+            f"| {r['upstream_latency_ms']} ms | {r['concurrency']} | {mode} | "
+            f"{r['direct_p50_ms']:.2f} | {r['levergate_p50_ms']:.2f} | {r['added_p50_ms']:.2f} | "
+            f"{r['added_p99_ms']:.2f} | {r['direct_rps']:.0f} | {r['levergate_rps']:.0f} | "
+            f"{r['gateway_cpu_ms_per_request']:.3f} |"
+        )
+    t = data.get("throughput_c64_0ms")
+    if t:
+        lines += ["", "Peak throughput, wrk, 64 connections, 0 ms upstream, non-stream:", "",
+                  "| target | req/s | non-2xx | gateway CPU ms/req |", "|---|---|---|---|",
+                  f"| direct | {t['direct']['rps']:.0f} | {t['direct']['non_2xx']} | - |",
+                  (f"| levergate | {t['levergate']['rps']:.0f} | {t['levergate']['non_2xx']} | "
+                  f"{t['levergate']['gateway_cpu_ms_per_request']:.3f} |")]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter runs")
+    args = parser.parse_args()
+    seconds = 1.5 if args.quick else args.seconds
+    data = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        ),
+        **run(seconds, args.quick),
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    suffix = "-quick" if args.quick else ""
+    (RESULTS / f"overhead{suffix}.json").write_text(json.dumps(data, indent=2))
+    (RESULTS / f"overhead{suffix}.md").write_text(markdown(data))
+    print(markdown(data))
+
+
+if __name__ == "__main__":
+    main()
