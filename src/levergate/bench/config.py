@@ -30,6 +30,7 @@ from levergate.errors import ConfigError
 
 Endpoint = Literal["chat", "completions", "embeddings"]
 Mode = Literal["closed", "rate", "trace"]
+ArrivalProcess = Literal["uniform", "poisson"]
 
 DEFAULT_MODEL = "default"
 DEFAULT_PROMPT_TOKENS = 128
@@ -56,6 +57,7 @@ class BenchConfig:
     url: str
     concurrency: int | None = None
     rate: float | None = None
+    arrival: ArrivalProcess = "uniform"
     trace: str | None = None
     time_scale: float = 1.0
     requests: int | None = None
@@ -149,6 +151,7 @@ class BenchConfig:
             "mode": self.mode,
             "concurrency": self.workers if self.mode == "closed" else None,
             "rate": self.rate,
+            "arrival": self.arrival if self.mode == "rate" else None,
             "trace": self.trace,
             "time_scale": self.time_scale if self.trace is not None else None,
             "requests": self.requests,

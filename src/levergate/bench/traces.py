@@ -60,27 +60,30 @@ def read_azure(path: Path) -> Iterator[TraceRecord]:
                 f"bench: {path} is not an Azure LLM trace "
                 "(expected header TIMESTAMP,ContextTokens,GeneratedTokens)"
             ) from None
-        first: float | None = None
+        first: tuple[int, float] | None = None
         for line, row in enumerate(rows, start=2):
             if not row:
                 continue
             try:
-                seconds = _azure_seconds(row[at])
+                day, seconds = _azure_time(row[at])
                 record = (int(row[inp]), int(row[out]))
             except (ValueError, IndexError) as exc:
                 raise ConfigError(f"bench: {path}:{line}: bad row {row!r} ({exc})") from None
             if first is None:
-                first = seconds
-            yield TraceRecord(seconds - first, record[0], record[1])
+                first = (day, seconds)
+            offset = (day - first[0]) * 86400 + (seconds - first[1])
+            yield TraceRecord(offset, record[0], record[1])
 
 
-def _azure_seconds(stamp: str) -> float:
-    """Seconds since the epoch date, exact to the microsecond. Parsed by hand because the
-    trace carries 7 fractional digits, more than `datetime.fromisoformat` accepts on 3.11."""
+def _azure_time(stamp: str) -> tuple[int, float]:
+    """(day ordinal, seconds of the day). Parsed by hand because the trace carries 7 fractional
+    digits, more than `datetime.fromisoformat` accepts on 3.11; the day is kept apart so that
+    sub-microsecond digits are not lost to float precision at epoch-sized magnitudes."""
     day, _, clock = stamp.strip().partition(" ")
     hours, minutes, seconds = clock.split(":")
-    days = dt.date.fromisoformat(day).toordinal()
-    return days * 86400.0 + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    return dt.date.fromisoformat(day).toordinal(), int(hours) * 3600 + int(minutes) * 60 + float(
+        seconds
+    )
 
 
 def read_mooncake(path: Path) -> Iterator[TraceRecord]:
@@ -98,7 +101,9 @@ def read_mooncake(path: Path) -> Iterator[TraceRecord]:
                     tuple(int(block) for block in item.get("hash_ids", ())),
                 )
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                raise ConfigError(f"bench: {path}:{line_no}: not a Mooncake record ({exc})") from None
+                raise ConfigError(
+                    f"bench: {path}:{line_no}: not a Mooncake record ({exc})"
+                ) from None
 
 
 def read_trace(path: Path) -> Iterator[TraceRecord]:
