@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from levergate.upstreams.simulator.settings import LimitSettings
 
 _MAX_KEYS = 10_000  # idle keys are forgotten beyond this, so unknown keys cannot grow memory
+# Waits are rounded up by this much, so a client that sleeps exactly the advertised time is not
+# refused again by float rounding (now + wait landing an ulp before the entry expires).
+_SLACK = 1e-6
 
 
 class SlidingWindow:
@@ -59,7 +62,7 @@ class SlidingWindow:
         for stamp, spent in zip(self._times, self._costs, strict=True):
             freed += spent
             if freed >= excess:
-                return max(0.0, stamp + self.window - now)
+                return max(0.0, stamp + self.window - now) + _SLACK
         return self.window  # unreachable while the log is consistent
 
     def commit(self, cost: int, now: float) -> None:
@@ -158,14 +161,16 @@ def _headers(
 
 def retry_headers(seconds: float) -> tuple[tuple[str, str], ...]:
     """`Retry-After` in whole seconds (rounded up, at least 1) and the precise `retry-after-ms`."""
+    seconds = round(seconds, 5)  # drop the slack added to waits before rounding up
     return (
         ("retry-after", str(max(1, math.ceil(seconds)))),
-        ("retry-after-ms", str(max(1, math.ceil(seconds * 1000)))),
+        ("retry-after-ms", str(max(1, math.ceil(round(seconds * 1000, 2))))),
     )
 
 
 def format_duration(seconds: float) -> str:
     """OpenAI's reset format, Go-style durations: `120ms`, `1s`, `8.64s`, `6m0s`, `1h2m3s`."""
+    seconds = round(seconds, 5)
     if seconds <= 0:
         return "0s"
     if seconds < 1:

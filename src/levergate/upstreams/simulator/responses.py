@@ -19,21 +19,19 @@ from levergate.protocol.sse import DONE_FRAME, encode
 from levergate.upstreams.simulator.settings import SYSTEM_FINGERPRINT
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Answer:
-    """What was generated for one request: per choice its tokens and finish reason."""
+    """What was generated for one request: per choice its tokens and finish reason. (Not
+    frozen: built on every request, and frozen dataclasses are slower to make.)"""
 
     id: str
     created: int
     model: str
     choices: Sequence[Sequence[str]]
-    finish: Sequence[str]
+    finish: str  # the same for every choice
     prompt_tokens: int
     cached_tokens: int
-
-    @property
-    def completion_tokens(self) -> int:
-        return sum(len(tokens) for tokens in self.choices)
+    completion_tokens: int
 
 
 def usage(answer: Answer) -> dict[str, Any]:
@@ -53,20 +51,21 @@ def usage(answer: Answer) -> dict[str, Any]:
 
 
 def chat_body(answer: Answer) -> bytes:
-    choices = [
-        {
-            "index": index,
-            "message": {
-                "role": "assistant",
-                "content": "".join(tokens),
-                "refusal": None,
-                "annotations": [],
-            },
-            "logprobs": None,
-            "finish_reason": answer.finish[index],
+    choices: list[dict[str, Any]] = []
+    for index, tokens in enumerate(answer.choices):  # a loop, not a comprehension: hot path
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(tokens),
+            "refusal": None,
+            "annotations": [],
         }
-        for index, tokens in enumerate(answer.choices)
-    ]
+        choice = {
+            "index": index,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": answer.finish,
+        }
+        choices.append(choice)
     return orjson.dumps(
         {
             "id": answer.id,
@@ -83,7 +82,12 @@ def chat_body(answer: Answer) -> bytes:
 
 def completion_body(answer: Answer) -> bytes:
     choices = [
-        {"text": "".join(tokens), "index": index, "logprobs": None, "finish_reason": answer.finish[index]}
+        {
+            "text": "".join(tokens),
+            "index": index,
+            "logprobs": None,
+            "finish_reason": answer.finish,
+        }
         for index, tokens in enumerate(answer.choices)
     ]
     return orjson.dumps(
@@ -134,7 +138,7 @@ def stream_events(
                 emit(step, index, {"content": tokens[step]} if chat else tokens[step], None)
     last = max(0, longest - 1)
     for index in range(len(answer.choices)):
-        emit(last, index, {} if chat else "", answer.finish[index])
+        emit(last, index, {} if chat else "", answer.finish)
     if include_usage:
         events.append(encode(orjson.dumps({**head, "choices": [], "usage": usage(answer)})))
         steps.append(last)
@@ -171,7 +175,59 @@ def models_body(names: Sequence[str], *, created: int) -> bytes:
 
 
 def error_body(
-    message: str, *, type: str, code: str | None = None, param: str | None = None
+    message: str, *, error_type: str, code: str | None = None, param: str | None = None
 ) -> bytes:
     """OpenAI's error envelope, the shape every OpenAI SDK turns into a typed exception."""
-    return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
+    error = {"message": message, "type": error_type, "param": param, "code": code}
+    return orjson.dumps({"error": error})
+
+
+@dataclass(slots=True)
+class Reply:
+    """What the server must do for one request; the server only executes it.
+
+    A plain reply waits `delay` seconds, then writes head and body. A stream writes its head at
+    once, then `events` as HTTP chunks, waiting `event_delays[i]` before event i (no delays: all
+    at once). `cut_after` closes the connection after that many events (stream) or body bytes
+    (plain) without finishing; `hang` writes nothing until the client goes away. A reply that
+    `holds_slot` counts as in flight until the server reports it finished.
+    """
+
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    content_type: str = "application/json"
+    delay: float = 0.0
+    events: list[bytes] | None = None
+    event_delays: list[float] | None = None
+    cut_after: int | None = None
+    hang: bool = False
+    holds_slot: bool = False
+
+
+class SimError(Exception):
+    """A request the simulator answers with an OpenAI error (not a crash of the simulator)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        error_type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.error_type = error_type
+        self.code = code
+        self.param = param
+        self.headers = headers
+
+    def reply(self) -> Reply:
+        body = error_body(
+            self.message, error_type=self.error_type, code=self.code, param=self.param
+        )
+        return Reply(status=self.status, body=body, headers=self.headers)

@@ -124,7 +124,7 @@ class SimSettings(_Frozen):
     @classmethod
     def load(
         cls, path: str | Path | None = None, *, overrides: Mapping[str, Any] = {}
-    ) -> SimSettings:  # noqa: B006 - read-only default
+    ) -> SimSettings:
         """Settings from an optional YAML file with `overrides` (nested dicts) merged on top; any
         problem becomes one `ConfigError` saying where."""
         data: dict[str, Any] = {}

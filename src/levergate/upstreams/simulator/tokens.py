@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-import random
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,20 +22,30 @@ import orjson
 
 CHARS_PER_TOKEN = 4
 # A fixed vocabulary keeps generated text readable and free of the stop markers clients use.
+# One string, split once: a word per line would be 200 lines.
 _VOCABULARY = tuple(
-    """the of and to in is that for it as was with be by on not he this are or his from at which
-    but have an they you were her she there been one all we their has would when if so no will
-    more can out up about into them some could time what only other new these two may first
-    then do any like my now over such our man me even most made after also did many before must
-    through back years where much your way well down should because each just those people how
-    too little state good very make world still own see men work long get here between both
-    life being under never day same another know while last might us great old year off come
-    since against go came right used take three states himself few house use during without
-    again place around however home small found thought went say part once general high upon
-    school every don does got united left number course war until always away something fact
-    though water less public put think almost hand enough far took head yet government system
-    better set told nothing night end why called didn eyes find going look asked later knew""".split()
+    """
+    the of and to in is that for it as was with be by on not he this are or his from at
+    which but have an they you were her she there been one all we their has would when if so
+    no will more can out up about into them some could time what only other new these two
+    may first then do any like my now over such our man me even most made after also did
+    many before must through back years where much your way well down should because each
+    just those people how too little state good very make world still own see men work long
+    get here between both life being under never day same another know while last might us
+    great old year off come since against go came right used take three states himself few
+    house use during without again place around however home small found thought went say
+    part once general high upon school every don does got united left number course war
+    until always away something fact though water less public put think almost hand enough
+    far took head yet government system better set told nothing night end why called didn
+    eyes find going look asked later knew open seemed together next white children begin
+    given present large often important young room order point city play light best story
+    form idea clear turn early mind river moment across quite field road side kind answer
+    letter month sound watch south north east west green blue morning
+    """.split()  # noqa: SIM905
 )
+_SPACED = tuple(" " + word for word in _VOCABULARY)
+if len(_VOCABULARY) != 256:  # pragma: no cover - guards the one-byte-per-word mapping
+    raise RuntimeError(f"the vocabulary must hold 256 words, not {len(_VOCABULARY)}")
 
 
 def count_tokens(text: str) -> int:
@@ -46,24 +55,17 @@ def count_tokens(text: str) -> int:
 
 def chat_prompt(body: Mapping[str, Any]) -> str:
     """The canonical, prefix-stable rendering of a chat request: tools first (they come first
-    in a provider's cached prefix), then one `role\\ncontent\\n` block per message."""
-    parts: list[str] = []
+    in a provider's cached prefix), then one `role\ncontent\n` block per message."""
     tools = body.get("tools")
-    if tools:
-        parts.append(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode())
-        parts.append("\n")
+    parts = [orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode() + "\n"] if tools else []
     for message in body["messages"]:
-        parts.append(str(message.get("role")))
-        parts.append("\n")
         content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif content is not None:
-            parts.append(_content_parts(content))
+        if type(content) is not str:
+            content = "" if content is None else _content_parts(content)
         calls = message.get("tool_calls")
         if calls:
-            parts.append(orjson.dumps(calls, option=orjson.OPT_SORT_KEYS).decode())
-        parts.append("\n")
+            content += orjson.dumps(calls, option=orjson.OPT_SORT_KEYS).decode()
+        parts.append(f"{message['role']}\n{content}\n")
     return "".join(parts)
 
 
@@ -105,21 +107,26 @@ def embedding_inputs(value: Any) -> list[tuple[str, int]]:
     return items
 
 
-def request_rng(*, seed: int, text: str, salt: str) -> random.Random:
-    """The generator for one request's words: same seed + same request -> same answer. The
-    digest is blake2b, stable across processes (unlike `hash()`)."""
-    digest = hashlib.blake2b(text.encode(), digest_size=8, person=b"levergate-sim")
-    digest.update(salt.encode())
-    return random.Random((seed << 64) ^ int.from_bytes(digest.digest(), "little"))
+def words(*, seed: int, text: str, salt: str, count: int) -> list[str]:
+    """`count` output tokens for a request: the same (seed, rendered prompt, salt) always gives
+    the same words, and a shorter answer is a prefix of a longer one.
 
-
-def words(*, rng: random.Random, count: int) -> list[str]:
-    """`count` output tokens: the first bare, the rest with a leading space, so the message
-    content is exactly the concatenation of the stream deltas."""
-    picked = rng.choices(_VOCABULARY, k=count)
-    if picked:
-        picked[0] = picked[0].capitalize()
-        picked[1:] = [" " + word for word in picked[1:]]
+    Each word is picked by one byte of a blake2b stream over (seed, prompt, salt), from a
+    vocabulary of exactly 256 words. (A `random.Random` seeded per request does the same job,
+    but seeding a Mersenne Twister costs about 5 us, a sixth of the simulator's whole budget
+    per request at 10,000 requests per second; the hash costs a fraction of that.) The first
+    word is capitalised and the rest carry a leading space, so the message content is exactly
+    the concatenation of the stream deltas."""
+    if count <= 0:
+        return []
+    block = hashlib.blake2b(b"%d\x00%b\x00%b" % (seed, salt.encode(), text.encode())).digest()
+    stream = block
+    counter = 0
+    while len(stream) < count:  # 64 words per block; later blocks chain from the first
+        counter += 1
+        stream += hashlib.blake2b(block + counter.to_bytes(8, "little")).digest()
+    picked = list(map(_SPACED.__getitem__, stream[:count]))
+    picked[0] = picked[0][1:].capitalize()
     return picked
 
 

@@ -1,0 +1,289 @@
+"""From a parsed request body to the simulated answer: parsing the fields that shape the output,
+choosing the words, and laying the answer out as a `Reply` (plain or streamed, faulted or not).
+
+Output length: the request's cap is `max_completion_tokens` or `max_tokens`. Without a cap the
+answer is `max_tokens_default` tokens long and ends with "stop"; with a cap the model "fills"
+it and ends with "length". A test that needs a natural stop under a cap sends
+`x-sim-output-tokens: N` (the answer's natural length): then it is min(N, cap) tokens, "stop"
+when N fits under the cap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from levergate.upstreams.simulator import responses, tokens
+from levergate.upstreams.simulator.faults import Fault, malformed_body, parse_forced
+from levergate.upstreams.simulator.latency import Timing
+from levergate.upstreams.simulator.responses import Answer, Reply, SimError
+from levergate.upstreams.simulator.settings import SimSettings
+
+OUTPUT_TOKENS_HEADER = "x-sim-output-tokens"
+_MAX_CHOICES = 128
+# Output tokens one request may make the simulator generate (choices x prompts x cap), so a
+# careless request cannot tie the process up for seconds.
+_MAX_TOTAL_OUTPUT = 262_144
+
+
+@dataclass(slots=True)
+class Spec:
+    """The parts of a chat or completion request that shape the simulated answer. (Not frozen:
+    this is built on every request, and frozen dataclasses are several times slower to make.)"""
+
+    chat: bool
+    model: str
+    prompts: list[tuple[str, int]]  # (rendered text, tokens), one per prompt
+    prompt_tokens: int
+    n: int
+    output_tokens: int
+    finish: str
+    stream: bool
+    include_usage: bool
+    salt: str
+    # What TPM admission charges: the prompt plus every choice's output cap.
+    reserved_tokens: int
+
+
+_REQUIRED = {"chat": "messages", "completion": "prompt", "embedding": "input"}  # and "model"
+
+
+def check_request(kind: str, body: Any) -> dict[str, Any]:
+    """The checks a provider makes before generating, with OpenAI's messages. Only what the
+    simulator reads is checked (typed fields are checked where they are read), because this
+    runs on every request."""
+    if type(body) is not dict:
+        raise SimError(400, "The request body must be a JSON object.")
+    model, required = body.get("model"), _REQUIRED[kind]
+    if model is None or body.get(required) is None:
+        name = "model" if model is None else required
+        raise SimError(400, f"Missing required parameter: '{name}'.", param=name)
+    if type(model) is not str:
+        raise SimError(400, "Invalid type for 'model': expected a string.", param="model")
+    stream = body.get("stream")
+    if stream is not None and type(stream) is not bool:
+        raise SimError(400, "Invalid type for 'stream': expected a boolean.", param="stream")
+    if kind == "chat":
+        messages = body["messages"]
+        if type(messages) is not list or not messages:
+            raise SimError(400, "'messages' must be a non-empty array.", param="messages")
+        for message in messages:
+            if type(message) is not dict or type(message.get("role")) is not str:
+                index = messages.index(message)
+                raise SimError(
+                    400,
+                    f"Invalid message at index {index}: each message must be an object with a "
+                    "'role'.",
+                    param=f"messages[{index}]",
+                )
+    return body
+
+
+def parse_spec(
+    *, chat: bool, body: Mapping[str, Any], settings: SimSettings, natural: str | None
+) -> Spec:
+    if chat:
+        text = tokens.chat_prompt(body)
+        prompts = [(text, tokens.count_tokens(text))]
+        prompt_tokens = prompts[0][1]
+    else:
+        try:
+            prompts = tokens.completion_prompts(body["prompt"])
+        except TypeError as exc:
+            raise SimError(400, f"Invalid 'prompt': {exc}.", param="prompt") from None
+        if not prompts:
+            raise SimError(400, "'prompt' must not be an empty list.", param="prompt")
+        prompt_tokens = sum(count for _, count in prompts)
+    n = body.get("n")
+    if n is None:
+        n = 1
+    else:
+        check_int("n", n, high=_MAX_CHOICES)
+    output, finish = _output_length(body, settings=settings, natural=natural)
+    stream = body.get("stream") is True
+    options = body.get("stream_options")
+    if options is not None:
+        _check_stream_options(options, stream=stream)
+    window = settings.context_window
+    if window is not None:
+        _check_window(prompts, output=output, window=window, chat=chat)
+    if output * n * len(prompts) > _MAX_TOTAL_OUTPUT:
+        raise SimError(
+            400,
+            f"The simulator generates at most {_MAX_TOTAL_OUTPUT} output tokens per request "
+            "(choices x prompts x max_tokens).",
+            param="n",
+        )
+    model = body["model"]
+    return Spec(
+        chat=chat,
+        model=model,
+        prompts=prompts,
+        prompt_tokens=prompt_tokens,
+        n=n,
+        output_tokens=output,
+        finish=finish,
+        stream=stream,
+        include_usage=options is not None and options.get("include_usage") is True,
+        salt=f"{model}|{body.get('seed')}",
+        reserved_tokens=prompt_tokens + output * n * len(prompts),
+    )
+
+
+def _check_stream_options(options: Any, *, stream: bool) -> None:
+    if type(options) is not dict:
+        raise SimError(
+            400, "Invalid type for 'stream_options': expected an object.", param="stream_options"
+        )
+    if not stream:
+        raise SimError(
+            400,
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            param="stream_options",
+        )
+
+
+def _check_window(prompts: list[tuple[str, int]], *, output: int, window: int, chat: bool) -> None:
+    longest = max(count for _, count in prompts)
+    if longest + output > window:
+        raise SimError(
+            400,
+            f"This model's maximum context length is {window} tokens. However, you requested "
+            f"{longest + output} tokens ({longest} in the messages, {output} in the completion). "
+            "Please reduce the length of the messages or completion.",
+            code="context_length_exceeded",
+            param="messages" if chat else "prompt",
+        )
+
+
+def _output_length(
+    body: Mapping[str, Any], *, settings: SimSettings, natural: str | None
+) -> tuple[int, str]:
+    name = "max_completion_tokens"
+    cap = body.get(name)
+    if cap is None:
+        name = "max_tokens"
+        cap = body.get(name)
+    if cap is not None:
+        check_int(name, cap, high=settings.max_output_tokens)
+    if natural is not None:
+        try:
+            wanted = max(1, int(natural))
+        except ValueError:
+            raise SimError(400, f"{OUTPUT_TOKENS_HEADER} must be an integer.") from None
+        wanted = min(wanted, settings.max_output_tokens)
+        if cap is None or wanted <= cap:
+            return wanted, "stop"
+        return cap, "length"
+    if cap is None:
+        return settings.max_tokens_default, "stop"
+    return cap, "length"
+
+
+def check_int(name: str, value: Any, *, high: int, low: int = 1) -> None:
+    if type(value) is not int:
+        raise SimError(400, f"Invalid type for '{name}': expected an integer.", param=name)
+    if not low <= value <= high:
+        raise SimError(
+            400,
+            f"Invalid '{name}': {value} is out of range; it must be between {low} and {high}.",
+            param=name,
+            code="integer_out_of_range",
+        )
+
+
+def answer(*, spec: Spec, seed: int, cached_tokens: int, id: str, created: int) -> Answer:  # noqa: A002 - the OpenAI field name
+    """The words of every choice, a pure function of (seed, prompt, model, request seed), so
+    the same request always gets the same answer and a shorter cap gives a prefix of a longer
+    one. Choice i of n hashes with its index, so the n choices differ."""
+    count = spec.output_tokens
+    if len(spec.prompts) == 1 and spec.n == 1:
+        choices = [tokens.words(seed=seed, text=spec.prompts[0][0], salt=spec.salt, count=count)]
+    else:
+        choices = [
+            tokens.words(seed=seed, text=text, salt=f"{spec.salt}|{index}", count=count)
+            for text, _ in spec.prompts
+            for index in range(spec.n)
+        ]
+    return Answer(
+        id=id,
+        created=created,
+        model=spec.model,
+        choices=choices,
+        finish=spec.finish,
+        prompt_tokens=spec.prompt_tokens,
+        cached_tokens=cached_tokens,
+        completion_tokens=count * len(choices),
+    )
+
+
+def generation_reply(
+    *, spec: Spec, answer: Answer, timing: Timing, fault: Fault | None, cut_after: int
+) -> Reply:
+    """Lay the answer out on the wire, applying a disconnect or malformed fault if drawn."""
+    if not spec.stream:
+        if fault is Fault.MALFORMED:
+            return Reply(status=200, body=malformed_body(stream=False), delay=timing.total)
+        body = responses.chat_body(answer) if spec.chat else responses.completion_body(answer)
+        cut = len(body) // 2 if fault is Fault.DISCONNECT else None
+        return Reply(status=200, body=body, delay=timing.total, cut_after=cut)
+    events, steps = responses.stream_events(
+        answer, chat=spec.chat, include_usage=spec.include_usage
+    )
+    if fault is Fault.MALFORMED:
+        events = [events[0], malformed_body(stream=True), events[-1]]
+        steps = [0, 0, 0]
+    delays = None if timing.is_zero else _event_delays(steps, timing)
+    cut = min(cut_after, len(events) - 1) if fault is Fault.DISCONNECT else None
+    return Reply(
+        status=200,
+        content_type="text/event-stream; charset=utf-8",
+        events=events,
+        event_delays=delays,
+        cut_after=cut,
+    )
+
+
+def _event_delays(steps: list[int], timing: Timing) -> list[float]:
+    """The wait before each event: TTFT before the first, the token gap before the first event
+    of each later token, nothing between events of the same token."""
+    delays: list[float] = []
+    previous = -1
+    for step in steps:
+        if step == previous:
+            delays.append(0.0)
+        elif step == 0:
+            delays.append(timing.ttft)
+        else:
+            delays.append(timing.gaps[step - 1] if step - 1 < len(timing.gaps) else 0.0)
+        previous = step
+    return delays
+
+
+def forced_fault(value: str) -> Fault | None:
+    try:
+        return parse_forced(value)
+    except ValueError as exc:
+        raise SimError(400, str(exc)) from None
+
+
+def parse_json(raw: bytes) -> Any:
+    if not raw:
+        raise SimError(400, "The request body is empty; expected a JSON object.")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise SimError(400, f"The request body is not valid JSON: {exc}.") from None
+
+
+def bearer_key(value: str | None) -> str:
+    """The API key of `Authorization: Bearer <key>`; requests without one share the key ''."""
+    if not value:
+        return ""
+    if value.startswith("Bearer "):  # what every SDK sends
+        return value[7:].strip()
+    scheme, _, key = value.partition(" ")
+    return key.strip() if scheme.lower() == "bearer" else value.strip()
