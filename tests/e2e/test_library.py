@@ -95,3 +95,25 @@ def test_the_public_surface_is_pinned() -> None:
         "LevergateError", "Priority", "Reply", "Service", "Settings", "Stream", "SystemClock",
         "Trace", "build_pipeline", "stack",
     ]  # fmt: skip
+
+
+async def test_background_jobs_run_for_the_gateway_lifetime_and_stop_with_it(
+    sim: SimHandle,
+) -> None:
+    import asyncio
+
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def job() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+
+    gateway = Gateway(Settings.for_upstream(sim.base_url))
+    gateway.pipeline.background.append(job)
+    async with gateway:
+        await asyncio.wait_for(started.wait(), 5)
+        assert not stopped.is_set()
+    assert stopped.is_set()

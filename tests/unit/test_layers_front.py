@@ -137,3 +137,20 @@ def test_feature_labels_are_bounded() -> None:
     labels = {telemetry.bounded("feature", f"f{i}") for i in range(500)}
     assert len(labels) == 101
     assert "other" in labels
+
+
+async def test_answers_served_from_a_cache_are_not_counted_as_spent() -> None:
+    telemetry = Telemetry(Metrics())
+    usage = {"prompt_tokens": 10, "completion_tokens": 5}
+    measure = Measure(
+        Recorder(Completed(data={"usage": usage})), telemetry=telemetry,
+        prices={"m": Price(input=1.0, output=1.0)},
+    )  # fmt: skip
+    hit = call_with()
+    hit.ctx.trace.annotations["cache"] = "hit"
+    await measure(hit)
+    assert metric(telemetry, "levergate_tokens_total", model="m", upstream="", feature="",
+                  kind="input") == 0  # fmt: skip
+    await measure(call_with())
+    assert metric(telemetry, "levergate_tokens_total", model="m", upstream="", feature="",
+                  kind="input") == 10  # fmt: skip

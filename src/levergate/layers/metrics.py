@@ -26,6 +26,7 @@ from levergate.errors import LevergateError
 from levergate.protocol.openai import has_generated_token, usage_tokens
 
 OVERHEAD_HEADER = "x-levergate-overhead-ms"
+_FREE = frozenset({"hit", "semantic", "coalesced"})
 _MAX_LABEL_VALUES = 100  # distinct client-chosen label values; later ones count as "other"
 
 
@@ -180,7 +181,9 @@ class Measure:
         t.child(t.requests, *labels, outcome).inc()
         t.child(t.total, *labels, outcome).observe(total)
         t.child(t.overhead, route).observe(overhead)
-        if usage:
+        # An answer from a cache (or shared with an identical request in flight) cost nothing
+        # here: the cache layers count what it saved, so it is not counted as spent twice.
+        if usage and call.ctx.trace.annotations.get("cache") not in _FREE:
             prompt, completion, cached = usage_tokens(usage)
             t.child(t.tokens, model, upstream, feature, "input").inc(prompt)
             t.child(t.tokens, model, upstream, feature, "output").inc(completion)

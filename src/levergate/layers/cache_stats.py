@@ -1,0 +1,75 @@
+"""The caches' own counters, registered in the gateway's metrics registry.
+
+Lookups by cache and outcome (hit, miss, bypass, coalesced, refresh; for the semantic cache also
+rejected and unavailable), store faults by store, operation and reason (timeout, error,
+cooling_down), corrupt entries dropped, answers not stored and why, semantic neighbours refused
+by each guard, and what hits saved: output tokens and input tokens that were not sent upstream.
+One object per gateway, passed down by the pipeline; nothing global.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+
+
+class CacheStats:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        reg = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.lookups = Counter(
+            "levergate_cache_lookups", "Cache lookups by cache and outcome.", ("cache", "outcome"),
+            registry=reg,
+        )  # fmt: skip
+        self.faults = Counter(
+            "levergate_cache_store_faults",
+            "Store operations that failed and were turned into a miss or a skipped write.",
+            ("store", "op", "reason"),
+            registry=reg,
+        )
+        self.corrupt = Counter(
+            "levergate_cache_corrupt_entries", "Undecodable entries found, dropped.", ("cache",),
+            registry=reg,
+        )  # fmt: skip
+        self.not_stored = Counter(
+            "levergate_cache_not_stored", "Answers not written, by reason.", ("cache", "reason"),
+            registry=reg,
+        )  # fmt: skip
+        self.rejected = Counter(
+            "levergate_cache_semantic_rejections",
+            "Semantic near-neighbours above the threshold refused, by the guard that objected.",
+            ("guard",),
+            registry=reg,
+        )
+        self.saved_tokens = Counter(
+            "levergate_cache_saved_tokens",
+            "Tokens a hit kept from going upstream, by kind (input, output).",
+            ("cache", "kind"),
+            registry=reg,
+        )
+
+        # Bound children, so a hit does not pay for a label lookup on every request.
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def fault(self, store: str, op: str, reason: str) -> None:
+        """The `SafeKV` fault hook."""
+        self.faults.labels(store, op, reason).inc()
+
+    def lookup(self, cache: str, outcome: str) -> None:
+        child = self._children.get((cache, outcome))
+        if child is None:
+            child = self._children[(cache, outcome)] = self.lookups.labels(cache, outcome)
+        child.inc()
+
+    def saved(self, cache: str, prompt: int, completion: int) -> None:
+        for kind, tokens in (("input", prompt), ("output", completion)):
+            if tokens:
+                child = self._children.get((cache, "saved", kind))
+                if child is None:
+                    child = self.saved_tokens.labels(cache, kind)
+                    self._children[(cache, "saved", kind)] = child
+                child.inc(tokens)
+
+    def count(self, cache: str, outcome: str) -> float:
+        """The current value of one lookup counter (for tests and reports)."""
+        return float(self.lookups.labels(cache, outcome)._value.get())

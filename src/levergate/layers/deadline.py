@@ -1,0 +1,47 @@
+"""Deadline: each attempt gets only what is left of the request's deadline.
+
+PER MODEL, under Retry and above Balance: the deadline (`x-levergate-timeout`, set at the edge
+as an absolute time) bounds waiting for a limit, the trip to the provider and the wait for the
+response head or first event. A request already out of time is not sent at all. Once the
+reply has started, the transport's own idle and total timeouts govern the rest of the body —
+cutting a stream the client is reading would lose work it has partly received.
+
+Hitting the deadline is the request's condition, not the endpoint's: it surfaces as
+`UpstreamTimeout` with code `deadline_exceeded`, which Retry does not retry (no time is left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from levergate.core.call import Call
+from levergate.core.clock import Clock
+from levergate.core.reply import Reply
+from levergate.core.service import Service
+from levergate.errors import UpstreamTimeout
+
+
+class Deadline:
+    def __init__(self, inner: Service, *, clock: Clock) -> None:
+        self._inner = inner
+        self._clock = clock
+
+    async def __call__(self, call: Call) -> Reply:
+        deadline = call.ctx.deadline
+        if deadline is None:
+            return await self._inner(call)
+        remaining = deadline - self._clock.now()
+        if remaining <= 0:
+            raise _expired()
+        try:
+            async with asyncio.timeout(remaining):
+                return await self._inner(call)
+        except TimeoutError:
+            raise _expired() from None
+
+
+def _expired() -> UpstreamTimeout:
+    return UpstreamTimeout(
+        "The request's deadline passed before the upstream answered.",
+        code="deadline_exceeded",
+    )

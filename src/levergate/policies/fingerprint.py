@@ -1,0 +1,111 @@
+"""Canonical fingerprints: the exact-cache key of a request, as a pure function.
+
+A cached answer may be served only for a request that would have produced it, so the key covers
+every field that shapes the output and nothing else. Rather than list the shaping fields (and
+silently miss a provider-specific extra someone adds tomorrow), the key takes the *whole* body
+minus the fields known not to shape the output:
+
+    stream, stream_options   transport only: a streamed and a whole answer share one entry
+    user, metadata, store,   bookkeeping: abuse monitoring, stored-completion tags, billing tier,
+    service_tier,            and the provider's prompt-cache routing hint
+    prompt_cache_key,
+    safety_identifier
+
+So model (resolved: the alias *and* the upstream model it maps to), messages / prompt, tools,
+tool_choice, parallel_tool_calls, response_format, temperature, top_p, seed, max_tokens,
+max_completion_tokens, stop, n, logit_bias, logprobs, penalties, reasoning_effort and any
+provider extra are all in, together with the request kind and the cache namespace (the tenant,
+unless the config shares a namespace). A test changes each of them and expects a miss.
+
+Canonicalisation only merges spellings the OpenAI API defines as identical: a top-level `null`
+is the same as an absent field, `n: 1` is the default, `stop: "x"` is `stop: ["x"]`, empty
+`stop` / `tools` / `logit_bias` are absent, and message `content` given as a single text part is
+the plain string. Object keys are sorted, except inside `tools`, `functions` and
+`response_format`: those carry client-authored JSON Schemas whose property order is rendered
+into the prompt (and, for structured outputs, decides the order of the answer's keys).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+FORMAT_VERSION = b"lgfp1"
+NON_SHAPING: frozenset[str] = frozenset(
+    {
+        "stream",
+        "stream_options",
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "prompt_cache_key",
+        "safety_identifier",
+    }
+)
+# Fields whose inner key order is kept: they hold JSON Schemas the model sees in order.
+ORDERED: tuple[str, ...] = ("tools", "functions", "response_format")
+_EMPTY_IS_ABSENT = frozenset({"stop", "tools", "functions", "logit_bias"})
+
+
+def canonical_body(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The output-shaping part of a body, with equivalent spellings merged."""
+    out: dict[str, Any] = {}
+    for name, value in body.items():
+        if name in NON_SHAPING or value is None:
+            continue
+        if name in _EMPTY_IS_ABSENT and not value:
+            continue
+        if name == "n" and value == 1 and not isinstance(value, bool):
+            continue
+        if name == "stop" and isinstance(value, str):
+            out[name] = [value]
+        elif name == "messages" and isinstance(value, list):
+            out[name] = [_canonical_message(m) for m in value]
+        else:
+            out[name] = value
+    return out
+
+
+def _canonical_message(message: Any) -> Any:
+    if not isinstance(message, Mapping):
+        return message
+    content = message.get("content")
+    if (
+        isinstance(content, list)
+        and len(content) == 1
+        and isinstance(content[0], Mapping)
+        and content[0].get("type") == "text"
+        and set(content[0]) == {"type", "text"}
+        and isinstance(content[0].get("text"), str)
+    ):
+        return {**message, "content": content[0]["text"]}
+    return message
+
+
+def fingerprint(
+    body: Mapping[str, Any],
+    *,
+    kind: str,
+    resolved_model: str,
+    namespace: str,
+    exclude: frozenset[str] = frozenset(),
+) -> str:
+    """Hex digest naming the request. `exclude` drops further fields (the semantic cache keys
+    its partitions on everything but the final user text)."""
+    body = canonical_body(body)
+    ordered = {name: body.pop(name) for name in ORDERED if name in body}
+    for name in exclude:
+        body.pop(name, None)
+    head = {"kind": kind, "model": resolved_model, "ns": namespace}
+    digest = hashlib.sha256(FORMAT_VERSION)
+    digest.update(orjson.dumps(head, option=orjson.OPT_SORT_KEYS))
+    digest.update(b"\x00")
+    digest.update(orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS))
+    for name, value in ordered.items():
+        digest.update(b"\x00" + name.encode() + b"\x00")
+        digest.update(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
+    return digest.hexdigest()

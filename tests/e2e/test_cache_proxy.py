@@ -1,0 +1,205 @@
+"""The caches end to end: simulator <- levergate <- the official OpenAI SDK, all on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from levergate.upstreams.simulator import SimHandle
+from tests.e2e.conftest import GatewayFactory
+
+QUESTION = [{"role": "user", "content": "Name the capital of France."}]
+CACHE = "x-levergate-cache"
+
+
+def generations(sim: SimHandle) -> int:
+    return int(sim.stats()["requests_by_endpoint"].get("/v1/chat/completions", 0))
+
+
+def sdk(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url, api_key="sk-client", max_retries=0)
+
+
+async def ask(client: openai.AsyncOpenAI, **extra: Any) -> Any:
+    return await client.chat.completions.with_raw_response.create(
+        model="sim-small", messages=QUESTION, max_tokens=8, temperature=0, **extra
+    )
+
+
+async def test_exact_hits_replay_in_either_shape(
+    sim: SimHandle, client: openai.AsyncOpenAI
+) -> None:
+    first = await ask(client)
+    second = await ask(client)
+    assert first.headers[CACHE] == "miss"
+    assert second.headers[CACHE] == "hit"
+    assert float(second.headers["x-levergate-cache-age"]) >= 0
+    answer = first.parse().choices[0].message.content
+    assert second.parse().choices[0].message.content == answer
+    stream = await client.chat.completions.create(
+        model="sim-small", messages=QUESTION, max_tokens=8, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = [chunk async for chunk in stream]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == answer
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == first.parse().usage.completion_tokens
+    assert generations(sim) == 1
+
+
+async def test_a_streamed_answer_serves_later_whole_requests(
+    sim: SimHandle, client: openai.AsyncOpenAI
+) -> None:
+    stream = await client.chat.completions.create(
+        model="sim-small", messages=QUESTION, max_tokens=8, seed=7, stream=True
+    )
+    text = "".join([c.choices[0].delta.content or "" async for c in stream])
+    whole = await client.chat.completions.with_raw_response.create(
+        model="sim-small", messages=QUESTION, max_tokens=8, seed=7
+    )
+    assert whole.headers[CACHE] == "hit"
+    assert whole.parse().choices[0].message.content == text
+    assert generations(sim) == 1
+
+
+async def test_identical_requests_in_flight_go_upstream_once(
+    sim: SimHandle, client: openai.AsyncOpenAI
+) -> None:
+    sim.configure({"latency": {"ttft_ms": 300, "tokens_per_second": 100}})
+
+    async def streamed() -> str:
+        stream = await client.chat.completions.create(
+            model="sim-small", messages=QUESTION, max_tokens=8, temperature=0, stream=True
+        )
+        return "".join([c.choices[0].delta.content or "" async for c in stream])
+
+    async def whole() -> str:
+        return (await ask(client)).parse().choices[0].message.content or ""
+
+    answers = await asyncio.gather(*(streamed() if i % 2 else whole() for i in range(8)))
+    assert len(set(answers)) == 1
+    assert generations(sim) == 1
+
+
+async def test_cut_streams_and_errors_are_not_cached(
+    sim: SimHandle, client: openai.AsyncOpenAI
+) -> None:
+    sim.configure({"faults": {"disconnect_rate": 1.0}})
+
+    async def cut() -> None:
+        stream = await client.chat.completions.create(
+            model="sim-small", messages=QUESTION, max_tokens=8, temperature=0, stream=True
+        )
+        [c async for c in stream]
+
+    with pytest.raises(openai.APIError):
+        await cut()
+    sim.configure({"faults": {"disconnect_rate": 0.0, "error_rate": 1.0}})
+    with pytest.raises(openai.InternalServerError):
+        await ask(client)
+    sim.configure({"faults": {"error_rate": 0.0}})
+    assert (await ask(client)).headers[CACHE] == "miss"
+    assert (await ask(client)).headers[CACHE] == "hit"
+
+
+async def test_cache_control_and_sampled_requests(
+    sim: SimHandle, client: openai.AsyncOpenAI
+) -> None:
+    await ask(client)
+    refreshed = await ask(client, extra_headers={"Cache-Control": "no-cache"})
+    assert refreshed.headers[CACHE] == "miss"
+    sampled = await client.chat.completions.with_raw_response.create(
+        model="sim-small", messages=QUESTION, max_tokens=8, temperature=0.8
+    )
+    assert sampled.headers[CACHE] == "bypass"
+    assert generations(sim) == 3
+
+
+async def test_embeddings_send_only_the_missing_inputs(
+    sim: SimHandle, client: openai.AsyncOpenAI
+) -> None:
+    first = await client.embeddings.with_raw_response.create(model="sim-embed", input=["a", "b"])
+    second = await client.embeddings.with_raw_response.create(
+        model="sim-embed", input=["b", "c", "b"]
+    )
+    assert second.headers["x-levergate-cache-hits"] == "2/3"
+    one, two = first.parse(), second.parse()
+    assert [e.index for e in two.data] == [0, 1, 2]
+    assert two.data[0].embedding == one.data[1].embedding == two.data[2].embedding
+    direct = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sk", max_retries=0)
+    alone = await direct.embeddings.create(model="sim-embed", input=["c"])
+    assert two.data[1].embedding == alone.data[0].embedding
+    await direct.close()
+    again = await client.embeddings.with_raw_response.create(model="sim-embed", input="c")
+    assert again.headers[CACHE] == "hit"
+    assert again.parse().usage.prompt_tokens == 0
+
+
+async def test_sqlite_entries_survive_a_gateway_restart(
+    sim: SimHandle, gateway_at: GatewayFactory, tmp_path: Path
+) -> None:
+    store = {"backend": "sqlite", "sqlite_path": str(tmp_path / "cache.sqlite3"),
+             "timeout_seconds": 2.0}  # fmt: skip
+    for expected in ("miss", "hit"):
+        async with gateway_at(sim.base_url, cache={"store": store}) as url, sdk(url) as client:
+            assert (await ask(client)).headers[CACHE] == expected
+    assert generations(sim) == 1
+
+
+async def test_replicas_share_entries_through_redis(
+    sim: SimHandle, gateway_at: GatewayFactory
+) -> None:
+    import redis.asyncio as aioredis
+
+    probe = aioredis.Redis.from_url("redis://127.0.0.1:6379/0", socket_connect_timeout=1)
+    try:
+        await probe.ping()
+    except (OSError, aioredis.ConnectionError) as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Redis is required under CI: {exc}")
+        pytest.skip("no Redis on 127.0.0.1:6379")
+    prefix = f"levergate:test:{uuid.uuid4().hex}:"
+    store = {"backend": "redis", "redis_prefix": prefix, "timeout_seconds": 1.0}
+    try:
+        async with (
+            gateway_at(sim.base_url, cache={"store": store}) as one,
+            gateway_at(sim.base_url, cache={"store": store}) as two,
+            sdk(one) as first,
+            sdk(two) as second,
+        ):
+            assert (await ask(first)).headers[CACHE] == "miss"
+            assert (await ask(second)).headers[CACHE] == "hit"
+        assert generations(sim) == 1
+    finally:
+        keys = [k async for k in probe.scan_iter(match=prefix + "*")]
+        if keys:
+            await probe.delete(*keys)
+        await probe.aclose()
+
+
+async def test_a_down_redis_still_answers_every_request(
+    sim: SimHandle, gateway_at: GatewayFactory
+) -> None:
+    store = {
+        "backend": "redis", "redis_url": "redis://127.0.0.1:1/0", "timeout_seconds": 0.2,
+        "front_bytes": 0,
+    }  # fmt: skip
+    async with gateway_at(sim.base_url, cache={"store": store}) as url, sdk(url) as client:
+        for _ in range(3):
+            reply = await ask(client)
+            assert reply.headers[CACHE] == "miss"
+            assert reply.parse().choices[0].message.content
+        async with httpx.AsyncClient() as http:
+            metrics = (await http.get(url.removesuffix("/v1") + "/metrics")).text
+    assert generations(sim) == 3
+    assert (
+        'levergate_cache_store_faults_total{op="get",reason="error",store="redis"} 1.0' in metrics
+    )
+    assert 'reason="cooling_down",store="redis"' in metrics

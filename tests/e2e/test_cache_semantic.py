@@ -1,0 +1,76 @@
+"""The semantic cache end to end: simulator <- levergate <- the OpenAI SDK, on loopback. The
+embedder is the deterministic bag-of-words test double (the MiniLM model is measured in
+benchmarks/cache_semantic_eval.py), injected the way library users inject theirs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import openai
+
+from levergate.config import Settings
+from levergate.gateway import Gateway
+from levergate.pipeline import Deps
+from levergate.server.run import serving
+from levergate.upstreams.simulator import SimHandle
+from tests.unit.test_cache_semantic import BagOfWords
+
+
+@asynccontextmanager
+async def semantic_gateway(sim: SimHandle) -> AsyncIterator[openai.AsyncOpenAI]:
+    settings = Settings.for_upstream(
+        sim.base_url,
+        server={"port": 0},
+        cache={"features": {"faq": {"semantic": True}}, "semantic": {"threshold": 0.8}},
+    )
+    async with (
+        Gateway(settings, deps=Deps(embedder=BagOfWords())) as gateway,
+        serving(gateway) as url,
+        openai.AsyncOpenAI(base_url=url, api_key="sk", max_retries=0) as client,
+    ):
+        yield client
+
+
+async def ask(client: openai.AsyncOpenAI, text: str, **extra: Any) -> Any:
+    return await client.chat.completions.with_raw_response.create(
+        model="sim-small", messages=[{"role": "user", "content": text}], max_tokens=8,
+        temperature=0, extra_headers={"x-levergate-feature": "faq"}, **extra,
+    )  # fmt: skip
+
+
+def generations(sim: SimHandle) -> int:
+    return int(sim.stats()["requests_by_endpoint"].get("/v1/chat/completions", 0))
+
+
+async def test_paraphrases_hit_and_near_misses_do_not(sim: SimHandle) -> None:
+    async with semantic_gateway(sim) as client:
+        first = await ask(client, "What is the capital of France?")
+        paraphrase = await ask(client, "what's the capital of France")
+        assert paraphrase.headers["x-levergate-cache"] == "semantic"
+        assert float(paraphrase.headers["x-levergate-cache-similarity"]) >= 0.8
+        answer = first.parse().choices[0].message.content
+        assert paraphrase.parse().choices[0].message.content == answer
+        await ask(client, "How do I cancel my subscription?")
+        near_miss = await ask(client, "How do I change my subscription?")
+        assert near_miss.headers["x-levergate-cache"] == "miss"
+        again = [{"role": "user", "content": "whats the capital of France"}]
+        stream = await client.chat.completions.create(
+            model="sim-small", messages=again, max_tokens=8, temperature=0, stream=True,
+            extra_headers={"x-levergate-feature": "faq"},
+        )  # fmt: skip
+        text = "".join([c.choices[0].delta.content or "" async for c in stream])
+        assert text == answer
+    assert generations(sim) == 3
+
+
+async def test_without_the_opt_in_nothing_is_fuzzy(sim: SimHandle) -> None:
+    async with semantic_gateway(sim) as client:
+        for text in ("What is the capital of France?", "what's the capital of France"):
+            reply = await client.chat.completions.with_raw_response.create(
+                model="sim-small", messages=[{"role": "user", "content": text}], max_tokens=8,
+                temperature=0,
+            )  # fmt: skip
+            assert reply.headers["x-levergate-cache"] == "miss"
+    assert generations(sim) == 2

@@ -1,0 +1,127 @@
+"""Properties of the exact-cache key: every output-shaping change misses, nothing else does."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from levergate.policies.fingerprint import NON_SHAPING, fingerprint
+
+TEXT = st.text(min_size=1, max_size=20)
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant"]), "content": TEXT}
+)
+BODY = st.fixed_dictionaries(
+    {"model": st.just("m"), "messages": st.lists(MESSAGE, min_size=1, max_size=4)},
+    optional={
+        "temperature": st.sampled_from([0, 0.5, 1.0]),
+        "max_tokens": st.integers(1, 500),
+        "seed": st.integers(0, 10),
+        "top_p": st.sampled_from([0.1, 0.9]),
+    },
+)
+# One change per output-shaping field the issue names, plus provider extras.
+SHAPING_CHANGES: dict[str, Any] = {
+    "temperature": 0.25,
+    "top_p": 0.33,
+    "seed": 12345,
+    "max_tokens": 777,
+    "max_completion_tokens": 778,
+    "stop": ["END"],
+    "n": 3,
+    "logit_bias": {"50256": -100},
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    "tool_choice": "required",
+    "parallel_tool_calls": False,
+    "response_format": {"type": "json_object"},
+    "presence_penalty": 0.5,
+    "frequency_penalty": 0.5,
+    "logprobs": True,
+    "top_logprobs": 3,
+    "reasoning_effort": "high",
+    "top_k": 40,  # a provider-specific extra (vLLM, llama.cpp)
+    "repetition_penalty": 1.1,
+}
+
+
+def key(body: dict[str, Any], **overrides: str) -> str:
+    args = {"kind": "chat", "resolved_model": "m->up/m", "namespace": "t"} | overrides
+    return fingerprint(body, **args)
+
+
+@given(BODY)
+def test_every_output_shaping_field_changes_the_key(body: dict[str, Any]) -> None:
+    base = key(body)
+    for name, value in SHAPING_CHANGES.items():
+        if body.get(name) == value:
+            continue
+        assert key({**body, name: value}) != base, name
+
+
+@given(BODY, TEXT)
+def test_message_text_role_and_order_change_the_key(body: dict[str, Any], text: str) -> None:
+    base = key(body)
+    messages = body["messages"]
+    last = messages[-1]
+    if last["content"] != text:
+        assert key({**body, "messages": [*messages[:-1], {**last, "content": text}]}) != base
+    role = "assistant" if last["role"] != "assistant" else "user"
+    assert key({**body, "messages": [*messages[:-1], {**last, "role": role}]}) != base
+    if len(messages) > 1 and messages[0] != messages[-1]:
+        assert key({**body, "messages": list(reversed(messages))}) != base
+
+
+@given(BODY)
+def test_model_kind_and_tenant_namespace_change_the_key(body: dict[str, Any]) -> None:
+    base = key(body)
+    assert key(body, resolved_model="m->other/m") != base
+    assert key(body, namespace="other-tenant") != base
+    assert key(body, kind="completion") != base
+
+
+@given(BODY, st.randoms(use_true_random=False))
+def test_non_shaping_fields_and_key_order_do_not_change_the_key(
+    body: dict[str, Any], rng: random.Random
+) -> None:
+    base = key(body)
+    noisy = {
+        **body,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "user": "someone",
+        "metadata": {"feature": "x"},
+        "store": True,
+        "service_tier": "auto",
+        "prompt_cache_key": "tenant-7",
+    }
+    assert set(noisy) - set(body) <= NON_SHAPING
+    assert key(noisy) == base
+    items = list(body.items())
+    rng.shuffle(items)
+    shuffled = dict(items)
+    shuffled["messages"] = [dict(reversed(list(m.items()))) for m in body["messages"]]
+    assert key(shuffled) == base
+
+
+@given(BODY)
+def test_equivalent_spellings_share_a_key(body: dict[str, Any]) -> None:
+    base = key(body)
+    assert key({**body, "n": 1, "tools": [], "logit_bias": {}, "user": None}) == base
+    assert key({**body, "stop": "END"}) == key({**body, "stop": ["END"]})
+    parts = [{**m, "content": [{"type": "text", "text": m["content"]}]} for m in body["messages"]]
+    assert key({**body, "messages": parts}) == base
+
+
+def test_schema_property_order_is_kept() -> None:
+    schema_ab = {"type": "object", "properties": {"a": {}, "b": {}}}
+    schema_ba = {"type": "object", "properties": {"b": {}, "a": {}}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+
+    def with_schema(schema: dict[str, Any]) -> dict[str, Any]:
+        fmt = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+        return {**body, "response_format": fmt}
+
+    assert key(with_schema(schema_ab)) != key(with_schema(schema_ba))
