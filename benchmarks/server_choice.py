@@ -3,7 +3,8 @@
 Starts a fixed-answer upstream, then for each candidate (server x client) starts the gateway
 proxying every model to it, drives it with wrk (closed loop, 16 and 64 connections) and reads the
 gateway process's CPU time from /proc. Also measures the upstream directly in the same run, so
-every number is a ratio against the same baseline. Writes benchmarks/results/server_choice.{json,md}.
+every number is a ratio against the same baseline.
+Writes benchmarks/results/server_choice.{json,md}.
 
     .venv/bin/python benchmarks/server_choice.py [--seconds 5]
 """
@@ -36,7 +37,8 @@ ANSWER = (
 UPSTREAM = f"""
 import asyncio, uvloop
 ANSWER = {ANSWER!r}
-HEAD = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: %d\\r\\n\\r\\n" % len(ANSWER)
+HEAD = (b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\n"
+        b"content-length: %d\\r\\n\\r\\n" % len(ANSWER))
 class P(asyncio.Protocol):
     def connection_made(self, t): self.t = t; self.buf = b""
     def data_received(self, d):
@@ -62,7 +64,8 @@ from levergate.server.asgi import App
 settings = Settings.for_upstream(os.environ["BENCH_UPSTREAM"], upstreams=[],
     server={"port": int(os.environ["BENCH_PORT"])})
 if os.environ.get("BENCH_CLIENT") == "httpx":
-    settings = Settings.load(upstreams=[{"name": "default", "base_url": os.environ["BENCH_UPSTREAM"],
+    settings = Settings.load(upstreams=[{"name": "default",
+        "base_url": os.environ["BENCH_UPSTREAM"],
         "http2": "off"}], models=[{"name": "*", "upstream": "default"}])
 app = App(Gateway(settings))
 """
@@ -92,21 +95,28 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def tree(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, check=False
+    )
     return [pid, *(p for c in out.stdout.split() for p in tree(int(c)))]
 
 
 def wrk(url: str, connections: int, seconds: int, lua: Path) -> dict[str, float]:
     out = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(lua), url],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     p50 = re.search(r"50%\s+([\d.]+)(\w+)", out)
     scale = {"us": 1e-3, "ms": 1.0, "s": 1e3}
-    return {"rps": rps, "requests": total,
-            "p50_ms": float(p50.group(1)) * scale[p50.group(2)] if p50 else -1}  # fmt: skip
+    return {
+        "rps": rps,
+        "requests": total,
+        "p50_ms": float(p50.group(1)) * scale[p50.group(2)] if p50 else -1,
+    }
 
 
 def main() -> None:
@@ -128,8 +138,14 @@ def main() -> None:
     try:
         for conns in (16, 64):
             direct = wrk(base + "/chat/completions", conns, args.seconds, lua)
-            rows.append({"candidate": "direct (no gateway)", "connections": conns, **direct,
-                         "gateway_cpu_ms_per_request": 0.0})  # fmt: skip
+            rows.append(
+                {
+                    "candidate": "direct (no gateway)",
+                    "connections": conns,
+                    **direct,
+                    "gateway_cpu_ms_per_request": 0.0,
+                }
+            )
         candidates = {
             "uvicorn+httptools+uvloop / aiohttp client": ("uvicorn", "aiohttp"),
             "granian (asgi, uvloop) / aiohttp client": ("granian", "aiohttp"),
@@ -137,14 +153,46 @@ def main() -> None:
         }
         for name, (server, client) in candidates.items():
             port = free_port()
-            env = {**os.environ, "BENCH_UPSTREAM": base, "BENCH_PORT": str(port),
-                   "BENCH_CLIENT": client, "PYTHONPATH": str(tmp)}  # fmt: skip
+            env = {
+                **os.environ,
+                "BENCH_UPSTREAM": base,
+                "BENCH_PORT": str(port),
+                "BENCH_CLIENT": client,
+                "PYTHONPATH": str(tmp),
+            }
             if server == "uvicorn":
-                cmd = [PY, "-m", "uvicorn", "gw_app:app", "--port", str(port), "--loop", "uvloop",
-                       "--http", "httptools", "--no-access-log", "--log-level", "warning"]  # fmt: skip
+                cmd = [
+                    PY,
+                    "-m",
+                    "uvicorn",
+                    "gw_app:app",
+                    "--port",
+                    str(port),
+                    "--loop",
+                    "uvloop",
+                    "--http",
+                    "httptools",
+                    "--no-access-log",
+                    "--log-level",
+                    "warning",
+                ]
             else:
-                cmd = [PY, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--port",
-                       str(port), "--workers", "1", "--log-level", "warning", "gw_app:app"]  # fmt: skip
+                cmd = [
+                    PY,
+                    "-m",
+                    "granian",
+                    "--interface",
+                    "asgi",
+                    "--loop",
+                    "uvloop",
+                    "--port",
+                    str(port),
+                    "--workers",
+                    "1",
+                    "--log-level",
+                    "warning",
+                    "gw_app:app",
+                ]
             proc = subprocess.Popen(cmd, env=env, cwd=tmp)
             try:
                 wait_port(port)
@@ -155,8 +203,14 @@ def main() -> None:
                     before = cpu_seconds(pids)
                     result = wrk(url, conns, args.seconds, lua)
                     used = cpu_seconds(pids) - before
-                    rows.append({"candidate": name, "connections": conns, **result,
-                                 "gateway_cpu_ms_per_request": 1000 * used / result["requests"]})  # fmt: skip
+                    rows.append(
+                        {
+                            "candidate": name,
+                            "connections": conns,
+                            **result,
+                            "gateway_cpu_ms_per_request": 1000 * used / result["requests"],
+                        }
+                    )
             finally:
                 proc.terminate()
                 proc.wait()
@@ -164,15 +218,26 @@ def main() -> None:
         upstream.terminate()
         upstream.wait()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine":
-            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"}  # fmt: skip
+    meta = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        ),
+    }
     (RESULTS / "server_choice.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
-    lines = [f"# Server and client choice ({meta['date']}, {meta['machine']})", "",
-             "wrk closed loop against a fixed-answer upstream; CPU is the gateway process's own.", "",
-             "| candidate | connections | req/s | p50 ms | gateway CPU ms/request |",
-             "|---|---|---|---|---|"]  # fmt: skip
-    lines += [f"| {r['candidate']} | {r['connections']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | "
-              f"{r['gateway_cpu_ms_per_request']:.3f} |" for r in rows]  # fmt: skip
+    lines = [
+        f"# Server and client choice ({meta['date']}, {meta['machine']})",
+        "",
+        "wrk closed loop against a fixed-answer upstream; CPU is the gateway process's own.",
+        "",
+        "| candidate | connections | req/s | p50 ms | gateway CPU ms/request |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['candidate']} | {r['connections']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | "
+        f"{r['gateway_cpu_ms_per_request']:.3f} |"
+        for r in rows
+    ]
     (RESULTS / "server_choice.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

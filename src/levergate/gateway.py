@@ -12,6 +12,7 @@ Both edges (the ASGI app and the httpx transport) and the library methods go thr
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import time
@@ -41,14 +42,22 @@ class Gateway:
         self.settings = settings or Settings.load()
         self.pipeline: Pipeline = build_pipeline(self.settings, deps)
         self.ready = False
+        self._jobs: list[asyncio.Future[None]] = []
 
     @classmethod
     def from_config(cls, path: str | Path) -> Gateway:
         return cls(Settings.load(path))
 
     async def __aenter__(self) -> Self:
-        self.ready = True
+        await self.start()
         return self
+
+    async def start(self) -> None:
+        """Start the pipeline's background jobs; idempotent. The ASGI lifespan calls this too."""
+        if self._jobs:
+            return
+        self._jobs = [asyncio.ensure_future(job()) for job in self.pipeline.background]
+        self.ready = True
 
     async def __aexit__(
         self,
@@ -60,6 +69,10 @@ class Gateway:
 
     async def aclose(self) -> None:
         self.ready = False
+        jobs, self._jobs = self._jobs, []
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
         await self.pipeline.aclose()
 
     # ---- the core, shared by every edge -------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from typing import Any
 
@@ -40,6 +41,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     _install_uvloop()
     asyncio.run(_serve(settings))
     return 0
@@ -53,7 +59,10 @@ async def _serve(settings: Settings) -> None:
         return
     gateway = Gateway(settings)
     async with serving(gateway) as url:
-        targets = ", ".join(f"{u.name}={u.base_url}" for u in settings.upstreams)
+        targets = ", ".join(
+            f"{u.name}={u.base_url if u.kind == 'openai' else f'local:{u.model_path}'}"
+            for u in settings.upstreams
+        )
         print(f"levergate: serving on {url} (upstreams: {targets})", file=sys.stderr, flush=True)
         await asyncio.Event().wait()
 
