@@ -327,6 +327,10 @@ class Server(_Strict):
     # A client disconnect is watched for once a request has run this long (see server/asgi.py):
     # cheaper than a watcher per request, and quick enough to stop paying for abandoned calls.
     disconnect_watch_after_seconds: float = Field(0.05, ge=0)
+    # Garbage-collector tuning for `levergate serve` (server/run.py: tune_gc): freeze what
+    # start-up built, and run young collections every this many allocations (0: leave as is).
+    gc_freeze: bool = True
+    gc_gen0_threshold: int = Field(50_000, ge=0)
 
 
 class ApiKey(_Strict):

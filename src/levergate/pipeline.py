@@ -30,7 +30,8 @@ from levergate.layers.endpoints import Node
 from levergate.layers.metrics import Measure, Telemetry
 from levergate.layers.traffic import TrafficControl
 from levergate.upstreams import Endpoint, make_endpoint
-from levergate.upstreams.client import HttpClient, client_for
+from levergate.upstreams.client import client_for
+from levergate.upstreams.wire import HttpClient
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,11 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
 
     def per_endpoint(upstream: Upstream | None, name: str, key: SecretStr | None) -> Node:
         state, scopes, aimd = traffic.endpoint_state(upstream, name=name, key=key)
-        layers: list[Layer] = [
-            # Outermost per endpoint: it sees every outcome there; the limits below only delay.
-            traffic.outlier_ejection(state),
+        # Outermost per endpoint: it sees every outcome there; the limits below only delay.
+        layers: list[Layer] = [traffic.outlier_ejection(state)]
+        if limits := traffic.limits(state, scopes, aimd):
             # Right above the wire: permits cover only upstream time and count every attempt.
-            traffic.limits(state, scopes, aimd),
-        ]
+            layers.append(limits)
         return Node(state, stack(keyed[name], layers))
 
     keyed: dict[str, Endpoint] = {}

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pydantic import SecretStr
 
 from levergate.config import Upstream
-from levergate.upstreams.client import HttpClient, HttpResponse, TransportFailed
 from levergate.upstreams.probe import HttpProbe
+from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 UPSTREAM = Upstream(
     name="p",

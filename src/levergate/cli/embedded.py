@@ -56,7 +56,7 @@ async def serve_embedded(settings: Settings) -> None:
 
     gateway = Gateway(local_settings(settings))
     endpoint = gateway.pipeline.upstreams[LOCAL]
-    async with gateway, serving(gateway) as url:
+    async with gateway, serving(gateway, process_wide=True) as url:
         if isinstance(endpoint, LocalEndpoint):
             print(_banner(url, endpoint), file=sys.stderr, flush=True)
         await asyncio.Event().wait()
@@ -91,7 +91,7 @@ async def _serve_simulated(settings: Settings, *, reason: str) -> None:
             upstreams=[upstream],
             models=[{"name": WILDCARD, "upstream": "simulator"}],
         )
-        async with serving(Gateway(embedded)) as url:
+        async with serving(Gateway(embedded), process_wide=True) as url:
             print(
                 f"levergate: serving on {url}\n"
                 f"levergate: no upstream configured and the local engine cannot run: {reason}.\n"

@@ -58,7 +58,7 @@ async def _serve(settings: Settings) -> None:
         await serve_embedded(settings)
         return
     gateway = Gateway(settings)
-    async with serving(gateway) as url:
+    async with serving(gateway, process_wide=True) as url:
         targets = ", ".join(
             f"{u.name}={u.base_url if u.kind == 'openai' else f'local:{u.model_path}'}"
             for u in settings.upstreams

@@ -43,8 +43,8 @@ from levergate.policies.ejection import Ejection, EjectionPolicy
 from levergate.policies.ewma import Ewma
 from levergate.stores.limits import LimitStore, MemoryLimitStore
 from levergate.upstreams import Endpoint
-from levergate.upstreams.client import HttpClient
 from levergate.upstreams.probe import HttpProbe
+from levergate.upstreams.wire import HttpClient
 
 
 class TrafficControl:
@@ -192,7 +192,11 @@ class TrafficControl:
 
     def limits(
         self, state: EndpointState, scopes: Sequence[LimitScope], aimd: Aimd | None
-    ) -> Layer:
+    ) -> Layer | None:
+        """The endpoint's Limits layer, or None when it has no limit at all: then the layer
+        would only estimate tokens and count, on every request, for nothing."""
+        if not scopes and aimd is None:
+            return None
         return partial(
             Limits,
             name=state.name,

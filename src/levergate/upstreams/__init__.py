@@ -12,7 +12,8 @@ from typing import Any, Protocol
 from levergate.config import LocalUpstream, Upstream
 from levergate.core.call import Call
 from levergate.core.reply import Reply
-from levergate.upstreams.client import HttpClient, client_for
+from levergate.upstreams.client import client_for
+from levergate.upstreams.wire import HttpClient
 
 
 class Endpoint(Protocol):

@@ -1,9 +1,10 @@
-"""The HTTP client seam under the OpenAI-compatible upstream, and its two implementations.
+"""The HTTP clients under the OpenAI-compatible upstream, and the rule that picks one.
 
-Measured on this machine (benchmarks/results/client_choice.md): aiohttp spends a fraction of
-httpx's CPU per proxied request over HTTP/1.1 keep-alive, so it carries cleartext upstreams
-(self-hosted vLLM, llama.cpp server, Ollama, the simulator). httpx carries TLS upstreams, where
-it offers HTTP/2 through ALPN and hosted providers accept it.
+Measured on this machine (benchmarks/results/server_choice.md): per small proxied request,
+aiohttp spends ~190 µs of CPU and httpx several times that; levergate's own `H1Client` (h1.py)
+spends a fraction of aiohttp's, so it carries cleartext upstreams (self-hosted vLLM, llama.cpp
+server, Ollama, the simulator). httpx carries TLS upstreams, where it offers HTTP/2 through
+ALPN and hosted providers accept it; aiohttp carries TLS upstreams with HTTP/2 turned off.
 
 Timeouts are enforced by the caller (`upstreams.http`) per phase, so the clients here set only
 the connect timeout and leave reads unbounded.
@@ -13,38 +14,13 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from typing import Protocol
 
 import aiohttp
 import httpx
 
 from levergate.config import Upstream
-
-
-class TransportFailed(Exception):
-    """The connection failed or broke (refused, reset, cut body). Both clients raise only this,
-    so the upstream maps one exception, whatever the client library."""
-
-
-class HttpResponse(Protocol):
-    status: int
-    headers: Mapping[str, str]
-
-    async def read(self) -> bytes: ...
-
-    def chunks(self) -> AsyncIterator[bytes]: ...
-
-    async def aclose(self) -> None: ...
-
-
-class HttpClient(Protocol):
-    async def request(
-        self, method: str, url: str, *, body: bytes | None, headers: Mapping[str, str]
-    ) -> HttpResponse:
-        """Send a request and return once the response head has arrived."""
-        ...
-
-    async def aclose(self) -> None: ...
+from levergate.upstreams.h1 import H1Client
+from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 
 class _AiohttpResponse:
@@ -181,7 +157,9 @@ def client_for(settings: Upstream) -> HttpClient:
         return HttpxClient(settings, http2=True, http1=False)
     if settings.http2 == "on" or (settings.http2 == "auto" and tls):
         return HttpxClient(settings, http2=True)
-    return AiohttpClient(settings)
+    if tls:
+        return AiohttpClient(settings)
+    return H1Client(settings)
 
 
 def tls_context(settings: Upstream) -> ssl.SSLContext:

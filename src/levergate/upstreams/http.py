@@ -26,7 +26,7 @@ from levergate.errors import (
     UpstreamUnavailable,
 )
 from levergate.protocol.sse import DONE, SSEDecoder
-from levergate.upstreams.client import HttpClient, HttpResponse, TransportFailed
+from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 T = TypeVar("T")
 
@@ -98,11 +98,13 @@ class OpenAIUpstream:
             await response.aclose()
             raise
         trace.upstream_seconds += time.perf_counter() - started
-        if not _looks_like_json_object(raw):
+        data = _json_object(raw)
+        if data is None:
             raise UpstreamUnavailable(
                 f"upstream '{self.name}' returned a malformed body", upstream=self.name
             )
-        return Completed(raw)
+        # Parsed once here; the raw bytes still go to the client unchanged.
+        return Completed(raw, data=data)
 
     async def models(self) -> list[dict[str, Any]]:
         """The upstream's own `/models` list, for `--upstream URL` mode."""
@@ -223,11 +225,12 @@ def _is_event_stream(headers: Mapping[str, str]) -> bool:
     return headers.get("content-type", "").startswith("text/event-stream")
 
 
-def _looks_like_json_object(raw: bytes) -> bool:
+def _json_object(raw: bytes) -> dict[str, Any] | None:
     try:
-        return isinstance(orjson.loads(raw), dict)
+        parsed = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return False
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def _error_object(raw: bytes) -> dict[str, Any]:

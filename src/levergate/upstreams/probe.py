@@ -19,7 +19,7 @@ from typing import Protocol
 from pydantic import SecretStr
 
 from levergate.config import Pool, Upstream
-from levergate.upstreams.client import HttpClient, TransportFailed
+from levergate.upstreams.wire import HttpClient, TransportFailed
 
 # Probes are sequential per endpoint key: one connection, kept alive between them, is enough.
 _PROBE_POOL = Pool(max_connections=1)

@@ -1,0 +1,284 @@
+"""`H1Client`: a lean HTTP/1.1 keep-alive client for cleartext upstreams.
+
+Why not aiohttp here: measured on this machine (benchmarks/results/client_choice.md), aiohttp
+spends ~190 µs of CPU per small proxied request, the largest single share of the gateway's
+budget; this client, which does only what an OpenAI-compatible upstream needs, spends a
+fraction of that. What it does: a pool of keep-alive connections per upstream (LIFO, bounded,
+idle ones expire), one write per request, responses parsed by httptools (the parser uvicorn
+uses; content-length, chunked and close-delimited bodies), bodies streamed with back-pressure.
+What it leaves to others: TLS, HTTP/2, proxies, redirects and compression (it asks for none) —
+`https://` upstreams go to httpx (`client.client_for`).
+
+A connection goes back to the pool only after its response was read to the end; one closed by
+the server while idle is detected, and a request that found such a connection dead before any
+byte of an answer arrived is sent again once on a fresh connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+from levergate.config import Upstream
+from levergate.upstreams.wire import TransportFailed
+
+_HIGH_WATER = 1 << 20  # buffered body bytes before the socket is paused
+
+
+class _Connection(asyncio.Protocol):
+    """One socket. Parser callbacks fill `headers`, `chunks`; futures and an event wake readers."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.lost = False
+        self.used_at = time.monotonic()
+        self.reused = False
+        self._reset()
+
+    def _reset(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        self.head: asyncio.Future[None] = loop.create_future()
+        self.ready = asyncio.Event()
+        self.complete = False
+        self.keep_alive = False
+        self.got_bytes = False
+        self.error: Exception | None = None
+
+    # -- asyncio.Protocol --
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's does not subclass asyncio.Transport, hence the cast).
+        self.transport = cast("asyncio.Transport", transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.got_bytes = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(TransportFailed(f"invalid HTTP response: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.complete:
+            return
+        if self.head.done() and exc is None and self._close_delimited():
+            self.on_message_complete()  # a body without length or chunks ends with the socket
+            return
+        reason = str(exc) if exc else "connection closed by the upstream"
+        self._fail(TransportFailed(reason))
+
+    def _close_delimited(self) -> bool:
+        chunked = "chunked" in self.headers.get("transfer-encoding", "")
+        return not chunked and "content-length" not in self.headers
+
+    # -- httptools callbacks --
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        # Read here: once the message is complete the parser has moved on and says False.
+        self.keep_alive = self.parser.should_keep_alive()
+        if not self.head.done():
+            self.head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+        self.ready.set()
+        if self.buffered > _HIGH_WATER and self.transport is not None:
+            self.transport.pause_reading()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.ready.set()
+
+    def _fail(self, error: Exception) -> None:
+        self.error = error
+        if not self.head.done():
+            self.head.set_exception(error)
+        self.ready.set()
+        self.close()
+
+    # -- used by the client --
+    def send(self, request: bytes) -> None:
+        self._reset()
+        self.parser = httptools.HttpResponseParser(self)
+        if self.transport is None or self.lost:
+            self._fail(TransportFailed("connection closed by the upstream"))
+            return
+        self.transport.write(request)
+
+    def take(self) -> bytes:
+        data = b"".join(self.chunks)
+        self.chunks.clear()
+        self.buffered = 0
+        self.ready.clear()
+        if self.transport is not None and not self.lost:
+            self.transport.resume_reading()
+        return data
+
+    @property
+    def reusable(self) -> bool:
+        return self.complete and not self.lost and self.keep_alive
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+        self.lost = True
+
+
+class _Response:
+    __slots__ = ("_client", "_conn", "headers", "status")
+
+    def __init__(self, conn: _Connection, client: H1Client) -> None:
+        self._conn = conn
+        self._client = client
+        self.status = conn.status
+        self.headers: Mapping[str, str] = conn.headers
+
+    async def read(self) -> bytes:
+        parts = [chunk async for chunk in self.chunks()]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        try:
+            while True:
+                if conn.chunks:
+                    yield conn.take()
+                    continue
+                if conn.complete:
+                    return
+                if conn.error is not None:
+                    raise conn.error
+                await conn.ready.wait()
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        self._client.release(self._conn)
+
+
+class H1Client:
+    """Implements `client.HttpClient` for `http://` upstreams."""
+
+    def __init__(self, settings: Upstream) -> None:
+        parts = urlsplit(settings.base_url)
+        self._host = parts.hostname or "127.0.0.1"
+        self._port = parts.port or 80
+        self._authority = parts.netloc.encode("latin-1")
+        self._limit = settings.pool.max_connections
+        self._keepalive = settings.pool.keepalive_seconds
+        self._connect_timeout = settings.timeouts.connect
+        self._idle: list[_Connection] = []
+        self._open = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._checked_out: set[_Connection] = set()
+
+    async def request(
+        self, method: str, url: str, *, body: bytes | None, headers: Mapping[str, str]
+    ) -> _Response:
+        path = urlsplit(url)
+        target = (path.path or "/") + (f"?{path.query}" if path.query else "")
+        payload = self._encode(method, target, body, headers)
+        for attempt in (0, 1):
+            conn = await self._acquire()
+            conn.send(payload)
+            try:
+                await conn.head
+            except TransportFailed:
+                self.release(conn)
+                # A pooled connection the server had closed: nothing was answered, send again.
+                if attempt == 0 and conn.reused and not conn.got_bytes:
+                    continue
+                raise
+            except BaseException:
+                conn.close()
+                self.release(conn)
+                raise
+            return _Response(conn, self)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _encode(
+        self, method: str, target: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> bytes:
+        lines = [f"{method} {target} HTTP/1.1".encode(), b"host: " + self._authority]
+        lines += [f"{k}: {v}".encode("latin-1") for k, v in headers.items()]
+        lines.append(b"content-length: %d" % len(body or b""))
+        return b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
+
+    async def _acquire(self) -> _Connection:
+        now = time.monotonic()
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.lost and now - conn.used_at < self._keepalive:
+                conn.reused = True
+                self._checked_out.add(conn)
+                return conn
+            conn.close()
+            self._open -= 1
+        while self._open >= self._limit:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+            if self._idle:
+                return await self._acquire()
+        self._open += 1
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                _, conn = await asyncio.get_running_loop().create_connection(
+                    _Connection, self._host, self._port
+                )
+        except (OSError, TimeoutError) as exc:
+            self._open -= 1
+            self._wake()
+            raise TransportFailed(str(exc) or f"cannot connect ({type(exc).__name__})") from exc
+        except BaseException:
+            self._open -= 1
+            self._wake()
+            raise
+        self._checked_out.add(conn)
+        return conn
+
+    def release(self, conn: _Connection) -> None:
+        if conn not in self._checked_out:
+            return
+        self._checked_out.discard(conn)
+        if conn.reusable and not conn.chunks:
+            conn.used_at = time.monotonic()
+            self._idle.append(conn)
+        else:
+            conn.close()
+            self._open -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def aclose(self) -> None:
+        for conn in [*self._idle, *self._checked_out]:
+            conn.close()
+        self._idle.clear()
+        self._checked_out.clear()
+        self._open = 0

@@ -1,0 +1,158 @@
+"""The cleartext upstream client against real sockets: keep-alive reuse, chunked and
+close-delimited bodies, stale pooled connections, cut bodies, refusals and the pool bound."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from levergate.config import Upstream
+from levergate.upstreams.h1 import H1Client
+from levergate.upstreams.wire import TransportFailed
+
+Script = Callable[[int, int], bytes | None]  # (connection no., request no.) -> reply; None: close
+
+OK = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"ok":true}'
+
+
+class Server:
+    """Answers each request on each connection as `script` says, and counts connections."""
+
+    def __init__(self, script: Script, *, delay: float = 0.0) -> None:
+        self.script = script
+        self.delay = delay
+        self.connections = 0
+        self.open = 0
+        self.most_open = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        number = self.connections
+        self.connections += 1
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        try:
+            for request in range(1000):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                await asyncio.sleep(self.delay)
+                reply = self.script(number, request)
+                if reply is None:
+                    break
+                writer.write(reply)
+                await writer.drain()
+                if b"connection: close" in reply.lower():
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[..., asyncio.Future[tuple[Server, str]]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(script: Script, **kwargs: float) -> tuple[Server, str]:
+        state = Server(script, **kwargs)
+        server = await asyncio.start_server(state.handle, "127.0.0.1", 0)
+        servers.append(server)
+        port = server.sockets[0].getsockname()[1]
+        return state, f"http://127.0.0.1:{port}/v1"
+
+    yield start  # type: ignore[misc]
+    for server in servers:
+        server.close()
+
+
+def client_for(url: str, **pool: int) -> H1Client:
+    return H1Client(Upstream(name="t", base_url=url, pool=pool or {}))
+
+
+async def fetch(client: H1Client, url: str) -> tuple[int, bytes]:
+    response = await client.request("POST", url + "/chat/completions", body=b"{}", headers={})
+    return response.status, await response.read()
+
+
+async def test_keep_alive_connections_are_reused(serve: Callable[..., object]) -> None:
+    state, url = await serve(lambda c, r: OK)  # type: ignore[operator]
+    client = client_for(url)
+    for _ in range(5):
+        assert await fetch(client, url) == (200, b'{"ok":true}')
+    assert state.connections == 1
+    await client.aclose()
+
+
+async def test_chunked_bodies_stream_and_close_delimited_bodies_end_with_the_socket(
+    serve: Callable[..., object],
+) -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n"
+        b"5\r\ndata:\r\n3\r\n 1\n\r\n0\r\n\r\n"
+    )
+    closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nuntil the end"
+    state, url = await serve(lambda c, r: chunked if r == 0 else closing)  # type: ignore[operator]
+    client = client_for(url)
+    response = await client.request("POST", url + "/x", body=b"{}", headers={})
+    assert response.headers["content-type"] == "text/event-stream"
+    assert b"".join([chunk async for chunk in response.chunks()]) == b"data: 1\n"
+    assert await fetch(client, url) == (200, b"until the end")
+    assert await fetch(client, url) == (200, b"data: 1\n")  # a new connection after the close
+    assert state.connections == 2
+    await client.aclose()
+
+
+async def test_a_pooled_connection_the_server_closed_is_replaced_transparently(
+    serve: Callable[..., object],
+) -> None:
+    # The first connection answers once, then closes instead of answering the second request.
+    state, url = await serve(lambda c, r: OK if (c, r) != (0, 1) else None)  # type: ignore[operator]
+    client = client_for(url)
+    assert (await fetch(client, url))[0] == 200
+    assert (await fetch(client, url))[0] == 200
+    assert state.connections == 2
+    await client.aclose()
+
+
+async def test_a_cut_body_and_a_refused_connection_raise_transport_failed(
+    serve: Callable[..., object],
+) -> None:
+    cut = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\nconnection: close\r\n\r\nonly this"
+    _, url = await serve(lambda c, r: cut)  # type: ignore[operator]
+    client = client_for(url)
+    with pytest.raises(TransportFailed):
+        await fetch(client, url)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    refused = client_for(closed)
+    with pytest.raises(TransportFailed):
+        await fetch(refused, closed)
+    await client.aclose()
+    await refused.aclose()
+
+
+async def test_the_pool_never_opens_more_than_its_limit(serve: Callable[..., object]) -> None:
+    state, url = await serve(lambda c, r: OK, delay=0.02)  # type: ignore[operator]
+    client = client_for(url, max_connections=2)
+    results = await asyncio.gather(*(fetch(client, url) for _ in range(8)))
+    assert all(status == 200 for status, _ in results)
+    assert state.most_open <= 2
+    await client.aclose()
+
+
+async def test_an_abandoned_body_closes_its_connection(serve: Callable[..., object]) -> None:
+    endless = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"
+    state, url = await serve(lambda c, r: endless if c == 0 else OK)  # type: ignore[operator]
+    client = client_for(url)
+    response = await client.request("POST", url + "/x", body=b"{}", headers={})
+    chunks = response.chunks()
+    assert await anext(chunks) == b"hello"
+    await chunks.aclose()  # type: ignore[attr-defined]
+    assert await fetch(client, url) == (200, b'{"ok":true}')
+    assert state.connections == 2
+    await client.aclose()
