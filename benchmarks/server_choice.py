@@ -58,16 +58,16 @@ uvloop.run(main(int(__import__("sys").argv[1])))
 """
 
 GATEWAY = """
-import sys, os
-from levergate import Gateway, Settings
+import os
+from functools import partial
+from levergate import Deps, Gateway, Settings
 from levergate.server.asgi import App
-settings = Settings.for_upstream(os.environ["BENCH_UPSTREAM"], upstreams=[],
-    server={"port": int(os.environ["BENCH_PORT"])})
-if os.environ.get("BENCH_CLIENT") == "httpx":
-    settings = Settings.load(upstreams=[{"name": "default",
-        "base_url": os.environ["BENCH_UPSTREAM"],
-        "http2": "off"}], models=[{"name": "*", "upstream": "default"}])
-app = App(Gateway(settings))
+from levergate.upstreams.client import AiohttpClient, HttpxClient
+from levergate.upstreams.h1 import H1Client
+clients = {"h1": H1Client, "aiohttp": AiohttpClient, "httpx": partial(HttpxClient, http2=False)}
+settings = Settings.for_upstream(os.environ["BENCH_UPSTREAM"])
+deps = Deps(http_client=clients[os.environ["BENCH_CLIENT"]])
+app = App(Gateway(settings, deps=deps))
 """
 
 
@@ -147,9 +147,10 @@ def main() -> None:
                 }
             )
         candidates = {
+            "uvicorn+httptools+uvloop / levergate h1 client": ("uvicorn", "h1"),
             "uvicorn+httptools+uvloop / aiohttp client": ("uvicorn", "aiohttp"),
-            "granian (asgi, uvloop) / aiohttp client": ("granian", "aiohttp"),
             "uvicorn+httptools+uvloop / httpx client": ("uvicorn", "httpx"),
+            "granian (asgi, uvloop) / levergate h1 client": ("granian", "h1"),
         }
         for name, (server, client) in candidates.items():
             port = free_port()
