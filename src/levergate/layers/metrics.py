@@ -122,7 +122,10 @@ class Measure:
             raise
         if isinstance(reply, Completed):
             self._t.in_flight.dec()
-            overhead = self._record(call, "ok", reply.usage, consumer_seconds=0.0)
+            # A cached answer's usage is not spent here: skip parsing it (see `_record`).
+            free = call.ctx.trace.annotations.get("cache") in _FREE
+            usage = None if free else reply.usage
+            overhead = self._record(call, "ok", usage, consumer_seconds=0.0)
             reply.headers[OVERHEAD_HEADER] = f"{overhead * 1000:.3f}"
             return reply
         trace = call.ctx.trace
