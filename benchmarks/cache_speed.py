@@ -29,7 +29,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from harness import free_port
 
 RESULTS = Path(__file__).parent / "results"
 BODY = {
@@ -54,12 +54,6 @@ wrk.body = '%s'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer sk-bench"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_ready(url: str, timeout: float = 30.0) -> None:

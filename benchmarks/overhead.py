@@ -32,17 +32,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness import cpu_seconds, free_port
+
 from levergate.bench import BenchConfig, run_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -65,11 +61,6 @@ def process(args: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def load(url: str, *, concurrency: int, stream: bool, seconds: float) -> dict[str, Any]:

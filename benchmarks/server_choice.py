@@ -16,13 +16,13 @@ import json
 import os
 import platform
 import re
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+from harness import cpu_seconds, free_port, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -69,29 +69,6 @@ settings = Settings.for_upstream(os.environ["BENCH_UPSTREAM"])
 deps = Deps(http_client=clients[os.environ["BENCH_CLIENT"]])
 app = App(Gateway(settings, deps=deps))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int) -> None:
-    for _ in range(200):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"port {port} did not open")
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def tree(pid: int) -> list[int]:
@@ -201,9 +178,9 @@ def main() -> None:
                 wrk(url, 16, 1, lua)  # warm-up
                 for conns in (16, 64):
                     pids = tree(proc.pid)
-                    before = cpu_seconds(pids)
+                    before = cpu_seconds(*pids)
                     result = wrk(url, conns, args.seconds, lua)
-                    used = cpu_seconds(pids) - before
+                    used = cpu_seconds(*pids) - before
                     rows.append(
                         {
                             "candidate": name,

@@ -29,12 +29,6 @@ RESULTS = Path(__file__).parent / "results"
 LEVERGATE = str(Path(sys.executable).parent / "levergate")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_port(port: int, *, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -44,13 +44,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from harness import free_port
 from traffic_common import (
     RESULTS,
     Outcome,
     chat_body,
     control,
     cpu_seconds,
-    free_port,
     post_chat,
     process,
     sleep_until,

@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from traffic_common import RESULTS, control, free_port, process
+from harness import free_port
+from traffic_common import RESULTS, control, process
 
 from levergate.bench import BenchConfig, BenchResult, run_bench
 

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from harness import free_port
 from traffic_common import (
     RESULTS,
     chat_body,
-    free_port,
     logged_simulator,
     post_chat,
     process,
