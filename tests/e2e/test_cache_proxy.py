@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 
 from levergate.upstreams.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
+from tests.redis_required import require_redis
 
 QUESTION = [{"role": "user", "content": "Name the capital of France."}]
 CACHE = "x-levergate-cache"
@@ -158,13 +158,8 @@ async def test_replicas_share_entries_through_redis(
 ) -> None:
     import redis.asyncio as aioredis
 
+    await require_redis("redis://127.0.0.1:6379/0")
     probe = aioredis.Redis.from_url("redis://127.0.0.1:6379/0", socket_connect_timeout=1)
-    try:
-        await probe.ping()
-    except (OSError, aioredis.ConnectionError) as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Redis is required under CI: {exc}")
-        pytest.skip("no Redis on 127.0.0.1:6379")
     prefix = f"levergate:test:{uuid.uuid4().hex}:"
     store = {"backend": "redis", "redis_prefix": prefix, "timeout_seconds": 1.0}
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,23 +18,11 @@ from levergate.config import Settings
 from levergate.errors import LevergateError
 from levergate.gateway import Gateway
 from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from tests.redis_required import require_redis
 
 USER = [{"role": "user", "content": "Say something simulated."}]
+
 REDIS_URL = "redis://127.0.0.1:6379/15"
-
-
-async def _require_redis() -> None:
-    from redis.asyncio import Redis
-
-    client = Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        await client.ping()
-    except Exception as exc:  # any failure to reach it: refused, timeout, auth
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Redis is required under CI and is not reachable: {exc}")
-        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
-    finally:
-        await client.aclose()
 
 
 @contextlib.asynccontextmanager
@@ -72,7 +59,7 @@ async def limited() -> AsyncIterator[SimHandle]:
 
 
 async def test_two_replicas_share_one_limit_through_redis(limited: SimHandle) -> None:
-    await _require_redis()
+    await require_redis(REDIS_URL)
     traffic = {"store": "redis", "redis_url": REDIS_URL, "redis_prefix": f"t:{{{uuid.uuid4()}}}:"}
     limits = {"rpm": 10, "window_seconds": 1.0, "margin": 0.05}
     async with replicas(limited, 2, traffic=traffic, limits=limits) as (one, two):

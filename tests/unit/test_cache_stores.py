@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ from levergate.stores.kv_memory import ENTRY_OVERHEAD, MemoryKV
 from levergate.stores.kv_redis import RedisKV
 from levergate.stores.kv_sqlite import SqliteKV
 from levergate.testing import ManualClock
+from tests.redis_required import require_redis
 from tests.unit.cache_helpers import FakeUpstream, chat, exact_cache
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -28,14 +28,8 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 @pytest.fixture
 async def redis_client() -> AsyncIterator[aioredis.Redis]:
     """A real Redis. Missing Redis skips locally but FAILS under CI=true."""
+    await require_redis(REDIS_URL)
     client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        await client.ping()
-    except (OSError, aioredis.ConnectionError) as exc:
-        await client.aclose()
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Redis is required under CI and is not reachable: {exc}")
-        pytest.skip("no Redis on 127.0.0.1:6379")
     yield client
     await client.aclose()
 

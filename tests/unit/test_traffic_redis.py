@@ -5,7 +5,6 @@ outside CI, a failure under CI=true."""
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 
 import pytest
@@ -14,27 +13,14 @@ from levergate.policies.gcra import Rate
 from levergate.stores.limits import Charge
 from levergate.stores.limits_redis import FailoverLimitStore, RedisLimitStore, connect
 from levergate.testing import ManualClock
+from tests.redis_required import require_redis
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
 
 
-async def _redis_or_skip() -> None:
-    from redis.asyncio import Redis
-
-    client = Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        await client.ping()
-    except Exception as exc:  # any failure to reach it: connection refused, timeout, auth
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Redis is required under CI and is not reachable: {exc}")
-        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
-    finally:
-        await client.aclose()
-
-
 @pytest.fixture
 async def prefix() -> str:
-    await _redis_or_skip()
+    await require_redis(REDIS_URL)
     return f"test:{{{uuid.uuid4().hex}}}:"
 
 
