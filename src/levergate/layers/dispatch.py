@@ -1,5 +1,6 @@
 """Dispatch: the bottom of the per-request stack. It resolves the model alias the client named to
-that model's own stack (which rewrites the name to the upstream's and goes on to its endpoint).
+that model's own stack (whose Balance layer sends the call to an endpoint under that endpoint's
+name for the model).
 A `*` model catches every name not listed."""
 
 from __future__ import annotations
@@ -23,13 +24,3 @@ class Dispatch:
             raise ModelNotFound(call.model)
         return await service(call)
 
-
-class RenameModel:
-    """Sends the call upstream under the upstream's name for the model."""
-
-    def __init__(self, inner: Service, *, upstream_model: str) -> None:
-        self._inner = inner
-        self._name = upstream_model
-
-    async def __call__(self, call: Call) -> Reply:
-        return await self._inner(call.with_body(model=self._name))
