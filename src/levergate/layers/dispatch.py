@@ -23,4 +23,3 @@ class Dispatch:
         if service is None:
             raise ModelNotFound(call.model)
         return await service(call)
-
