@@ -42,8 +42,13 @@ LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 
 
 @contextmanager
-def process(args: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([*LEVERGATE, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def process(
+    args: list[str], port: int, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        [*LEVERGATE, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -119,7 +124,7 @@ def wrk_throughput(url: str, seconds: int, pid: int | None) -> dict[str, float]:
             "gateway_cpu_ms_per_request": 1000 * used / max(1, total)}  # fmt: skip
 
 
-def run(seconds: float, quick: bool) -> dict[str, Any]:
+def run(seconds: float, quick: bool, pin: bool) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     throughput: dict[str, Any] = {}
     for latency_ms in (0, 50):
@@ -128,7 +133,10 @@ def run(seconds: float, quick: bool) -> dict[str, Any]:
         sim_url = f"http://127.0.0.1:{sim_port}/v1"
         gw_args = ["serve", "--upstream", sim_url, "--port", str(gw_port)]
         gw_url = f"http://127.0.0.1:{gw_port}/v1"
-        with process(sim_args, sim_port), process(gw_args, gw_port) as gateway:
+        # --pin: the gateway on CPU 0 (its own `server.cpus`); this load generator, wrk and the
+        # simulator (which inherit this process's affinity) on CPU 1.
+        gw_env = {"LEVERGATE_SERVER__CPUS": "[0]"} if pin else None
+        with process(sim_args, sim_port), process(gw_args, gw_port, gw_env) as gateway:
             for concurrency in (1, 16) if quick else (1, 16, 64):
                 for stream in (False, True):
                     row = measure_pair(sim_url, gw_url, gateway.pid, concurrency=concurrency,
@@ -147,6 +155,8 @@ def run(seconds: float, quick: bool) -> dict[str, Any]:
 def markdown(data: dict[str, Any]) -> str:
     lines = [
         f"# Gateway overhead ({data['date']}, {data['machine']})", "",
+        ("Pinned: the gateway on CPU 0 (`server.cpus`), simulator and load generators on CPU 1."
+         if data.get("pinned") else "Unpinned: the scheduler places every process."), "",
         ("Closed loop, 64-token prompts, 16 output tokens; direct = straight to `levergate sim`, "
         "levergate = through `levergate serve --upstream` with its default layers. Added = "
         "levergate minus direct, measured back to back in one run."), "",
@@ -176,17 +186,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--quick", action="store_true", help="fewer, shorter runs")
+    parser.add_argument(
+        "--pin", action="store_true", help="gateway on CPU 0, simulator and load on CPU 1"
+    )
     args = parser.parse_args()
+    if args.pin:
+        os.sched_setaffinity(0, {1})
     seconds = 1.5 if args.quick else args.seconds
     data = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": (
             f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
         ),
-        **run(seconds, args.quick),
+        "pinned": args.pin,
+        **run(seconds, args.quick, args.pin),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    suffix = "-quick" if args.quick else ""
+    suffix = ("-pinned" if args.pin else "") + ("-quick" if args.quick else "")
     (RESULTS / f"overhead{suffix}.json").write_text(json.dumps(data, indent=2))
     (RESULTS / f"overhead{suffix}.md").write_text(markdown(data))
     print(markdown(data))

@@ -328,7 +328,10 @@ class Server(_Strict):
     # cheaper than a watcher per request, and quick enough to stop paying for abandoned calls.
     # Measured: at 50 ms the watcher started right as typical answers arrived and added ~0.7 ms.
     disconnect_watch_after_seconds: float = Field(1.0, ge=0)
-    # Garbage-collector tuning for `levergate serve` (server/run.py: tune_gc): freeze what
+    # CPUs `levergate serve` is pinned to (server/run.py: tune_process); None leaves it to the
+    # scheduler. On a small machine shared with an engine, give the gateway a core of its own.
+    cpus: list[int] | None = None
+    # Garbage-collector tuning for `levergate serve` (server/run.py: tune_process): freeze what
     # start-up built, and run young collections every this many allocations (0: leave as is).
     gc_freeze: bool = True
     gc_gen0_threshold: int = Field(50_000, ge=0)
