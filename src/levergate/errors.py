@@ -111,6 +111,10 @@ class MethodNotAllowed(ClientError):
 class PayloadTooLarge(ClientError):
     status = 413
 
+    @classmethod
+    def over(cls, limit: int) -> PayloadTooLarge:
+        return cls(f"Request body is larger than the limit of {limit} bytes.")
+
 
 class RateLimited(ClientError):
     status = 429

@@ -81,7 +81,7 @@ class App:
 async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
     declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
+        raise PayloadTooLarge.over(limit)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -91,7 +91,7 @@ async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> b
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
+            raise PayloadTooLarge.over(limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             break

@@ -27,9 +27,7 @@ class GatewayTransport(httpx.AsyncBaseTransport):
         trace = Trace()
         body = await request.aread()
         if len(body) > self._limit:
-            response = error_response(
-                PayloadTooLarge(f"Request body is larger than the limit of {self._limit} bytes.")
-            )
+            response = error_response(PayloadTooLarge.over(self._limit))
         else:
             headers = {k.lower(): v for k, v in request.headers.items()}
             response = await self._edge.handle(

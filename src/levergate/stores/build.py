@@ -1,7 +1,8 @@
 """Build the cache's store from settings: the one place `cache.store.backend` is read.
 
-Returns the store the cache layers use (always wrapped in `SafeKV`, so no store failure ever
-fails a request) and the things to close when the gateway stops.
+Returns the store the cache layers use and the things to close when the gateway stops. Every
+store that can fail (SQLite, Redis) is wrapped in `SafeKV`, so no store failure ever fails a
+request; the in-process memory store cannot, and is used as it is.
 """
 
 from __future__ import annotations
