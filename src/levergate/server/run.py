@@ -20,6 +20,7 @@ from levergate.config import Server
 from levergate.errors import ConfigError
 from levergate.gateway import Gateway
 from levergate.server.asgi import App
+from levergate.server.http_protocol import HttpProtocol
 
 
 def server_for(gateway: Gateway) -> uvicorn.Server:
@@ -31,7 +32,7 @@ def server_for(gateway: Gateway) -> uvicorn.Server:
         host=settings.host,
         port=settings.port,
         loop="none",
-        http="httptools",
+        http=HttpProtocol,
         ws="none",
         lifespan="on",
         access_log=settings.access_log,
