@@ -410,7 +410,16 @@ class SemanticCacheSettings(_Strict):
     is the lowest threshold whose false hits stay <= 1% of qqp_dev's non-duplicate pairs
     (0.89%, precision 90%, recall 14% on 10k pairs); without guards 1% needs 0.97 (recall 12%).
     Above `hnsw_above` entries a partition is searched with HNSW (exact numpy search costs
-    ~16 ms at 100k entries on this machine, HNSW ~1 ms)."""
+    ~16 ms at 100k entries on this machine, HNSW ~1 ms).
+
+    The index is in-process (`index: local`): a replica finds only the answers it stored itself.
+    With `index: redis` every replica's index follows a Redis Stream of adds and removes
+    (`<prefix>semantic:log`, replayed at start, then tailed; stores/vector_redis.py), so an
+    answer stored through one replica is found through all; search stays in-process and plain
+    Redis will do (no vector module). The log is trimmed to about `max_entries` operations
+    (~1.9 KB each at 384 dimensions). It needs entries the replicas share: a `memory` cache
+    store is refused when the gateway is built. Redis failing only stops the sharing (logged,
+    counted), never a request."""
 
     threshold: float = Field(0.95, gt=0, le=1)
     # The guards that may refuse a near neighbour (levergate.policies.guards); [] turns them off.
@@ -426,6 +435,10 @@ class SemanticCacheSettings(_Strict):
     hnsw_above: int = Field(20_000, ge=1)
     # Optional: ask this model whether the cached answer answers the new question.
     verify_model: str | None = None
+    index: Literal["local", "redis"] = "local"
+    # For `index: redis`; None takes the cache store's `redis_url` and `redis_prefix`.
+    index_redis_url: str | None = None
+    index_redis_prefix: str | None = None
 
 
 class Cache(_Strict):

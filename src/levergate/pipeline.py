@@ -5,6 +5,7 @@ each position. Reordering the levers is a one-line diff here and nowhere else.
     PER MODEL:            Retry(budget) → Deadline → Balance(endpoint keys, renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)
+                          the shared semantic index following its Redis log
 
 Later levers slot in where DESIGN.md puts them (admission and caches in FRONT; prompt-cache
 optimizer, trim, retry, deadline and balance per model; outlier ejection and limits per endpoint).
@@ -146,6 +147,9 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         # Off the request path: probes eject and readmit endpoints through the same ejection
         # state the balancer reads, with or without client traffic.
         background.append(checks)
+    if cache is not None:
+        # The shared semantic index replays and follows its Redis log off the request path.
+        background.extend(cache.background)
     return Pipeline(
         service=service,
         telemetry=telemetry,

@@ -4,27 +4,36 @@ benchmarks/cache_semantic_eval.py), injected the way library users inject theirs
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import openai
+from redis.asyncio import Redis
 
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.pipeline import Deps
 from levergate.server.run import serving
 from levergate.upstreams.simulator import SimHandle
+from tests.redis_required import require_redis
 from tests.unit.test_cache_semantic import BagOfWords
+
+REDIS_URL = "redis://127.0.0.1:6379/15"
 
 
 @asynccontextmanager
-async def semantic_gateway(sim: SimHandle) -> AsyncIterator[openai.AsyncOpenAI]:
+async def semantic_gateway(
+    sim: SimHandle, *, cache: dict[str, Any] | None = None
+) -> AsyncIterator[openai.AsyncOpenAI]:
     settings = Settings.for_upstream(
         sim.base_url,
         server={"port": 0},
-        cache={"features": {"faq": {"semantic": True}}, "semantic": {"threshold": 0.8}},
-    )
+        cache={"features": {"faq": {"semantic": True}}, "semantic": {"threshold": 0.8},
+               **(cache or {})},
+    )  # fmt: skip
     async with (
         Gateway(settings, deps=Deps(embedder=BagOfWords())) as gateway,
         serving(gateway) as url,
@@ -33,10 +42,12 @@ async def semantic_gateway(sim: SimHandle) -> AsyncIterator[openai.AsyncOpenAI]:
         yield client
 
 
-async def ask(client: openai.AsyncOpenAI, text: str, **extra: Any) -> Any:
+async def ask(
+    client: openai.AsyncOpenAI, text: str, *, headers: dict[str, str] | None = None, **extra: Any
+) -> Any:
     return await client.chat.completions.with_raw_response.create(
         model="sim-small", messages=[{"role": "user", "content": text}], max_tokens=8,
-        temperature=0, extra_headers={"x-levergate-feature": "faq"}, **extra,
+        temperature=0, extra_headers={"x-levergate-feature": "faq", **(headers or {})}, **extra,
     )  # fmt: skip
 
 
@@ -74,3 +85,38 @@ async def test_without_the_opt_in_nothing_is_fuzzy(sim: SimHandle) -> None:
             )  # fmt: skip
             assert reply.headers["x-levergate-cache"] == "miss"
     assert generations(sim) == 2
+
+
+async def test_replicas_sharing_redis_serve_each_others_answers(sim: SimHandle) -> None:
+    await require_redis(REDIS_URL)
+    prefix = f"levergate:test:{uuid.uuid4().hex}:"
+    shared = {
+        "store": {"backend": "redis", "redis_url": REDIS_URL, "redis_prefix": prefix},
+        "semantic": {"threshold": 0.8, "index": "redis"},
+    }
+    try:
+        async with AsyncExitStack() as replicas:
+            one = await replicas.enter_async_context(semantic_gateway(sim, cache=shared))
+            two = await replicas.enter_async_context(semantic_gateway(sim, cache=shared))
+            first = await ask(one, "What is the capital of France?")
+            assert first.headers["x-levergate-cache"] == "miss"
+            # Replica two learns of the answer from the shared log; until then it misses, and
+            # `no-store` keeps those misses from storing answers of its own.
+            for _ in range(500):
+                before = generations(sim)
+                reply = await ask(
+                    two, "what's the capital of France", headers={"cache-control": "no-store"}
+                )
+                if reply.headers["x-levergate-cache"] == "semantic":
+                    break
+                await asyncio.sleep(0.01)
+            assert reply.headers["x-levergate-cache"] == "semantic"
+            assert generations(sim) == before
+            answer = first.parse().choices[0].message.content
+            assert reply.parse().choices[0].message.content == answer
+    finally:
+        client = Redis.from_url(REDIS_URL)
+        keys = [k async for k in client.scan_iter(match=prefix + "*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()

@@ -7,7 +7,7 @@ import pytest
 from levergate.config import Model, Settings
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed, Reply
-from levergate.errors import LevergateError
+from levergate.errors import ConfigError, LevergateError
 from levergate.layers.cache_setup import ServiceEmbedder, resolve_model
 from levergate.pipeline import Deps, build_pipeline
 from tests.unit.test_cache_semantic import BagOfWords
@@ -57,3 +57,15 @@ async def test_semantic_layer_is_built_when_a_rule_opts_in() -> None:
         await pipeline.service(call)
     assert embedder.calls == 1
     await pipeline.aclose()
+
+
+async def test_a_shared_semantic_index_needs_entries_the_replicas_share() -> None:
+    base = {"upstreams": [{"name": "u", "base_url": "http://127.0.0.1:9/v1"}],
+            "models": [{"name": "*", "upstream": "u"}]}  # fmt: skip
+    semantic = {"models": {"m": {"semantic": True}}, "semantic": {"index": "redis"}}
+    with pytest.raises(ConfigError, match=r"cache\.store\.backend 'memory'"):
+        build_pipeline(Settings.load(**base, cache=semantic), Deps(embedder=BagOfWords()))
+    shared = Settings.load(**base, cache={**semantic, "store": {"backend": "redis"}})
+    pipeline = build_pipeline(shared, Deps(embedder=BagOfWords()))
+    assert len(pipeline.background) == 1  # the index follows its log off the request path
+    await pipeline.aclose()  # nothing connected yet: building never touches Redis

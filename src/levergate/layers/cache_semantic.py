@@ -34,7 +34,7 @@ from levergate.policies.cache_policy import bypass_reason, controls, namespace, 
 from levergate.policies.fingerprint import fingerprint
 from levergate.policies.guards import conflicts
 from levergate.stores.entry import Entry, Form
-from levergate.stores.vector import PartitionedIndex, Vector
+from levergate.stores.vector import Partitions, Vector
 
 log = logging.getLogger("levergate.cache")
 
@@ -52,7 +52,7 @@ class SemanticCache:
         stats: CacheStats,
         resolve: Callable[[str], str],
         embedder: Embedder,
-        index: PartitionedIndex,
+        index: Partitions,
         verify: Service | None = None,
     ) -> None:
         self._inner = inner

@@ -37,6 +37,8 @@ class CacheKit:
     resolve: Callable[[str], str]
     clock: Clock
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Jobs for `Pipeline.background` (the shared semantic index following its log).
+    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @property
     def exact(self) -> Layer:
@@ -63,12 +65,27 @@ class CacheKit:
             return None
         # Imported here: numpy and the embedder are the `semantic` extra, needed only when on.
         from levergate.layers.cache_semantic import SemanticCache
-        from levergate.stores.vector import PartitionedIndex
+        from levergate.stores.vector import PartitionedIndex, Partitions
 
         options = self.settings.semantic
+        if options.index == "redis" and self.settings.store.backend == "memory":
+            raise ConfigError(
+                "cache.semantic.index 'redis' shares the index between replicas, but with "
+                "cache.store.backend 'memory' no replica can load another's entries: set "
+                "cache.store.backend to 'redis'"
+            )
         if embedder is None:
             embedder = _default_embedder(options, routes, self.closers)
-        index = PartitionedIndex(max_entries=options.max_entries, hnsw_above=options.hnsw_above)
+        local = PartitionedIndex(max_entries=options.max_entries, hnsw_above=options.hnsw_above)
+        index: Partitions = local
+        if options.index == "redis":
+            from levergate.stores.vector_redis import connect
+
+            shared = connect(local, store=self.settings.store, options=options, clock=self.clock,
+                             on_fault=self.stats.fault)  # fmt: skip
+            self.background.append(shared.run)
+            self.closers.append(shared.aclose)
+            index = shared
         entries = Entries(self.store, cache="semantic", stats=self.stats)
         return partial(
             SemanticCache, settings=self.settings, entries=entries, stats=self.stats,

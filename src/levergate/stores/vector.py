@@ -7,8 +7,9 @@ entries of 384 dimensions on this machine) and is the default. `HnswIndex` (hnsw
 `AdaptiveIndex` starts exact and moves to HNSW when it grows past that size, so small caches
 pay nothing for a graph and large ones do not scan.
 
-The methods are async so a shared index (Redis vector search, a vector database) fits the same
-seam; the in-process ones never actually wait.
+The methods are async so a shared index fits the same seam; the in-process ones never actually
+wait. `SharedIndex` (stores/vector_redis.py) shares a `PartitionedIndex` between replicas by
+replicating it through a Redis Stream, so search itself stays in-process.
 """
 
 from __future__ import annotations
@@ -207,6 +208,21 @@ class AdaptiveIndex:
 
     async def remove(self, key: str) -> None:
         await self._index.remove(key)
+
+
+class Partitions(Protocol):
+    """What the semantic cache searches: a `PartitionedIndex`, or a `SharedIndex`
+    (stores/vector_redis.py) that shares one between replicas."""
+
+    async def add(self, partition: str, key: str, vector: Sequence[float] | Vector) -> list[str]:
+        """Add, and return the keys evicted to stay within the bound."""
+        ...
+
+    async def search(
+        self, partition: str, vector: Sequence[float] | Vector, k: int
+    ) -> list[tuple[str, float]]: ...
+
+    async def remove(self, partition: str, key: str) -> None: ...
 
 
 class PartitionedIndex:
