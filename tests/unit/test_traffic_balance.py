@@ -16,6 +16,7 @@ from levergate.layers.retry import Retry
 from levergate.policies.backoff import FullJitter
 from levergate.policies.budget import RetryBudget
 from levergate.policies.ejection import State
+from levergate.policies.ewma import Ewma
 from tests.unit.traffic_fakes import (
     AutoClock,
     Pool,
@@ -31,6 +32,12 @@ from tests.unit.traffic_fakes import (
 
 def named(*names: str) -> list[Scripted]:
     return [Scripted(name=n) for n in names]
+
+
+def measured(average: Ewma, value: float, *, now: float = 0.0) -> None:
+    """Enough samples at `now` for the balancer to trust the average."""
+    for _ in range(3):
+        average.observe(value, now=now)
 
 
 async def test_weighted_choice_follows_the_weights() -> None:
@@ -57,8 +64,8 @@ async def test_least_outstanding_prefers_the_idle_endpoint() -> None:
 async def test_p2c_prefers_the_endpoint_predicted_to_finish_first() -> None:
     pool = Pool(named("fast", "slow"))
     fast, slow = pool.states
-    fast.speed.observe(100.0, now=0)
-    slow.speed.observe(10.0, now=0)
+    measured(fast.speed, 100.0)
+    measured(slow.speed, 10.0)
     picks = Counter(pool.balance.choose(call(), 0.0).node.state.name for _ in range(50))
     assert picks == {"fast": 50}
 
@@ -113,12 +120,28 @@ async def test_a_lone_ejected_endpoint_still_serves() -> None:
     assert isinstance(await pool.balance(call()), Completed)
 
 
+async def test_an_endpoint_known_from_one_slow_sample_is_tried_again() -> None:
+    """A readmitted endpoint's one probe (or a cold connection) must not starve it while its
+    peers keep winning every comparison: until its average rests on enough recent samples it
+    is predicted optimistically, and once measured it competes on its measured speed."""
+    pool = Pool(named("a", "b", "back"))
+    a, b, back = pool.states
+    measured(a.speed, 100.0)
+    measured(b.speed, 100.0)
+    back.speed.observe(50.0, now=0)  # one slow sample
+    picks = Counter(pool.balance.choose(call(), 0.0).node.state.name for _ in range(60))
+    assert picks["back"] > 20
+    measured(back.speed, 50.0)
+    picks = Counter(pool.balance.choose(call(), 0.0).node.state.name for _ in range(60))
+    assert picks["back"] == 0
+
+
 async def test_a_429_cools_its_key_down_and_the_retry_goes_to_another_at_once() -> None:
     a = Scripted(name="a", script=[throttled(retry_after=30.0)])
     b = Scripted(name="b")
     pool = Pool([a, b])
-    pool.states[0].speed.observe(1000.0, now=0)  # "a" is the first choice...
-    pool.states[1].speed.observe(100.0, now=0)  # ...but "b" beats a 30-second cooldown
+    measured(pool.states[0].speed, 1000.0)  # "a" is the first choice...
+    measured(pool.states[1].speed, 100.0)  # ...but "b" beats a 30-second cooldown
     with pytest.raises(UpstreamRejected) as caught:
         await pool.balance(call())
     assert caught.value.retry_after == 0.0  # "b" is free right now

@@ -12,6 +12,11 @@ Ejected endpoints are skipped; when none is left the one whose ejection ends fir
 (fail open: a lone endpoint is never made unreachable by its own health). A stream stays on
 the endpoint it started on, and the endpoint's books (outstanding, speed) close with it.
 
+An average resting on fewer than `TRUSTED_SAMPLES` recent samples counts as unknown, which
+predicts optimistically: a new endpoint, one readmitted after an ejection and one nobody has
+tried for a while are all tried again, so one slow sample (a cold connection, a probe) never
+starves an endpoint while its peers keep winning every comparison.
+
 With `ejection.latency_factor` set, an endpoint whose latency average stands out from its
 peers' in the alias is ejected too (through the same `EjectionGroup`, so the cap and the
 growing ejection time apply); see `_check_latency` for the evidence it needs first.
@@ -37,6 +42,7 @@ from levergate.policies import balancing
 from levergate.policies.backoff import parse_duration, retry_floor
 from levergate.policies.ejection import State
 from levergate.policies.estimate import output_cap
+from levergate.policies.ewma import Ewma
 
 Strategy = Literal["p2c", "least_outstanding", "weighted"]
 QUOTA_PREFIX = "x-ratelimit-"
@@ -137,8 +143,8 @@ class Balance:
             weight=member.weight,
             outstanding=state.outstanding,
             queued_tokens=state.queued_tokens,
-            ttft=state.ttft.value(),
-            tokens_per_second=state.speed.value(),
+            ttft=_trusted(state.ttft, now),
+            tokens_per_second=_trusted(state.speed, now),
             wait=max(0.0, wait),
             headroom=state.headroom,
         )
@@ -238,3 +244,11 @@ def _number(text: str | None) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+TRUSTED_SAMPLES = 2.0
+
+
+def _trusted(average: Ewma, now: float) -> float:
+    """The average, or 0 (unknown) while it rests on too little recent evidence."""
+    return average.value() if average.weight(now) >= TRUSTED_SAMPLES else 0.0
