@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from levergate.core.call import Call, Context, Priority
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.core.service import Service, stack
@@ -42,6 +44,24 @@ async def test_an_exhausted_stream_runs_every_finaliser() -> None:
     stream = Stream(_events(log, 3)).through(lambda events: events)
     assert [e.json()["i"] async for e in stream] == [0, 1, 2]
     assert log == ["inner closed"]
+
+
+async def test_a_failing_layer_still_closes_the_streams_under_it() -> None:
+    log: list[str] = []
+
+    async def failing(events: EventSource) -> EventSource:
+        async for event in events:
+            yield event
+            raise ValueError("layer broke")
+
+    stream = Stream(_events(log, 10)).through(failing).through(lambda events: events)
+    seen: list[int] = []
+    with contextlib.suppress(ValueError):
+        seen.extend([event.json()["i"] async for event in stream])
+    assert seen == []  # the failure ends the comprehension before it hands anything over
+    assert log == []  # the source is suspended, not finished...
+    await stream.aclose()
+    assert log == ["inner closed"]  # ...until the stream on top is closed
 
 
 def test_calls_are_derived_not_mutated() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from prometheus_client import generate_latest
 
@@ -77,6 +79,7 @@ async def test_measure_counts_tokens_cost_and_sets_the_overhead_header() -> None
     call.ctx.trace.upstream = "up"
     reply = await measure(call)
     assert float(reply.headers[OVERHEAD_HEADER]) >= 0
+    await asyncio.sleep(0)  # a whole answer's metrics are recorded once it has gone out
     common = {"model": "m", "upstream": "up", "feature": "search"}
     assert metric(telemetry, "levergate_tokens_total", **common, kind="input") == 1000
     assert metric(telemetry, "levergate_tokens_total", **common, kind="cached") == 200
@@ -149,8 +152,10 @@ async def test_answers_served_from_a_cache_are_not_counted_as_spent() -> None:
     hit = call_with()
     hit.ctx.trace.annotations["cache"] = "hit"
     await measure(hit)
+    await asyncio.sleep(0)
     assert metric(telemetry, "levergate_tokens_total", model="m", upstream="", feature="",
                   kind="input") == 0  # fmt: skip
     await measure(call_with())
+    await asyncio.sleep(0)
     assert metric(telemetry, "levergate_tokens_total", model="m", upstream="", feature="",
                   kind="input") == 10  # fmt: skip

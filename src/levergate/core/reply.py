@@ -9,7 +9,6 @@ the inner stream is closed when the outer one is, in that order.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import aclosing
 from typing import Any
 
 import orjson
@@ -77,30 +76,35 @@ EventSource = AsyncGenerator[Event, None]
 
 
 class Stream:
-    __slots__ = ("_events", "headers")
+    __slots__ = ("_events", "_inner", "headers")
 
-    def __init__(self, events: EventSource, *, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        events: EventSource,
+        *,
+        headers: dict[str, str] | None = None,
+        inner: Stream | None = None,
+    ) -> None:
         self._events = events
+        self._inner = inner  # the stream `events` reads from, closed after it
         self.headers: dict[str, str] = headers if headers is not None else {}
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events
 
     async def aclose(self) -> None:
-        await self._events.aclose()
+        try:
+            await self._events.aclose()
+        finally:
+            if self._inner is not None:
+                await self._inner.aclose()
 
     def through(self, transform: Callable[[EventSource], EventSource]) -> Stream:
         """A new stream: `transform` applied to this one's events. Closing the new stream closes
-        the transform's generator first (its `finally` blocks run) and then this stream."""
-        return Stream(_chained(self._events, transform), headers=self.headers)
-
-
-async def _chained(
-    inner: EventSource, transform: Callable[[EventSource], EventSource]
-) -> EventSource:
-    async with aclosing(inner), aclosing(transform(inner)) as outer:
-        async for event in outer:
-            yield event
+        the transform's generator first (its `finally` blocks run) and then this stream. The
+        transform's generator is iterated directly, one generator per layer: an event crosses
+        every layer of the pipeline on its way out, so each level costs once per event."""
+        return Stream(transform(self._events), headers=self.headers, inner=self)
 
 
 Reply = Completed | Stream

@@ -7,6 +7,12 @@ the upstream (and, for streams, minus the time the client took to accept each ch
 carry route, model, upstream and feature labels so p50/p95/p99 follow for each.
 
 For a stream everything is recorded when the stream *closes*, whichever way it closes.
+
+The answer goes out before the bookkeeping: a whole answer's metrics are recorded in a callback
+on the next turn of the event loop, and a stream's chunk is handed on before it is inspected
+for a token (its arrival time is taken first, so TTFT is the same). After an idle moment the
+first pass through Python code runs several times slower than a warm one (caches gone), so work
+moved behind the write is what it would have added to the client's latency at low load.
 """
 
 from __future__ import annotations
@@ -120,17 +126,21 @@ class Measure:
             self._t.in_flight.dec()
             self._record(call, _outcome(exc), None, consumer_seconds=0.0)
             raise
-        if isinstance(reply, Completed):
-            self._t.in_flight.dec()
-            # A cached answer's usage is not spent here: skip parsing it (see `_record`).
-            free = call.ctx.trace.annotations.get("cache") in _FREE
-            usage = None if free else reply.usage
-            overhead = self._record(call, "ok", usage, consumer_seconds=0.0)
-            reply.headers[OVERHEAD_HEADER] = f"{overhead * 1000:.3f}"
-            return reply
         trace = call.ctx.trace
-        reply.headers[OVERHEAD_HEADER] = f"{(trace.elapsed() - trace.upstream_seconds) * 1000:.3f}"
+        total = trace.elapsed()
+        overhead = max(0.0, total - trace.upstream_seconds)
+        reply.headers[OVERHEAD_HEADER] = f"{overhead * 1000:.3f}"
+        if isinstance(reply, Completed):
+            asyncio.get_running_loop().call_soon(self._record_completed, call, reply, total)
+            return reply
         return reply.through(lambda events: self._watch(call, events))
+
+    def _record_completed(self, call: Call, reply: Completed, total: float) -> None:
+        self._t.in_flight.dec()
+        # A cached answer's usage is not spent here: skip parsing it (see `_record`).
+        free = call.ctx.trace.annotations.get("cache") in _FREE
+        usage = None if free else reply.usage
+        self._record(call, "ok", usage, consumer_seconds=0.0, total=total)
 
     async def _watch(self, call: Call, events: EventSource) -> EventSource:
         started = call.ctx.trace.started
@@ -142,18 +152,18 @@ class Measure:
         outcome = "cancelled"
         try:
             async for event in events:
+                handed = time.perf_counter()
+                yield event
+                consumer += time.perf_counter() - handed
                 if first is None:
                     if has_generated_token(event.json()):
-                        first = last = time.perf_counter()
+                        first = last = handed
                 elif _may_carry_token(event.data) and has_generated_token(event.json()):
-                    last = time.perf_counter()
+                    last = handed
                     gaps += 1
                 if b'"usage":{' in event.data:
                     found = event.json().get("usage")
                     usage = found if isinstance(found, dict) else usage
-                handed = time.perf_counter()
-                yield event
-                consumer += time.perf_counter() - handed
             outcome = "ok"
         except BaseException as exc:
             outcome = _outcome(exc)
@@ -174,10 +184,16 @@ class Measure:
         return (call.kind, model, trace.upstream, bounded("feature", call.ctx.feature))
 
     def _record(
-        self, call: Call, outcome: str, usage: dict[str, Any] | None, *, consumer_seconds: float
-    ) -> float:
+        self,
+        call: Call,
+        outcome: str,
+        usage: dict[str, Any] | None,
+        *,
+        consumer_seconds: float,
+        total: float | None = None,
+    ) -> None:
         trace = call.ctx.trace
-        total = trace.elapsed()
+        total = trace.elapsed() if total is None else total
         overhead = max(0.0, total - trace.upstream_seconds - consumer_seconds)
         t = self._t
         route, model, upstream, feature = labels = self._labels(call)
@@ -196,7 +212,6 @@ class Measure:
             cost = price.cost(prompt, completion, cached)
             if cost:
                 t.child(t.cost, model, upstream, feature).inc(cost)
-        return overhead
 
 
 def _outcome(exc: BaseException) -> str:
