@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -233,3 +234,26 @@ def test_entry_codec_round_trips_and_refuses_damage() -> None:
             decode(bad, key="k")
     with pytest.raises(CorruptEntry):
         decode(data, key="other")
+
+
+async def test_a_cancelled_redis_call_stays_cancelled(redis_client: aioredis.Redis) -> None:
+    """redis-py with a socket timeout can swallow a cancellation that lands inside a command
+    (it returns, or raises a connection error that would put the store in its cool-down)."""
+    prefix = f"levergate:test:{uuid.uuid4().hex}:"
+    store = RedisKV(url=REDIS_URL, prefix=prefix, timeout=0.1)
+    rng = random.Random(3)
+    try:
+        await store.set("k", b"v" * 1000, ttl=60)
+        swallowed = 0
+        for _ in range(200):
+            task = asyncio.ensure_future(store.get("k"))
+            await asyncio.sleep(rng.uniform(0, 0.0005))
+            if task.done():
+                continue
+            task.cancel()
+            await asyncio.wait([task])
+            swallowed += not task.cancelled()
+        assert swallowed == 0
+    finally:
+        await redis_client.delete(prefix + "k")
+        await store.aclose()

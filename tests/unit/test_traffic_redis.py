@@ -5,6 +5,7 @@ outside CI, a failure under CI=true."""
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 
 import pytest
@@ -135,3 +136,24 @@ async def test_the_shared_store_is_used_again_once_redis_answers(prefix: str) ->
         assert not store.degraded
     finally:
         await real.aclose()
+
+
+async def test_a_cancelled_limit_check_stays_cancelled(prefix: str) -> None:
+    # redis-py with a socket timeout can swallow a cancel that lands inside a command.
+    store = connect(url=REDIS_URL, prefix=prefix, timeout=1.0)
+    charge = [Charge("key:rpm", 1, Rate(limit=10**9, window=60.0, burst=10**9))]
+    rng = random.Random(5)
+    swallowed = 0
+    try:
+        await store.acquire(charge)
+        for _ in range(200):
+            task = asyncio.ensure_future(store.acquire(charge))
+            await asyncio.sleep(rng.uniform(0, 0.0005))
+            if task.done():
+                continue
+            task.cancel()
+            await asyncio.wait([task])
+            swallowed += not task.cancelled()
+        assert swallowed == 0
+    finally:
+        await store.aclose()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from levergate.errors import ConfigError
 from levergate.stores.kv import StoreError
+from levergate.stores.redis_calls import cancellation_kept
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -57,7 +58,8 @@ class RedisKV:
 
     async def get(self, key: str) -> bytes | None:
         try:
-            value = await self._client.get(self._prefix + key)
+            with cancellation_kept():
+                value = await self._client.get(self._prefix + key)
         except self._errors as exc:
             raise StoreError(f"redis: {exc}") from exc
         if value is None or isinstance(value, bytes):
@@ -66,13 +68,15 @@ class RedisKV:
 
     async def set(self, key: str, value: bytes, *, ttl: float) -> None:
         try:
-            await self._client.set(self._prefix + key, value, px=max(1, int(ttl * 1000)))
+            with cancellation_kept():
+                await self._client.set(self._prefix + key, value, px=max(1, int(ttl * 1000)))
         except self._errors as exc:
             raise StoreError(f"redis: {exc}") from exc
 
     async def delete(self, key: str) -> None:
         try:
-            await self._client.delete(self._prefix + key)
+            with cancellation_kept():
+                await self._client.delete(self._prefix + key)
         except self._errors as exc:
             raise StoreError(f"redis: {exc}") from exc
 

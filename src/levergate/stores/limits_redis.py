@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from levergate.core.clock import Clock
 from levergate.errors import ConfigError
 from levergate.stores.limits import Charge, LimitStore, MemoryLimitStore, StoreUnavailable
+from levergate.stores.redis_calls import cancellation_kept
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -117,7 +118,8 @@ class RedisLimitStore:
 
         keys = [self._prefix + c.key for c in charges]
         try:
-            return await script(keys=keys, args=args)
+            with cancellation_kept():
+                return await script(keys=keys, args=args)
         except (RedisError, OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"redis limit store: {type(exc).__name__}: {exc}") from exc
 

