@@ -22,6 +22,7 @@ import platform
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,14 +40,15 @@ from levergate.bench import BenchConfig, run_bench
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
+RELAY = [sys.executable, str(ROOT / "benchmarks" / "relay.py")]
 
 
 @contextmanager
 def process(
-    args: list[str], port: int, env: dict[str, str] | None = None
+    args: list[str], port: int, env: dict[str, str] | None = None, *, command: list[str] = LEVERGATE
 ) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(
-        [*LEVERGATE, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [*command, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
     try:
@@ -78,10 +80,23 @@ async def load(url: str, *, concurrency: int, stream: bool, seconds: float) -> d
 
 
 def measure_pair(
-    sim_url: str, gw_url: str, gw_pid: int, *, concurrency: int, stream: bool, seconds: float
+    sim_url: str,
+    gw_url: str,
+    gw_pid: int,
+    *,
+    concurrency: int,
+    stream: bool,
+    seconds: float,
+    relay_url: str | None = None,
 ) -> dict[str, Any]:
     asyncio.run(load(gw_url, concurrency=concurrency, stream=stream, seconds=0.5))  # warm-up
     direct = asyncio.run(load(sim_url, concurrency=concurrency, stream=stream, seconds=seconds))
+    relayed = None
+    if relay_url is not None:
+        asyncio.run(load(relay_url, concurrency=concurrency, stream=stream, seconds=0.5))
+        relayed = asyncio.run(
+            load(relay_url, concurrency=concurrency, stream=stream, seconds=seconds)
+        )
     before = cpu_seconds(gw_pid)
     via = asyncio.run(load(gw_url, concurrency=concurrency, stream=stream, seconds=seconds))
     used = cpu_seconds(gw_pid) - before
@@ -102,6 +117,10 @@ def measure_pair(
         "metric": "TTFT (first generated token)" if stream else "total",
         "errors": {"direct": direct["errors"], "levergate": via["errors"]},
         "gateway_cpu_ms_per_request": 1000 * used / max(1, via["completed"]),
+        # The null proxy (benchmarks/relay.py): what the extra process hop alone adds.
+        "relay_added_p50_ms": (
+            relayed[key].get("p50", nan) - d.get("p50", nan) if relayed is not None else None
+        ),
     }
 
 
@@ -124,9 +143,47 @@ def wrk_throughput(url: str, seconds: int, pid: int | None) -> dict[str, float]:
             "gateway_cpu_ms_per_request": 1000 * used / max(1, total)}  # fmt: skip
 
 
+def socket_ttft(port: int, *, requests: int) -> float:
+    """p50 ms from sending a streamed request to the arrival of the bytes that hold its first
+    generated token, read from a plain socket: what the server adds, without the client's own
+    response handling (an HTTP client parses the head on the way to the first token, and a
+    gateway that answers a stream's head with its first event puts that parsing after the
+    upstream's wait instead of during it)."""
+    times = []
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(requests):
+            question = {"role": "user", "content": f"q{i} {time.time()}"}
+            body = json.dumps(
+                {"model": "sim-small", "stream": True, "max_tokens": 4, "messages": [question]}
+            )
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                % (len(body), body.encode())
+            )
+            started, received, first = time.perf_counter(), b"", None
+            while not received.endswith(b"0\r\n\r\n"):
+                received += sock.recv(65536)
+                if first is None and b'"content":"' in received.replace(b'"content":""', b""):
+                    first = time.perf_counter() - started
+            times.append(1000 * (first or float("nan")))
+    return statistics.median(times[3:])
+
+
+def socket_ttfts(targets: dict[str, int], *, rounds: int, requests: int) -> dict[str, float]:
+    """Median over alternating rounds, so every target sees the same machine."""
+    seen: dict[str, list[float]] = {name: [] for name in targets}
+    for _ in range(rounds):
+        for name, port in targets.items():
+            seen[name].append(socket_ttft(port, requests=requests))
+    return {name: statistics.median(values) for name, values in seen.items()}
+
+
 def run(seconds: float, quick: bool, pin: bool) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     throughput: dict[str, Any] = {}
+    at_socket: dict[str, dict[str, float]] = {}
     for latency_ms in (0, 50):
         sim_port, gw_port = free_port(), free_port()
         sim_args = ["sim", "--port", str(sim_port), "--ttft-ms", str(latency_ms)]
@@ -136,20 +193,32 @@ def run(seconds: float, quick: bool, pin: bool) -> dict[str, Any]:
         # --pin: the gateway on CPU 0 (its own `server.cpus`); this load generator, wrk and the
         # simulator (which inherit this process's affinity) on CPU 1.
         gw_env = {"LEVERGATE_SERVER__CPUS": "[0]"} if pin else None
-        with process(sim_args, sim_port), process(gw_args, gw_port, gw_env) as gateway:
+        relay_port = free_port()
+        relay_args = ["--port", str(relay_port), "--to", f"127.0.0.1:{sim_port}"]
+        relay_url = f"http://127.0.0.1:{relay_port}/v1"
+        with (
+            process(sim_args, sim_port),
+            process(gw_args, gw_port, gw_env) as gateway,
+            process(relay_args, relay_port, command=RELAY),
+        ):
             for concurrency in (1, 16) if quick else (1, 16, 64):
                 for stream in (False, True):
+                    relay = relay_url if concurrency == 1 else None
                     row = measure_pair(sim_url, gw_url, gateway.pid, concurrency=concurrency,
-                                       stream=stream, seconds=seconds)  # fmt: skip
+                                       stream=stream, seconds=seconds, relay_url=relay)  # fmt: skip
                     rows.append({"upstream_latency_ms": latency_ms, **row})
                     print(json.dumps(rows[-1]), flush=True)
+            targets = {"direct": sim_port, "relay": relay_port, "levergate": gw_port}
+            at_socket[f"{latency_ms} ms"] = socket_ttfts(
+                targets, rounds=2 if quick else 4, requests=20 if quick else 40
+            )
             if latency_ms == 0 and shutil.which("wrk"):
                 secs = max(2, int(seconds))
                 throughput = {
                     "direct": wrk_throughput(sim_url, secs, None),
                     "levergate": wrk_throughput(gw_url, secs, gateway.pid),
                 }
-    return {"rows": rows, "throughput_c64_0ms": throughput}
+    return {"rows": rows, "throughput_c64_0ms": throughput, "socket_ttft_c1": at_socket}
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -159,19 +228,34 @@ def markdown(data: dict[str, Any]) -> str:
          if data.get("pinned") else "Unpinned: the scheduler places every process."), "",
         ("Closed loop, 64-token prompts, 16 output tokens; direct = straight to `levergate sim`, "
         "levergate = through `levergate serve --upstream` with its default layers. Added = "
-        "levergate minus direct, measured back to back in one run."), "",
+        "levergate minus direct, measured back to back in one run. Null relay: a process that "
+        "only copies bytes between the sockets (benchmarks/relay.py), the floor for any proxy "
+        "that is a process of its own; measured at concurrency 1."), "",
         ("| upstream latency | concurrency | mode | direct p50 ms | levergate p50 ms "
-         "| added p50 ms | added p99 ms | direct req/s | levergate req/s | gateway CPU ms/req |"),
-        "|---|---|---|---|---|---|---|---|---|---|",
+         "| added p50 ms | added p99 ms | null relay added p50 ms | direct req/s "
+         "| levergate req/s | gateway CPU ms/req |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for r in data["rows"]:
         mode = "stream (TTFT)" if r["stream"] else "non-stream (total)"
         lines.append(
             f"| {r['upstream_latency_ms']} ms | {r['concurrency']} | {mode} | "
             f"{r['direct_p50_ms']:.2f} | {r['levergate_p50_ms']:.2f} | {r['added_p50_ms']:.2f} | "
-            f"{r['added_p99_ms']:.2f} | {r['direct_rps']:.0f} | {r['levergate_rps']:.0f} | "
+            f"{r['added_p99_ms']:.2f} | {_ms(r.get('relay_added_p50_ms'))} | "
+            f"{r['direct_rps']:.0f} | {r['levergate_rps']:.0f} | "
             f"{r['gateway_cpu_ms_per_request']:.3f} |"
         )
+    sockets = data.get("socket_ttft_c1")
+    if sockets:
+        lines += ["", ("TTFT at the socket, concurrency 1 (a plain-socket client: time to the "
+                       "bytes holding the first generated token, p50 ms, median of alternating "
+                       "rounds):"),
+                  "", "| upstream latency | direct | null relay | levergate | levergate added |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for latency, t in sockets.items():
+            added = t["levergate"] - t["direct"]
+            lines.append(f"| {latency} | {t['direct']:.2f} | {t['relay']:.2f} | "
+                         f"{t['levergate']:.2f} | {added:.2f} |")  # fmt: skip
     t = data.get("throughput_c64_0ms")
     if t:
         lines += ["", "Peak throughput, wrk, 64 connections, 0 ms upstream, non-stream:", "",
@@ -180,6 +264,10 @@ def markdown(data: dict[str, Any]) -> str:
                   (f"| levergate | {t['levergate']['rps']:.0f} | {t['levergate']['non_2xx']} | "
                   f"{t['levergate']['gateway_cpu_ms_per_request']:.3f} |")]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def main() -> None:
