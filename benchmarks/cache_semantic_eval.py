@@ -235,6 +235,42 @@ def main() -> None:
     report(results, chosen, quick=args.quick, seconds=time.perf_counter() - started)
 
 
+def _details(results: dict[str, Any]) -> list[str]:
+    """The guard ablation, the backward-elimination choice and the objection counts."""
+    qqp = results["qqp_dev"]
+    lines = ["", "Leaving one guard out (qqp_dev, lowest threshold with false hits <= 1%):", "",
+             "| guard left out | threshold | precision | recall | false-hit rate |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for guard, row in qqp["ablation_at_1pct_fhr"].items():
+        lines.append(f"| {guard} | {' | '.join(_cells(row))} |")
+    selected = qqp["selected_at_1pct_fhr"]
+    t, p, r, fhr = _cells(selected)
+    lines += ["", (f"Guards kept by backward elimination on qqp_dev: "
+                   f"{', '.join(qqp['selected_guards'])} -> threshold {t}, precision {p}, "
+                   f"recall {r}, false-hit rate {fhr}. The same guard set at that threshold on "
+                   "every set:"), "",
+              "| set | P / R / FHR |", "|---|---|"]  # fmt: skip
+    for name, r in results.items():
+        row = _at(r["with_selected_guards"], selected["threshold"])
+        lines.append(f"| {name} | {_prf(row)} |")
+    lines += ["", "Guard objections (pairs, any threshold), paraphrases vs non-paraphrases:", ""]
+    for name, r in results.items():
+        counts = r["guard_objections"]
+        lines.append(f"- {name}: paraphrases {counts['paraphrases']}; "
+                     f"others {counts['non_paraphrases']}")  # fmt: skip
+    return lines
+
+
+def _cells(row: dict[str, float]) -> tuple[str, str, str, str]:
+    """Threshold, precision, recall, false-hit rate, formatted."""
+    return (f"{row['threshold']:.2f}", f"{row['precision']:.1%}", f"{row['recall']:.1%}",
+            f"{row['false_hit_rate']:.2%}")  # fmt: skip
+
+
+def _prf(row: dict[str, float]) -> str:
+    return f"{row['precision']:.1%} / {row['recall']:.1%} / {row['false_hit_rate']:.2%}"
+
+
 def _count(s: dict[str, Any], *, want: bool) -> dict[str, int]:
     counts: Counter[str] = Counter()
     for objections, label in zip(s["objections"], s["labels"], strict=True):

@@ -408,9 +408,12 @@ class SemanticCacheSettings(_Strict):
     """Nearest-neighbour lookup of the final user text. Threshold and guards were chosen on the
     labelled paraphrase data (benchmarks/results/cache_semantic_eval.md): 0.95 with every guard
     is the lowest threshold whose false hits stay <= 1% of qqp_dev's non-duplicate pairs
-    (0.89%, precision 90%, recall 14% on 10k pairs); without guards 1% needs 0.97 (recall 12%).
+    (0.74%, precision 91.8%, recall 14.2% on all 40,370 pairs); without guards 1% needs 0.97
+    (recall 12.5%). Dropping `swapped` would lift qqp_dev recall to 16.0% at 0.85% false hits;
+    it stays, because a swapped direction ("USD to EUR" / "EUR to USD") is exactly the wrong
+    answer that paraphrase sets rarely contain.
     Above `hnsw_above` entries a partition is searched with HNSW (exact numpy search costs
-    ~16 ms at 100k entries on this machine, HNSW ~1 ms).
+    3-10 ms at 100k entries on the project's machines, HNSW 0.2-0.7 ms).
 
     The index is in-process (`index: local`): a replica finds only the answers it stored itself.
     With `index: redis` every replica's index follows a Redis Stream of adds and removes
