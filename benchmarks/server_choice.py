@@ -7,11 +7,15 @@ every number is a ratio against the same baseline.
 Writes benchmarks/results/server_choice.{json,md}.
 
     .venv/bin/python benchmarks/server_choice.py [--seconds 5]
+
+granian is a candidate only when installed (`pip install -e '.[bench]'`); otherwise it is
+skipped with a note.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -130,6 +134,9 @@ def main() -> None:
             "granian (asgi, uvloop) / levergate h1 client": ("granian", "h1"),
         }
         for name, (server, client) in candidates.items():
+            if importlib.util.find_spec(server) is None:
+                print(f"skipping {name}: {server} is not installed (pip install -e '.[bench]')")
+                continue
             port = free_port()
             env = {
                 **os.environ,

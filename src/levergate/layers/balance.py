@@ -46,6 +46,7 @@ from levergate.policies.ewma import Ewma
 
 Strategy = Literal["p2c", "least_outstanding", "weighted"]
 QUOTA_PREFIX = "x-ratelimit-"
+TRUSTED_SAMPLES = 2.0  # recent samples an average needs before the balancer believes it
 _FAILED = "balance.failed"  # trace annotation: endpoints that failed this request already
 _DEFAULT_COOLDOWN = 1.0  # seconds, after a 429 that gave no hint
 
@@ -244,9 +245,6 @@ def _number(text: str | None) -> float | None:
         return float(text)
     except ValueError:
         return None
-
-
-TRUSTED_SAMPLES = 2.0
 
 
 def _trusted(average: Ewma, now: float) -> float:
