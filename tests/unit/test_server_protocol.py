@@ -1,4 +1,5 @@
-"""The transport under uvicorn that sends a response's head with its first body bytes."""
+"""The transport under uvicorn: a response's head goes out with its first body bytes, and a
+stream's later chunks leave as one write per turn of the event loop."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from levergate.server.http_protocol import _HeadWithBody
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n"
+INTERIM = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class Recording(asyncio.Transport):
@@ -24,8 +26,15 @@ class Recording(asyncio.Transport):
     def close(self) -> None:
         self.closed = True
 
+    def is_closing(self) -> bool:
+        return self.closed
 
-def test_a_head_goes_out_with_the_first_body_write() -> None:
+
+async def next_turn() -> None:
+    await asyncio.sleep(0)
+
+
+async def test_a_whole_answer_is_one_write_at_once() -> None:
     real = Recording()
     transport = _HeadWithBody(real)
     transport.write(HEAD)
@@ -34,22 +43,30 @@ def test_a_head_goes_out_with_the_first_body_write() -> None:
     assert real.writes == [HEAD + b"{}"]
 
 
-def test_an_interim_head_goes_out_at_once() -> None:
+async def test_a_streams_later_chunks_leave_together_at_the_end_of_the_turn() -> None:
     real = Recording()
     transport = _HeadWithBody(real)
-    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    assert real.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    transport.write(HEAD)
+    transport.write(b"first")
+    transport.write(b"second")
+    transport.write(b"third")
+    assert real.writes == [HEAD + b"first"]
+    await next_turn()
+    assert real.writes == [HEAD + b"first", b"secondthird"]
+    transport.write(b"fourth")
+    await next_turn()
+    assert real.writes[-1] == b"fourth"
 
 
-def test_a_whole_response_in_one_write_is_not_held() -> None:
+async def test_an_interim_head_is_not_held_for_a_body() -> None:
     real = Recording()
     transport = _HeadWithBody(real)
-    whole = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 7\r\n\r\nInvalid"
-    transport.write(whole)
-    assert real.writes == [whole]
+    transport.write(INTERIM)
+    await next_turn()
+    assert real.writes == [INTERIM]
 
 
-def test_a_large_body_follows_the_head_rather_than_being_copied() -> None:
+async def test_a_large_body_follows_the_head_rather_than_being_copied() -> None:
     real = Recording()
     transport = _HeadWithBody(real)
     body = b"x" * (1 << 20)
@@ -58,31 +75,44 @@ def test_a_large_body_follows_the_head_rather_than_being_copied() -> None:
     assert real.writes == [HEAD, body]
 
 
-def test_closing_flushes_a_held_head() -> None:
+async def test_closing_sends_what_is_held_and_collected_in_order() -> None:
     real = Recording()
     transport = _HeadWithBody(real)
+    transport.write(b"tail of the last answer")
     transport.write(HEAD)
     transport.close()
-    assert real.writes == [HEAD]
+    assert real.writes == [b"tail of the last answer", HEAD]
     assert real.closed
 
 
+async def test_a_new_answer_never_overtakes_the_tail_of_the_last() -> None:
+    real = Recording()
+    transport = _HeadWithBody(real)
+    transport.write(b"0\r\n\r\n")  # the end of a chunked answer, collected
+    transport.write(HEAD)
+    transport.write(b"{}")
+    assert real.writes == [b"0\r\n\r\n", HEAD + b"{}"]
+
+
 writes = st.lists(
-    st.one_of(
-        st.just(HEAD),
-        st.just(b"HTTP/1.1 100 Continue\r\n\r\n"),
-        st.binary(max_size=64),
-        st.binary(min_size=70_000, max_size=70_001),
+    st.tuples(
+        st.one_of(st.just(HEAD), st.just(INTERIM), st.binary(max_size=64), st.just(b"y" * 70_000)),
+        st.booleans(),  # end the loop turn after this write
     ),
-    max_size=8,
+    max_size=10,
 )
 
 
 @given(writes)
-def test_nothing_is_lost_or_reordered(chunks: list[bytes]) -> None:
-    real = Recording()
-    transport = _HeadWithBody(real)
-    for chunk in chunks:
-        transport.write(chunk)
-    transport.close()
-    assert b"".join(real.writes) == b"".join(chunks)
+def test_nothing_is_lost_or_reordered(chunks: list[tuple[bytes, bool]]) -> None:
+    async def scenario() -> list[bytes]:
+        real = Recording()
+        transport = _HeadWithBody(real)
+        for chunk, turn in chunks:
+            transport.write(chunk)
+            if turn:
+                await next_turn()
+        transport.close()
+        return real.writes
+
+    assert b"".join(asyncio.run(scenario())) == b"".join(chunk for chunk, _ in chunks)
