@@ -9,6 +9,8 @@ import httpx
 import openai
 import pytest
 
+from levergate.config import Settings
+from levergate.gateway import Gateway
 from levergate.upstreams.simulator import SimHandle
 from tests.e2e.conftest import USER, GatewayFactory
 
@@ -152,6 +154,28 @@ async def test_a_stream_cut_mid_way_ends_with_an_error_event(
         await _drain(stream, received)
     assert len(received) >= 1
     assert "upstream 'default' failed while sending its answer" in str(caught.value)
+
+
+async def test_a_stream_cut_before_its_first_token_is_an_http_error(
+    sim: SimHandle, client: openai.AsyncOpenAI
+) -> None:
+    # The role preamble arrived, no token yet: nothing the client needs has been sent, so the
+    # failure is still a status code rather than a 200 that breaks off.
+    sim.configure({"faults": {"disconnect_rate": 1.0, "disconnect_after_chunks": 1}})
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.chat.completions.create(model="m", messages=USER, max_tokens=50, stream=True)
+    assert caught.value.status_code == 502
+
+
+async def test_a_streams_head_preamble_and_first_token_arrive_together(sim: SimHandle) -> None:
+    async with Gateway(Settings.for_upstream(sim.base_url)) as gateway:
+        http = httpx.AsyncClient(transport=gateway.transport(), base_url="http://gateway")
+        body = {"model": "m", "messages": USER, "max_tokens": 8, "stream": True}
+        async with http.stream("POST", "/v1/chat/completions", json=body) as response:
+            first = await anext(response.aiter_raw())
+        await http.aclose()
+    assert b'"role":"assistant"' in first
+    assert first.count(b"data: ") == 2  # the preamble and the first token, nothing held back
 
 
 async def _drain(stream: openai.AsyncStream[object], into: list[object]) -> None:

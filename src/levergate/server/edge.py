@@ -2,9 +2,12 @@
 out. The ASGI app and the in-process httpx transport are thin adapters over `Edge.handle`, so the
 proxy and the library share every behaviour, errors included.
 
-A stream is answered only once its first event has arrived: a failure before the first byte then
-still becomes a proper HTTP error (and, later, a retry or fallback). After that, a failure
-becomes an OpenAI-style `error` event and the stream ends without `[DONE]`.
+A stream is answered once its first generated token has arrived (or the stream has ended
+without one), with everything before it: the head, the role preamble and that first token leave
+in one write, the client reads them in one go, and a failure before the first token still
+becomes a proper HTTP error (below the edge, Retry and Fallback act on failures before the
+first event). After that, a failure becomes an OpenAI-style `error` event and the stream ends
+without `[DONE]`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from levergate.errors import (
     error_payload,
 )
 from levergate.gateway import REQUEST_ID_HEADER, Gateway
+from levergate.protocol.openai import has_generated_token
 from levergate.protocol.sse import DONE_FRAME, encode
 
 log = logging.getLogger("levergate.edge")
@@ -116,19 +120,30 @@ async def _respond(call: Call, reply: Reply) -> Response:
     if isinstance(reply, Completed):
         return Response(reply.status, [("content-type", JSON), *meta], reply.raw)
     try:
-        first = await anext(aiter(reply), None)
+        opening = await _opening(reply)
     except BaseException:
         await reply.aclose()
         raise
-    return Response(200, [*SSE_HEADERS, *meta], stream=_frames(reply, first))
+    return Response(200, [*SSE_HEADERS, *meta], stream=_frames(reply, opening))
 
 
-async def _frames(stream: Stream, first: Event | None) -> AsyncGenerator[bytes, None]:
+async def _opening(stream: Stream) -> list[Event]:
+    """The events up to and including the first one that carries a generated token (all of
+    them if none does)."""
+    events: list[Event] = []
+    async for event in stream:
+        events.append(event)
+        if has_generated_token(event.json()):
+            break
+    return events
+
+
+async def _frames(stream: Stream, opening: list[Event]) -> AsyncGenerator[bytes, None]:
     try:
-        if first is not None:
-            yield encode(first.data)
-            async for event in stream:
-                yield encode(event.data)
+        if opening:
+            yield b"".join([encode(event.data) for event in opening])
+        async for event in stream:
+            yield encode(event.data)
         yield DONE_FRAME
     except LevergateError as exc:
         log.warning("stream ended by %s: %s", type(exc).__name__, exc.message)
