@@ -8,7 +8,7 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from levergate.server.http_protocol import _HeadWithBody
+from levergate.server.http_protocol import _Coalescing
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n"
 INTERIM = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -36,7 +36,7 @@ async def next_turn() -> None:
 
 async def test_a_whole_answer_is_one_write_at_once() -> None:
     real = Recording()
-    transport = _HeadWithBody(real)
+    transport = _Coalescing(real)
     transport.write(HEAD)
     assert real.writes == []
     transport.write(b"{}")
@@ -45,7 +45,7 @@ async def test_a_whole_answer_is_one_write_at_once() -> None:
 
 async def test_a_streams_later_chunks_leave_together_at_the_end_of_the_turn() -> None:
     real = Recording()
-    transport = _HeadWithBody(real)
+    transport = _Coalescing(real)
     transport.write(HEAD)
     transport.write(b"first")
     transport.write(b"second")
@@ -60,7 +60,7 @@ async def test_a_streams_later_chunks_leave_together_at_the_end_of_the_turn() ->
 
 async def test_an_interim_head_is_not_held_for_a_body() -> None:
     real = Recording()
-    transport = _HeadWithBody(real)
+    transport = _Coalescing(real)
     transport.write(INTERIM)
     await next_turn()
     assert real.writes == [INTERIM]
@@ -68,7 +68,7 @@ async def test_an_interim_head_is_not_held_for_a_body() -> None:
 
 async def test_a_large_body_follows_the_head_rather_than_being_copied() -> None:
     real = Recording()
-    transport = _HeadWithBody(real)
+    transport = _Coalescing(real)
     body = b"x" * (1 << 20)
     transport.write(HEAD)
     transport.write(body)
@@ -77,7 +77,7 @@ async def test_a_large_body_follows_the_head_rather_than_being_copied() -> None:
 
 async def test_closing_sends_what_is_held_and_collected_in_order() -> None:
     real = Recording()
-    transport = _HeadWithBody(real)
+    transport = _Coalescing(real)
     transport.write(b"tail of the last answer")
     transport.write(HEAD)
     transport.close()
@@ -87,7 +87,7 @@ async def test_closing_sends_what_is_held_and_collected_in_order() -> None:
 
 async def test_a_new_answer_never_overtakes_the_tail_of_the_last() -> None:
     real = Recording()
-    transport = _HeadWithBody(real)
+    transport = _Coalescing(real)
     transport.write(b"0\r\n\r\n")  # the end of a chunked answer, collected
     transport.write(HEAD)
     transport.write(b"{}")
@@ -107,7 +107,7 @@ writes = st.lists(
 def test_nothing_is_lost_or_reordered(chunks: list[tuple[bytes, bool]]) -> None:
     async def scenario() -> list[bytes]:
         real = Recording()
-        transport = _HeadWithBody(real)
+        transport = _Coalescing(real)
         for chunk, turn in chunks:
             transport.write(chunk)
             if turn:
