@@ -1,7 +1,8 @@
 """The ASGI adapter over `Edge`: reads the body under the size limit, writes the response, and
-streams SSE frames one `send` per event, never buffering. A watcher on `receive` turns a client
-disconnect into cancellation of the handling task, which closes the stream and so the upstream
-connection. Lifespan events open and close the gateway."""
+streams SSE frames one `send` per event, never waiting for more (under `levergate serve` the
+sends of one event-loop turn leave in one write: `server.http_protocol`). A watcher on
+`receive` turns a client disconnect into cancellation of the handling task, which closes the
+stream and so the upstream connection. Lifespan events open and close the gateway."""
 
 from __future__ import annotations
 
