@@ -56,7 +56,9 @@ def tune_process(settings: Server) -> None:
     of the collector's sight, and young collections run less often. Measured with wrk at 64
     connections (benchmarks/results/overhead.md): about a quarter less CPU per request.
     CPU affinity (`cpus`): a gateway on its own core is not woken on a core another process
-    just left idle; measured at 50 ms upstream latency, added TTFT fell from ~2.2 to ~1.0 ms."""
+    just left idle. Measured at 50 ms upstream latency and concurrency 1 (overhead.md against
+    overhead-pinned.md): added TTFT +0.57 ms pinned against +0.76 ms unpinned on the current
+    code (it was ~1.0 against ~2.2 ms before the write changes of server.http_protocol)."""
     if settings.cpus:
         try:
             os.sched_setaffinity(0, settings.cpus)
