@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -24,16 +25,24 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return head, await reader.readexactly(length)
 
 
+def post_head(*extra: bytes) -> bytes:
+    lines = [b"POST /v1/chat/completions HTTP/1.1", b"host: x", b"content-type: application/json",
+             *extra, b"content-length: %d" % len(BODY)]  # fmt: skip
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+async def connect(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    port = urlsplit(url).port
+    assert port is not None
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
 async def test_expect_100_continue_is_answered_before_the_body_is_sent(
     sim: SimHandle, gateway_at: GatewayFactory
 ) -> None:
     async with gateway_at(sim.base_url) as url:
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-            b"expect: 100-continue\r\ncontent-length: %d\r\n\r\n" % len(BODY)
-        )
+        reader, writer = await connect(url)
+        writer.write(post_head(b"expect: 100-continue"))
         interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         assert interim.startswith(b"HTTP/1.1 100 ")
         writer.write(BODY)
@@ -47,12 +56,8 @@ async def test_pipelined_and_head_requests_on_one_connection(
     sim: SimHandle, gateway_at: GatewayFactory
 ) -> None:
     async with gateway_at(sim.base_url) as url:
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        post = (
-            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-            b"content-length: %d\r\n\r\n" % len(BODY)
-        ) + BODY
+        reader, writer = await connect(url)
+        post = post_head() + BODY
         writer.write(post + b"HEAD /healthz HTTP/1.1\r\nhost: x\r\n\r\n" + post)
         first = await asyncio.wait_for(read_response(reader), 10)
         head_only = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
