@@ -171,8 +171,9 @@ def _bundled_embedding_model() -> str | None:
     return packaged_file(BUNDLED_EMBEDDING_PACKAGE, BUNDLED_EMBEDDING_FILE)
 
 
-def _cache_home() -> str:
-    """Where derived files (re-quantized models) are kept: `$XDG_CACHE_HOME/levergate`."""
+def cache_home() -> str:
+    """Where derived and persistent files are kept (re-quantized models, the embedded default's
+    cache): `$XDG_CACHE_HOME/levergate`."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return str(Path(base) / "levergate")
 
@@ -234,7 +235,7 @@ class LocalUpstream(_Strict):
     # Re-quantize the model once at first start (cached in `cache_dir`). Q8_0 was measured at
     # ~2x the prefill speed of the bundled Q4_1 file with the same answers; it takes ~1 s.
     requantize: Quantization = "q8_0"
-    cache_dir: str = Field(default_factory=_cache_home)
+    cache_dir: str = Field(default_factory=cache_home)
     # KV cells shared by every sequence in flight; one request may use up to the model's
     # training context of them.
     n_ctx: int = Field(8192, ge=256)
@@ -381,11 +382,12 @@ class CacheRule(_Strict):
 
 
 class CacheStore(_Strict):
-    """Where exact entries live. `sqlite` survives restarts (set it for `levergate serve`);
-    `redis` is shared by replicas; `memory` is per gateway instance. The default is `memory` so
-    that gateways built in one process (tests, library users) never see each other's entries
-    and nothing writes a file unasked. A bounded in-memory LRU sits in front of sqlite and redis
-    when `front_bytes` > 0."""
+    """Where exact entries live. `sqlite` survives restarts; `redis` is shared by replicas;
+    `memory` is per gateway instance. The default is `memory`, so that gateways built in one
+    process (tests, library users) never see each other's entries and nothing writes a file
+    unasked; `levergate serve` with no upstream (the embedded default, `make run`) uses
+    `sqlite` at `$XDG_CACHE_HOME/levergate/cache.sqlite3` unless a backend is set. A bounded
+    in-memory LRU sits in front of sqlite and redis when `front_bytes` > 0."""
 
     backend: Literal["memory", "sqlite", "redis"] = "memory"
     memory_bytes: int = Field(256 * 1024 * 1024, ge=0)

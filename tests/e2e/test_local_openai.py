@@ -118,6 +118,8 @@ async def test_levergate_serve_without_upstreams_serves_the_local_model(tmp_path
         assert "embedded llama.cpp engine" in banner
         assert "smollm2" in banner
         assert list((tmp_path / "levergate" / "models").glob("*.q8_0.gguf"))
+        # The embedded default's exact cache is a file there too, so answers survive restarts.
+        assert (tmp_path / "levergate" / "cache.sqlite3").is_file()
     finally:
         proc.terminate()
         try:

@@ -59,7 +59,7 @@ async def test_memory_store_is_an_lru_bounded_in_bytes_with_expiry() -> None:
 
 
 async def test_sqlite_store_survives_a_restart_and_honours_ttl(tmp_path: Path) -> None:
-    path = tmp_path / "cache.sqlite3"
+    path = tmp_path / "not" / "yet" / "there" / "cache.sqlite3"  # its folder is made
     now = [1000.0]
     store = SqliteKV(path, wall=lambda: now[0])
     await store.set("a", b"one", ttl=60)

@@ -2,7 +2,8 @@
 
 Every model name is answered by the local llama.cpp engine running the bundled
 SmolLM2-135M-Instruct, through the whole gateway pipeline, with no API key and no network:
-what a newcomer gets from `make run`. `smollm2` names it explicitly, `smollm2-lookup` is the same
+what a newcomer gets from `make run`. Its exact cache is a SQLite file under the user's cache
+folder, so answers survive a restart. `smollm2` names it explicitly, `smollm2-lookup` is the same
 model with prompt-lookup decoding on (the per-route switch), and `all-minilm-l6-v2` serves
 `/v1/embeddings` when the `embed` extra is installed.
 
@@ -16,9 +17,17 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from levergate.config import WILDCARD, LocalUpstream, Model, Settings, Speculation
+from levergate.config import (
+    WILDCARD,
+    LocalUpstream,
+    Model,
+    Settings,
+    Speculation,
+    cache_home,
+)
 from levergate.gateway import Gateway
 from levergate.server.run import serving
 
@@ -28,6 +37,20 @@ if TYPE_CHECKING:
 LOCAL = "local"
 ALIAS = "smollm2"
 LOOKUP_ALIAS = "smollm2-lookup"
+
+
+def persistent_cache(settings: Settings) -> Settings:
+    """The embedded default keeps its exact cache in SQLite under the user's cache folder, so
+    its answers survive a restart; a backend (or a file) chosen in the config or the
+    environment stands."""
+    store = settings.cache.store
+    if "backend" in store.model_fields_set:
+        return settings
+    path = store.sqlite_path
+    if "sqlite_path" not in store.model_fields_set:
+        path = str(Path(cache_home()) / "cache.sqlite3")
+    store = store.model_copy(update={"backend": "sqlite", "sqlite_path": path})
+    return settings.model_copy(update={"cache": settings.cache.model_copy(update={"store": store})})
 
 
 def local_settings(settings: Settings) -> Settings:
@@ -48,6 +71,7 @@ def engine_missing() -> str | None:
 
 
 async def serve_embedded(settings: Settings) -> None:
+    settings = persistent_cache(settings)
     missing = engine_missing()
     if missing is not None:
         await _serve_simulated(settings, reason=missing)

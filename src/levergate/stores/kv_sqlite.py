@@ -77,12 +77,13 @@ class SqliteKV:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._executor, job)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:  # OSError: its folder cannot be made
             raise StoreError(f"sqlite {self._path}: {exc}") from exc
         except RuntimeError as exc:  # the executor is shut down: the store is closed
             raise StoreError(f"sqlite {self._path}: {exc}") from exc
 
     def _open(self) -> sqlite3.Connection:
+        Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self._path, timeout=self._busy_ms / 1000, isolation_level=None)
         conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         conn.execute("PRAGMA journal_mode = WAL")
