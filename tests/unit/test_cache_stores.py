@@ -175,6 +175,19 @@ async def test_a_locked_sqlite_file_is_a_counted_miss(tmp_path: Path) -> None:
         await sqlite.aclose()
 
 
+async def test_a_sqlite_file_that_cannot_be_made_is_a_counted_miss(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    clock, stats = ManualClock(), CacheStats()
+    sqlite = SqliteKV(tmp_path / "a-file" / "cache.sqlite3")
+    try:
+        store = safe(sqlite, clock, stats)
+        cache, _ = exact_cache(FakeUpstream(), store=store, stats=stats)
+        assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
+        assert stats.faults.labels("test", "get", "error")._value.get() == 1
+    finally:
+        await sqlite.aclose()
+
+
 async def test_a_corrupt_sqlite_row_is_dropped_and_counted(tmp_path: Path) -> None:
     sqlite = SqliteKV(tmp_path / "c.sqlite3")
     upstream = FakeUpstream()
