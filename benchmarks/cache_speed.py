@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from harness import free_port
+from harness import free_port, stop, wait_http
 
 RESULTS = Path(__file__).parent / "results"
 BODY = {
@@ -54,18 +54,6 @@ wrk.body = '%s'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer sk-bench"
 """
-
-
-def wait_ready(url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - loopback
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not become ready")
 
 
 def levergate(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -192,11 +180,10 @@ def bare(sample: bytes, *, seconds: int) -> dict[str, float]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_ready(f"http://127.0.0.1:{port}/")
+        wait_http(f"http://127.0.0.1:{port}/")
         return wrk(f"http://127.0.0.1:{port}/v1/chat/completions", seconds=seconds, connections=64)
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        stop(server)
         body_file.unlink()
 
 
@@ -279,8 +266,8 @@ def main() -> None:
     gateway = levergate("serve", "--upstream", f"http://127.0.0.1:{sim_port}/v1", "--port",
                         str(gw_port), "--config", str(config))  # fmt: skip
     try:
-        wait_ready(f"http://127.0.0.1:{sim_port}/v1/models")
-        wait_ready(f"http://127.0.0.1:{gw_port}/healthz")
+        wait_http(f"http://127.0.0.1:{sim_port}/v1/models")
+        wait_http(f"http://127.0.0.1:{gw_port}/healthz")
         sim_url = f"http://127.0.0.1:{sim_port}/v1/chat/completions"
         gw_url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
         lat = asyncio.run(latency(sim_url, gw_url, rounds=rounds, block=block))
@@ -295,8 +282,7 @@ def main() -> None:
         bare_rps = bare(sample, seconds=seconds)
     finally:
         for process in (gateway, sim):
-            process.terminate()
-            process.wait(timeout=10)
+            stop(process)
     memory = memory_per_entry(sample, count=20_000 if args.quick else 100_000, tmp=tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     lat.update(breakdown)

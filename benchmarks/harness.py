@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 
@@ -14,14 +16,42 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_port(port: int, *, seconds: float = 30.0) -> None:
+def wait_port(
+    port: int, *, seconds: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Until something listens on the port; fails at once if `proc` (its server) exits."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server for port {port} exited with {proc.returncode}")
         time.sleep(0.05)
     raise RuntimeError(f"port {port} did not open within {seconds:g} s")
+
+
+def wait_http(url: str, *, data: bytes | None = None, seconds: float = 30.0) -> None:
+    """Until `url` answers 200 (a POST of `data` when given)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, data=data, timeout=1) as response:  # noqa: S310 - loopback
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer 200 within {seconds:g} s")
+
+
+def stop(proc: subprocess.Popen[bytes], *, seconds: float = 10.0) -> None:
+    """Terminate, and kill what does not exit in time."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def cpu_seconds(*pids: int) -> float:

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness import cpu_seconds, free_port
+from harness import cpu_seconds, free_port, stop, wait_port
 
 from levergate.bench import BenchConfig, run_bench
 
@@ -52,22 +52,15 @@ def process(
         env={**os.environ, **(env or {})},
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{args[0]} did not start: {proc.stderr.read()!r}")  # type: ignore[union-attr]
-            time.sleep(0.05)
+        try:
+            wait_port(port, proc=proc)
+        except RuntimeError:
+            if proc.poll() is None:
+                raise
+            raise RuntimeError(f"{args[0]} did not start: {proc.stderr.read()!r}") from None  # type: ignore[union-attr]
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, seconds=15)
 
 
 async def load(url: str, *, concurrency: int, stream: bool, seconds: float) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness import cpu_seconds, free_port, wait_port
+from harness import cpu_seconds, free_port, stop, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -197,11 +197,9 @@ def main() -> None:
                         }
                     )
             finally:
-                proc.terminate()
-                proc.wait()
+                stop(proc)
     finally:
-        upstream.terminate()
-        upstream.wait()
+        stop(upstream)
     RESULTS.mkdir(parents=True, exist_ok=True)
     meta = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -30,15 +30,15 @@ import platform
 import re
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+from harness import free_port, stop, wait_http
 
 from levergate.upstreams.simulator import SimSettings, Simulator
 from levergate.upstreams.simulator.responses import Reply
@@ -168,13 +168,6 @@ def serve_candidate(name: str, port: int) -> None:
 
 
 # --- the harness --------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _command(name: str, port: int) -> list[str] | None:
     py = sys.executable
     if name.startswith("raw-protocol"):
@@ -199,23 +192,6 @@ def _command(name: str, port: int) -> list[str] | None:
             "--working-dir", str(Path(__file__).parent), "sim_throughput:granian_app",
         ]  # fmt: skip
     return [py, __file__, "--serve", name, "--port", str(port)]
-
-
-def _wait_ready(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/chat/completions",
-        data=json.dumps(BODY).encode(),
-        method="POST",
-    )
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(request, timeout=1) as response:  # noqa: S310 - loopback
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"server on port {port} did not become ready")
 
 
 def _cpu_seconds(root: int) -> float:
@@ -267,7 +243,7 @@ def _wrk(port: int, *, duration: int, connections: int, script: Path) -> dict[st
 
 def measure(name: str, *, duration: int, connections: int, script: Path) -> dict[str, Any]:
     """One run: start the candidate, warm it up, load it, and account its CPU time."""
-    port = _free_port()
+    port = free_port()
     command = _command(name, port)
     if command is None:
         return {"candidate": name, "skipped": "not installed"}
@@ -276,19 +252,14 @@ def measure(name: str, *, duration: int, connections: int, script: Path) -> dict
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
     )
     try:
-        _wait_ready(port)
+        wait_http(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(BODY).encode())
         _wrk(port, duration=1, connections=connections, script=script)  # warm-up
         load = os.getloadavg()[0]
         cpu_before = _cpu_seconds(process.pid)
         result = _wrk(port, duration=duration, connections=connections, script=script)
         cpu = _cpu_seconds(process.pid) - cpu_before
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
     per_request = cpu / result["requests"] * 1e6 if result["requests"] else None
     return {
         "candidate": name,

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,20 +21,12 @@ from typing import Any
 
 import aiohttp
 import yaml
+from harness import stop, wait_port
 
 from levergate.bench.stats import percentile
 
 RESULTS = Path(__file__).parent / "results"
 LEVERGATE = str(Path(sys.executable).parent / "levergate")
-
-
-def wait_port(port: int, *, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port} after {timeout}s")
 
 
 @contextlib.contextmanager
@@ -52,14 +43,10 @@ def process(
         stderr=subprocess.STDOUT,
     )
     try:
-        wait_port(port)
+        wait_port(port, proc=child)
         yield child
     finally:
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        stop(child)
         log.close()
 
 
@@ -177,8 +164,7 @@ def logged_simulator(
         wait_port(port)
         yield arrivals
     finally:
-        child.terminate()
-        child.wait(timeout=30)
+        stop(child, seconds=30)
         for line in log.read_text().splitlines() if log.exists() else []:
             stamp, status = line.split()
             arrivals.append((float(stamp), int(status)))
