@@ -76,7 +76,7 @@ EventSource = AsyncGenerator[Event, None]
 
 
 class Stream:
-    __slots__ = ("_events", "_inner", "headers")
+    __slots__ = ("_events", "_inner", "headers", "primed")
 
     def __init__(
         self,
@@ -88,6 +88,9 @@ class Stream:
         self._events = events
         self._inner = inner  # the stream `events` reads from, closed after it
         self.headers: dict[str, str] = headers if headers is not None else {}
+        # Its first event has already arrived (`layers.retry.first_event_pulled`): a failure
+        # before the first byte can no longer come out of it.
+        self.primed = False
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events

@@ -101,7 +101,10 @@ def retry_reason(exc: UpstreamError) -> str | None:
 
 async def first_event_pulled(stream: Stream) -> Stream:
     """The stream with its first event already received, so a failure before the first byte
-    surfaces here, where it can still be retried or sent to a fallback."""
+    surfaces here, where it can still be retried or sent to a fallback. A stream a layer below
+    has primed already (Retry under Fallback) is returned as it is."""
+    if stream.primed:
+        return stream
     events = aiter(stream)
     try:
         first = await anext(events)
@@ -110,7 +113,9 @@ async def first_event_pulled(stream: Stream) -> Stream:
     except BaseException:
         await stream.aclose()
         raise
-    return stream.through(lambda rest: _prepended(first, rest))
+    primed = stream.through(lambda rest: _prepended(first, rest))
+    primed.primed = True
+    return primed
 
 
 async def _prepended(first: Event, rest: EventSource) -> EventSource:
