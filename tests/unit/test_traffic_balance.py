@@ -17,12 +17,12 @@ from levergate.policies.backoff import FullJitter
 from levergate.policies.budget import RetryBudget
 from levergate.policies.ejection import State
 from levergate.policies.ewma import Ewma
+from tests.unit.cache_helpers import drain
 from tests.unit.traffic_fakes import (
     AutoClock,
     Pool,
     Scripted,
     call,
-    drain,
     ok,
     server_error,
     stream_of,

@@ -9,7 +9,8 @@ from levergate.core.reply import Completed, Reply
 from levergate.errors import Overloaded, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from levergate.layers.fallback import Fallback, failure_kind
 from levergate.layers.traffic_metrics import TrafficMetrics
-from tests.unit.traffic_fakes import Scripted, call, drain, ok, server_error, stream_of, throttled
+from tests.unit.cache_helpers import drain
+from tests.unit.traffic_fakes import Scripted, call, ok, server_error, stream_of, throttled
 
 
 class ByModel:

@@ -19,7 +19,8 @@ from levergate.layers.waiting import Slots, WaitingRoom
 from levergate.policies.gcra import Rate
 from levergate.stores.limits import Charge, MemoryLimitStore
 from levergate.testing import ManualClock
-from tests.unit.traffic_fakes import Scripted, call, drain, ok, settle, stream_of
+from tests.unit.cache_helpers import drain
+from tests.unit.traffic_fakes import Scripted, call, ok, settle, stream_of
 
 ONE_PER_SECOND = Rate(limit=1, window=1.0)
 

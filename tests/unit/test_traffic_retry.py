@@ -14,11 +14,11 @@ from levergate.layers.retry import Retry, first_event_pulled
 from levergate.layers.traffic_metrics import TrafficMetrics
 from levergate.policies.backoff import FullJitter
 from levergate.policies.budget import RetryBudget
+from tests.unit.cache_helpers import drain
 from tests.unit.traffic_fakes import (
     AutoClock,
     Scripted,
     call,
-    drain,
     server_error,
     stream_of,
     throttled,

@@ -104,14 +104,6 @@ async def settle(rounds: int = 20) -> None:
         await asyncio.sleep(0)
 
 
-async def drain(reply: Reply) -> list[dict[str, Any]]:
-    assert isinstance(reply, Stream)
-    try:
-        return [event.json() async for event in reply]
-    finally:
-        await reply.aclose()
-
-
 class AutoClock:
     """A clock whose sleeps return at once, moving time forward; every sleep is recorded."""
 
