@@ -3,7 +3,8 @@ official OpenAI SDK as the client."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -16,6 +17,20 @@ from levergate.server.run import serving
 from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
 
 GatewayFactory = Callable[..., AbstractAsyncContextManager[str]]
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Child processes a test starts; each is terminated (killed if it hangs) afterwards."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture

@@ -8,11 +8,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import openai
-import pytest
 
 from tests.e2e.conftest import USER
 
@@ -35,19 +33,6 @@ def wait_for(port: int, proc: subprocess.Popen[bytes]) -> None:
                 return
         time.sleep(0.05)
     raise AssertionError(f"port {port} never opened")
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def start(args: list[str], processes: list[subprocess.Popen[bytes]]) -> None:

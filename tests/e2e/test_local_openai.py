@@ -90,7 +90,9 @@ async def test_embeddings_models_and_errors(sdk: openai.AsyncOpenAI) -> None:
     assert again.choices[0].text
 
 
-async def test_levergate_serve_without_upstreams_serves_the_local_model(tmp_path: Path) -> None:
+async def test_levergate_serve_without_upstreams_serves_the_local_model(
+    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEVERGATE_")}
     env["XDG_CACHE_HOME"] = str(tmp_path)  # the re-quantized model goes here, not to ~/.cache
@@ -102,28 +104,21 @@ async def test_levergate_serve_without_upstreams_serves_the_local_model(tmp_path
             stdout=subprocess.DEVNULL,
             stderr=sink,
         )
-    try:
-        wait_for(port, proc)
-        async with openai.AsyncOpenAI(
-            base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0
-        ) as client:
-            reply = await client.chat.completions.create(
-                model="smollm2",
-                messages=FRANCE,
-                temperature=0,
-                max_tokens=16,
-            )
-            assert "Paris" in (reply.choices[0].message.content or "")
-        banner = log.read_text()
-        assert "embedded llama.cpp engine" in banner
-        assert "smollm2" in banner
-        assert list((tmp_path / "levergate" / "models").glob("*.q8_0.gguf"))
-        # The embedded default's exact cache is a file there too, so answers survive restarts.
-        assert (tmp_path / "levergate" / "cache.sqlite3").is_file()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    processes.append(proc)
+    wait_for(port, proc)
+    async with openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0
+    ) as client:
+        reply = await client.chat.completions.create(
+            model="smollm2",
+            messages=FRANCE,
+            temperature=0,
+            max_tokens=16,
+        )
+        assert "Paris" in (reply.choices[0].message.content or "")
+    banner = log.read_text()
+    assert "embedded llama.cpp engine" in banner
+    assert "smollm2" in banner
+    assert list((tmp_path / "levergate" / "models").glob("*.q8_0.gguf"))
+    # The embedded default's exact cache is a file there too, so answers survive restarts.
+    assert (tmp_path / "levergate" / "cache.sqlite3").is_file()
