@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from levergate.bench import BenchConfig
-from levergate.bench.client import HttpSender, open_session, request_headers
+from levergate.bench.client import HttpSender, open_session
 from levergate.protocol.sse import DONE_FRAME, encode
 
 
@@ -133,13 +133,7 @@ async def fake() -> AsyncIterator[tuple[FakeOpenAI, str]]:
 async def send_one(url: str, clock: StepClock, **values: Any) -> Any:
     config = BenchConfig(url=url, **values)
     async with open_session(config) as session:
-        sender = HttpSender(
-            session=session,
-            url=config.target_url(),
-            headers=request_headers(config),
-            stream=config.stream,
-            clock=clock,
-        )
+        sender = HttpSender.of(session, config, clock=clock)
         return await sender.send(
             orjson.dumps({"model": "m", "max_tokens": 3, "stream": config.stream})
         )

@@ -68,6 +68,17 @@ class HttpSender:
         self._stream = stream
         self._clock = clock
 
+    @classmethod
+    def of(cls, session: aiohttp.ClientSession, config: BenchConfig, *, clock: Clock) -> HttpSender:
+        """The sender a run of `config` uses: its URL, headers and stream mode."""
+        return cls(
+            session=session,
+            url=config.target_url(),
+            headers=request_headers(config),
+            stream=config.stream,
+            clock=clock,
+        )
+
     async def send(self, body: bytes) -> Outcome:
         try:
             async with self._session.post(self._url, data=body, headers=self._headers) as reply:

@@ -19,11 +19,12 @@ per-request timeouts on top, every run ends by itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 
-from levergate.bench.client import HttpSender, open_session, request_headers
+from levergate.bench.client import HttpSender, open_session
 from levergate.bench.config import BenchConfig
 from levergate.bench.recorder import Recorder, Sender, Snapshot
 from levergate.bench.report import BenchResult, RunTotals
@@ -58,19 +59,11 @@ async def run_bench(
     records = None if trace is None else load_trace(trace, time_scale=config.time_scale)
     run_nonce = nonce if nonce is not None else uuid.uuid4().hex[:8]
     clock = clock if clock is not None else SystemClock()
-    if sender is not None:
+    async with contextlib.AsyncExitStack() as resources:
+        if sender is None:
+            session = await resources.enter_async_context(open_session(config))
+            sender = HttpSender.of(session, config, clock=clock)
         return await _Run(config, sender=sender, clock=clock, nonce=run_nonce).execute(
-            arrivals(config, trace=records), progress=progress
-        )
-    async with open_session(config) as session:
-        http = HttpSender(
-            session=session,
-            url=config.target_url(),
-            headers=request_headers(config),
-            stream=config.stream,
-            clock=clock,
-        )
-        return await _Run(config, sender=http, clock=clock, nonce=run_nonce).execute(
             arrivals(config, trace=records), progress=progress
         )
 
