@@ -518,7 +518,7 @@ class EjectionSettings(_Strict):
 
 
 class HealthCheckSettings(_Strict):
-    """Active health checks (see layers/health_checks.py): every endpoint key is probed with
+    """Active health checks (see layers/traffic/health_checks.py): every endpoint key is probed with
     `GET {base_url}{path}` under its own API key, independent of client traffic. They feed the
     passive ejection state: `unhealthy_threshold` failed probes in a row eject the endpoint and
     keep it out while probes fail; `healthy_threshold` passes in a row readmit it at once."""
@@ -548,7 +548,7 @@ FallbackOn = Literal["rate_limited", "overloaded", "unavailable", "timeout"]
 
 
 class Traffic(_Strict):
-    """Limits, scheduling, retries, fallbacks and balancing (see layers/limits.py and friends).
+    """Limits, scheduling, retries, fallbacks and balancing (see layers/traffic/).
 
     What replicas share: with `store: redis`, the rpm and tpm of every key, endpoint and tenant.
     Everything else is per process: concurrency caps, the priority queues (each replica orders

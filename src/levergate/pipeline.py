@@ -24,12 +24,12 @@ from levergate.core.clock import Clock, SystemClock
 from levergate.core.embedder import Embedder
 from levergate.core.service import Layer, Service, stack
 from levergate.layers.auth import Authenticate
-from levergate.layers.balance import Member
-from levergate.layers.cache_setup import CacheKit, build_cache
+from levergate.layers.cache.build import CacheKit, build_cache
 from levergate.layers.dispatch import Dispatch
-from levergate.layers.endpoints import Node
-from levergate.layers.metrics import Measure, Telemetry
-from levergate.layers.traffic import TrafficControl
+from levergate.layers.measure.measure import Measure, Telemetry
+from levergate.layers.traffic.balance import Member
+from levergate.layers.traffic.build import TrafficControl
+from levergate.layers.traffic.endpoints import Node
 from levergate.upstreams import Endpoint, make_endpoint
 from levergate.upstreams.client import client_for
 from levergate.upstreams.wire import HttpClient

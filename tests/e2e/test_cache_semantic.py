@@ -19,7 +19,7 @@ from levergate.pipeline import Deps
 from levergate.server.run import serving
 from levergate.upstreams.simulator import SimHandle
 from tests.redis_required import require_redis
-from tests.unit.test_cache_semantic import BagOfWords
+from tests.unit.layers.cache.test_semantic import BagOfWords
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
 

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from levergate.layers.cache_replay import assemble, synthesize, verdict
+from levergate.layers.cache.replay import assemble, synthesize, verdict
 
 TEXT = st.text(max_size=40)
 TOOL_CALL = st.fixed_dictionaries(

@@ -7,7 +7,7 @@
 The ejection time grows with each ejection (`base * ejections`, capped), so a flapping endpoint
 is tried less and less often; after `forgive_after` seconds healthy the count starts again.
 Half-open lets exactly one request through as a probe; its outcome decides. Active health
-checks (`layers.health_checks`) drive the same machine: they eject, `hold` an endpoint out
+checks (`layers.traffic.health_checks`) drive the same machine: they eject, `hold` an endpoint out
 while their probes fail, and readmit it (`success`) when they pass again. A group cap
 (`may_eject`, decided by the caller) keeps at least one endpoint serving.
 

@@ -8,7 +8,7 @@ nor, once out, does one lucky probe bring a flapping one back. Every endpoint st
 it serves before its first probe has answered.
 
 A pure value: `after` returns the next verdict, so a property test can replay any sequence of
-probe outcomes against a reference scan. `layers.health_checks` acts on the flips.
+probe outcomes against a reference scan. `layers.traffic.health_checks` acts on the flips.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`HttpProbe`: one active health check of one endpoint key — `GET {base_url}{path}`.
 
-Used by `layers.health_checks`. It goes through an HTTP client of its own (built by the same
+Used by `layers.traffic.health_checks`. It goes through an HTTP client of its own (built by the same
 `http_client` factory as the endpoint's, so TLS, CA bundle and HTTP/2 choices match), not
 through the endpoint's pool or the gateway's limits: a probe must reach the provider even when
 the pool is saturated or the key's rate limit is spent, and must not take a client's slot.

@@ -1,0 +1,168 @@
+"""`CacheKit`: everything the cache layers share, built once per gateway from settings.
+
+`pipeline.py` writes where the cache layers go; this module builds what they need — the store
+(`stores.build`), the counters, the resolver that turns a model alias into the model that will
+actually answer (part of every key, so re-pointing an alias never serves the old model's
+answers) — and hands back ready-to-stack layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+
+from prometheus_client import CollectorRegistry
+
+from levergate.config import WILDCARD, Cache, Model, SemanticCacheSettings
+from levergate.core.call import Call, Context
+from levergate.core.clock import Clock
+from levergate.core.embedder import Embedder
+from levergate.core.reply import Completed
+from levergate.core.service import Layer, Service
+from levergate.errors import ConfigError, UpstreamUnavailable
+from levergate.layers.cache.embeddings import EmbeddingsCache
+from levergate.layers.cache.entries import Entries
+from levergate.layers.cache.exact import ExactCache
+from levergate.layers.cache.stats import CacheStats
+from levergate.stores.build import build_store
+from levergate.stores.kv import KV
+
+
+@dataclass
+class CacheKit:
+    settings: Cache
+    stats: CacheStats
+    store: KV
+    resolve: Callable[[str], str]
+    clock: Clock
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Jobs for `Pipeline.background` (the shared semantic index following its log).
+    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    @property
+    def exact(self) -> Layer:
+        entries = Entries(self.store, cache="exact", stats=self.stats)
+        return partial(
+            ExactCache, settings=self.settings, entries=entries, stats=self.stats,
+            resolve=self.resolve, clock=self.clock,
+        )  # fmt: skip
+
+    @property
+    def embeddings(self) -> Layer:
+        entries = Entries(self.store, cache="embeddings", stats=self.stats)
+        return partial(
+            EmbeddingsCache, settings=self.settings, entries=entries, stats=self.stats,
+            resolve=self.resolve,
+        )  # fmt: skip
+
+    def semantic(self, *, routes: Service, embedder: Embedder | None) -> Layer | None:
+        """The semantic cache layer, or None when no rule opts in (then nothing is loaded).
+        `routes` is the service under the front layers: the upstream embedder and the
+        verification call go through it."""
+        rules = [self.settings.default, *self.settings.models.values()]
+        if not any(rule.semantic for rule in [*rules, *self.settings.features.values()]):
+            return None
+        # Imported here: numpy and the embedder are the `semantic` extra, needed only when on.
+        from levergate.layers.cache.semantic import SemanticCache
+        from levergate.stores.vector import PartitionedIndex, Partitions
+
+        options = self.settings.semantic
+        if options.index == "redis" and self.settings.store.backend == "memory":
+            raise ConfigError(
+                "cache.semantic.index 'redis' shares the index between replicas, but with "
+                "cache.store.backend 'memory' no replica can load another's entries: set "
+                "cache.store.backend to 'redis'"
+            )
+        if embedder is None:
+            embedder = _default_embedder(options, routes, self.closers)
+        local = PartitionedIndex(max_entries=options.max_entries, hnsw_above=options.hnsw_above)
+        index: Partitions = local
+        if options.index == "redis":
+            from levergate.stores.vector_redis import connect
+
+            shared = connect(local, store=self.settings.store, options=options, clock=self.clock,
+                             on_fault=self.stats.fault)  # fmt: skip
+            self.background.append(shared.run)
+            self.closers.append(shared.aclose)
+            index = shared
+        entries = Entries(self.store, cache="semantic", stats=self.stats)
+        return partial(
+            SemanticCache, settings=self.settings, entries=entries, stats=self.stats,
+            resolve=self.resolve, embedder=embedder, index=index,
+            verify=routes if options.verify_model else None,
+        )  # fmt: skip
+
+    async def aclose(self) -> None:
+        for close in self.closers:
+            await close()
+
+
+class ServiceEmbedder:
+    """An `Embedder` over this gateway's own routes: `/v1/embeddings` of a configured model."""
+
+    def __init__(self, routes: Service, *, model: str) -> None:
+        self._routes = routes
+        self._model = model
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        call = Call(kind="embedding", body={"model": self._model, "input": texts},
+                    ctx=Context(request_id="semantic-cache-embed"))  # fmt: skip
+        reply = await self._routes(call)
+        if not isinstance(reply, Completed):
+            raise UpstreamUnavailable("the embeddings route did not answer with a body")
+        rows = sorted(reply.data.get("data") or [], key=lambda row: row.get("index", 0))
+        vectors = [row.get("embedding") for row in rows]
+        if len(vectors) != len(texts) or not all(isinstance(v, list) for v in vectors):
+            raise UpstreamUnavailable("the embeddings route answered the wrong shape")
+        return [[float(x) for x in v] for v in vectors if isinstance(v, list)]
+
+
+def _default_embedder(
+    options: SemanticCacheSettings, routes: Service, closers: list[Callable[[], Awaitable[None]]]
+) -> Embedder:
+    if options.embedder == "upstream":
+        if not options.embedding_model:
+            raise ConfigError(
+                "cache.semantic.embedder 'upstream' needs cache.semantic.embedding_model"
+            )
+        return ServiceEmbedder(routes, model=options.embedding_model)
+    try:
+        from levergate.upstreams.embeddings_local import default_embedder
+    except ImportError:
+        raise ConfigError(
+            "the local MiniLM embedder needs onnxruntime and tokenizers: pip install "
+            "'levergate[semantic]', or set cache.semantic.embedder: upstream"
+        ) from None
+    local = default_embedder()
+    closers.append(local.aclose)
+    return local
+
+
+def build_cache(
+    settings: Cache, *, models: Mapping[str, Model], clock: Clock, registry: CollectorRegistry
+) -> CacheKit:
+    stats = CacheStats(registry)
+    built = build_store(settings.store, clock=clock, on_fault=stats.fault)
+    return CacheKit(
+        settings=settings,
+        stats=stats,
+        store=built.kv,
+        resolve=partial(resolve_model, models),
+        clock=clock,
+        closers=list(built.closers),
+    )
+
+
+def resolve_model(models: Mapping[str, Model], alias: str) -> str:
+    """The alias and every endpoint that may answer it (`upstream/model`), for a configured alias
+    or the `*` catch-all; an unknown alias stands for itself."""
+    model = models.get(alias) or models.get(WILDCARD)
+    if model is None:
+        return alias
+    wildcard = model.name == WILDCARD
+    targets = ",".join(
+        f"{t.upstream}/{alias if wildcard else t.upstream_model or model.upstream_model or alias}"
+        for t in model.endpoints
+    )
+    return f"{alias}->{targets}"

@@ -1,0 +1,158 @@
+"""EmbeddingsCache: a text is never embedded twice.
+
+Embeddings are deterministic, so every `/v1/embeddings` input is cached on its own, keyed by the
+fingerprint of (resolved model, dimensions, encoding format and any other shaping field, the
+input item, the tenant's namespace). A request whose inputs are partly cached sends only the
+missing ones upstream — once each, even if repeated in the request — and the response is put
+back together in the request's order. `usage` reports what the upstream actually processed (zero
+on a full hit), because that is what was paid for.
+
+Sits in FRONT next to the exact cache (it is the exact cache for embeddings); cached vectors are
+spliced into the response as pre-serialised JSON, never re-encoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from levergate.config import Cache
+from levergate.core.call import Call
+from levergate.core.reply import Completed, Reply
+from levergate.core.service import Service
+from levergate.errors import UpstreamUnavailable
+from levergate.layers.cache.entries import CACHE_HEADER, Entries
+from levergate.layers.cache.stats import CacheStats
+from levergate.policies.cache_policy import controls, namespace, rule_for
+from levergate.policies.fingerprint import fingerprint
+from levergate.stores.entry import Form
+
+NAME = "embeddings"
+HITS_HEADER = "x-levergate-cache-hits"
+
+
+class EmbeddingsCache:
+    def __init__(
+        self,
+        inner: Service,
+        *,
+        settings: Cache,
+        entries: Entries,
+        stats: CacheStats,
+        resolve: Callable[[str], str],
+    ) -> None:
+        self._inner = inner
+        self._settings = settings
+        self._entries = entries
+        self._stats = stats
+        self._resolve = resolve
+
+    async def __call__(self, call: Call) -> Reply:
+        if call.kind != "embedding":
+            return await self._inner(call)
+        rule = rule_for(self._settings, model=call.model, feature=call.ctx.feature)
+        items = _items(call.body.get("input"))
+        if rule.mode == "off" or not items:
+            self._stats.lookup(NAME, "bypass")
+            reply = await self._inner(call)
+            reply.headers.setdefault(CACHE_HEADER, "bypass")
+            return reply
+        asked = controls(call.ctx.headers)
+        keys = [self._key(call, item) for item in items]
+        found: dict[str, bytes] = {}
+        if asked.lookup:
+            unique = list(dict.fromkeys(keys))
+            loaded = await asyncio.gather(*(self._entries.load(k) for k in unique))
+            found = {k: e.parts[0] for k, e in zip(unique, loaded, strict=True) if e is not None}
+        missing = [k for k in dict.fromkeys(keys) if k not in found]
+        hits = len(keys) - sum(1 for k in keys if k not in found)
+        self._stats.lookup(NAME, "hit" if not missing else "miss")
+        if not missing:
+            reply = Completed(_response(call.model, keys, found, usage=None))
+        else:
+            reply = await self._fetch(call, items, keys, missing, found, store=asked.store)
+        reply.headers[CACHE_HEADER] = "hit" if not missing else "miss"
+        reply.headers[HITS_HEADER] = f"{hits}/{len(keys)}"
+        return reply
+
+    def _key(self, call: Call, item: Any) -> str:
+        return fingerprint(
+            {**call.body, "input": item},
+            kind="embedding",
+            resolved_model=self._resolve(call.model),
+            namespace=namespace(self._settings, call.ctx.tenant),
+        )
+
+    async def _fetch(
+        self,
+        call: Call,
+        items: list[Any],
+        keys: list[str],
+        missing: list[str],
+        found: dict[str, bytes],
+        *,
+        store: bool,
+    ) -> Reply:
+        first_item = dict(zip(keys, items, strict=True))
+        send = [first_item[k] for k in missing]
+        whole = len(send) == len(items)
+        reply = await self._inner(call if whole else call.with_body(input=send))
+        if not isinstance(reply, Completed) or reply.status != 200:
+            return reply
+        vectors = _vectors(reply.data, len(send))
+        ttl = self._settings.embeddings_ttl_seconds
+        found.update(zip(missing, vectors, strict=True))
+        if store:
+            saves = zip(missing, vectors, strict=True)
+            await asyncio.gather(
+                *(self._entries.save(k, Form.BLOB, (v,), ttl=ttl) for k, v in saves)
+            )
+        if whole:
+            return reply  # the upstream's own bytes, already in the request's order
+        model = reply.data.get("model")
+        return Completed(
+            _response(model if isinstance(model, str) else call.model, keys, found,
+                      usage=reply.data.get("usage"))
+        )  # fmt: skip
+
+
+def _items(value: Any) -> list[Any]:
+    """The request's inputs one by one: a string, a list of strings, one list of token ids, or
+    a list of token-id lists."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not value:
+        return []
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return [value]
+    if all(isinstance(v, str | list) for v in value):
+        return list(value)
+    return []
+
+
+def _vectors(data: dict[str, Any], count: int) -> list[bytes]:
+    rows = data.get("data")
+    if not isinstance(rows, list) or len(rows) != count:
+        raise UpstreamUnavailable("the upstream returned the wrong number of embeddings")
+    ordered: list[bytes | None] = [None] * count
+    for position, row in enumerate(rows):
+        index = row.get("index", position) if isinstance(row, dict) else None
+        if not isinstance(index, int) or not 0 <= index < count or "embedding" not in row:
+            raise UpstreamUnavailable("the upstream returned a malformed embeddings list")
+        ordered[index] = orjson.dumps(row["embedding"])
+    if any(v is None for v in ordered):
+        raise UpstreamUnavailable("the upstream returned duplicate embedding indexes")
+    return [v for v in ordered if v is not None]
+
+
+def _response(model: str, keys: list[str], found: dict[str, bytes], *, usage: Any) -> bytes:
+    data = [
+        {"object": "embedding", "index": i, "embedding": orjson.Fragment(found[key])}
+        for i, key in enumerate(keys)
+    ]
+    if not isinstance(usage, dict):
+        usage = {"prompt_tokens": 0, "total_tokens": 0}
+    return orjson.dumps({"object": "list", "data": data, "model": model, "usage": usage})

@@ -1,0 +1,101 @@
+"""What the per-endpoint levers know about one endpoint key, shared between them.
+
+An `EndpointState` exists once per (upstream, API key) pair, however many model aliases route
+to it: its health (outlier ejection), its waiting room (limits), and the load the balancer
+scores it by (requests and tokens outstanding, TTFT and speed averages, the provider's quota
+headroom, a cooldown after a 429). `EjectionGroup` holds them all, to cap how many may be
+ejected at once. `Node` pairs a state with the service stack that reaches the endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+from levergate.core.service import Service
+from levergate.layers.traffic.metrics import TrafficMetrics
+from levergate.layers.traffic.waiting import WaitingRoom
+from levergate.policies.ejection import Ejection, State
+from levergate.policies.ewma import Ewma
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class EndpointState:
+    name: str
+    room: WaitingRoom
+    health: Ejection = field(default_factory=Ejection)
+    ttft: Ewma = field(default_factory=Ewma)  # upstream seconds to the first event of a stream
+    latency: Ewma = field(default_factory=Ewma)  # upstream seconds to the reply (head or whole)
+    speed: Ewma = field(default_factory=Ewma)  # output tokens per second of one request
+    outstanding: int = 0
+    queued_tokens: float = 0.0
+    headroom: float = 1.0  # share of the provider's quota left, from x-ratelimit-* headers
+    cooldown_until: float = 0.0  # no new request before this (after a 429 or an empty quota)
+
+
+@dataclass(eq=False)
+class Node:
+    state: EndpointState
+    service: Service
+
+
+class EjectionGroup:
+    """Every endpoint's health, so ejections can be capped and counted in one place."""
+
+    def __init__(self, *, max_share: float, metrics: TrafficMetrics) -> None:
+        self._max_share = max_share
+        self._metrics = metrics
+        self._members: list[EndpointState] = []
+        self._marked: set[str] = set()  # ejected and not yet back to healthy
+
+    def add(self, state: EndpointState) -> None:
+        self._members.append(state)
+
+    def may_eject(self, now: float) -> bool:
+        ejected = sum(1 for m in self._members if m.health.state(now) is State.EJECTED)
+        return ejected < max(1, math.floor(self._max_share * len(self._members)))
+
+    def failure(self, state: EndpointState, now: float) -> None:
+        before = state.health.state(now)
+        after = state.health.failure(now, may_eject=self.may_eject(now))
+        if after is State.EJECTED and before is not State.EJECTED:
+            self._ejected(state)
+
+    def success(self, state: EndpointState, now: float) -> None:
+        if state.health.success(now) is State.HEALTHY and state.name in self._marked:
+            self._marked.discard(state.name)
+            self._metrics.ejected.labels(state.name).set(0)
+            _log.warning("endpoint %s is healthy again", state.name)
+
+    def eject(self, state: EndpointState, now: float) -> None:
+        """Eject a latency outlier or an endpoint failing its health checks (the cap applies)."""
+        if state.health.state(now) is State.HEALTHY and self.may_eject(now):
+            state.health.eject(now)
+            self._ejected(state)
+
+    def keep_out(self, state: EndpointState, now: float, *, until: float) -> None:
+        """An active check finds `state` down: eject it if it serves, else hold it out until
+        `until` (past the next check), so no half-open request is spent on it meanwhile."""
+        if state.health.state(now) is State.HEALTHY:
+            self.eject(state, now)
+        else:
+            state.health.hold(until)
+
+    def readmit(self, state: EndpointState, now: float) -> None:
+        """An active check finds `state` up again: serve at once, no half-open probe needed."""
+        if state.health.state(now) is not State.HEALTHY:
+            self.success(state, now)
+
+    def _ejected(self, state: EndpointState) -> None:
+        self._marked.add(state.name)
+        self._metrics.ejections.labels(state.name).inc()
+        self._metrics.ejected.labels(state.name).set(1)
+        _log.warning(
+            "endpoint %s ejected (ejection %d, until %.1fs)",
+            state.name,
+            state.health.ejections,
+            state.health.ejected_until,
+        )

@@ -1,0 +1,170 @@
+"""Limits: requests per minute, tokens per minute and concurrency of one endpoint key.
+
+PER ENDPOINT, right above the transport, so permits are held only while the provider works
+and every attempt — retries included — is counted against the provider's limit. Over a limit
+the call waits in the endpoint's `WaitingRoom` (priority order, bounded by its deadline) instead
+of becoming a 429.
+
+TPM is charged at admission with an estimate (prompt plus output cap, as providers reserve)
+and corrected once the real `usage` is known: when the answer completes, or when a stream
+closes. Concurrency permits likewise live as long as the reply: a stream keeps its permit
+until it closes. With adaptive concurrency the permit count follows AIMD: 429s, timeouts and
+(optionally) slow answers cut it, successes grow it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from levergate.config import MaxWait, RateLimits
+from levergate.core.call import Call, Priority
+from levergate.core.clock import Clock
+from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.service import Service
+from levergate.errors import UpstreamRejected, UpstreamTimeout
+from levergate.layers.traffic.metrics import TrafficMetrics
+from levergate.layers.traffic.waiting import WaitingRoom, deadline_for
+from levergate.policies.aimd import Aimd
+from levergate.policies.estimate import actual_tokens, reserved_tokens
+from levergate.policies.gcra import Rate
+from levergate.stores.limits import Charge, LimitStore
+
+
+@dataclass(frozen=True, slots=True)
+class LimitScope:
+    """The rate limits kept under one key prefix: an API key, an endpoint, a tenant."""
+
+    key: str
+    rpm: Rate | None
+    tpm: Rate | None
+    tpm_charge: Literal["reserved", "used"] = "reserved"
+
+    @classmethod
+    def of(cls, key: str, limits: RateLimits) -> LimitScope:
+        def rate(limit: int | None, burst: float) -> Rate | None:
+            if limit is None:
+                return None
+            return Rate.per_window(
+                limit=limit, window=limits.window_seconds, burst_share=burst, margin=limits.margin
+            )
+
+        rpm, tpm = rate(limits.rpm, limits.burst), rate(limits.tpm, limits.token_burst)
+        return cls(key, rpm, tpm, limits.tpm_charge)
+
+    def charges(self, tokens: float) -> list[Charge]:
+        found = []
+        if self.rpm is not None:
+            found.append(Charge(f"{self.key}:rpm", 1.0, self.rpm))
+        if self.tpm is not None:
+            found.append(Charge(f"{self.key}:tpm", float(tokens), self.tpm))
+        return found
+
+    def correction(self, call: Call, *, estimate: int, usage: dict[str, Any]) -> list[Charge]:
+        """The TPM charge that turns the admission estimate into the real cost."""
+        if self.tpm is None:
+            return []
+        real = actual_tokens(
+            usage, body=call.body, charge=self.tpm_charge, embedding=call.kind == "embedding"
+        )
+        if real is None or real == estimate:
+            return []
+        return [Charge(f"{self.key}:tpm", float(real - estimate), self.tpm)]
+
+
+class Limits:
+    def __init__(
+        self,
+        inner: Service,
+        *,
+        name: str,
+        room: WaitingRoom,
+        scopes: Sequence[LimitScope],
+        store: LimitStore,
+        clock: Clock,
+        max_wait: MaxWait,
+        metrics: TrafficMetrics,
+        aimd: Aimd | None = None,
+        slow_seconds: float | None = None,
+    ) -> None:
+        self._inner = inner
+        self._name = name
+        self._room = room
+        self._scopes = tuple(scopes)
+        self._store = store
+        self._clock = clock
+        self._max_wait = max_wait
+        self._metrics = metrics
+        self._aimd = aimd
+        self._slow = slow_seconds
+        self.in_flight = 0
+        # Labelled children resolved once: `labels()` on every request is measurable overhead.
+        self._waited = {p: metrics.wait.labels(name, p.name.lower()) for p in Priority}
+
+    async def __call__(self, call: Call) -> Reply:
+        estimate = reserved_tokens(call.body, embedding=call.kind == "embedding")
+        charges = [c for scope in self._scopes for c in scope.charges(estimate)]
+        priority = call.ctx.priority
+        now = self._clock.now()
+        wait = getattr(self._max_wait, priority.name.lower())
+        deadline = deadline_for(ctx_deadline=call.ctx.deadline, priority_wait=wait, now=now)
+        await self._room.enter(charges=charges, priority=int(priority), deadline=deadline)
+        admitted = self._clock.now()
+        self._waited[priority].observe(admitted - now)
+        self.in_flight += 1
+        try:
+            reply = await self._inner(call)
+        except BaseException as exc:
+            self._finish(dropped=_is_drop(exc), started=admitted)
+            raise
+        if isinstance(reply, Completed):
+            await self._correct(call, estimate, reply.usage)
+            self._finish(dropped=False, started=admitted)
+            return reply
+        return reply.through(lambda events: self._watch(call, estimate, admitted, events))
+
+    async def _watch(
+        self, call: Call, estimate: int, started: float, events: EventSource
+    ) -> EventSource:
+        usage: dict[str, Any] | None = None
+        dropped = False
+        try:
+            async for event in events:
+                if b'"usage":{' in event.data:
+                    found = event.json().get("usage")
+                    usage = found if isinstance(found, dict) else usage
+                yield event
+        except BaseException as exc:
+            dropped = _is_drop(exc)
+            raise
+        finally:
+            self._finish(dropped=dropped, started=started)
+            await self._correct(call, estimate, usage)
+
+    async def _correct(self, call: Call, estimate: int, usage: dict[str, Any] | None) -> None:
+        if not usage:
+            return
+        fixes = [
+            fix for s in self._scopes for fix in s.correction(call, estimate=estimate, usage=usage)
+        ]
+        if fixes:
+            await self._store.adjust(fixes)
+
+    def _finish(self, *, dropped: bool, started: float) -> None:
+        self.in_flight -= 1
+        self._room.release()
+        if self._aimd is None:
+            return
+        slow = self._slow is not None and self._clock.now() - started > self._slow
+        if dropped or slow:
+            self._aimd.drop()
+        else:
+            self._aimd.success(in_flight=self.in_flight + 1)
+
+
+def _is_drop(exc: BaseException) -> bool:
+    """What AIMD reads as "too much": the provider's 429 or a timeout."""
+    if isinstance(exc, UpstreamRejected):
+        return exc.upstream_status == 429
+    return isinstance(exc, UpstreamTimeout)

@@ -1,0 +1,89 @@
+"""EmbeddingsCache: each input cached alone; only the missing inputs go upstream, in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from levergate.config import Cache
+from levergate.core.call import Call, Context
+from levergate.core.reply import Completed, Reply
+from levergate.layers.cache.embeddings import HITS_HEADER, EmbeddingsCache
+from levergate.layers.cache.entries import CACHE_HEADER, Entries
+from levergate.layers.cache.stats import CacheStats
+from levergate.stores.kv_memory import MemoryKV
+from levergate.testing import ManualClock
+
+
+class Embeddings:
+    """An upstream that embeds a text as [len(text), first letter code] and counts inputs."""
+
+    def __init__(self) -> None:
+        self.inputs: list[Any] = []
+
+    async def __call__(self, call: Call) -> Reply:
+        items = call.body["input"]
+        items = [items] if isinstance(items, str) else items
+        self.inputs.append(list(items))
+        data = [
+            {"object": "embedding", "index": i, "embedding": [float(len(t)), float(ord(t[0]))]}
+            for i, t in enumerate(items)
+        ]
+        usage = {"prompt_tokens": len(items), "total_tokens": len(items)}
+        # Out of order on purpose: the cache must use `index`.
+        return Completed(orjson.dumps({"object": "list", "data": data[::-1], "model": "e",
+                                       "usage": usage}))  # fmt: skip
+
+
+def embed(value: Any, **body: Any) -> Call:
+    return Call(kind="embedding", body={"model": "e", "input": value, **body}, ctx=Context("r"))
+
+
+def layer(upstream: Embeddings, settings: Cache | None = None) -> EmbeddingsCache:
+    stats = CacheStats()
+    entries = Entries(MemoryKV(max_bytes=1_000_000, clock=ManualClock()), cache="embeddings",
+                      stats=stats)  # fmt: skip
+    return EmbeddingsCache(upstream, settings=settings or Cache(), entries=entries, stats=stats,
+                           resolve=lambda a: a)  # fmt: skip
+
+
+def vectors(reply: Reply) -> list[list[float]]:
+    assert isinstance(reply, Completed)
+    rows = sorted(reply.data["data"], key=lambda row: row["index"])
+    return [row["embedding"] for row in rows]
+
+
+async def test_only_missing_inputs_go_upstream_and_order_is_kept() -> None:
+    upstream = Embeddings()
+    cache = layer(upstream)
+    first = await cache(embed(["apple", "kiwi"]))
+    assert vectors(first) == [[5.0, 97.0], [4.0, 107.0]]
+    second = await cache(embed(["kiwi", "banana", "kiwi", "apple"]))
+    assert upstream.inputs == [["apple", "kiwi"], ["banana"]]
+    assert vectors(second) == [[4.0, 107.0], [6.0, 98.0], [4.0, 107.0], [5.0, 97.0]]
+    assert second.headers[HITS_HEADER] == "3/4"
+    assert isinstance(second, Completed)
+    assert [row["index"] for row in second.data["data"]] == [0, 1, 2, 3]
+    assert second.data["usage"]["prompt_tokens"] == 1
+    full = await cache(embed("banana"))
+    assert full.headers[CACHE_HEADER] == "hit"
+    assert vectors(full) == [[6.0, 98.0]]
+    assert len(upstream.inputs) == 2
+
+
+async def test_shaping_fields_and_controls_are_respected() -> None:
+    upstream = Embeddings()
+    cache = layer(upstream)
+    await cache(embed("apple"))
+    await cache(embed("apple", dimensions=1))
+    await cache(embed("apple", encoding_format="base64"))
+    assert len(upstream.inputs) == 3
+    await cache(embed("apple", user="someone-else"))
+    assert len(upstream.inputs) == 3
+    off = layer(upstream, Cache(models={"e": {"mode": "off"}}))
+    assert (await off(embed("apple"))).headers[CACHE_HEADER] == "bypass"
+    await cache(Call(kind="embedding", body={"model": "e", "input": "pear"},
+                     ctx=Context("r", headers={"cache-control": "no-store"})))  # fmt: skip
+    await cache(embed("pear"))
+    assert upstream.inputs[-2:] == [["pear"], ["pear"]]

@@ -1,0 +1,239 @@
+"""ExactCache over a scripted upstream: what is served, what is stored, what never is."""
+
+from __future__ import annotations
+
+import pytest
+
+from levergate.config import Cache
+from levergate.core.call import Call, Context
+from levergate.core.reply import Completed, Reply, Stream
+from levergate.errors import UpstreamUnavailable
+from levergate.layers.cache.entries import AGE_HEADER, CACHE_HEADER
+from levergate.layers.cache.exact import ExactCache
+from levergate.stores.entry import encode
+from levergate.stores.kv_memory import MemoryKV
+from levergate.testing import ManualClock
+from tests.unit.layers.cache.helpers import FakeUpstream, chat, drain, exact_cache, text_of
+
+
+async def test_second_identical_request_is_a_hit_with_age_and_same_bytes() -> None:
+    upstream = FakeUpstream()
+    cache, stats = exact_cache(upstream)
+    first = await cache(chat())
+    second = await cache(chat())
+    assert isinstance(first, Completed)
+    assert isinstance(second, Completed)
+    assert first.headers[CACHE_HEADER] == "miss"
+    assert second.headers[CACHE_HEADER] == "hit"
+    assert float(second.headers[AGE_HEADER]) >= 0
+    assert second.raw == first.raw
+    assert len(upstream.calls) == 1
+    assert stats.count("exact", "hit") == 1
+
+
+async def test_sampled_requests_bypass_unless_the_rule_says_always() -> None:
+    upstream = FakeUpstream()
+    cache, _ = exact_cache(upstream)
+    for _ in range(2):
+        reply = await cache(chat(temperature=0.7))
+        assert reply.headers[CACHE_HEADER] == "bypass"
+    assert len(upstream.calls) == 2
+    seeded = [await cache(chat(temperature=0.7, seed=3)) for _ in range(2)]
+    assert [r.headers[CACHE_HEADER] for r in seeded] == ["miss", "hit"]
+    always, _ = exact_cache(FakeUpstream(), settings=Cache(default={"mode": "always"}))
+    await always(chat(temperature=1.0))
+    assert (await always(chat(temperature=1.0))).headers[CACHE_HEADER] == "hit"
+    off, _ = exact_cache(FakeUpstream(), settings=Cache(models={"m": {"mode": "off"}}))
+    assert (await off(chat())).headers[CACHE_HEADER] == "bypass"
+
+
+async def test_feature_rule_wins_over_model_rule() -> None:
+    settings = Cache(models={"m": {"mode": "off"}}, features={"faq": {"mode": "deterministic"}})
+    cache, _ = exact_cache(FakeUpstream(), settings=settings)
+    await cache(chat(feature="faq"))
+    assert (await cache(chat(feature="faq"))).headers[CACHE_HEADER] == "hit"
+    assert (await cache(chat())).headers[CACHE_HEADER] == "bypass"
+
+
+async def test_a_streamed_answer_replays_as_stream_and_serves_whole_requests() -> None:
+    upstream = FakeUpstream()
+    cache, _ = exact_cache(upstream)
+    live = await drain(await cache(chat(stream=True)))
+    replayed = await cache(chat(stream=True))
+    assert replayed.headers[CACHE_HEADER] == "hit"
+    assert await drain(replayed) == live
+    whole = await cache(chat())
+    assert isinstance(whole, Completed)
+    assert whole.headers[CACHE_HEADER] == "hit"
+    assert whole.data["choices"][0]["message"]["content"] == "Paris is the capital."
+    assert whole.data["choices"][0]["finish_reason"] == "stop"
+    assert whole.data["usage"]["completion_tokens"] == 4
+    assert len(upstream.calls) == 1
+
+
+async def test_a_whole_answer_replays_as_a_well_formed_stream() -> None:
+    cache, _ = exact_cache(FakeUpstream())
+    await cache(chat())
+    chunks = await drain(await cache(chat(stream=True)))
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert text_of(chunks) == "Paris is the capital."
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["total_tokens"] == 11
+
+
+async def test_errors_cut_streams_and_filtered_answers_are_never_stored() -> None:
+    failing = FakeUpstream(fail=UpstreamUnavailable("down"))
+    cache, _ = exact_cache(failing)
+    for _ in range(2):
+        with pytest.raises(UpstreamUnavailable):
+            await cache(chat())
+    assert len(failing.calls) == 2
+
+    cut = FakeUpstream(cut_after=2)
+    cache, _ = exact_cache(cut)
+    for _ in range(2):
+        with pytest.raises(UpstreamUnavailable):
+            await drain(await cache(chat(stream=True)))
+    assert len(cut.calls) == 2
+
+    filtered = FakeUpstream(finish="content_filter")
+    cache, stats = exact_cache(filtered)
+    await cache(chat())
+    await drain(await cache(chat(stream=True)))
+    assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
+    assert stats.not_stored.labels("exact", "content_filter")._value.get() == 3
+
+
+async def test_a_stream_the_client_abandons_is_not_stored() -> None:
+    upstream = FakeUpstream()
+    cache, _ = exact_cache(upstream)
+    reply = await cache(chat(stream=True))
+    assert isinstance(reply, Stream)
+    async for _ in reply:
+        break
+    await reply.aclose()
+    assert upstream.closed == 1
+    assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
+
+
+async def test_tool_calls_and_several_choices_only_when_configured() -> None:
+    cache, _ = exact_cache(FakeUpstream(tool_call=True, finish="tool_calls"))
+    await cache(chat())
+    assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
+    allowed = Cache(default={"cache_tool_calls": True, "cache_n": True})
+    cache, _ = exact_cache(FakeUpstream(tool_call=True, finish="tool_calls"), settings=allowed)
+    await drain(await cache(chat(stream=True)))
+    hit = await cache(chat())
+    assert isinstance(hit, Completed)
+    assert hit.data["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "lookup"
+    cache, _ = exact_cache(FakeUpstream())
+    assert (await cache(chat(n=2))).headers[CACHE_HEADER] == "bypass"
+    cache, _ = exact_cache(FakeUpstream(), settings=allowed)
+    await cache(chat(n=2))
+    assert (await cache(chat(n=2))).headers[CACHE_HEADER] == "hit"
+
+
+async def test_cache_control_no_cache_no_store_max_age_and_ttl() -> None:
+    clock = ManualClock()
+    store = MemoryKV(max_bytes=1_000_000, clock=clock)
+    upstream = FakeUpstream()
+    cache, _ = exact_cache(upstream, store=store)
+    await cache(chat(headers={"cache-control": "no-store"}))
+    assert (await cache(chat())).headers[CACHE_HEADER] == "miss"  # stored now
+    refreshed = await cache(chat(headers={"cache-control": "no-cache"}))
+    assert refreshed.headers[CACHE_HEADER] == "miss"
+    assert len(upstream.calls) == 3
+    assert (await cache(chat())).headers[CACHE_HEADER] == "hit"
+    aged = await cache(chat(headers={"cache-control": "max-age=3600"}))
+    assert aged.headers[CACHE_HEADER] == "hit"
+    short = chat(headers={"x-levergate-cache-ttl": "5"}, max_tokens=9)
+    await cache(short)
+    assert (await cache(short)).headers[CACHE_HEADER] == "hit"
+    clock.advance(6)
+    assert (await cache(short)).headers[CACHE_HEADER] == "miss"
+
+
+async def test_tenants_never_share_unless_mapped_to_one_namespace() -> None:
+    upstream = FakeUpstream()
+    cache, _ = exact_cache(upstream)
+    await cache(chat(tenant="a"))
+    assert (await cache(chat(tenant="b"))).headers[CACHE_HEADER] == "miss"
+    shared = Cache(tenant_namespaces={"a": "team", "b": "team"})
+    cache, _ = exact_cache(FakeUpstream(), settings=shared)
+    await cache(chat(tenant="a"))
+    assert (await cache(chat(tenant="b"))).headers[CACHE_HEADER] == "hit"
+    assert (await cache(chat(tenant="c"))).headers[CACHE_HEADER] == "miss"
+
+
+async def test_corrupt_entries_are_dropped_counted_and_refetched() -> None:
+    store = MemoryKV(max_bytes=1_000_000, clock=ManualClock())
+    upstream = FakeUpstream()
+    cache, stats = exact_cache(upstream, store=store)
+    await cache(chat())
+    (key,) = list(store._entries)
+    good = await store.get(key)
+    assert good is not None
+    for bad in (good[:-3], b"garbage", good[:20] + bytes([good[20] ^ 1]) + good[21:]):
+        await store.set(key, bad, ttl=60)
+        assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
+    assert stats.corrupt.labels("exact")._value.get() == 3
+    # An entry written under another key is refused too.
+    from levergate.stores.entry import decode
+
+    moved = encode(decode(good, key=key), key="another")
+    await store.set(key, moved, ttl=60)
+    assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
+    assert stats.corrupt.labels("exact")._value.get() == 4
+
+
+async def test_max_age_refuses_older_entries_and_age_is_reported() -> None:
+    from levergate.layers.cache.entries import Entries
+    from levergate.layers.cache.stats import CacheStats
+
+    wall = [1000.0]
+    stats = CacheStats()
+    store = MemoryKV(max_bytes=1_000_000, clock=ManualClock())
+    upstream = FakeUpstream()
+    cache = ExactCache(
+        upstream, settings=Cache(), stats=stats, resolve=lambda a: a,
+        entries=Entries(store, cache="exact", stats=stats, wall=lambda: wall[0]),
+    )  # fmt: skip
+    await cache(chat())
+    wall[0] += 30
+    hit = await cache(chat())
+    assert hit.headers[AGE_HEADER] == "30.000"
+    assert hit.headers["age"] == "30"
+    young = await cache(chat(headers={"cache-control": "max-age=10"}))
+    assert young.headers[CACHE_HEADER] == "miss"
+    # That miss refreshed the entry, so it is young now.
+    assert (await cache(chat(headers={"cache-control": "max-age=10"}))).headers[
+        CACHE_HEADER
+    ] == "hit"
+
+
+async def test_completions_are_cached_and_replayed_in_both_shapes() -> None:
+    class Completions:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def __call__(self, call: Call) -> Reply:
+            self.calls += 1
+            answer = {
+                "id": "c", "object": "text_completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "text": "once upon", "logprobs": None,
+                             "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+            }  # fmt: skip
+            return Completed(data=answer)
+
+    upstream = Completions()
+    cache, _ = exact_cache(upstream)
+    body = {"model": "m", "prompt": "Once", "max_tokens": 2, "temperature": 0}
+    await cache(Call(kind="completion", body=body, ctx=Context("r")))
+    streamed = await cache(Call(kind="completion", body={**body, "stream": True}, ctx=Context("r")))
+    chunks = await drain(streamed)
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == "once upon"
+    assert chunks[-1]["usage"]["completion_tokens"] == 2
+    assert upstream.calls == 1

@@ -1,0 +1,100 @@
+"""Fallback across model aliases: on which failures, in which order, and never mid-stream."""
+
+from __future__ import annotations
+
+import pytest
+
+from levergate.core.call import Call
+from levergate.core.reply import Completed, Reply
+from levergate.errors import Overloaded, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
+from levergate.layers.traffic.fallback import Fallback, failure_kind
+from levergate.layers.traffic.metrics import TrafficMetrics
+from tests.unit.layers.cache.helpers import drain
+from tests.unit.layers.traffic.fakes import Scripted, call, ok, server_error, stream_of, throttled
+
+
+class ByModel:
+    """A Dispatch stand-in: one scripted endpoint per alias."""
+
+    def __init__(self, **aliases: Scripted) -> None:
+        self.aliases = aliases
+        self.order: list[str] = []
+
+    async def __call__(self, call: Call) -> Reply:
+        self.order.append(call.model)
+        return await self.aliases[call.model](call)
+
+
+def _fallback(inner: ByModel, metrics: TrafficMetrics | None = None) -> Fallback:
+    return Fallback(
+        inner,
+        chains={"big": ["other", "local"]},
+        context_chains={"big": ["long"]},
+        on=("rate_limited", "unavailable", "timeout", "overloaded"),
+        metrics=metrics or TrafficMetrics(),
+    )
+
+
+def _context_error() -> UpstreamRejected:
+    return UpstreamRejected(
+        "too long", upstream="up", upstream_status=400, code="context_length_exceeded"
+    )
+
+
+async def test_failures_walk_the_list_in_order() -> None:
+    inner = ByModel(
+        big=Scripted(default=server_error()),
+        other=Scripted(default=throttled()),
+        local=Scripted(default=ok("local")),
+        long=Scripted(),
+    )
+    metrics = TrafficMetrics()
+    reply = await _fallback(inner, metrics)(call(model="big"))
+    assert isinstance(reply, Completed)
+    assert inner.order == ["big", "other", "local"]
+    assert metrics.fallbacks.labels("big", "local")._value.get() == 1
+
+
+async def test_a_prompt_too_long_goes_to_the_larger_context_model() -> None:
+    inner = ByModel(
+        big=Scripted(default=_context_error()),
+        other=Scripted(),
+        local=Scripted(),
+        long=Scripted(default=ok("long")),
+    )
+    await _fallback(inner)(call(model="big"))
+    assert inner.order == ["big", "long"]
+
+
+async def test_the_callers_own_errors_do_not_fall_back() -> None:
+    bad = UpstreamRejected("bad", upstream="up", upstream_status=400, code="invalid_value")
+    inner = ByModel(big=Scripted(default=bad), other=Scripted(), local=Scripted(), long=Scripted())
+    with pytest.raises(UpstreamRejected):
+        await _fallback(inner)(call(model="big"))
+    assert inner.order == ["big"]
+
+
+async def test_a_stream_failing_before_its_first_byte_falls_back_but_not_after() -> None:
+    inner = ByModel(
+        big=Scripted(default=stream_of("a", fail_after=0)),
+        other=Scripted(default=stream_of("b", "c")),
+        local=Scripted(),
+        long=Scripted(),
+    )
+    chunks = await drain(await _fallback(inner)(call(model="big", stream=True)))
+    assert len(chunks) == 2
+    assert inner.order == ["big", "other"]
+    inner.order.clear()
+    inner.aliases["big"].default = stream_of("a", "b", fail_after=1)
+    with pytest.raises(UpstreamUnavailable):
+        await drain(await _fallback(inner)(call(model="big", stream=True)))
+    assert inner.order == ["big"]
+
+
+def test_failure_kinds() -> None:
+    assert failure_kind(throttled()) == "rate_limited"
+    assert failure_kind(server_error()) == "unavailable"
+    assert failure_kind(UpstreamTimeout("t", upstream="u")) == "timeout"
+    assert failure_kind(UpstreamTimeout("t", code="deadline_exceeded")) is None
+    assert failure_kind(Overloaded("full")) == "overloaded"
+    assert failure_kind(_context_error()) == "context_length"

@@ -1,0 +1,209 @@
+"""Limits and scheduling, driven by a manual clock: all-or-nothing charges, priority order,
+shedding at the deadline, concurrency permits that live as long as the stream, TPM correction
+and tenant admission."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from levergate.config import MaxWait, RateLimits
+from levergate.core.call import Priority
+from levergate.core.reply import Completed
+from levergate.errors import LevergateError, Overloaded, RateLimited
+from levergate.layers.traffic.admission import Admission
+from levergate.layers.traffic.limits import Limits, LimitScope
+from levergate.layers.traffic.metrics import TrafficMetrics
+from levergate.layers.traffic.waiting import Slots, WaitingRoom
+from levergate.policies.gcra import Rate
+from levergate.stores.limits import Charge, MemoryLimitStore
+from levergate.testing import ManualClock
+from tests.unit.layers.cache.helpers import drain
+from tests.unit.layers.traffic.fakes import Scripted, call, ok, settle, stream_of
+
+ONE_PER_SECOND = Rate(limit=1, window=1.0)
+
+
+def shed(why: str, after: float) -> LevergateError:
+    return Overloaded(f"shed: {why}", retry_after=after)
+
+
+async def test_a_refused_charge_spends_nothing_on_the_others() -> None:
+    clock = ManualClock()
+    store = MemoryLimitStore(clock=clock)
+    roomy = Rate(limit=100, window=1.0)
+    assert await store.acquire([Charge("a", 1, ONE_PER_SECOND)]) == 0
+    wait = await store.acquire([Charge("b", 1, roomy), Charge("a", 1, ONE_PER_SECOND)])
+    assert wait == pytest.approx(1.0)
+    # "b" was not charged: a lone request for it still has the full burst of one.
+    assert await store.acquire([Charge("b", 1, Rate(limit=100, window=1.0, burst=1))]) == 0
+
+
+async def test_waiters_are_admitted_by_priority_then_arrival() -> None:
+    clock = ManualClock()
+    store = MemoryLimitStore(clock=clock)
+    room = WaitingRoom(store=store, clock=clock, shed_error=shed)
+    charges = [Charge("k:rpm", 1, ONE_PER_SECOND)]
+    await room.enter(charges=charges, priority=1, deadline=100)
+    order: list[str] = []
+
+    async def wait(name: str, priority: Priority) -> None:
+        await room.enter(charges=charges, priority=int(priority), deadline=100)
+        order.append(name)
+
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(wait("batch-1", Priority.BATCH))
+        await settle()
+        tasks.create_task(wait("batch-2", Priority.BATCH))
+        tasks.create_task(wait("default", Priority.DEFAULT))
+        tasks.create_task(wait("interactive", Priority.INTERACTIVE))
+        await settle()
+        for _ in range(5):
+            clock.advance(1.0)
+            await settle()
+    assert order == ["interactive", "default", "batch-1", "batch-2"]
+
+
+async def test_a_request_whose_wait_exceeds_its_deadline_is_shed_at_once() -> None:
+    clock = ManualClock()
+    room = WaitingRoom(store=MemoryLimitStore(clock=clock), clock=clock, shed_error=shed)
+    charges = [Charge("k:rpm", 1, Rate(limit=1, window=10.0))]
+    await room.enter(charges=charges, priority=1, deadline=100)
+    with pytest.raises(Overloaded) as caught:
+        await room.enter(charges=charges, priority=1, deadline=5)
+    assert caught.value.retry_after == pytest.approx(10.0)
+    assert room.queued == 0
+
+
+async def test_a_waiter_is_shed_when_its_deadline_passes_behind_others() -> None:
+    clock = ManualClock()
+    room = WaitingRoom(store=MemoryLimitStore(clock=clock), clock=clock, shed_error=shed)
+    charges = [Charge("k:rpm", 1, ONE_PER_SECOND)]
+    await room.enter(charges=charges, priority=1, deadline=100)
+    first = asyncio.create_task(room.enter(charges=charges, priority=1, deadline=100))
+    await settle()
+    # Predicted: 1s for the current window plus 1s for the one ahead; 1.5s is not enough.
+    with pytest.raises(Overloaded):
+        await room.enter(charges=charges, priority=1, deadline=1.5)
+    clock.advance(1.0)
+    await settle()
+    await first
+
+
+async def test_a_full_queue_sheds_its_lowest_priority_waiter() -> None:
+    clock = ManualClock()
+    room = WaitingRoom(
+        store=MemoryLimitStore(clock=clock), clock=clock, shed_error=shed, max_queue=1
+    )
+    charges = [Charge("k:rpm", 1, ONE_PER_SECOND)]
+    await room.enter(charges=charges, priority=1, deadline=100)
+    batch = asyncio.create_task(room.enter(charges=charges, priority=2, deadline=100))
+    await settle()
+    urgent = asyncio.create_task(room.enter(charges=charges, priority=0, deadline=100))
+    await settle()
+    with pytest.raises(Overloaded):
+        await batch
+    clock.advance(1.0)
+    await settle()
+    await urgent
+
+
+def _limits(inner: Scripted, clock: ManualClock, *, limits: RateLimits) -> Limits:
+    store = MemoryLimitStore(clock=clock)
+    cap = limits.max_concurrency
+    slots = [Slots(lambda: cap)] if cap else []
+    room = WaitingRoom(store=store, clock=clock, slots=slots, shed_error=shed)
+    return Limits(
+        inner,
+        name="up",
+        room=room,
+        scopes=[LimitScope.of("key:x", limits)],
+        store=store,
+        clock=clock,
+        max_wait=MaxWait(),
+        metrics=TrafficMetrics(),
+    )
+
+
+async def test_a_stream_holds_its_concurrency_permit_until_it_closes() -> None:
+    clock = ManualClock()
+    inner = Scripted(default=stream_of("a", "b"))
+    limits = _limits(inner, clock, limits=RateLimits(max_concurrency=1))
+    first = await limits(call(stream=True))
+    second = asyncio.create_task(limits(call(stream=True)))
+    await settle()
+    assert len(inner.calls) == 1  # the second waits for the first stream's permit
+    await drain(first)
+    await settle()
+    assert len(inner.calls) == 2
+    await drain(await second)
+
+
+async def test_tokens_are_reserved_up_front_and_corrected_by_usage() -> None:
+    clock = ManualClock()
+    inner = Scripted(default=ok(prompt_tokens=10))
+    limits = RateLimits(tpm=1000, window_seconds=60, tpm_charge="reserved")
+    layer = _limits(inner, clock, limits=limits)
+    scope = LimitScope.of("key:x", limits)
+    assert scope.tpm is not None
+    interval, burst = scope.tpm.interval, scope.tpm.burst
+    # Reserved at admission: the estimated prompt plus the 500-token cap; the provider then
+    # reports a 10-token prompt, so the charge becomes 10 + 500 = 510.
+    await layer(call(max_tokens=500))
+    wait = await layer._store.acquire(scope.charges(1), commit=False)
+    assert wait == pytest.approx((510 + 1 - burst) * interval)
+
+
+async def test_used_tokens_refund_what_was_reserved_but_not_generated() -> None:
+    clock = ManualClock()
+    inner = Scripted(default=ok(prompt_tokens=10, completion_tokens=5))
+    limits = RateLimits(tpm=1000, window_seconds=60, tpm_charge="used")
+    layer = _limits(inner, clock, limits=limits)
+    scope = LimitScope.of("key:x", limits)
+    assert scope.tpm is not None
+    await layer(call(max_tokens=900))
+    # Only 15 tokens were really spent; the other 890 reserved ones are given back. A charge
+    # larger than the burst waits for the bucket to be idle: 15 tokens' worth of time.
+    assert scope.tpm.burst < 100
+    wait = await layer._store.acquire(scope.charges(100), commit=False)
+    assert wait == pytest.approx(15 * scope.tpm.interval)
+
+
+def _admission(inner: Scripted, clock: ManualClock, **limits: int) -> Admission:
+    return Admission(
+        inner,
+        tenants={"acme": RateLimits(window_seconds=60, burst=0.5, **limits)},
+        default=None,
+        store=MemoryLimitStore(clock=clock),
+        clock=clock,
+        max_wait=MaxWait(interactive=1, default=1, batch=1),
+        max_queue=100,
+        metrics=TrafficMetrics(),
+    )
+
+
+async def test_a_tenant_over_its_rate_gets_429_with_retry_after() -> None:
+    clock = ManualClock()
+    inner = Scripted()
+    admission = _admission(inner, clock, rpm=4)  # a burst of 2, then one per 20 seconds
+    await admission(call(tenant="acme"))
+    await admission(call(tenant="acme"))
+    with pytest.raises(RateLimited) as caught:
+        await admission(call(tenant="acme"))
+    assert caught.value.retry_after is not None
+    assert caught.value.retry_after > 1
+    # Other tenants are not limited, and the refused request never went upstream.
+    await admission(call(tenant="other"))
+    assert len(inner.calls) == 3
+
+
+async def test_an_expired_deadline_is_refused_before_any_work() -> None:
+    clock = ManualClock(start=10.0)
+    inner = Scripted()
+    admission = _admission(inner, clock, rpm=100)
+    with pytest.raises(RateLimited):
+        await admission(call(tenant="acme", deadline=5.0))
+    assert inner.calls == []
+    reply = await admission(call(tenant="acme", deadline=20.0))
+    assert isinstance(reply, Completed)
