@@ -35,8 +35,9 @@ run: $(VENV)/.installed $(VENV)/.installed-local
 	$(BIN)/levergate serve $(ARGS)
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/python scripts/check_size.py src tests benchmarks scripts
 
 typecheck: $(VENV)/.installed-test $(VENV)/.installed-local
 	$(BIN)/mypy src
