@@ -40,7 +40,10 @@ def build_store(settings: CacheStore, *, clock: Clock, on_fault: FaultHook) -> B
         from levergate.stores.kv_redis import RedisKV
 
         redis = RedisKV(
-            url=settings.redis_url, prefix=settings.redis_prefix, timeout=settings.timeout_seconds
+            url=settings.redis_url,
+            prefix=settings.redis_prefix,
+            timeout=settings.timeout_seconds,
+            max_value_bytes=settings.max_entry_bytes,
         )
         back, closers = redis, [redis.aclose]
     safe = SafeKV(
