@@ -211,7 +211,9 @@ def _timeout_seconds(text: str, *, limits: RequestLimits) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise BadRequest(f"'{TIMEOUT_HEADER}' must be a finite number of seconds")
+        raise BadRequest(f"'{TIMEOUT_HEADER}' must be a finite number of seconds.")
     if value < limits.min_timeout_seconds:
-        raise BadRequest(f"'{TIMEOUT_HEADER}' must be at least {limits.min_timeout_seconds} s")
+        raise BadRequest(
+            f"'{TIMEOUT_HEADER}' must be at least {limits.min_timeout_seconds} seconds."
+        )
     return min(value, limits.max_timeout_seconds)
