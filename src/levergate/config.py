@@ -599,7 +599,8 @@ class Traffic(_Strict):
     # cores), and a false outage costs more than a slow check.
     redis_timeout_seconds: float = Field(1.0, gt=0)
     # While Redis is down each process enforces this share of every limit on its own (set it to
-    # 1/replicas to stay under the shared limit); Redis is tried again after `retry_seconds`.
+    # 1/replicas to stay under the shared limit). After `retry_seconds` one check tries Redis
+    # while the others stay local (stores/circuit.py): a hung Redis stalls no one else.
     local_share: float = Field(1.0, gt=0, le=1)
     redis_retry_seconds: float = Field(1.0, gt=0)
     tenants: dict[str, RateLimits] = Field(default_factory=dict)

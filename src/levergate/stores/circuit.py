@@ -53,5 +53,6 @@ class Circuit:
         return opened
 
     def abandoned(self) -> None:
-        """The call ended with no verdict (cancelled): the next caller may try."""
+        """The call ended with no verdict (cancelled): the next caller may try. (Called by a
+        caller that was not the trial, it lets at worst one more trial start.)"""
         self._trial = False
