@@ -354,14 +354,14 @@ class Auth(_Strict):
 class RequestLimits(_Strict):
     """Bounds on what one client request may ask for, checked at the edge (protocol/openai.py
     `check_body`, gateway.py `make_call`) before any work is done: a breach is a 400 naming the
-    field. The counts follow OpenAI's own API, so a request OpenAI accepts is accepted here."""
+    field. Where OpenAI's API has a bound it is the default, so what OpenAI accepts passes."""
 
     # Embedding inputs per request (OpenAI's bound). Above it the embeddings cache would send
     # each distinct input once and rebuild a vector for every copy: 20,000 copies of "a" in a
     # 100 KB body made a 651 MB response and took the gateway from 0.82 to 3.04 GB.
     max_embedding_inputs: int = Field(2048, ge=1)
-    max_embedding_dimensions: int = Field(65_536, ge=1)
-    max_messages: int = Field(2048, ge=1)
+    max_embedding_dimensions: int = Field(65_536, ge=1)  # ours: above any model's width
+    max_messages: int = Field(2048, ge=1)  # Azure OpenAI's "'$.messages' ... 2048 items"
     max_tools: int = Field(128, ge=1)  # OpenAI's bound
     max_stop: int = Field(4, ge=1)  # OpenAI's bound
     max_n: int = Field(128, ge=1)  # OpenAI's bound
