@@ -426,7 +426,8 @@ class CacheStore(_Strict):
     # After a store failure, skip the store for this long instead of waiting on it again; then
     # one request tries it while the others still skip it (stores/circuit.py).
     cooldown_seconds: float = Field(1.0, ge=0)
-    # A larger entry is not written (Redis refuses values over 512 MB and drops the connection).
+    # A larger entry is not written to sqlite or redis (Redis refuses values over 512 MB and
+    # drops the connection); counted as a `refused` fault, with no cool-down.
     max_entry_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
 

@@ -40,10 +40,7 @@ def build_store(settings: CacheStore, *, clock: Clock, on_fault: FaultHook) -> B
         from levergate.stores.kv_redis import RedisKV
 
         redis = RedisKV(
-            url=settings.redis_url,
-            prefix=settings.redis_prefix,
-            timeout=settings.timeout_seconds,
-            max_value_bytes=settings.max_entry_bytes,
+            url=settings.redis_url, prefix=settings.redis_prefix, timeout=settings.timeout_seconds
         )
         back, closers = redis, [redis.aclose]
     safe = SafeKV(
@@ -51,6 +48,7 @@ def build_store(settings: CacheStore, *, clock: Clock, on_fault: FaultHook) -> B
         name=settings.backend,
         timeout=settings.timeout_seconds,
         cooldown=settings.cooldown_seconds,
+        max_value_bytes=settings.max_entry_bytes,
         clock=clock,
         on_fault=on_fault,
     )

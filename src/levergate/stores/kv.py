@@ -54,7 +54,7 @@ class SafeKV:
     A failure of the store opens its circuit (`stores.circuit`): for the cool-down every call
     skips it, then one call tries it. A refusal of one call's own data (`StoreRefused`) is
     counted and logged but opens nothing: one client's bad write must not cool the store down
-    for every tenant."""
+    for every tenant. A value over `max_value_bytes` is not sent at all."""
 
     def __init__(
         self,
@@ -63,10 +63,12 @@ class SafeKV:
         name: str,
         timeout: float,
         cooldown: float,
+        max_value_bytes: int,
         clock: Clock,
         on_fault: FaultHook,
     ) -> None:
         self._inner = inner
+        self._max_value_bytes = max_value_bytes
         self.name = name
         self._timeout = timeout
         self._cooldown = cooldown
@@ -79,6 +81,9 @@ class SafeKV:
         return await self._run("get", lambda: self._inner.get(key))
 
     async def set(self, key: str, value: bytes, *, ttl: float) -> None:
+        if len(value) > self._max_value_bytes:  # Redis drops the connection over 512 MB
+            self._refused("set", StoreRefused(f"a {len(value)}-byte value is over the limit"))
+            return
         await self._run("set", lambda: self._inner.set(key, value, ttl=ttl))
 
     async def delete(self, key: str) -> None:

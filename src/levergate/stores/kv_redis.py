@@ -12,7 +12,7 @@ server fails fast rather than hanging a connection. An error reply about the com
 (an expiry Redis does not accept, a key holding another type) is `StoreRefused`: Redis is up,
 and one request's data must not cool the store down for every tenant. Replies that describe
 the server (out of memory, read-only replica, loading, busy script) stay `StoreError`. TTLs are
-clamped to what Redis accepts and values above `max_value_bytes` are refused before sending.
+clamped to what Redis accepts.
 """
 
 from __future__ import annotations
@@ -51,11 +51,9 @@ class RedisKV:
         url: str,
         prefix: str,
         timeout: float,
-        max_value_bytes: int,
         client: aioredis.Redis | None = None,
     ) -> None:
         self._prefix = prefix
-        self._max_value_bytes = max_value_bytes
         if client is None:
             client = _redis_module().Redis.from_url(
                 url,
@@ -81,8 +79,6 @@ class RedisKV:
         raise StoreError(f"redis: entry {key!r} is not bytes (decode_responses is on?)")
 
     async def set(self, key: str, value: bytes, *, ttl: float) -> None:
-        if len(value) > self._max_value_bytes:
-            raise StoreRefused(f"redis: a {len(value)}-byte value is over the entry limit")
         px = _MAX_TTL_MS if not ttl * 1000 < _MAX_TTL_MS else max(1, int(ttl * 1000))
         try:
             with cancellation_kept():

@@ -36,7 +36,13 @@ async def redis_client() -> AsyncIterator[aioredis.Redis]:
 
 def safe(inner: KV, clock: ManualClock, stats: CacheStats, *, cooldown: float = 0) -> SafeKV:
     return SafeKV(
-        inner, name="test", timeout=0.05, cooldown=cooldown, clock=clock, on_fault=stats.fault
+        inner,
+        name="test",
+        timeout=0.05,
+        cooldown=cooldown,
+        max_value_bytes=1 << 20,
+        clock=clock,
+        on_fault=stats.fault,
     )
 
 
@@ -76,7 +82,7 @@ async def test_sqlite_store_survives_a_restart_and_honours_ttl(tmp_path: Path) -
 
 async def test_redis_store_namespaces_keys_and_sets_a_ttl(redis_client: aioredis.Redis) -> None:
     prefix = f"levergate:test:{uuid.uuid4().hex}:"
-    store = RedisKV(url=REDIS_URL, prefix=prefix, timeout=1.0, max_value_bytes=1 << 20)
+    store = RedisKV(url=REDIS_URL, prefix=prefix, timeout=1.0)
     try:
         await store.set("k", b"value", ttl=30)
         assert await store.get("k") == b"value"
@@ -93,10 +99,7 @@ async def test_exact_cache_over_redis_shares_entries_between_replicas(
     redis_client: aioredis.Redis,
 ) -> None:
     prefix = f"levergate:test:{uuid.uuid4().hex}:"
-    stores = [
-        RedisKV(url=REDIS_URL, prefix=prefix, timeout=1.0, max_value_bytes=1 << 20)
-        for _ in range(2)
-    ]
+    stores = [RedisKV(url=REDIS_URL, prefix=prefix, timeout=1.0) for _ in range(2)]
     try:
         upstream = FakeUpstream()
         one, _ = exact_cache(upstream, store=stores[0])
@@ -114,7 +117,7 @@ async def test_exact_cache_over_redis_shares_entries_between_replicas(
 
 async def test_a_down_redis_is_a_counted_miss_never_a_failed_request() -> None:
     clock, stats = ManualClock(), CacheStats()
-    down = RedisKV(url="redis://127.0.0.1:1/0", prefix="x:", timeout=0.2, max_value_bytes=1 << 20)
+    down = RedisKV(url="redis://127.0.0.1:1/0", prefix="x:", timeout=0.2)
     store = safe(down, clock, stats)
     upstream = FakeUpstream()
     cache, _ = exact_cache(upstream, store=store, stats=stats)
@@ -255,7 +258,7 @@ async def test_a_cancelled_redis_call_stays_cancelled(redis_client: aioredis.Red
     """redis-py with a socket timeout can swallow a cancellation that lands inside a command
     (it returns, or raises a connection error that would put the store in its cool-down)."""
     prefix = f"levergate:test:{uuid.uuid4().hex}:"
-    store = RedisKV(url=REDIS_URL, prefix=prefix, timeout=0.1, max_value_bytes=1 << 20)
+    store = RedisKV(url=REDIS_URL, prefix=prefix, timeout=0.1)
     try:
         await store.set("k", b"v" * 1000, ttl=60)
         assert await swallowed_cancellations(lambda: store.get("k"), seed=3) == 0

@@ -36,7 +36,15 @@ async def redis_client() -> AsyncIterator[aioredis.Redis]:
 
 
 def safe(inner: RedisKV, clock: ManualClock, stats: CacheStats) -> SafeKV:
-    return SafeKV(inner, name="redis", timeout=1.0, cooldown=10, clock=clock, on_fault=stats.fault)
+    return SafeKV(
+        inner,
+        name="redis",
+        timeout=1.0,
+        cooldown=10,
+        max_value_bytes=4096,
+        clock=clock,
+        on_fault=stats.fault,
+    )
 
 
 async def test_a_write_redis_refuses_cools_nothing_down(redis_client: aioredis.Redis) -> None:
@@ -44,7 +52,7 @@ async def test_a_write_redis_refuses_cools_nothing_down(redis_client: aioredis.R
     cache store in its cool-down for every tenant."""
     prefix = f"levergate:test:{uuid.uuid4().hex}:"
     clock, stats = ManualClock(), CacheStats()
-    redis = RedisKV(url=REDIS_URL, prefix=prefix, timeout=1.0, max_value_bytes=4096)
+    redis = RedisKV(url=REDIS_URL, prefix=prefix, timeout=1.0)
     store = safe(redis, clock, stats)
     try:
         await store.set("victim", b"answer", ttl=60)
@@ -71,7 +79,7 @@ async def test_a_hung_cache_store_costs_one_timeout_then_one_trial_per_cooldown(
     key = f"levergate:test:{uuid.uuid4().hex}"
     hung = HungRedis()
     async with hung as url:
-        redis = RedisKV(url=url, prefix="", timeout=1.0, max_value_bytes=4096)
+        redis = RedisKV(url=url, prefix="", timeout=1.0)
         store = safe(redis, clock, stats)
         try:
             await _one_trial_at_a_time(hung, clock, lambda: store.get(key), missing=None)
