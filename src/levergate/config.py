@@ -351,6 +351,30 @@ class Auth(_Strict):
     keys: list[ApiKey] = Field(default_factory=list)
 
 
+class RequestLimits(_Strict):
+    """Bounds on what one client request may ask for, checked at the edge (protocol/openai.py
+    `check_body`, gateway.py `make_call`) before any work is done: a breach is a 400 naming the
+    field. Where OpenAI's API has a bound it is the default, so what OpenAI accepts passes."""
+
+    # Embedding inputs per request (OpenAI's bound). Above it the embeddings cache would send
+    # each distinct input once and rebuild a vector for every copy: 20,000 copies of "a" in a
+    # 100 KB body made a 651 MB response and took the gateway from 0.82 to 3.04 GB.
+    max_embedding_inputs: int = Field(2048, ge=1)
+    max_embedding_dimensions: int = Field(65_536, ge=1)  # ours: above any model's width
+    max_messages: int = Field(2048, ge=1)  # Azure OpenAI's "'$.messages' ... 2048 items"
+    max_tools: int = Field(128, ge=1)  # OpenAI's bound
+    max_stop: int = Field(4, ge=1)  # OpenAI's bound
+    max_n: int = Field(128, ge=1)  # OpenAI's bound
+    # A sanity bound on max_tokens / max_completion_tokens: no model writes more, and the rate
+    # limiter reserves this many output tokens for the request.
+    max_output_tokens: int = Field(1_000_000, ge=1)
+    # `x-levergate-timeout`: garbage (not a number, nan, inf, <= 0) is a 400, a value below the
+    # minimum too (no answer can arrive in time; 1e-9 made a 504 and a warning line per
+    # request), a value above the maximum is clamped to it.
+    min_timeout_seconds: float = Field(0.01, gt=0)
+    max_timeout_seconds: float = Field(3600.0, gt=0)
+
+
 class Metrics(_Strict):
     enabled: bool = True
     # Histogram buckets in seconds, fine at the low end where gateway overhead lives.
@@ -399,8 +423,12 @@ class CacheStore(_Strict):
     redis_prefix: str = "levergate:cache:"
     # A store slower than this is treated as down for the request (a miss, never a failure).
     timeout_seconds: float = Field(0.1, gt=0)
-    # After a store failure, skip the store for this long instead of waiting on it again.
+    # After a store failure, skip the store for this long instead of waiting on it again; then
+    # one request tries it while the others still skip it (stores/circuit.py).
     cooldown_seconds: float = Field(1.0, ge=0)
+    # A larger entry is not written to sqlite or redis (Redis refuses values over 512 MB and
+    # drops the connection); counted as a `refused` fault, with no cool-down.
+    max_entry_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
 
 GuardName = Literal["negation", "numbers", "dates", "entities", "key_terms", "swapped", "order"]
@@ -460,6 +488,12 @@ class Cache(_Strict):
     coalesce: bool = True
     embeddings: bool = True
     embeddings_ttl_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    # `x-levergate-cache-ttl` above this is clamped to it (garbage, nan, inf or < 0 is a 400):
+    # `1e20` made Redis refuse the write, `inf` made a 500 after the upstream was paid.
+    max_ttl_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    # The bytes of vectors one embeddings response may carry when the cache assembles it; a
+    # 413 beyond. 2,048 inputs of 3,072 dimensions (OpenAI's largest) at ~20 bytes a float fit.
+    embeddings_max_response_bytes: int = Field(128 * 1024 * 1024, ge=1024)
     semantic: SemanticCacheSettings = Field(default_factory=SemanticCacheSettings)
 
 
@@ -566,7 +600,8 @@ class Traffic(_Strict):
     # cores), and a false outage costs more than a slow check.
     redis_timeout_seconds: float = Field(1.0, gt=0)
     # While Redis is down each process enforces this share of every limit on its own (set it to
-    # 1/replicas to stay under the shared limit); Redis is tried again after `retry_seconds`.
+    # 1/replicas to stay under the shared limit). After `retry_seconds` one check tries Redis
+    # while the others stay local (stores/circuit.py): a hung Redis stalls no one else.
     local_share: float = Field(1.0, gt=0, le=1)
     redis_retry_seconds: float = Field(1.0, gt=0)
     tenants: dict[str, RateLimits] = Field(default_factory=dict)
@@ -600,6 +635,7 @@ class Settings(BaseSettings):
     upstreams: list[AnyUpstream] = Field(default_factory=list)
     models: list[Model] = Field(default_factory=list)
     auth: Auth = Field(default_factory=Auth)
+    limits: RequestLimits = Field(default_factory=RequestLimits)
     metrics: Metrics = Field(default_factory=Metrics)
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -21,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from levergate.config import WILDCARD, Settings
+from levergate.config import WILDCARD, RequestLimits, Settings
 from levergate.core.call import Call, Context, Kind, Priority, Trace
 from levergate.core.reply import Completed, EventSource, Reply, Stream
 from levergate.errors import BadRequest, LevergateError
@@ -88,7 +89,8 @@ class Gateway:
     ) -> Call:
         """Check the body and read the request's controls from its headers and metadata.
         `raw` is the JSON text the body was parsed from, if the caller has it."""
-        body = check_body(kind, body)
+        limits = self.settings.limits
+        body = check_body(kind, body, limits=limits)
         headers = headers or {}
         metadata = body.get("metadata")
         feature = headers.get(FEATURE_HEADER) or (
@@ -96,7 +98,7 @@ class Gateway:
         )
         deadline = None
         if timeout := headers.get(TIMEOUT_HEADER):
-            deadline = time.monotonic() + _seconds(timeout)
+            deadline = time.monotonic() + _timeout_seconds(timeout, limits=limits)
         ctx = Context(
             request_id=headers.get(REQUEST_ID_HEADER) or os.urandom(12).hex(),
             priority=Priority.parse(headers.get(PRIORITY_HEADER)),
@@ -201,11 +203,17 @@ async def _drop_usage_chunk(events: EventSource) -> EventSource:
         yield event
 
 
-def _seconds(text: str) -> float:
+def _timeout_seconds(text: str, *, limits: RequestLimits) -> float:
+    """The client's deadline: garbage and values no answer can meet are a 400 (never a 504 and
+    a warning line per request), a value beyond `max_timeout_seconds` is clamped to it."""
     try:
         value = float(text)
     except ValueError:
-        raise BadRequest(f"'{TIMEOUT_HEADER}' must be a number of seconds") from None
-    if not value > 0:
-        raise BadRequest(f"'{TIMEOUT_HEADER}' must be positive")
-    return value
+        value = math.nan
+    if not math.isfinite(value):
+        raise BadRequest(f"'{TIMEOUT_HEADER}' must be a finite number of seconds.")
+    if value < limits.min_timeout_seconds:
+        raise BadRequest(
+            f"'{TIMEOUT_HEADER}' must be at least {limits.min_timeout_seconds} seconds."
+        )
+    return min(value, limits.max_timeout_seconds)

@@ -80,7 +80,7 @@ class ExactCache:
         if bypass_reason(rule, call.body) is not None:
             self._stats.lookup(NAME, "bypass")
             return _marked(await self._inner(call), "bypass")
-        asked = controls(call.ctx.headers)
+        asked = controls(call.ctx.headers, max_ttl=self._settings.max_ttl_seconds)
         key = fingerprint(
             call.body,
             kind=call.kind,

@@ -73,7 +73,7 @@ class SemanticCache:
         text = final_user_text(call.body)
         if not rule.semantic or text is None or bypass_reason(rule, call.body) is not None:
             return await self._inner(call)
-        asked = controls(call.ctx.headers)
+        asked = controls(call.ctx.headers, max_ttl=self._settings.max_ttl_seconds)
         partition = self._partition(call)
         vector = await self._embed(text)
         if vector is None:
