@@ -195,8 +195,12 @@ async def _chunks(stream: Stream) -> AsyncIterator[dict[str, Any]]:
 
 
 async def _drop_usage_chunk(events: EventSource) -> EventSource:
+    """Decided on the parsed event, not on its bytes: upstreams write JSON in every spacing
+    (`"usage": {` from Python's `json.dumps`), and a usage-only chunk that slips through has
+    `choices: []`, which breaks the everyday `chunk.choices[0]` loop. The parse is cached on
+    the event, so layers that read it too pay nothing more."""
     async for event in events:
-        if b'"usage":{' in event.data and is_usage_only(event.json()):
+        if is_usage_only(event.json()):
             continue
         yield event
 

@@ -6,7 +6,7 @@ import httpx
 import openai
 
 from levergate.upstreams.simulator import SimHandle
-from tests.e2e.conftest import USER
+from tests.e2e.conftest import BOTH_JSON_STYLES, USER
 
 
 async def test_chat_completion_passes_through_with_gateway_headers(
@@ -23,6 +23,7 @@ async def test_chat_completion_passes_through_with_gateway_headers(
     assert raw.headers["x-request-id"]
 
 
+@BOTH_JSON_STYLES
 async def test_stream_arrives_chunk_by_chunk_without_the_usage_chunk_unless_asked(
     client: openai.AsyncOpenAI,
 ) -> None:
@@ -31,6 +32,7 @@ async def test_stream_arrives_chunk_by_chunk_without_the_usage_chunk_unless_aske
     )
     chunks = [chunk async for chunk in stream]
     assert all(chunk.choices for chunk in chunks)
+    # The everyday SDK loop: an unrequested usage chunk (choices: []) would raise IndexError.
     text = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert len(text.split()) == 6
     assert chunks[-1].choices[0].finish_reason == "length"
