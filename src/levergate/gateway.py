@@ -8,6 +8,10 @@ Both edges (the ASGI app and the httpx transport) and the library methods go thr
         async for chunk in await gw.chat(model="m", messages=[...], stream=True): ...
         client = openai.AsyncOpenAI(api_key="-", base_url="http://levergate/v1",
                                     http_client=httpx.AsyncClient(transport=gw.transport()))
+
+    gw = Gateway(settings)  # synchronous code: the gateway lives on the transport's loop thread
+    with httpx.Client(transport=gw.sync_transport()) as http:
+        client = openai.OpenAI(api_key="-", base_url="http://levergate/v1", http_client=http)
 """
 
 from __future__ import annotations
@@ -176,6 +180,13 @@ class Gateway:
         from levergate.server.transport import GatewayTransport
 
         return GatewayTransport(self)
+
+    def sync_transport(self) -> httpx.BaseTransport:
+        """The same for synchronous clients (`openai.OpenAI`, `httpx.Client`): the gateway runs
+        on a loop thread the transport owns, started now and closed with the client."""
+        from levergate.server.sync_transport import SyncGatewayTransport
+
+        return SyncGatewayTransport(self)
 
     async def _library_call(
         self, kind: Kind, body: dict[str, Any], headers: Mapping[str, str] | None
