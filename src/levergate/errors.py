@@ -58,6 +58,8 @@ class LevergateError(Exception):
         self.retry_after = retry_after
         # Levergate has already retried this failure (or sent it to a fallback).
         self.retried = False
+        # The provider's allow-listed response headers (upstreams/passed_headers.py).
+        self.passed_headers: dict[str, str] = {}
 
     @property
     def http_status(self) -> int:
@@ -83,7 +85,7 @@ class LevergateError(Exception):
         }
 
     def headers(self) -> dict[str, str]:
-        headers: dict[str, str] = {}
+        headers = dict(self.passed_headers)
         if self.retry_after is not None:
             wait = max(0.0, self.retry_after)
             # Rounded first, so float noise (1.384 * 1000 = 1384.0000000000002) adds no ms.
