@@ -127,9 +127,10 @@ class NotFound(ClientError):
 class ModelNotFound(NotFound):
     type = "invalid_request_error"
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, detail: str = "") -> None:
+        message = f"The model '{model}' does not exist"
         super().__init__(
-            f"The model '{model}' does not exist", code="model_not_found", param="model"
+            f"{message}: {detail}" if detail else message, code="model_not_found", param="model"
         )
 
 
