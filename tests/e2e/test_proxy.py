@@ -59,6 +59,7 @@ async def test_completions_and_embeddings(client: openai.AsyncOpenAI) -> None:
     assert len(embeddings.data[0].embedding) > 0
 
 
+@BOTH_JSON_STYLES
 async def test_models_health_and_metrics(client: openai.AsyncOpenAI, proxy: str) -> None:
     models = await client.models.list()
     assert models.data
@@ -76,6 +77,13 @@ async def test_models_health_and_metrics(client: openai.AsyncOpenAI, proxy: str)
     assert 'levergate_ttft_seconds_count{feature="e2e-feature"' in metrics
     assert "levergate_overhead_seconds_bucket" in metrics
     assert 'kind="output"' in metrics
+    # The stream's usage was read whatever the upstream's JSON spacing: 3 output tokens.
+    (output,) = [
+        line for line in metrics.splitlines()
+        if line.startswith("levergate_tokens_total") and 'kind="output"' in line
+    ]  # fmt: skip
+    assert float(output.rsplit(" ", 1)[1]) == 3
+    assert "levergate_inter_token_seconds_count{" in metrics
 
 
 async def test_client_disconnect_cancels_the_upstream_stream(
