@@ -96,3 +96,27 @@ async def test_the_sync_sdk_over_the_sync_transport(sim: SimHandle) -> None:
     assert whole
     assert streamed == whole
     assert not gateway.ready  # closing the client closed the gateway
+
+
+async def test_a_started_gateway_is_refused_by_the_sync_transport(gateway: Gateway) -> None:
+    with pytest.raises(RuntimeError, match="already started"):
+        gateway.sync_transport()
+
+
+def sync_call_with_timeout(gateway: Gateway, *, timeout: float) -> None:
+    with (
+        httpx.Client(transport=gateway.sync_transport()) as http,
+        openai.OpenAI(
+            base_url="http://levergate.local/v1", api_key="unused", max_retries=0,
+            timeout=timeout, http_client=http,
+        ) as client,
+    ):  # fmt: skip
+        client.chat.completions.create(model="m", messages=USER, max_tokens=2)
+
+
+async def test_the_sync_sdks_timeout_holds_over_the_sync_transport(sim: SimHandle) -> None:
+    sim.configure({"latency": {"ttft_ms": 3000}})
+    gateway = Gateway(Settings.for_upstream(sim.base_url))
+    with pytest.raises(openai.APITimeoutError):
+        await asyncio.to_thread(sync_call_with_timeout, gateway, timeout=0.5)
+    assert await settled(sim) == 0

@@ -32,6 +32,11 @@ T = TypeVar("T")
 
 class SyncGatewayTransport(httpx.BaseTransport):
     def __init__(self, gateway: Gateway) -> None:
+        if gateway.ready:
+            raise RuntimeError(
+                "this gateway is already started on an event loop; give sync_transport() a "
+                "gateway that is not started: the transport runs it on a loop of its own"
+            )
         self._gateway = gateway
         self._transport = GatewayTransport(gateway)
         self._loop = asyncio.new_event_loop()
@@ -40,7 +45,11 @@ class SyncGatewayTransport(httpx.BaseTransport):
         )
         self._thread.start()
         self._closed = False
-        _run(self._loop, gateway.start())
+        try:
+            _run(self._loop, gateway.start())
+        except BaseException:
+            self.close()
+            raise
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if self._closed:
