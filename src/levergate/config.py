@@ -37,6 +37,18 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_SIM_PORT = 8089
 WILDCARD = "*"
+# Provider response headers passed on to the client (names, or prefixes ending in `*`): its
+# rate limits and timings, which SDKs and dashboards read. The upstream's `x-request-id`
+# arrives as `x-upstream-request-id` (levergate's own `x-request-id` names the call).
+PASSED_RESPONSE_HEADERS = (
+    "x-ratelimit-*",
+    "retry-after",
+    "retry-after-ms",
+    "openai-processing-ms",
+    "openai-version",
+    "openai-model",
+    "x-request-id",
+)
 
 
 class _Strict(BaseModel):
@@ -106,6 +118,9 @@ class Upstream(_Strict):
     # A PEM file of CA certificates to trust for this upstream instead of the system store.
     ca_bundle: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+    # Response headers of this provider passed on to the client (see PASSED_RESPONSE_HEADERS);
+    # `[]` passes none.
+    response_headers: tuple[str, ...] = PASSED_RESPONSE_HEADERS
     timeouts: Timeouts = Field(default_factory=Timeouts)
     pool: Pool = Field(default_factory=Pool)
     # More API keys of the same provider: each is balanced, limited and ejected on its own.

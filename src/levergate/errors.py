@@ -21,11 +21,22 @@
 
 Layers raise these; only the edges (`server/`, the library) turn them into JSON. Messages never
 contain secrets: upstream keys are `SecretStr` and are never formatted into a message.
+
+Headers tell the client's SDK what to do next: `retry-after` (whole seconds, rounded up, so a
+client never comes back early) with `retry-after-ms` (the precise wait, which the OpenAI SDKs
+prefer), and `x-should-retry: false` when a retry by the client would only multiply upstream
+calls: levergate has already retried (`retried`, set by the Retry and Fallback layers) or the
+error is one a retry cannot fix (a 4xx other than 408/409/429, the gateway's own upstream key
+refused). The OpenAI SDKs honour that header over their own status rules.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
+
+# Statuses a client may usefully retry (as the OpenAI SDKs do, with 5xx).
+RETRYABLE_CLIENT_STATUSES = frozenset({408, 409, 429})
 
 
 class LevergateError(Exception):
@@ -45,10 +56,22 @@ class LevergateError(Exception):
         self.code = code
         self.param = param
         self.retry_after = retry_after
+        # Levergate has already retried this failure (or sent it to a fallback).
+        self.retried = False
+        # The provider's allow-listed response headers (upstreams/passed_headers.py).
+        self.passed_headers: dict[str, str] = {}
 
     @property
     def http_status(self) -> int:
         return self.status
+
+    @property
+    def client_may_retry(self) -> bool:
+        """Whether a retry by the client could help (and would not repeat ours)."""
+        if self.retried:
+            return False
+        status = self.http_status
+        return status >= 500 or status in RETRYABLE_CLIENT_STATUSES
 
     def to_json(self) -> dict[str, Any]:
         """The OpenAI error envelope: what every OpenAI SDK knows how to read."""
@@ -62,9 +85,15 @@ class LevergateError(Exception):
         }
 
     def headers(self) -> dict[str, str]:
-        if self.retry_after is None:
-            return {}
-        return {"retry-after": str(max(1, round(self.retry_after)))}
+        headers = dict(self.passed_headers)
+        if self.retry_after is not None:
+            wait = max(0.0, self.retry_after)
+            # Rounded first, so float noise (1.384 * 1000 = 1384.0000000000002) adds no ms.
+            headers["retry-after"] = str(math.ceil(round(wait, 6)))
+            headers["retry-after-ms"] = str(math.ceil(round(wait * 1000, 3)))
+        if not self.client_may_retry:
+            headers["x-should-retry"] = "false"
+        return headers
 
 
 class ConfigError(LevergateError):
@@ -98,9 +127,10 @@ class NotFound(ClientError):
 class ModelNotFound(NotFound):
     type = "invalid_request_error"
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, detail: str = "") -> None:
+        message = f"The model '{model}' does not exist"
         super().__init__(
-            f"The model '{model}' does not exist", code="model_not_found", param="model"
+            f"{message}: {detail}" if detail else message, code="model_not_found", param="model"
         )
 
 
@@ -171,7 +201,12 @@ class UpstreamRejected(UpstreamError):
 
     @property
     def retryable(self) -> bool:
-        return self.upstream_status in {408, 409, 429}
+        return self.upstream_status in RETRYABLE_CLIENT_STATUSES
+
+    @property
+    def client_may_retry(self) -> bool:
+        # A 401/403 (our own upstream key) answers 502, but no retry fixes it.
+        return self.retryable and not self.retried
 
     def to_json(self) -> dict[str, Any]:
         body = super().to_json()

@@ -8,6 +8,10 @@ Both edges (the ASGI app and the httpx transport) and the library methods go thr
         async for chunk in await gw.chat(model="m", messages=[...], stream=True): ...
         client = openai.AsyncOpenAI(api_key="-", base_url="http://levergate/v1",
                                     http_client=httpx.AsyncClient(transport=gw.transport()))
+
+    gw = Gateway(settings)  # synchronous code: the gateway lives on the transport's loop thread
+    with httpx.Client(transport=gw.sync_transport()) as http:
+        client = openai.OpenAI(api_key="-", base_url="http://levergate/v1", http_client=http)
 """
 
 from __future__ import annotations
@@ -179,6 +183,13 @@ class Gateway:
 
         return GatewayTransport(self)
 
+    def sync_transport(self) -> httpx.BaseTransport:
+        """The same for synchronous clients (`openai.OpenAI`, `httpx.Client`): the gateway runs
+        on a loop thread the transport owns, started now and closed with the client."""
+        from levergate.server.sync_transport import SyncGatewayTransport
+
+        return SyncGatewayTransport(self)
+
     async def _library_call(
         self, kind: Kind, body: dict[str, Any], headers: Mapping[str, str] | None
     ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
@@ -197,8 +208,12 @@ async def _chunks(stream: Stream) -> AsyncIterator[dict[str, Any]]:
 
 
 async def _drop_usage_chunk(events: EventSource) -> EventSource:
+    """Decided on the parsed event, not on its bytes: upstreams write JSON in every spacing
+    (`"usage": {` from Python's `json.dumps`), and a usage-only chunk that slips through has
+    `choices: []`, which breaks the everyday `chunk.choices[0]` loop. The parse is cached on
+    the event, so layers that read it too pay nothing more."""
     async for event in events:
-        if b'"usage":{' in event.data and is_usage_only(event.json()):
+        if is_usage_only(event.json()):
             continue
         yield event
 

@@ -124,7 +124,10 @@ async def test_upstream_rate_limit_passes_through_as_429_with_retry_after(
     await client.chat.completions.create(model="m", messages=USER)
     with pytest.raises(openai.RateLimitError) as caught:
         await client.chat.completions.create(model="m", messages=USER)
-    assert int(caught.value.response.headers["retry-after"]) >= 1
+    headers = caught.value.response.headers
+    assert int(headers["retry-after"]) >= 1
+    # The precise wait too (the SDK prefers it), and the whole seconds rounded up, not down.
+    assert 0 < int(headers["retry-after-ms"]) <= int(headers["retry-after"]) * 1000
 
 
 async def test_a_hung_upstream_is_a_504_after_the_ttfb_timeout(

@@ -26,6 +26,7 @@ from levergate.errors import (
     UpstreamUnavailable,
 )
 from levergate.protocol.sse import DONE, SSEDecoder
+from levergate.upstreams.passed_headers import HeaderAllowList
 from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 T = TypeVar("T")
@@ -47,6 +48,7 @@ class OpenAIUpstream:
         if settings.api_key is not None:
             headers["authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
         self._headers = headers
+        self._passed = HeaderAllowList(settings.response_headers)
 
     async def __call__(self, call: Call) -> Reply:
         payload = call.raw
@@ -86,16 +88,19 @@ class OpenAIUpstream:
                 f"cannot reach upstream '{self.name}': {exc}", upstream=self.name
             ) from None
         note_ratelimit_headers(response.headers, trace)
+        passed = self._passed.pick(response.headers)
         try:
             if response.status >= 400:
                 await self._raise_for(response, deadline)
             if call.stream and _is_event_stream(response.headers):
                 trace.upstream_seconds += time.perf_counter() - started
-                return Stream(self._events(response, trace, deadline))
+                return Stream(self._events(response, trace, deadline), headers=passed)
             raw = await self._bounded(response.read(), deadline)
-        except BaseException:
+        except BaseException as exc:
             trace.upstream_seconds += time.perf_counter() - started
             await response.aclose()
+            if isinstance(exc, UpstreamError):
+                exc.passed_headers = passed
             raise
         trace.upstream_seconds += time.perf_counter() - started
         data = _json_object(raw)
@@ -104,7 +109,7 @@ class OpenAIUpstream:
                 f"upstream '{self.name}' returned a malformed body", upstream=self.name
             )
         # Parsed once here; the raw bytes still go to the client unchanged.
-        return Completed(raw, data=data)
+        return Completed(raw, data=data, headers=passed)
 
     async def models(self) -> list[dict[str, Any]]:
         """The upstream's own `/models` list, for `--upstream URL` mode."""

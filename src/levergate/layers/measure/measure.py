@@ -161,7 +161,7 @@ class Measure:
                 elif _may_carry_token(event.data) and has_generated_token(event.json()):
                     last = handed
                     gaps += 1
-                if b'"usage":{' in event.data:
+                if b'"usage"' in event.data:  # any JSON spacing; decided on the parse
                     found = event.json().get("usage")
                     usage = found if isinstance(found, dict) else usage
             outcome = "ok"
@@ -223,5 +223,6 @@ def _outcome(exc: BaseException) -> str:
 
 
 def _may_carry_token(data: bytes) -> bool:
-    """A byte-level pre-check so most chunks are judged without parsing them twice."""
-    return b'"content":"' in data or b'"text":"' in data or b'"tool_calls"' in data
+    """A byte-level pre-check so most chunks are judged without parsing them twice. On the
+    keys only: upstreams write JSON in every spacing (`"content": "` from Python servers)."""
+    return b'"content"' in data or b'"text"' in data or b'"tool_calls"' in data

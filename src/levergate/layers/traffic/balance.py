@@ -161,7 +161,7 @@ class Balance:
                 if first is None:
                     first = trace.upstream_seconds - before
                     state.ttft.observe(first, now=self._clock.now())
-                if b'"usage":{' in event.data:
+                if b'"usage"' in event.data:  # any JSON spacing; decided on the parse
                     found = event.json().get("usage")
                     usage = found if isinstance(found, dict) else usage
                 yield event

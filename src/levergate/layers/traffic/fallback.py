@@ -65,6 +65,8 @@ class Fallback:
                 elif kind in self._on and general:
                     alias = general.pop(0)
                 else:
+                    # After a fallback, the client's own retry would repeat the whole chain.
+                    exc.retried = exc.retried or current is not call
                     raise
             self._metrics.fallbacks.labels(model, alias).inc()
             call.ctx.trace.annotations["fallback"] = alias

@@ -131,7 +131,7 @@ class Limits:
         dropped = False
         try:
             async for event in events:
-                if b'"usage":{' in event.data:
+                if b'"usage"' in event.data:  # any JSON spacing; decided on the parse
                     found = event.json().get("usage")
                     usage = found if isinstance(found, dict) else usage
                 yield event

@@ -64,6 +64,8 @@ class Retry:
                     raise
                 delay = self._delay(call, exc, attempt)
                 if delay is None:
+                    # Tell the client (x-should-retry: false) so its SDK does not multiply ours.
+                    exc.retried = exc.retried or attempt > 0
                     raise
                 self._metrics.retries.labels(reason).inc()
                 call.ctx.trace.annotations["retries"] = str(attempt + 1)
