@@ -57,7 +57,7 @@ def check_body(kind: Kind, body: Any, *, limits: RequestLimits) -> dict[str, Any
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     for name in _REQUIRED[kind]:
-        if name not in body:
+        if body.get(name) is None:  # absent or null: no later check may meet a None here
             raise BadRequest(f"Missing required parameter: '{name}'.", param=name)
     types = _BY_KIND[kind]
     for name, value in body.items():

@@ -49,6 +49,21 @@ def test_non_objects_are_refused() -> None:
             check_body("chat", body, limits=LIMITS)
 
 
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [
+        ("embedding", {"model": "e", "input": None}),
+        ("chat", {"model": "m", "messages": None}),
+        ("completion", {"model": "m", "prompt": None}),
+        ("chat", {"model": None, "messages": [{"role": "user", "content": "hi"}]}),
+    ],
+)
+def test_a_required_field_sent_as_null_is_missing(kind: Kind, body: dict[str, object]) -> None:
+    """Found by the fuzz: `"input": null` reached the count check and answered 500."""
+    with pytest.raises(BadRequest, match="Missing required parameter"):
+        check_body(kind, body, limits=LIMITS)
+
+
 def test_embeddings_and_completions_have_their_own_required_fields() -> None:
     check_body("embedding", {"model": "e", "input": ["a", "b"]}, limits=LIMITS)
     check_body("completion", {"model": "m", "prompt": "once"}, limits=LIMITS)
