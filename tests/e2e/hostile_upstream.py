@@ -65,7 +65,9 @@ class Hostile:
             error = orjson.dumps({"error": {"message": echo + FORGED, "type": "server_error"}})
             await _write(writer, 200, "text/event-stream", _frames(ROLE, TOKEN, error))
         elif behaviour == "malformed-chunk":
-            await _write(writer, 200, "text/event-stream", _frames(ROLE, TOKEN, b"not json{"))
+            await _write(
+                writer, 200, "text/event-stream", _frames(ROLE, TOKEN, b"not json{", b"[DONE]")
+            )
         elif behaviour in {"huge-error", "huge-body", "unterminated", "trickle"}:
             try:
                 await self._flood(behaviour, writer)

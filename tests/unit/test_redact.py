@@ -94,3 +94,22 @@ def test_every_levergate_logger_is_scrubbed(caplog: pytest.LogCaptureFixture) ->
     assert "sk-logged-secret" not in caplog.text
     assert caplog.records[0].getMessage() == "upstream said key [redacted]\\nforged"
     assert "ValueError: [redacted]" in caplog.text
+
+
+def test_a_handler_with_the_filter_scrubs_other_libraries_records() -> None:
+    seen: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(self.format(record))
+
+    handler = Collect()
+    redactor = Redactor(["sk-third-party-secret"])
+    install(redactor, handler=handler)
+    other = logging.getLogger("somelib.test_redact_unit")
+    other.addHandler(handler)
+    try:
+        other.warning("connect to %s failed\r\nforged", "http://sk-third-party-secret@h")
+    finally:
+        other.removeHandler(handler)
+    assert seen == ["connect to http://[redacted]@h failed\\r\\nforged"]

@@ -46,8 +46,10 @@ def run(args: argparse.Namespace) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # On the handler as well as on levergate's loggers: other libraries' records (asyncio,
-    # aiohttp) may carry an upstream's text too.
-    install_redaction(Redactor.of(settings), handler=handler)
+    # aiohttp) may carry an upstream's text too. The filter holds redactors weakly: this
+    # frame keeps this one alive for as long as the server runs.
+    redactor = Redactor.of(settings)
+    install_redaction(redactor, handler=handler)
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
     _install_uvloop()
     asyncio.run(_serve(settings))

@@ -153,6 +153,12 @@ class OpenAIUpstream:
                     if data == DONE:
                         done = True
                         continue
+                    if data[:1] == b"{" and data[-1:] == b"}" and not data.startswith(_ERROR):
+                        # The shape of a JSON object: passed on unparsed (a parse per event
+                        # would cost ~2 us, a tenth of a stream's gateway CPU; the edge and
+                        # the usage filter parse the few events they need).
+                        yield Event(data)
+                        continue
                     parsed = _json_object(data)
                     if parsed is None:
                         raise UpstreamUnavailable(
@@ -199,12 +205,18 @@ class OpenAIUpstream:
         self, response: HttpResponse, deadline: float, *, limit: int
     ) -> tuple[bytes, bool]:
         """At most `limit` bytes of the body, and whether there was more."""
+        return await self._bounded(self._collect(response, deadline, limit=limit), deadline)
+
+    async def _collect(
+        self, response: HttpResponse, deadline: float, *, limit: int
+    ) -> tuple[bytes, bool]:
         parts: list[bytes] = []
         size = 0
         cut = False
         chunks = response.chunks()
         try:
-            while (chunk := await self._bounded(anext(chunks, None), deadline)) is not None:
+            async for chunk in chunks:
+                # Buffered chunks come without a pause, where no timer can fire: check here.
                 self._check_deadline(deadline)
                 if size + len(chunk) > limit:
                     parts.append(chunk[: limit - size])
@@ -298,6 +310,7 @@ class OpenAIUpstream:
         )
 
 
+_ERROR = b'{"error"'
 _KEY_FAULTS = frozenset({401, 403})
 _KEY_FAULT = {
     "message": "The upstream refused the gateway's credentials.",
