@@ -46,9 +46,11 @@ class SSEDecoder:
         self._limit = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        chunk = self._normalised(chunk)
+        if self._held_cr or b"\r" in chunk:
+            chunk = self._normalised(chunk)
         events: list[bytes] = []
         parts = self._parts
+        limit = self._limit
         start = 0
         if parts and chunk[:1] == b"\n" and parts[-1].endswith(b"\n"):
             # The blank line that ends the pending event straddles the two chunks.
@@ -58,21 +60,24 @@ class SSEDecoder:
             start = 1
         while (end := chunk.find(b"\n\n", start)) >= 0:
             if parts:
-                block = b"".join([*parts, chunk[start:end]])
+                head = parts[0] if len(parts) == 1 else b"".join(parts)
+                block = head + chunk[start:end]
                 parts.clear()
                 self._size = 0
             else:
                 block = chunk[start:end]
-            self._emit(block, events)
+            if limit is None and block.startswith(b"data: ") and b"\n" not in block:
+                events.append(block[6:])  # the common case: one single-line data event
+            else:
+                self._emit(block, events)
             start = end + 2
         if start < len(chunk):
             rest = chunk[start:] if start else chunk
             parts.append(rest)
             self._size += len(rest)
             # A trailing LF may be half of the terminator: it is not part of the event's text.
-            text = self._size - (1 if rest.endswith(b"\n") else 0)
-            if self._limit is not None and text > self._limit:
-                raise EventTooLarge(self._limit)
+            if limit is not None and self._size - rest.endswith(b"\n") > limit:
+                raise EventTooLarge(limit)
         return events
 
     @property
@@ -99,14 +104,15 @@ class SSEDecoder:
     def _emit(self, block: bytes, events: list[bytes]) -> None:
         if self._limit is not None and len(block) > self._limit:
             raise EventTooLarge(self._limit)
+        if block.startswith(b"data: ") and b"\n" not in block:
+            events.append(block[6:])
+            return
         payload = _data_of(block)
         if payload is not None:
             events.append(payload)
 
 
 def _data_of(block: bytes) -> bytes | None:
-    if block.startswith(b"data: ") and b"\n" not in block:
-        return block[6:]
     lines: list[bytes] = []
     for line in block.split(b"\n"):
         if line.startswith(b"data:"):
