@@ -12,11 +12,12 @@
     │   ├── PayloadTooLarge           413
     │   └── RateLimited               429 rate_limit_error     (carries retry_after)
     ├── Overloaded                    503 overloaded_error     (shed; carries retry_after)
-    └── UpstreamError                 the provider failed us; carries the provider's own message
+    └── UpstreamError                 the provider failed us; carries the provider's error object
         ├── UpstreamRejected          the provider answered 4xx: its status is kept (400, 404,
-        │                             413, 422, 429), except 401/403 (the gateway's own upstream
-        │                             key) which become 502
-        ├── UpstreamUnavailable       502 (connect refused, 5xx, malformed body, cut stream)
+        │                             409, 413, 422, 429), except 401/403 (the gateway's own
+        │                             upstream key) which become 502 with a message of our own
+        ├── UpstreamUnavailable       502 (connect refused, 5xx, malformed body or event, cut
+        │                             stream, answer or event over `response_limits`)
         └── UpstreamTimeout           504 (connect, time-to-first-byte, idle or total timeout)
 
 Layers raise these; only the edges (`server/`, the library) turn them into JSON. Messages never
