@@ -89,6 +89,7 @@ class Redactor:
         if self._pattern is not None:
             exc.message = self(exc.message)
             exc.args = (exc.message,)
+            exc.code, exc.param = self.scrub(exc.code), self.scrub(exc.param)
             if isinstance(exc, UpstreamError) and exc.provider_error is not None:
                 exc.provider_error = self.scrub(exc.provider_error)
         return exc

@@ -54,16 +54,14 @@ class Hostile:
         behaviour = model.rpartition("/")[2]
         if behaviour.startswith("echo-") and behaviour[5:].isdigit():
             error = {"message": echo + FORGED, "type": "upstream_type", "param": "messages"}
-            error["code"] = "echoed"
-            await _write(
-                writer, int(behaviour[5:]), "application/json", orjson.dumps({"error": error})
-            )
+            body = orjson.dumps({"error": {**error, "code": "echoed"}})
+            await _write(writer, int(behaviour[5:]), "application/json", body)
         elif behaviour == "echo-html":
             page = f"<html><body><h1>502 Bad Gateway</h1><p>{echo}</p></body></html>"
             await _write(writer, 502, "text/html", page.encode())
         elif behaviour == "echo-midstream":
-            error = orjson.dumps({"error": {"message": echo + FORGED, "type": "server_error"}})
-            await _write(writer, 200, "text/event-stream", _frames(ROLE, TOKEN, error))
+            event = orjson.dumps({"error": {"message": echo + FORGED, "type": "server_error"}})
+            await _write(writer, 200, "text/event-stream", _frames(ROLE, TOKEN, event))
         elif behaviour == "malformed-chunk":
             await _write(
                 writer, 200, "text/event-stream", _frames(ROLE, TOKEN, b"not json{", b"[DONE]")

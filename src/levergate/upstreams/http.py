@@ -286,7 +286,7 @@ class OpenAIUpstream:
                 text,
                 upstream=self.name,
                 upstream_status=status,
-                code=_error_code(raw),
+                code=self._redact.scrub(_error_code(raw)),
                 retry_after=retry_after,
                 provider_error=provider,
             )
