@@ -50,6 +50,11 @@ PASSED_RESPONSE_HEADERS = (
     "x-request-id",
 )
 
+# Shorter configured values are not treated as secrets by the redactor (levergate/redact.py):
+# placeholder keys such as "-", "x" or "none" are not credentials, and replacing them would
+# mangle every message that contains the same characters.
+SECRET_MIN_CHARS = 8
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -63,6 +68,22 @@ class Timeouts(_Strict):
     ttfb: float = Field(120.0, gt=0)
     idle: float = Field(60.0, gt=0)
     total: float = Field(600.0, gt=0)
+
+
+class ResponseLimits(_Strict):
+    """Bytes an upstream's answer may take in the gateway's memory. Beyond `body_bytes` a whole
+    answer is refused with a 502 (`upstream_response_too_large`); of an error body only the
+    first `error_body_bytes` are read (the connection is then dropped), which is plenty for an
+    error message; a streamed event larger than `event_bytes` ends the stream with an error
+    (502 before the first token, an error event after it). Measured before these existed: a
+    300 MB error body peaked the gateway at 677 MB, a 300 MB unterminated event at 834 MB.
+    The defaults sit far above real answers (a 128k-token completion is ~0.5 MB of JSON, one
+    streamed chunk a few hundred bytes; embeddings of 2,048 inputs at 3,072 dimensions are
+    ~60 MB as JSON text)."""
+
+    body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    error_body_bytes: int = Field(1024 * 1024, ge=1024)
+    event_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
 
 class Pool(_Strict):
@@ -122,6 +143,7 @@ class Upstream(_Strict):
     # `[]` passes none.
     response_headers: tuple[str, ...] = PASSED_RESPONSE_HEADERS
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    response_limits: ResponseLimits = Field(default_factory=ResponseLimits)
     pool: Pool = Field(default_factory=Pool)
     # More API keys of the same provider: each is balanced, limited and ejected on its own.
     api_keys: list[SecretStr] = Field(default_factory=list)

@@ -12,15 +12,19 @@
     │   ├── PayloadTooLarge           413
     │   └── RateLimited               429 rate_limit_error     (carries retry_after)
     ├── Overloaded                    503 overloaded_error     (shed; carries retry_after)
-    └── UpstreamError                 the provider failed us; carries the provider's own message
+    └── UpstreamError                 the provider failed us; carries the provider's error object
         ├── UpstreamRejected          the provider answered 4xx: its status is kept (400, 404,
-        │                             413, 422, 429), except 401/403 (the gateway's own upstream
-        │                             key) which become 502
-        ├── UpstreamUnavailable       502 (connect refused, 5xx, malformed body, cut stream)
+        │                             409, 413, 422, 429), except 401/403 (the gateway's own
+        │                             upstream key) which become 502 with a message of our own
+        ├── UpstreamUnavailable       502 (connect refused, 5xx, malformed body or event, cut
+        │                             stream, answer or event over `response_limits`)
         └── UpstreamTimeout           504 (connect, time-to-first-byte, idle or total timeout)
 
 Layers raise these; only the edges (`server/`, the library) turn them into JSON. Messages never
-contain secrets: upstream keys are `SecretStr` and are never formatted into a message.
+contain secrets: upstream keys are `SecretStr` and are never formatted into a message, and what
+an upstream says is scrubbed of every configured secret before it reaches one (levergate/redact.py).
+An upstream's own error object reaches the client as the provider sent it, with levergate's
+context in a separate `error.levergate` field (`UpstreamError`).
 
 Headers tell the client's SDK what to do next: `retry-after` (whole seconds, rounded up, so a
 client never comes back early) with `retry-after-ms` (the precise wait, which the OpenAI SDKs
@@ -157,7 +161,12 @@ class Overloaded(LevergateError):
 
 
 class UpstreamError(LevergateError):
-    """The upstream failed; `upstream` names which one (never its key)."""
+    """The upstream failed; `upstream` names which one (never its key).
+
+    `message` is levergate's account ("upstream 'x' answered 400: ..."), for logs. When the
+    provider sent an OpenAI error object, `provider_error` holds it and the client receives it
+    as it was (message, type, param, code: an SDK reads the provider's own fields), with
+    levergate's context beside it in `error.levergate` ({"upstream", "status"})."""
 
     status = 502
     type = "upstream_error"
@@ -171,10 +180,19 @@ class UpstreamError(LevergateError):
         code: str | None = None,
         param: str | None = None,
         retry_after: float | None = None,
+        provider_error: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message, code=code, param=param, retry_after=retry_after)
         self.upstream = upstream
         self.upstream_status = upstream_status
+        self.provider_error = provider_error
+
+    def to_json(self) -> dict[str, Any]:
+        body = super().to_json()
+        if self.provider_error is not None:
+            body["error"] = {**body["error"], **self.provider_error}
+        body["error"]["levergate"] = {"upstream": self.upstream, "status": self.upstream_status}
+        return body
 
 
 class UpstreamUnavailable(UpstreamError):
@@ -210,6 +228,8 @@ class UpstreamRejected(UpstreamError):
 
     def to_json(self) -> dict[str, Any]:
         body = super().to_json()
+        if self.provider_error is not None and isinstance(self.provider_error.get("type"), str):
+            return body  # the provider's own type stands
         if self.upstream_status == 429:
             body["error"]["type"] = "rate_limit_error"
         elif self.upstream_status in _PASSED_THROUGH:

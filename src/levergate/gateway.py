@@ -32,6 +32,8 @@ from levergate.core.reply import Completed, EventSource, Reply, Stream
 from levergate.errors import BadRequest, LevergateError
 from levergate.pipeline import Deps, Pipeline, build_pipeline
 from levergate.protocol.openai import check_body, is_usage_only
+from levergate.redact import Redactor
+from levergate.redact import install as install_redaction
 
 if TYPE_CHECKING:
     import httpx
@@ -46,6 +48,10 @@ class Gateway:
     def __init__(self, settings: Settings | None = None, *, deps: Deps | None = None) -> None:
         self.settings = settings or Settings.load()
         self.pipeline: Pipeline = build_pipeline(self.settings, deps)
+        # Every configured secret, scrubbed from the errors `serve` hands out and from every
+        # levergate log record (levergate/redact.py).
+        self.redactor = Redactor.of(self.settings)
+        install_redaction(self.redactor)
         self.ready = False
         self._jobs: list[asyncio.Future[None]] = []
 
@@ -116,7 +122,11 @@ class Gateway:
     async def serve(self, call: Call) -> Reply:
         """Run the call through the pipeline. A stream comes back with the usage chunk removed
         unless the client asked for it (the gateway always asks the upstream for it)."""
-        reply = await self.pipeline.service(call)
+        try:
+            reply = await self.pipeline.service(call)
+        except LevergateError as exc:
+            self.redactor.scrub_error(exc)
+            raise
         if isinstance(reply, Stream) and not call.wants_usage_chunk:
             return reply.through(_drop_usage_chunk)
         return reply

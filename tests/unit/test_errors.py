@@ -38,6 +38,17 @@ def test_upstream_failures_are_502_and_504_with_their_message() -> None:
     assert error_payload(UpstreamTimeout("slow"))[0] == 504
 
 
+def test_the_providers_error_object_passes_through_with_levergates_context_beside_it() -> None:
+    provider = {"message": "bad", "type": "invalid_request_error", "param": "n", "code": None}
+    exc = UpstreamRejected(
+        "upstream 'a' answered 400: bad", upstream="a", upstream_status=400, provider_error=provider
+    )
+    status, body, _ = error_payload(exc)
+    assert status == 400
+    assert body == {"error": {**provider, "levergate": {"upstream": "a", "status": 400}}}
+    assert exc.message == "upstream 'a' answered 400: bad"  # levergate's account, for the log
+
+
 def test_retry_after_is_rounded_up_and_the_precise_wait_goes_in_retry_after_ms() -> None:
     assert error_payload(Overloaded("full", retry_after=0.2))[2] == {
         "retry-after": "1",

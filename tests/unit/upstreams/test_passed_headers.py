@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from levergate.config import PASSED_RESPONSE_HEADERS, Upstream
+from levergate.redact import Redactor
 from levergate.upstreams.passed_headers import HeaderAllowList
 
 PROVIDER = {
@@ -32,3 +33,13 @@ def test_the_list_is_configured_per_upstream_and_may_be_empty() -> None:
     assert HeaderAllowList(()).pick(PROVIDER) == {}
     default = Upstream(name="u", base_url="http://127.0.0.1:1/v1")
     assert default.response_headers == PASSED_RESPONSE_HEADERS
+
+
+def test_a_passed_value_is_redacted() -> None:
+    """Found by the canary suite: an upstream echoing its key in an allowed header."""
+    key = "sk-canary-0123456789"
+    picked = HeaderAllowList(PASSED_RESPONSE_HEADERS).pick(
+        {"x-request-id": f"Bearer {key}", "x-ratelimit-limit-tokens": "9"},
+        redact=Redactor([key]),
+    )
+    assert picked == {"x-upstream-request-id": "Bearer [redacted]", "x-ratelimit-limit-tokens": "9"}
