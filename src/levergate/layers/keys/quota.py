@@ -1,0 +1,224 @@
+"""`KeyQuota`: a gateway key's own rates and money budgets, applied to each of its requests.
+
+Called by `Authenticate` (FRONT, right under Measure) once the key is known, so it sits above
+the tenant's Admission and the caches: a key's RPM/TPM mean what the key may ask, cached or
+not, and a key over its budget is refused before anything else spends work on it.
+
+Rates reuse the traffic levers' machinery: one `WaitingRoom` per key over the gateway's limit
+store (GCRA; in Redis and so shared by replicas with `traffic.store: redis`), under the key
+`vkey:<id>`. Over a rate the request waits in priority order and is refused with 429
+`key_rate_limited` only when the wait would pass its deadline.
+
+Budgets: before a request, the key's spend today and this month (UTC) is read from the spend
+store; at or over either budget the request gets 429 `budget_exceeded`. After the request its
+cost is added with `Budgets.charge(key_id=..., usd=...)`. Concurrent requests all pass the check
+before any of them is charged, so a budget can be overshot by the cost of the requests in
+flight when it runs out — the price of not holding a lock across a model call. A cached answer
+costs nothing and is not charged. A spend store that fails is logged and skipped for
+`_COOLDOWN` seconds: budgets go unchecked for that time rather than failing requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from levergate.config import WILDCARD, MaxWait, Price, RateLimits
+from levergate.core.call import Call
+from levergate.core.clock import Clock
+from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.service import Service
+from levergate.errors import BudgetExceeded, LevergateError, RateLimited
+from levergate.layers.traffic.limits import LimitScope
+from levergate.layers.traffic.metrics import TrafficMetrics
+from levergate.layers.traffic.waiting import WaitingRoom, deadline_for
+from levergate.policies.estimate import reserved_tokens
+from levergate.protocol.openai import usage_tokens
+from levergate.stores.keys import KeyRecord
+from levergate.stores.limits import LimitStore
+from levergate.stores.spend import Periods, SpendStore, SpendUnavailable, Spent
+
+T = TypeVar("T")
+
+_log = logging.getLogger("levergate.keys")
+_COOLDOWN = 1.0  # seconds a failed spend store is skipped before it is asked again
+_MAX_ROOMS = 10_000  # idle key rooms are dropped beyond this
+# Answers that cost nothing here: a cache hit, or an identical request's answer shared in flight
+# (the values the cache layers write to `trace.annotations["cache"]`; Measure skips them too).
+_FREE = frozenset({"hit", "semantic", "coalesced"})
+
+
+def request_cost(prices: Mapping[str, Price], call: Call, usage: Mapping[str, Any] | None) -> float:
+    """The call's cost in USD from its usage, priced as Measure prices it."""
+    if not usage or call.ctx.trace.annotations.get("cache") in _FREE:
+        return 0.0
+    prompt, completion, cached = usage_tokens(usage)
+    price = prices.get(call.model) or prices.get(WILDCARD) or Price()
+    return price.cost(prompt, completion, cached)
+
+
+class Budgets:
+    """Daily and monthly spend per key, checked before a request and charged after it."""
+
+    def __init__(
+        self, *, store: SpendStore, clock: Clock, timeout: float, wall: Callable[[], float]
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._timeout = timeout
+        self._wall = wall
+        self._down_until = 0.0
+
+    def periods(self) -> Periods:
+        return Periods.at(self._wall())
+
+    async def spent(self, key_id: str) -> Spent | None:
+        """Today's and this month's spend, or None while the store cannot say."""
+        periods = Periods.at(self._wall())
+        return await self._guarded(lambda: self._store.spent(key_id, periods))
+
+    async def check(self, record: KeyRecord) -> None:
+        if record.daily_budget_usd is None and record.monthly_budget_usd is None:
+            return
+        periods = Periods.at(self._wall())
+        spent = await self._guarded(lambda: self._store.spent(record.id, periods))
+        if spent is None:
+            return
+        now = self._wall()
+        for period, used, budget, ends in (
+            ("daily", spent.day, record.daily_budget_usd, periods.day_ends),
+            ("monthly", spent.month, record.monthly_budget_usd, periods.month_ends),
+        ):
+            if budget is not None and used >= budget:
+                raise BudgetExceeded(
+                    f"This API key has spent its {period} budget (${used:.4f} of ${budget:.2f});"
+                    f" it resets at {_utc(ends)}.",
+                    code="budget_exceeded",
+                    retry_after=max(1.0, ends - now),
+                )
+
+    async def charge(self, *, key_id: str, usd: float) -> None:
+        """Add `usd` to the key's spend today and this month. The one place spend grows: the
+        finished-request record can call it with its cost once it carries one."""
+        if usd <= 0:
+            return
+        periods = Periods.at(self._wall())
+        await self._guarded(lambda: self._store.add(key_id, usd, periods))
+
+    async def _guarded(self, work: Callable[[], Awaitable[T]]) -> T | None:
+        if self._clock.now() < self._down_until:
+            return None
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await work()
+        except (SpendUnavailable, TimeoutError) as exc:
+            self._down_until = self._clock.now() + _COOLDOWN
+            _log.warning("budgets unchecked for %.0fs: %s", _COOLDOWN, exc)
+            return None
+
+
+class KeyQuota:
+    def __init__(
+        self,
+        *,
+        budgets: Budgets | None,
+        prices: Mapping[str, Price],
+        store: LimitStore,
+        clock: Clock,
+        max_wait: MaxWait,
+        max_queue: int,
+        metrics: TrafficMetrics,
+    ) -> None:
+        self.budgets = budgets
+        self._prices = prices
+        self._store = store
+        self._clock = clock
+        self._max_wait = max_wait
+        self._max_queue = max_queue
+        self._metrics = metrics
+        self._rooms: dict[str, tuple[tuple[int | None, int | None], WaitingRoom, LimitScope]] = {}
+
+    async def serve(self, record: KeyRecord, call: Call, inner: Service) -> Reply:
+        """Run `call` for `record`'s key through `inner`, within its rates and budgets."""
+        if self.budgets is not None:
+            await self.budgets.check(record)
+        room = await self._enter(record, call)
+        try:
+            reply = await inner(call)
+        except BaseException:
+            if room is not None:
+                room.release()
+            raise
+        if isinstance(reply, Completed):
+            if room is not None:
+                room.release()
+            await self._charge(record, call, reply.usage)
+            return reply
+        return reply.through(lambda events: self._settling(record, call, room, events))
+
+    async def _settling(
+        self, record: KeyRecord, call: Call, room: WaitingRoom | None, events: EventSource
+    ) -> EventSource:
+        usage: dict[str, Any] | None = None
+        try:
+            async for event in events:
+                if b'"usage":{' in event.data:
+                    found = event.json().get("usage")
+                    usage = found if isinstance(found, dict) else usage
+                yield event
+        finally:
+            if room is not None:
+                room.release()
+            # A stream cut short was still paid for up to where it was cut.
+            await self._charge(record, call, usage)
+
+    async def _charge(self, record: KeyRecord, call: Call, usage: dict[str, Any] | None) -> None:
+        if self.budgets is not None:
+            await self.budgets.charge(key_id=record.id, usd=request_cost(self._prices, call, usage))
+
+    async def _enter(self, record: KeyRecord, call: Call) -> WaitingRoom | None:
+        if record.rpm is None and record.tpm is None:
+            return None
+        room, scope = self._room(record)
+        ctx = call.ctx
+        priority = ctx.priority.name.lower()
+        now = self._clock.now()
+        wait = getattr(self._max_wait, priority)
+        deadline = deadline_for(ctx_deadline=ctx.deadline, priority_wait=wait, now=now)
+        charges = scope.charges(reserved_tokens(call.body, embedding=call.kind == "embedding"))
+        await room.enter(charges=charges, priority=int(ctx.priority), deadline=deadline)
+        self._metrics.wait.labels("key", priority).observe(self._clock.now() - now)
+        return room
+
+    def _room(self, record: KeyRecord) -> tuple[WaitingRoom, LimitScope]:
+        rates = (record.rpm, record.tpm)
+        found = self._rooms.get(record.id)
+        if found is not None and found[0] == rates:
+            return found[1], found[2]
+        if len(self._rooms) >= _MAX_ROOMS:
+            for name in [n for n, (_, r, _) in self._rooms.items() if r.idle]:
+                del self._rooms[name]
+        room = WaitingRoom(
+            store=self._store,
+            clock=self._clock,
+            max_queue=self._max_queue,
+            shed_error=self._refuse,
+        )
+        scope = LimitScope.of(f"vkey:{record.id}", RateLimits(rpm=record.rpm, tpm=record.tpm))
+        self._rooms[record.id] = (rates, room, scope)
+        return room, scope
+
+    def _refuse(self, why: str, retry_after: float) -> LevergateError:
+        self._metrics.shed.labels("key", "-", why).inc()
+        return RateLimited(
+            f"This API key is over its rate limit; retry after {retry_after:.1f}s.",
+            code="key_rate_limited",
+            retry_after=retry_after,
+        )
+
+
+def _utc(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(unix))
