@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -41,15 +42,17 @@ class Periods:
 
     @classmethod
     def at(cls, unix: float) -> Periods:
-        now = dt.datetime.fromtimestamp(unix, tz=dt.UTC)
-        midnight = dt.datetime(now.year, now.month, now.day, tzinfo=dt.UTC)
-        days = calendar.monthrange(now.year, now.month)[1]
-        month_start = dt.datetime(now.year, now.month, 1, tzinfo=dt.UTC)
+        # Unix days are exactly 86,400 s (no leap seconds), so whole-second arithmetic names the
+        # day; `fromtimestamp` of the raw float could round 23:59:59.9999997 into the next day.
+        day_start = math.floor(unix) - math.floor(unix) % 86_400
+        day = dt.datetime.fromtimestamp(day_start, tz=dt.UTC)
+        days = calendar.monthrange(day.year, day.month)[1]
+        month_start = day_start - (day.day - 1) * _DAY
         return cls(
-            day=now.strftime("%Y-%m-%d"),
-            month=now.strftime("%Y-%m"),
-            day_ends=midnight.timestamp() + _DAY,
-            month_ends=month_start.timestamp() + days * _DAY,
+            day=day.strftime("%Y-%m-%d"),
+            month=day.strftime("%Y-%m"),
+            day_ends=day_start + _DAY,
+            month_ends=month_start + days * _DAY,
         )
 
 
