@@ -72,7 +72,7 @@ class Authenticate:
                 code="model_not_allowed",
                 param="model",
             )
-        call = call.with_ctx(tenant=record.tenant)
+        call = call.with_ctx(tenant=record.tenant, key_id=record.id)
         if self._quota is None:
             return await self._inner(call)
         return await self._quota.serve(record, call, self._inner)

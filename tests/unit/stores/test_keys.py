@@ -38,9 +38,21 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     else:
         await require_redis(REDIS_URL)
         client = redis_client(url=REDIS_URL, timeout=1.0, what="test")
-        made = RedisKeyStore(client, prefix=f"test:{{{uuid.uuid4().hex}}}:")
+        prefix = f"test:{{{uuid.uuid4().hex}}}:"
+        made = RedisKeyStore(client, prefix=prefix)
     yield made
     await made.aclose()
+    if request.param == "redis":
+        await forget(prefix)
+
+
+async def forget(prefix: str) -> None:
+    """Key records never expire: drop the test's own."""
+    raw = Redis.from_url(REDIS_URL)
+    names = [n async for n in raw.scan_iter(match=prefix.replace("{", "[{]") + "*")]
+    if names:
+        await raw.delete(*names)
+    await raw.aclose()
 
 
 def record(
@@ -100,6 +112,7 @@ async def test_redis_holds_only_digests() -> None:
         assert all(key.encode() not in (v or b"") + n for n, v in zip(names, values, strict=True))
     finally:
         await raw.aclose()
+        await forget(prefix)
 
 
 async def test_an_unreadable_sqlite_file_is_a_store_error(tmp_path: Path) -> None:

@@ -92,6 +92,7 @@ async def test_store_keys_name_their_tenant_and_revoked_or_unknown_keys_get_401(
     record, key = await rig.keyring.create(tenant="acme", name="ci", policy=KeyPolicy())
     await rig.call(key)
     assert rig.upstream.calls[-1].ctx.tenant == "acme"
+    assert rig.upstream.calls[-1].ctx.key_id == record.id
     await rig.keyring.revoke(record.id)
     for presented in (key, "lg-made-up", key + "x"):
         with pytest.raises(AuthenticationFailed) as caught:
