@@ -77,8 +77,11 @@ async def test_a_key_made_by_the_admin_api_works_until_rotated_and_revoked(sim: 
                 await client.chat.completions.create(model="other", messages=USER)
             assert denied.value.code == "model_not_allowed"
 
-        listed = await admin(base, "GET", "/admin/keys")
+        other = await admin(base, "POST", "/admin/keys", json={"tenant": "other"})
+        listed = await admin(base, "GET", "/admin/tenants/acme/keys")
         assert [r["id"] for r in listed.json()["data"]] == [key_id]
+        everyone = (await admin(base, "GET", "/admin/keys")).json()["data"]
+        assert [r["id"] for r in everyone] == [key_id, other.json()["id"]]
         assert key not in listed.text
         assert "hash" not in listed.json()["data"][0]
         spend = (await admin(base, "GET", f"/admin/keys/{key_id}/spend")).json()

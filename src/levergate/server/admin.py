@@ -4,6 +4,7 @@
                                           daily_budget_usd?, monthly_budget_usd?} -> 201, the
                                           key in plaintext (shown this once, never again)
     GET    /admin/keys                  list (no hashes, no keys)
+    GET    /admin/tenants/{tenant}/keys one tenant's keys
     GET    /admin/keys/{id}             one record
     POST   /admin/keys/{id}/rotate      a new key for the record; the old one stops working
     POST   /admin/keys/{id}/revoke      (or DELETE /admin/keys/{id}) -> the key gets 401s
@@ -89,7 +90,7 @@ async def create_key(gateway: Gateway, request: AdminRequest) -> Response:
 
 async def list_keys(gateway: Gateway, request: AdminRequest) -> Response:
     kit = _kit(gateway, request.headers)
-    records = await kit.keyring.list()
+    records = await kit.keyring.list(request.params.get("tenant"))
     return _json(200, {"object": "list", "data": [_record(r.public()) for r in records]})
 
 
@@ -140,6 +141,7 @@ async def key_spend(gateway: Gateway, request: AdminRequest) -> Response:
 ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/admin/keys", create_key),
     ("GET", "/admin/keys", list_keys),
+    ("GET", "/admin/tenants/{tenant}/keys", list_keys),
     ("GET", "/admin/keys/{id}", show_key),
     ("DELETE", "/admin/keys/{id}", revoke_key),
     ("POST", "/admin/keys/{id}/rotate", rotate_key),

@@ -15,7 +15,8 @@ cost is added with `Budgets.charge(key_id=..., usd=...)`. Concurrent requests al
 before any of them is charged, so a budget can be overshot by the cost of the requests in
 flight when it runs out — the price of not holding a lock across a model call. A cached answer
 costs nothing and is not charged. A spend store that fails is logged and skipped for
-`_COOLDOWN` seconds: budgets go unchecked for that time rather than failing requests.
+`_COOLDOWN` seconds: budgets go unchecked for that time rather than failing requests, and
+charges are owed in the process and written once the store answers again.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ T = TypeVar("T")
 _log = logging.getLogger("levergate.keys")
 _COOLDOWN = 1.0  # seconds a failed spend store is skipped before it is asked again
 _MAX_ROOMS = 10_000  # idle key rooms are dropped beyond this
+_MAX_OWED = 10_000  # (key, period) charges kept while the spend store is down
 # Answers that cost nothing here: a cache hit, or an identical request's answer shared in flight
 # (the values the cache layers write to `trace.annotations["cache"]`; Measure skips them too).
 _FREE = frozenset({"hit", "semantic", "coalesced"})
@@ -71,6 +73,8 @@ class Budgets:
         self._timeout = timeout
         self._wall = wall
         self._down_until = 0.0
+        # Charges not yet written, by key and period: kept while the store is down.
+        self._owed: dict[tuple[str, Periods], float] = {}
 
     def periods(self) -> Periods:
         return Periods.at(self._wall())
@@ -102,11 +106,33 @@ class Budgets:
 
     async def charge(self, *, key_id: str, usd: float) -> None:
         """Add `usd` to the key's spend today and this month. The one place spend grows: the
-        finished-request record can call it with its cost once it carries one."""
+        finished-request record can call it with its cost once it carries one. While the store
+        is down, charges are owed in this process and paid with the first one after it."""
         if usd <= 0:
             return
-        periods = Periods.at(self._wall())
-        await self._guarded(lambda: self._store.add(key_id, usd, periods))
+        period = Periods.at(self._wall())
+        if (key_id, period) in self._owed or len(self._owed) < _MAX_OWED:
+            self._owed[(key_id, period)] = self._owed.get((key_id, period), 0.0) + usd
+        else:
+            _log.warning("spend of key %s lost: %d charges already owed", key_id, _MAX_OWED)
+        if self._clock.now() < self._down_until:
+            return
+        owed, self._owed = self._owed, {}
+        items = list(owed.items())
+        for index, ((owner, periods), amount) in enumerate(items):
+            if not await self._paid(owner, amount, periods):
+                for unpaid, rest in items[index:]:
+                    self._owed[unpaid] = self._owed.get(unpaid, 0.0) + rest
+                return
+
+    async def _paid(self, key_id: str, usd: float, periods: Periods) -> bool:
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._store.add(key_id, usd, periods)
+        except (SpendUnavailable, TimeoutError) as exc:
+            self._failed(exc)
+            return False
+        return True
 
     async def _guarded(self, work: Callable[[], Awaitable[T]]) -> T | None:
         if self._clock.now() < self._down_until:
@@ -115,9 +141,12 @@ class Budgets:
             async with asyncio.timeout(self._timeout):
                 return await work()
         except (SpendUnavailable, TimeoutError) as exc:
-            self._down_until = self._clock.now() + _COOLDOWN
-            _log.warning("budgets unchecked for %.0fs: %s", _COOLDOWN, exc)
+            self._failed(exc)
             return None
+
+    def _failed(self, exc: BaseException) -> None:
+        self._down_until = self._clock.now() + _COOLDOWN
+        _log.warning("budgets unchecked for %.0fs: %s", _COOLDOWN, exc)
 
 
 class KeyQuota:

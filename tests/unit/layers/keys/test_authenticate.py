@@ -27,7 +27,14 @@ from levergate.stores.keys import MemoryKeyStore
 from levergate.stores.keys_redis import RedisKeyStore, redis_client
 from levergate.stores.keys_sqlite import SqliteKeyStore
 from levergate.stores.limits import MemoryLimitStore
-from levergate.stores.spend import MemorySpendStore, RedisSpendStore, SpendStore
+from levergate.stores.spend import (
+    MemorySpendStore,
+    Periods,
+    RedisSpendStore,
+    SpendStore,
+    SpendUnavailable,
+    Spent,
+)
 from levergate.testing import ManualClock
 
 NOON = dt.datetime(2026, 3, 31, 12, 0, tzinfo=dt.UTC).timestamp()
@@ -234,3 +241,33 @@ async def test_a_key_store_that_is_down_keeps_cached_keys_and_gives_503_to_other
     with pytest.raises(Overloaded):
         await keyring.resolve("lg-any")
     await dead.aclose()
+
+
+class Flaky(MemorySpendStore):
+    """The memory spend store with an outage switch (fault injection, not a stand-in)."""
+
+    down = False
+
+    async def spent(self, key_id: str, periods: Periods) -> Spent:
+        if self.down:
+            raise SpendUnavailable("down")
+        return await super().spent(key_id, periods)
+
+    async def add(self, key_id: str, usd: float, periods: Periods) -> None:
+        if self.down:
+            raise SpendUnavailable("down")
+        await super().add(key_id, usd, periods)
+
+
+async def test_charges_made_while_the_spend_store_is_down_are_paid_when_it_returns() -> None:
+    flaky = Flaky()
+    rig = Rig(spend=flaky)
+    record, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy())
+    flaky.down = True
+    await rig.call(key)  # the charge fails: owed
+    await rig.call(key)  # within the cool-down: owed, the store is not asked
+    flaky.down = False
+    assert (await flaky.spent(record.id, Periods.at(rig.wall))).day == 0.0
+    rig.clock.advance(5.0)
+    await rig.call(key)
+    assert (await flaky.spent(record.id, Periods.at(rig.wall))).day == pytest.approx(0.03)
