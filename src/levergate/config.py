@@ -384,8 +384,9 @@ class SpendSettings(_Strict):
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "levergate:spend:"
-    # A budget check or charge slower than this is skipped (logged): the budget is then
-    # enforced from what was counted, never by failing the request.
+    # Redis socket timeouts: a budget check or charge slower than this is skipped (logged,
+    # then the store rests 1 s); budgets go unchecked meanwhile, requests never fail for it,
+    # and the charges are owed and written when Redis answers again.
     timeout_seconds: float = Field(0.5, gt=0)
 
 

@@ -61,7 +61,7 @@ def build_keys(
     )
     spend = _spend_store(settings)
     closers.append(spend.aclose)
-    budgets = Budgets(store=spend, clock=clock, timeout=auth.spend.timeout_seconds, wall=wall)
+    budgets = Budgets(store=spend, clock=clock, wall=wall)
     t = settings.traffic
     quota = KeyQuota(
         budgets=budgets,

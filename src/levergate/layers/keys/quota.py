@@ -21,14 +21,13 @@ charges are owed in the process and written once the store answers again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from levergate.config import WILDCARD, MaxWait, Price, RateLimits
-from levergate.core.call import Call
+from levergate.core.call import Call, Priority
 from levergate.core.clock import Clock
 from levergate.core.reply import Completed, EventSource, Reply
 from levergate.core.service import Service
@@ -65,29 +64,33 @@ def request_cost(prices: Mapping[str, Price], call: Call, usage: Mapping[str, An
 class Budgets:
     """Daily and monthly spend per key, checked before a request and charged after it."""
 
-    def __init__(
-        self, *, store: SpendStore, clock: Clock, timeout: float, wall: Callable[[], float]
-    ) -> None:
+    def __init__(self, *, store: SpendStore, clock: Clock, wall: Callable[[], float]) -> None:
+        # No timeout here: a Redis store's client bounds every command with its socket timeouts
+        # (auth.spend.timeout_seconds), and the memory store cannot hang.
         self._store = store
         self._clock = clock
-        self._timeout = timeout
         self._wall = wall
         self._down_until = 0.0
         # Charges not yet written, by key and period: kept while the store is down.
         self._owed: dict[tuple[str, Periods], float] = {}
+        self._periods = Periods.at(wall())
 
     def periods(self) -> Periods:
-        return Periods.at(self._wall())
+        """The current day and month, computed once per day (it is most of a check's cost)."""
+        now = self._wall()
+        if not self._periods.day_ends - 86_400 <= now < self._periods.day_ends:
+            self._periods = Periods.at(now)
+        return self._periods
 
     async def spent(self, key_id: str) -> Spent | None:
         """Today's and this month's spend, or None while the store cannot say."""
-        periods = Periods.at(self._wall())
+        periods = self.periods()
         return await self._guarded(lambda: self._store.spent(key_id, periods))
 
     async def check(self, record: KeyRecord) -> None:
         if record.daily_budget_usd is None and record.monthly_budget_usd is None:
             return
-        periods = Periods.at(self._wall())
+        periods = self.periods()
         spent = await self._guarded(lambda: self._store.spent(record.id, periods))
         if spent is None:
             return
@@ -110,7 +113,7 @@ class Budgets:
         is down, charges are owed in this process and paid with the first one after it."""
         if usd <= 0:
             return
-        period = Periods.at(self._wall())
+        period = self.periods()
         if (key_id, period) in self._owed or len(self._owed) < _MAX_OWED:
             self._owed[(key_id, period)] = self._owed.get((key_id, period), 0.0) + usd
         else:
@@ -127,8 +130,7 @@ class Budgets:
 
     async def _paid(self, key_id: str, usd: float, periods: Periods) -> bool:
         try:
-            async with asyncio.timeout(self._timeout):
-                await self._store.add(key_id, usd, periods)
+            await self._store.add(key_id, usd, periods)
         except (SpendUnavailable, TimeoutError) as exc:
             self._failed(exc)
             return False
@@ -138,8 +140,7 @@ class Budgets:
         if self._clock.now() < self._down_until:
             return None
         try:
-            async with asyncio.timeout(self._timeout):
-                return await work()
+            return await work()
         except (SpendUnavailable, TimeoutError) as exc:
             self._failed(exc)
             return None
@@ -169,6 +170,8 @@ class KeyQuota:
         self._max_queue = max_queue
         self._metrics = metrics
         self._rooms: dict[str, tuple[tuple[int | None, int | None], WaitingRoom, LimitScope]] = {}
+        # Labelled children resolved once: `labels()` on every request is measurable overhead.
+        self._waited = {p: metrics.wait.labels("key", p.name.lower()) for p in Priority}
 
     async def serve(self, record: KeyRecord, call: Call, inner: Service) -> Reply:
         """Run `call` for `record`'s key through `inner`, within its rates and budgets."""
@@ -217,9 +220,14 @@ class KeyQuota:
         now = self._clock.now()
         wait = getattr(self._max_wait, priority)
         deadline = deadline_for(ctx_deadline=ctx.deadline, priority_wait=wait, now=now)
-        charges = scope.charges(reserved_tokens(call.body, embedding=call.kind == "embedding"))
+        tokens = (
+            0
+            if scope.tpm is None
+            else reserved_tokens(call.body, embedding=call.kind == "embedding")
+        )
+        charges = scope.charges(tokens)
         await room.enter(charges=charges, priority=int(ctx.priority), deadline=deadline)
-        self._metrics.wait.labels("key", priority).observe(self._clock.now() - now)
+        self._waited[ctx.priority].observe(self._clock.now() - now)
         return room
 
     def _room(self, record: KeyRecord) -> tuple[WaitingRoom, LimitScope]:

@@ -70,7 +70,7 @@ class Rig:
             timeout=1.0, wall=lambda: self.wall,
         )  # fmt: skip
         self.budgets = Budgets(
-            store=spend or MemorySpendStore(), clock=self.clock, timeout=1.0, wall=lambda: self.wall
+            store=spend or MemorySpendStore(), clock=self.clock, wall=lambda: self.wall
         )
         quota = KeyQuota(
             budgets=self.budgets, prices=PRICES, store=MemoryLimitStore(clock=self.clock),
