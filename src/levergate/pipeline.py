@@ -1,7 +1,8 @@
 """`build_pipeline`: the ONE place where the order of the layers is written, with the reason for
 each position. Reordering the levers is a one-line diff here and nowhere else.
 
-    FRONT, per request:   Measure → Authenticate → Admission → caches → Fallback → Dispatch
+    FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → Admission → caches →
+                          Fallback → Dispatch
     PER MODEL:            Retry(budget) → Deadline → Balance(endpoint keys, renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)

@@ -6,13 +6,17 @@ through Redis (needs Redis at 127.0.0.1:6379: skipped with a reason outside CI, 
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
+import yaml
 from redis.asyncio import Redis
 
 from levergate.config import Settings
@@ -20,6 +24,7 @@ from levergate.gateway import Gateway
 from levergate.server.run import serving
 from levergate.upstreams.simulator import SimHandle
 from tests.e2e.conftest import USER
+from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
 from tests.redis_required import require_redis
 
 ADMIN = "admin-token-0123456789"
@@ -192,3 +197,52 @@ async def test_two_gateways_share_keys_and_one_budget_through_redis(sim: SimHand
     names = [n async for n in raw.scan_iter(match=f"t:[{{]{space}}}:*")]
     await raw.delete(*names)  # key records never expire
     await raw.aclose()
+
+
+def serve(
+    upstream: str, config: Path, env: dict[str, str], processes: list[subprocess.Popen[bytes]]
+) -> str:
+    """`levergate serve` as a real process; its URL once it listens."""
+    port = free_port()
+    args = ["serve", "--upstream", upstream, "--config", str(config), "--port", str(port)]
+    proc = subprocess.Popen(
+        [*LEVERGATE, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    processes.append(proc)
+    wait_for(port, proc)
+    return f"http://127.0.0.1:{port}"
+
+
+async def test_keys_made_through_levergate_serve_survive_its_restart_hashed_on_disk(
+    sim: SimHandle, processes: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    store = tmp_path / "keys.sqlite3"
+    config = tmp_path / "levergate.yaml"
+    settings = {
+        "auth": {"enabled": True, "store": {"sqlite_path": str(store)}},
+        "admin": {"enabled": True},  # its token comes from the environment
+        "models": [{"name": "m", "upstream": "default", "price": PRICE}],
+    }
+    config.write_text(yaml.safe_dump(settings))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEVERGATE_")}
+    env |= {"LEVERGATE_ADMIN__TOKEN": ADMIN, "XDG_CACHE_HOME": str(tmp_path)}
+
+    base = serve(sim.base_url, config, env, processes)
+    made = (await admin(base, "POST", "/admin/keys", json={"tenant": "acme"})).json()
+    async with sdk(base, made["key"]) as client:
+        await client.chat.completions.create(model="m", messages=USER)
+    first = processes.pop()
+    first.terminate()
+    first.wait(timeout=15)
+
+    base = serve(sim.base_url, config, env, processes)
+    async with sdk(base, made["key"]) as client:
+        await client.chat.completions.create(model="m", messages=USER)
+    await admin(base, "POST", f"/admin/keys/{made['id']}/revoke")
+    async with sdk(base, made["key"]) as client:
+        with pytest.raises(openai.AuthenticationError):
+            await client.chat.completions.create(model="m", messages=USER)
+    on_disk = b"".join(p.read_bytes() for p in tmp_path.glob("keys.sqlite3*"))
+    assert made["id"].encode() in on_disk
+    assert made["key"].encode() not in on_disk
+    assert sim.stats()["requests_total"] == 2

@@ -108,6 +108,7 @@ class Keyring:
             **_policy_fields(policy),
         )
         await self._write(record)
+        _log.info("key %s created for tenant %s", record.id, record.tenant)
         return record, key
 
     async def rotate(self, key_id: str) -> tuple[KeyRecord, str]:
@@ -120,6 +121,7 @@ class Keyring:
         rotated = replace(record, hash=hash_key(key), hint=hint_of(key))
         await self._write(rotated)
         self._cached.pop(record.hash, None)
+        _log.info("key %s rotated", key_id)
         return rotated, key
 
     async def revoke(self, key_id: str) -> KeyRecord:
@@ -129,6 +131,7 @@ class Keyring:
         revoked = replace(record, revoked=self._wall())
         await self._write(revoked)
         self._cached.pop(record.hash, None)
+        _log.info("key %s revoked", key_id)
         return revoked
 
     async def find(self, key_id: str) -> KeyRecord:
