@@ -7,7 +7,8 @@ not, and a key over its budget is refused before anything else spends work on it
 Rates reuse the traffic levers' machinery: one `WaitingRoom` per key over the gateway's limit
 store (GCRA; in Redis and so shared by replicas with `traffic.store: redis`), under the key
 `vkey:<id>`. Over a rate the request waits in priority order and is refused with 429
-`key_rate_limited` only when the wait would pass its deadline.
+`key_rate_limited` only when the wait would pass its deadline. TPM is reserved at admission
+(prompt plus output cap) and corrected to the tokens used when the answer or stream ends.
 
 Budgets: before a request, the key's spend today and this month (UTC) is read from the spend
 store; at or over either budget the request gets 429 `budget_exceeded`. After the request its
@@ -24,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from levergate.config import WILDCARD, MaxWait, Price, RateLimits
@@ -150,6 +152,15 @@ class Budgets:
         _log.warning("budgets unchecked for %.0fs: %s", _COOLDOWN, exc)
 
 
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    """A request let in by its key's rates: what to release and correct when it ends."""
+
+    room: WaitingRoom
+    scope: LimitScope
+    tokens: int  # the TPM charged at admission (0 without a TPM limit)
+
+
 class KeyQuota:
     def __init__(
         self,
@@ -177,22 +188,20 @@ class KeyQuota:
         """Run `call` for `record`'s key through `inner`, within its rates and budgets."""
         if self.budgets is not None:
             await self.budgets.check(record)
-        room = await self._enter(record, call)
+        admitted = await self._enter(record, call)
         try:
             reply = await inner(call)
         except BaseException:
-            if room is not None:
-                room.release()
+            if admitted is not None:
+                admitted.room.release()
             raise
         if isinstance(reply, Completed):
-            if room is not None:
-                room.release()
-            await self._charge(record, call, reply.usage)
+            await self._settle(record, call, admitted, reply.usage)
             return reply
-        return reply.through(lambda events: self._settling(record, call, room, events))
+        return reply.through(lambda events: self._settling(record, call, admitted, events))
 
     async def _settling(
-        self, record: KeyRecord, call: Call, room: WaitingRoom | None, events: EventSource
+        self, record: KeyRecord, call: Call, admitted: _Admitted | None, events: EventSource
     ) -> EventSource:
         usage: dict[str, Any] | None = None
         try:
@@ -202,16 +211,27 @@ class KeyQuota:
                     usage = found if isinstance(found, dict) else usage
                 yield event
         finally:
-            if room is not None:
-                room.release()
             # A stream cut short was still paid for up to where it was cut.
-            await self._charge(record, call, usage)
+            await self._settle(record, call, admitted, usage)
 
-    async def _charge(self, record: KeyRecord, call: Call, usage: dict[str, Any] | None) -> None:
+    async def _settle(
+        self,
+        record: KeyRecord,
+        call: Call,
+        admitted: _Admitted | None,
+        usage: dict[str, Any] | None,
+    ) -> None:
+        """Release the key's permit, correct its TPM charge to the tokens used, charge its cost."""
+        if admitted is not None:
+            admitted.room.release()
+            if usage:
+                fixes = admitted.scope.correction(call, estimate=admitted.tokens, usage=usage)
+                if fixes:
+                    await self._store.adjust(fixes)
         if self.budgets is not None:
             await self.budgets.charge(key_id=record.id, usd=request_cost(self._prices, call, usage))
 
-    async def _enter(self, record: KeyRecord, call: Call) -> WaitingRoom | None:
+    async def _enter(self, record: KeyRecord, call: Call) -> _Admitted | None:
         if record.rpm is None and record.tpm is None:
             return None
         room, scope = self._room(record)
@@ -228,7 +248,7 @@ class KeyQuota:
         charges = scope.charges(tokens)
         await room.enter(charges=charges, priority=int(ctx.priority), deadline=deadline)
         self._waited[ctx.priority].observe(self._clock.now() - now)
-        return room
+        return _Admitted(room, scope, tokens)
 
     def _room(self, record: KeyRecord) -> tuple[WaitingRoom, LimitScope]:
         rates = (record.rpm, record.tpm)
@@ -244,7 +264,9 @@ class KeyQuota:
             max_queue=self._max_queue,
             shed_error=self._refuse,
         )
-        scope = LimitScope.of(f"vkey:{record.id}", RateLimits(rpm=record.rpm, tpm=record.tpm))
+        # A key's TPM counts the tokens it used: the reservation is corrected after the call.
+        limits = RateLimits(rpm=record.rpm, tpm=record.tpm, tpm_charge="used")
+        scope = LimitScope.of(f"vkey:{record.id}", limits)
         self._rooms[record.id] = (rates, room, scope)
         return room, scope
 

@@ -4,6 +4,7 @@ key's daily or monthly spend reaches its budget. In-memory stores and a manual c
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from pathlib import Path
 
@@ -82,9 +83,17 @@ class Rig:
         )
 
     async def call(
-        self, key: str, *, model: str = "m", stream: bool = False, **ctx: object
+        self,
+        key: str,
+        *,
+        model: str = "m",
+        stream: bool = False,
+        max_tokens: int | None = None,
+        **ctx: object,
     ) -> Reply:
         body = {"model": model, "messages": [{"role": "user", "content": "x"}], "stream": stream}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
         context = Context("r", headers={"authorization": f"Bearer {key}"}, **ctx)  # type: ignore[arg-type]
         reply = await self.auth(Call(kind="chat", body=body, ctx=context))
         if isinstance(reply, Stream):
@@ -271,3 +280,16 @@ async def test_charges_made_while_the_spend_store_is_down_are_paid_when_it_retur
     rig.clock.advance(5.0)
     await rig.call(key)
     assert (await flaky.spent(record.id, Periods.at(rig.wall))).day == pytest.approx(0.03)
+
+
+async def test_a_keys_tpm_counts_the_tokens_used_not_the_reservation() -> None:
+    rig = Rig()
+    _, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy(tpm=1000))
+    await rig.call(key, max_tokens=400)  # reserves ~400 tokens (24 s of TPM), uses 150 (9 s)
+    waiting = asyncio.ensure_future(rig.call(key, deadline=rig.clock.now() + 12.0))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.done()  # it waits (9 s fits its 12 s deadline) instead of being refused
+    rig.clock.advance(9.5)
+    await waiting
+    assert len(rig.upstream.calls) == 2
