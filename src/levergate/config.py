@@ -377,16 +377,20 @@ class KeyStoreSettings(_Strict):
 
 
 class SpendSettings(_Strict):
-    """Where the money each key spent today and this month is counted. `memory` is per process
-    and forgotten at restart (one replica, tests); `redis` is shared by every replica, one
-    `INCRBYFLOAT` counter per key and period that expires after its period ends."""
+    """Where the money each key spent today and this month is counted. `auto` (the default)
+    keeps it where the keys are: `redis` with a Redis key store, the key store's SQLite file
+    when one is in use, else `memory`. `memory` is per process and forgotten at restart;
+    `sqlite` survives restarts on one machine; `redis` is shared by every replica, one
+    `INCRBYFLOAT` counter per key and period that expires a day after its period ends."""
 
-    backend: Literal["memory", "redis"] = "memory"
+    backend: Literal["auto", "memory", "sqlite", "redis"] = "auto"
+    # For `sqlite`; None: the key store's file (`auth.store.sqlite_path`).
+    sqlite_path: str | None = None
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "levergate:spend:"
-    # Redis socket timeouts: a budget check or charge slower than this is skipped (logged,
-    # then the store rests 1 s); budgets go unchecked meanwhile, requests never fail for it,
-    # and the charges are owed and written when Redis answers again.
+    # Redis socket timeouts and the SQLite lock wait: a budget check or charge slower than
+    # this is skipped (logged, then the store rests 1 s); budgets go unchecked meanwhile,
+    # requests never fail for it, and the charges are owed and written when it answers again.
     timeout_seconds: float = Field(0.5, gt=0)
 
 

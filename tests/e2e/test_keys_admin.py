@@ -213,7 +213,7 @@ def serve(
     return f"http://127.0.0.1:{port}"
 
 
-async def test_keys_made_through_levergate_serve_survive_its_restart_hashed_on_disk(
+async def test_keys_and_spend_made_through_levergate_serve_survive_its_restart(
     sim: SimHandle, processes: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     store = tmp_path / "keys.sqlite3"
@@ -238,6 +238,8 @@ async def test_keys_made_through_levergate_serve_survive_its_restart_hashed_on_d
     base = serve(sim.base_url, config, env, processes)
     async with sdk(base, made["key"]) as client:
         await client.chat.completions.create(model="m", messages=USER)
+    spend = (await admin(base, "GET", f"/admin/keys/{made['id']}/spend")).json()
+    assert spend["month"]["spent_usd"] == pytest.approx(2 * 0.0024)  # both runs' requests
     await admin(base, "POST", f"/admin/keys/{made['id']}/revoke")
     async with sdk(base, made["key"]) as client:
         with pytest.raises(openai.AuthenticationError):

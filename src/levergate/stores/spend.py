@@ -5,9 +5,9 @@ against), `add(key_id, usd, periods)` adds a finished request's cost to both. A 
 named by its calendar date (`2026-12-01`, `2026-12`): a new day starts a new counter, so
 nothing ever needs resetting, and a counter expires a day after its period ends.
 
-`MemorySpendStore` is one process's (tests, a single gateway; forgotten at restart);
-`RedisSpendStore` is shared by every replica: `INCRBYFLOAT` is atomic, so concurrent charges
-from many replicas add up exactly.
+`MemorySpendStore` is one process's (tests; forgotten at restart); `SqliteSpendStore`
+(stores/spend_sqlite.py) one machine's, surviving restarts; `RedisSpendStore` is shared by every
+replica: `INCRBYFLOAT` is atomic, so concurrent charges from many replicas add up exactly.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -18,17 +19,20 @@ from redis.asyncio import Redis
 
 from levergate.stores.keys_redis import redis_client
 from levergate.stores.spend import MemorySpendStore, Periods, RedisSpendStore, SpendStore
+from levergate.stores.spend_sqlite import SqliteSpendStore
 from tests.redis_required import require_redis
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
 DEC_31 = dt.datetime(2026, 12, 31, 23, 59, tzinfo=dt.UTC).timestamp()
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def spend(request: pytest.FixtureRequest) -> AsyncIterator[SpendStore]:
-    made: MemorySpendStore | RedisSpendStore
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+async def spend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SpendStore]:
+    made: MemorySpendStore | SqliteSpendStore | RedisSpendStore
     if request.param == "memory":
         made = MemorySpendStore()
+    elif request.param == "sqlite":
+        made = SqliteSpendStore(tmp_path / "keys.sqlite3", busy_timeout=1.0)
     else:
         await require_redis(REDIS_URL)
         client = redis_client(url=REDIS_URL, timeout=1.0, what="test")
@@ -64,6 +68,15 @@ async def test_concurrent_charges_from_two_replicas_sum_exactly() -> None:
     ttl = await raw.ttl(f"{prefix}k:d:{now.day}")
     await raw.aclose()
     assert 0 < ttl <= 86_400 * 2
+    for store in stores:
+        await store.aclose()
+
+
+async def test_two_processes_charging_one_sqlite_file_sum_exactly(tmp_path: Path) -> None:
+    stores = [SqliteSpendStore(tmp_path / "s.sqlite3", busy_timeout=5.0) for _ in range(2)]
+    now = Periods.at(DEC_31)
+    await asyncio.gather(*(s.add("k", 0.125, now) for s in stores for _ in range(40)))
+    assert (await stores[1].spent("k", now)).day == 10.0
     for store in stores:
         await store.aclose()
 

@@ -15,8 +15,10 @@ from levergate.layers.keys.keyring import Keyring
 from levergate.layers.keys.quota import Budgets, KeyQuota
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.stores.keys import KeyStore, MemoryKeyStore
+from levergate.stores.keys_sqlite import SqliteKeyStore
 from levergate.stores.limits import LimitStore
 from levergate.stores.spend import MemorySpendStore, RedisSpendStore
+from levergate.stores.spend_sqlite import SqliteSpendStore
 
 
 @dataclass
@@ -59,7 +61,7 @@ def build_keys(
         timeout=auth.store.timeout_seconds,
         wall=wall,
     )
-    spend = _spend_store(settings)
+    spend = _spend_store(settings, keys_in_sqlite=isinstance(store, SqliteKeyStore))
     closers.append(spend.aclose)
     budgets = Budgets(store=spend, clock=clock, wall=wall)
     t = settings.traffic
@@ -88,15 +90,22 @@ def _key_store(settings: Settings) -> KeyStore | None:
     # and a gateway with config keys only then creates no file.
     if not settings.admin.enabled and not Path(s.sqlite_path).exists():
         return None
-    from levergate.stores.keys_sqlite import SqliteKeyStore
-
     return SqliteKeyStore(s.sqlite_path, busy_timeout=s.timeout_seconds)
 
 
-def _spend_store(settings: Settings) -> MemorySpendStore | RedisSpendStore:
+def _spend_store(
+    settings: Settings, *, keys_in_sqlite: bool
+) -> MemorySpendStore | SqliteSpendStore | RedisSpendStore:
     s = settings.auth.spend
-    if s.backend == "memory":
+    backend = s.backend
+    if backend == "auto":
+        store = settings.auth.store.backend
+        backend = "redis" if store == "redis" else "sqlite" if keys_in_sqlite else "memory"
+    if backend == "memory":
         return MemorySpendStore()
+    if backend == "sqlite":
+        path = s.sqlite_path or settings.auth.store.sqlite_path
+        return SqliteSpendStore(path, busy_timeout=s.timeout_seconds)
     from levergate.stores.keys_redis import redis_client
 
     client = redis_client(url=s.redis_url, timeout=s.timeout_seconds, what="auth.spend")
