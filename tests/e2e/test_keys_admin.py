@@ -129,7 +129,19 @@ async def test_a_spent_budget_is_429_budget_exceeded_and_the_sdk_does_not_retry_
         assert "daily budget" in error.message
         assert error.response.headers["x-should-retry"] == "false"
         assert len(sent) == 2  # the refusal was not retried
-    assert sim.stats()["requests_total"] == 1
+
+        key_id = made.json()["id"]
+        raised = await admin(base, "POST", f"/admin/keys/{key_id}", json={"daily_budget_usd": 1})
+        assert raised.json()["daily_budget_usd"] == 1
+        assert raised.json()["name"] == ""  # what was not given stays
+        async with sdk(base, made.json()["key"]) as client:
+            await client.chat.completions.create(model="m", messages=USER)
+        narrowed = await admin(base, "POST", f"/admin/keys/{key_id}", json={"models": ["other"]})
+        assert narrowed.json()["models"] == ["other"]
+        async with sdk(base, made.json()["key"]) as client:
+            with pytest.raises(openai.PermissionDeniedError):
+                await client.chat.completions.create(model="m", messages=USER)
+    assert sim.stats()["requests_total"] == 2
 
 
 async def test_the_admin_api_is_off_by_default_and_guards_its_token(sim: SimHandle) -> None:
@@ -147,6 +159,9 @@ async def test_the_admin_api_is_off_by_default_and_guards_its_token(sim: SimHand
             ("POST", "/admin/keys", b'{"tenant": "a b"}', 400),
             ("POST", "/admin/keys", b'{"rpm": -1}', 400),
             ("POST", "/admin/keys", b'{"surprise": 1}', 400),
+            ("POST", "/admin/keys", b'{"models": "m"}', 400),
+            ("POST", "/admin/keys", b'{"daily_budget_usd": "lots"}', 400),
+            ("POST", "/admin/keys/key_nope", b"{}", 404),
             ("GET", "/admin/keys/key_nope/spend", b"", 404),
             ("POST", "/admin/keys/key_nope/rotate", b"", 404),
             ("GET", "/admin/keys/key_nope/rotate", b"", 405),

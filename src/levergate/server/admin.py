@@ -6,6 +6,8 @@
     GET    /admin/keys                  list (no hashes, no keys)
     GET    /admin/tenants/{tenant}/keys one tenant's keys
     GET    /admin/keys/{id}             one record
+    POST   /admin/keys/{id}             change its name, models, rates or budgets (the fields
+                                          given; the others stay)
     POST   /admin/keys/{id}/rotate      a new key for the record; the old one stops working
     POST   /admin/keys/{id}/revoke      (or DELETE /admin/keys/{id}) -> the key gets 401s
     GET    /admin/keys/{id}/spend       today's and this month's spend against the budgets
@@ -22,7 +24,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import Field, ValidationError
@@ -43,6 +45,7 @@ class AdminRequest:
 
 Handler = Callable[[Gateway, AdminRequest], Awaitable[Response]]
 _ID = r"^[A-Za-z0-9_.:-]{1,128}$"
+M = TypeVar("M", bound=KeyPolicy)
 
 
 class NewKey(KeyPolicy):
@@ -75,15 +78,26 @@ def _record(data: dict[str, Any]) -> dict[str, Any]:
     return {"object": "api_key", **data}
 
 
-async def create_key(gateway: Gateway, request: AdminRequest) -> Response:
-    kit = _kit(gateway, request.headers)
+class KeyChange(KeyPolicy):
+    """The body of `POST /admin/keys/{id}`: only the fields given change."""
+
+    name: str | None = Field(None, max_length=200)
+    models: tuple[str, ...] = Field((), max_length=1000)
+
+
+def _parsed(model: type[M], body: bytes) -> M:
     try:
-        asked = NewKey.model_validate_json(request.body or b"{}")
+        return model.model_validate_json(body or b"{}")
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
         )
         raise BadRequest(f"Invalid key request: {problems}", code="invalid_key_request") from None
+
+
+async def create_key(gateway: Gateway, request: AdminRequest) -> Response:
+    kit = _kit(gateway, request.headers)
+    asked = _parsed(NewKey, request.body)
     record, key = await kit.keyring.create(tenant=asked.tenant, name=asked.name, policy=asked)
     return _json(201, _record({**record.public(), "key": key}))
 
@@ -97,6 +111,13 @@ async def list_keys(gateway: Gateway, request: AdminRequest) -> Response:
 async def show_key(gateway: Gateway, request: AdminRequest) -> Response:
     kit = _kit(gateway, request.headers)
     return _json(200, _record((await kit.keyring.find(request.params["id"])).public()))
+
+
+async def update_key(gateway: Gateway, request: AdminRequest) -> Response:
+    kit = _kit(gateway, request.headers)
+    change = _parsed(KeyChange, request.body)
+    record = await kit.keyring.update(request.params["id"], name=change.name, policy=change)
+    return _json(200, _record(record.public()))
 
 
 async def rotate_key(gateway: Gateway, request: AdminRequest) -> Response:
@@ -143,6 +164,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/admin/keys", list_keys),
     ("GET", "/admin/tenants/{tenant}/keys", list_keys),
     ("GET", "/admin/keys/{id}", show_key),
+    ("POST", "/admin/keys/{id}", update_key),
     ("DELETE", "/admin/keys/{id}", revoke_key),
     ("POST", "/admin/keys/{id}/rotate", rotate_key),
     ("POST", "/admin/keys/{id}/revoke", revoke_key),

@@ -124,6 +124,18 @@ class Keyring:
         _log.info("key %s rotated", key_id)
         return rotated, key
 
+    async def update(self, key_id: str, *, name: str | None, policy: KeyPolicy) -> KeyRecord:
+        """Change a key's name and the policy fields set in `policy` (others stay)."""
+        record = await self._writable(key_id)
+        changes = {f: getattr(policy, f) for f in policy.model_fields_set if f in _POLICY}
+        if name is not None:
+            changes["name"] = name
+        updated = replace(record, **changes)
+        await self._write(updated)
+        self._cached.pop(record.hash, None)
+        _log.info("key %s updated: %s", key_id, ", ".join(sorted(changes)) or "nothing")
+        return updated
+
     async def revoke(self, key_id: str) -> KeyRecord:
         record = await self._writable(key_id)
         if record.revoked is not None:
@@ -170,8 +182,11 @@ class Keyring:
             raise Overloaded(f"The key store is unavailable: {exc}", retry_after=1.0) from None
 
 
+_POLICY = frozenset(KeyPolicy.model_fields)
+
+
 def _policy_fields(policy: KeyPolicy) -> dict[str, Any]:
-    return {name: getattr(policy, name) for name in KeyPolicy.model_fields}
+    return {name: getattr(policy, name) for name in _POLICY}
 
 
 def _config_records(keys: Sequence[ApiKey]) -> list[KeyRecord]:

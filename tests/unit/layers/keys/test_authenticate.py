@@ -15,6 +15,7 @@ from levergate.core.call import Call, Context
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import (
     AuthenticationFailed,
+    BadRequest,
     BudgetExceeded,
     Overloaded,
     PermissionDenied,
@@ -148,6 +149,10 @@ async def test_config_keys_work_with_their_policy_and_are_not_kept_in_plaintext(
         await rig.call("cfg-secret-value", model="other")
     assert "cfg-secret-value" not in repr(vars(rig.keyring))
     assert [r.id for r in await rig.keyring.list()] == ["cfg_ops"]
+    for change in (rig.keyring.revoke, rig.keyring.rotate):
+        with pytest.raises(BadRequest) as caught:
+            await change("cfg_ops")
+        assert caught.value.code == "key_in_config"
 
 
 async def test_a_spent_daily_budget_is_429_until_the_next_utc_day() -> None:
