@@ -71,9 +71,13 @@ class KeyRecord:
         try:
             data = orjson.loads(raw)
             data["models"] = tuple(data.get("models") or ())
-            return cls(**data)
-        except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
+            # Fields a newer gateway added are skipped, so replicas can be upgraded one by one.
+            return cls(**{k: v for k, v in data.items() if k in _FIELDS})
+        except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError) as exc:
             raise KeyStoreError(f"unreadable key record: {exc}") from exc
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(KeyRecord))
 
 
 class KeyStore(Protocol):

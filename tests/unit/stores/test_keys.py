@@ -122,3 +122,11 @@ async def test_an_unreadable_sqlite_file_is_a_store_error(tmp_path: Path) -> Non
     with pytest.raises(KeyStoreError):
         await store.get(hash_key(new_key()))
     await store.aclose()
+
+
+def test_records_written_by_a_newer_gateway_still_read_and_garbage_is_a_store_error() -> None:
+    newer = b'{"id": "k", "hash": "h", "tenant": "t", "models": ["m"], "added_later": 1}'
+    assert KeyRecord.from_bytes(newer) == KeyRecord(id="k", hash="h", tenant="t", models=("m",))
+    for garbage in (b"[1]", b"{", b'{"id": "k"}', b'"text"'):
+        with pytest.raises(KeyStoreError):
+            KeyRecord.from_bytes(garbage)
