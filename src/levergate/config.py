@@ -415,7 +415,8 @@ class Auth(_Strict):
 class Admin(_Strict):
     """The admin API (/admin/keys: create, list, rotate, revoke, spend), on its own credential
     `Authorization: Bearer <token>`. Off by default: it mints credentials. Set the token with
-    `LEVERGATE_ADMIN__TOKEN` rather than in a file."""
+    `LEVERGATE_ADMIN__TOKEN` rather than in a file. Keys it makes are required only with
+    `auth.enabled` (keys can be made before auth is turned on)."""
 
     enabled: bool = False
     token: SecretStr | None = None

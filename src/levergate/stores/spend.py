@@ -105,7 +105,8 @@ class RedisSpendStore:
         self._read_errors = (*self._errors, ValueError)
 
     def _names(self, key_id: str, periods: Periods) -> tuple[str, str]:
-        p = self._prefix + key_id
+        # The hash tag keeps a key's two counters in one Redis Cluster slot (one MULTI, one MGET).
+        p = f"{self._prefix}{{{key_id}}}"
         return f"{p}:d:{periods.day}", f"{p}:m:{periods.month}"
 
     async def spent(self, key_id: str, periods: Periods) -> Spent:

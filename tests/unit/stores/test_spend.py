@@ -65,7 +65,7 @@ async def test_concurrent_charges_from_two_replicas_sum_exactly() -> None:
     await asyncio.gather(*(s.add("k", 0.125, now) for s in stores for _ in range(40)))
     assert (await stores[0].spent("k", now)).month == 10.0
     raw = Redis.from_url(REDIS_URL)
-    ttl = await raw.ttl(f"{prefix}k:d:{now.day}")
+    ttl = await raw.ttl(f"{prefix}{{k}}:d:{now.day}")
     await raw.aclose()
     assert 0 < ttl <= 86_400 * 2
     for store in stores:

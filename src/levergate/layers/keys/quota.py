@@ -187,7 +187,11 @@ class KeyQuota:
     async def serve(self, record: KeyRecord, call: Call, inner: Service) -> Reply:
         """Run `call` for `record`'s key through `inner`, within its rates and budgets."""
         if self.budgets is not None:
-            await self.budgets.check(record)
+            try:
+                await self.budgets.check(record)
+            except BudgetExceeded:
+                self._metrics.shed.labels("key", call.ctx.priority.name.lower(), "budget").inc()
+                raise
         admitted = await self._enter(record, call)
         try:
             reply = await inner(call)

@@ -74,9 +74,10 @@ class Rig:
         self.budgets = Budgets(
             store=spend or MemorySpendStore(), clock=self.clock, wall=lambda: self.wall
         )
+        self.metrics = TrafficMetrics()
         quota = KeyQuota(
             budgets=self.budgets, prices=PRICES, store=MemoryLimitStore(clock=self.clock),
-            clock=self.clock, max_wait=MaxWait(), max_queue=100, metrics=TrafficMetrics(),
+            clock=self.clock, max_wait=MaxWait(), max_queue=100, metrics=self.metrics,
         )  # fmt: skip
         self.upstream = Upstream()
         self.auth = Authenticate(
@@ -169,6 +170,8 @@ async def test_a_spent_daily_budget_is_429_until_the_next_utc_day() -> None:
     assert "2026-04-01 00:00 UTC" in error.message
     assert error.headers()["x-should-retry"] == "false"
     assert error.headers()["retry-after"] == str(12 * 3600)
+    labels = {"scope": "key", "priority": "default", "why": "budget"}
+    assert rig.metrics.registry.get_sample_value("levergate_shed_total", labels) == 1
     rig.wall += 12 * 3600  # a new day (and month): both counters start again
     await rig.call(key)
     spent = await rig.budgets.spent(record.id)
