@@ -69,6 +69,7 @@ def _kit(gateway: Gateway, headers: Mapping[str, str]) -> KeyKit:
 
 
 def _json(status: int, data: Any) -> Response:
+    # no-store: a response may carry a key in plaintext; no cache on the way may keep it.
     return Response(
         status, [("content-type", JSON), ("cache-control", "no-store")], orjson.dumps(data)
     )
