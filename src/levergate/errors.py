@@ -11,6 +11,7 @@
     │   ├── MethodNotAllowed          405
     │   ├── PayloadTooLarge           413
     │   └── RateLimited               429 rate_limit_error     (carries retry_after)
+    │       └── BudgetExceeded        429 insufficient_quota   (a key's money budget is spent)
     ├── Overloaded                    503 overloaded_error     (shed; carries retry_after)
     └── UpstreamError                 the provider failed us; carries the provider's error object
         ├── UpstreamRejected          the provider answered 4xx: its status is kept (400, 404,
@@ -153,6 +154,17 @@ class PayloadTooLarge(ClientError):
 class RateLimited(ClientError):
     status = 429
     type = "rate_limit_error"
+
+
+class BudgetExceeded(RateLimited):
+    """A gateway key spent its daily or monthly budget. Like OpenAI's quota error (type
+    `insufficient_quota`), and marked `x-should-retry: false`: the OpenAI SDKs retry every
+    429 otherwise, and waiting seconds does not refill a budget that resets at midnight."""
+
+    type = "insufficient_quota"
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "x-should-retry": "false"}
 
 
 class Overloaded(LevergateError):

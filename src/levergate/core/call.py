@@ -60,6 +60,9 @@ class Context:
 
     request_id: str
     tenant: str = "default"
+    # The gateway key's id (never the key) once Authenticate has resolved one; "" otherwise.
+    # What a per-request record charges a key's budget by (`Budgets.charge(key_id=...)`).
+    key_id: str = ""
     priority: Priority = Priority.DEFAULT
     deadline: float | None = None  # absolute time.monotonic() seconds, or None for no deadline
     feature: str = ""

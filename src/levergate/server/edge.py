@@ -73,6 +73,12 @@ class Edge:
                 if method not in {"GET", "HEAD"}:
                     raise MethodNotAllowed(f"Use GET for {path}.")
                 return await self._get(path)
+            if path.startswith("/admin/"):
+                # Until the route table holds server/admin.py's ROUTES (imported here: it
+                # imports this module).
+                from levergate.server.admin import dispatch
+
+                return await dispatch(self.gateway, method, path, headers, body)
             raise NotFound(f"Unknown path: {path}", code="unknown_url")
         except LevergateError as exc:
             return error_response(exc)
