@@ -28,10 +28,12 @@ class Authenticate:
     async def __call__(self, call: Call) -> Reply:
         if self._enabled:
             tenant = self._tenant_for(call.ctx.headers.get("authorization", ""))
-            return await self._inner(call.with_ctx(tenant=tenant))
-        asked = call.ctx.headers.get(TENANT_HEADER)
-        if asked and asked != call.ctx.tenant:
-            return await self._inner(call.with_ctx(tenant=asked))
+        else:
+            tenant = call.ctx.headers.get(TENANT_HEADER) or call.ctx.tenant
+        # On the record only once established: Measure spends no label on a refused caller.
+        call.ctx.trace.tenant = tenant
+        if tenant != call.ctx.tenant:
+            call = call.with_ctx(tenant=tenant)
         return await self._inner(call)
 
     def _tenant_for(self, authorization: str) -> str:

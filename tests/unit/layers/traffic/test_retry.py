@@ -11,7 +11,7 @@ from levergate.core.reply import Completed, Event, EventSource, Stream
 from levergate.errors import BadRequest, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from levergate.layers.traffic.deadline import Deadline
 from levergate.layers.traffic.metrics import TrafficMetrics
-from levergate.layers.traffic.retry import Retry, first_event_pulled
+from levergate.layers.traffic.retry import Retry
 from levergate.policies.backoff import FullJitter
 from levergate.policies.budget import RetryBudget
 from tests.unit.layers.cache.helpers import drain
@@ -140,7 +140,7 @@ async def test_a_primed_stream_is_not_primed_again() -> None:
         for i in range(3):
             yield Event(b'{"i":%d}' % i)
 
-    primed = await first_event_pulled(Stream(events()))
+    primed = await Stream(events()).prime()
     assert primed.primed
-    assert await first_event_pulled(primed) is primed
+    assert await primed.prime() is primed
     assert [event.json()["i"] async for event in primed] == [0, 1, 2]
