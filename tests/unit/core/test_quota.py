@@ -32,6 +32,6 @@ def test_no_headers_or_nonsense_gives_nothing_to_act_on() -> None:
             "x-ratelimit-remaining-tokens": "nan",
             "x-ratelimit-limit-tokens": "inf",
             "x-ratelimit-reset-tokens": "soon",
-        }  # fmt: skip
+        }
     )
     assert quota is None or (quota.headroom is None and quota.reset_floor() is None)

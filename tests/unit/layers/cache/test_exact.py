@@ -256,6 +256,6 @@ async def test_an_answer_from_a_fallback_model_is_not_stored() -> None:
             call.ctx.trace.fallback = "other"
             return await super().__call__(call)
 
-    cache, stats = exact_cache(FellBack())
+    cache, _ = exact_cache(FellBack())
     await cache(chat())
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
