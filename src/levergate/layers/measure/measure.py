@@ -33,12 +33,20 @@ from typing import Any
 
 from levergate.config import WILDCARD, Price
 from levergate.core.call import CacheOutcome, Call
-from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.reply import Completed, Event, EventSource, Reply
 from levergate.core.service import Service
 from levergate.core.tokenizer import Tokenizer, TokenSource
 from levergate.errors import LevergateError
 from levergate.layers.measure.prometheus import PrometheusSink, Telemetry
-from levergate.layers.measure.record import CANCELLED, OK, RequestRecord, Sink, Timings, Tokens
+from levergate.layers.measure.record import (
+    CANCELLED,
+    NO_SAVINGS,
+    OK,
+    RequestRecord,
+    Sink,
+    Timings,
+    Tokens,
+)
 from levergate.protocol.openai import generated_text, has_generated_token, usage_tokens
 from levergate.protocol.tokens import TiktokenCounter
 
@@ -48,6 +56,7 @@ log = logging.getLogger("levergate.measure")
 
 OVERHEAD_HEADER = "x-levergate-overhead-ms"
 CLIENT_CLOSED = 499  # nginx's status for a request its client abandoned
+NONE: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -58,8 +67,10 @@ class _Seen:
     status: int = 200
     error: str | None = None
     usage: dict[str, Any] | None = None
-    # Chunks (or the whole answer) carrying generated text: counted only if no usage arrives.
-    generated: list[Mapping[str, Any]] = field(default_factory=list)
+    # The raw chunks carrying generated text (bytes, which the garbage collector never walks),
+    # parsed again only when no usage arrived and the output has to be counted here.
+    generated: list[bytes] = field(default_factory=list)
+    answer: Mapping[str, Any] | None = None  # a whole answer, parsed already
     ttft: float | None = None
     inter_token: float | None = None
     consumer_seconds: float = 0.0
@@ -119,8 +130,8 @@ class Measure:
         if cache is None or cache.outcome is not CacheOutcome.HIT:
             seen.usage = reply.usage
             if seen.usage is None and reply.status == 200:
-                seen.generated.append(reply.data)
-        self._emit(self.record(call, seen))
+                seen.answer = reply.data
+        self._finish(call, seen)
 
     async def _watch(self, call: Call, events: EventSource) -> EventSource:
         started = call.ctx.trace.started
@@ -128,19 +139,21 @@ class Measure:
         last = 0.0
         gaps = 0
         seen = _Seen(outcome=CANCELLED, status=CLIENT_CLOSED)
+        generated = seen.generated
+        consumer = 0.0
         try:
             async for event in events:
                 handed = time.perf_counter()
                 yield event
-                seen.consumer_seconds += time.perf_counter() - handed
+                consumer += time.perf_counter() - handed
                 if first is None:
-                    if has_generated_token(chunk := event.json()):
+                    if has_generated_token(event.json()):
                         first = last = handed
-                        seen.generated.append(chunk)
-                elif _may_carry_token(event.data) and has_generated_token(chunk := event.json()):
+                        generated.append(event.data)
+                elif _may_carry_token(event.data) and has_generated_token(event.json()):
                     last = handed
                     gaps += 1
-                    seen.generated.append(chunk)
+                    generated.append(event.data)
                 if b'"usage":{' in event.data:
                     found = event.json().get("usage")
                     seen.usage = found if isinstance(found, dict) else seen.usage
@@ -151,6 +164,7 @@ class Measure:
             raise
         finally:
             self._t.in_flight.dec()
+            seen.consumer_seconds = consumer
             if first is not None:
                 seen.ttft = first - started
                 seen.inter_token = (last - first) / gaps if gaps else None
@@ -162,9 +176,12 @@ class Measure:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self._emit(self.record(call, seen))
+            self._finish(call, seen)
             return
-        loop.call_soon(lambda: self._emit(self.record(call, seen)))
+        loop.call_soon(self._finish, call, seen)
+
+    def _finish(self, call: Call, seen: _Seen) -> None:
+        self._emit(self.record(call, seen))
 
     def record(self, call: Call, seen: _Seen) -> RequestRecord:
         """The finished request as one value (public for tests and benchmarks)."""
@@ -199,9 +216,9 @@ class Measure:
             attempts=trace.attempts,
             retries=trace.retries,
             fallback=trace.fallback,
-            failed_endpoints=frozenset(trace.failed_endpoints),
+            failed_endpoints=frozenset(trace.failed_endpoints) if trace.failed_endpoints else NONE,
             savings=self._savings(call, seen),
-            notes=tuple(trace.notes),
+            notes=tuple(trace.notes) if trace.notes else (),
         )
 
     def _tokens(self, call: Call, seen: _Seen, answered: str) -> Tokens:
@@ -215,16 +232,17 @@ class Measure:
         uncached = max(0, prompt - cached - written)
         if seen.usage is not None and isinstance(seen.usage.get("completion_tokens"), int):
             return Tokens(uncached, cached, written, completion, TokenSource.REPORTED)
-        text = "".join(generated_text(chunk) for chunk in seen.generated)
+        chunks = [seen.answer] if seen.answer is not None else map(_parsed, seen.generated)
+        text = "".join(generated_text(chunk) for chunk in chunks)
         model = call.ctx.trace.upstream_model or answered
         count = self._tokenizer.count(text, model=model)
         return Tokens(uncached, cached, written, count.tokens, count.how)
 
-    def _savings(self, call: Call, seen: _Seen) -> dict[str, float]:
+    def _savings(self, call: Call, seen: _Seen) -> Mapping[str, float]:
         """What the cache saved: the price of the answer it served, at the model asked for."""
         cache = call.ctx.trace.cache
         if cache is None or not cache.free:
-            return {}
+            return NO_SAVINGS
         price = self._price(call.ctx.trace.alias or call.model)
         if cache.outcome is CacheOutcome.HIT:
             saved = price.cost(cache.saved_input, cache.saved_output, 0)
@@ -246,6 +264,10 @@ class Measure:
                 if name not in self._sink_failed:
                     self._sink_failed.add(name)
                     log.exception("measure: sink %s failed (logged once; counted in metrics)", name)
+
+
+def _parsed(data: bytes) -> Mapping[str, Any]:
+    return Event(data).json()
 
 
 def _cache_write_tokens(usage: Mapping[str, Any] | None) -> int:

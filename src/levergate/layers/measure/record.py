@@ -7,6 +7,11 @@ dashboard and a cost ledger are sinks too: each reads the same record, none reac
 the layers. A sink must be quick (it runs on the event loop, after the answer): one that needs
 I/O queues the record and writes it from its own job.
 
+The record and its parts are `NamedTuple`s: immutable values like frozen dataclasses, built three
+times faster (a frozen dataclass sets each field through `object.__setattr__`; one record per
+request made that a measurable share of the gateway's own time), and `_asdict()` gives a
+request log its row.
+
 Money is in US dollars, at the price of the alias that answered (a fallback's, not the one
 asked for); a cache hit spends nothing and saves what the answer cost when it was generated.
 """
@@ -14,8 +19,8 @@ asked for); a cache hit spends nothing and saves what the answer cost when it wa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
+from types import MappingProxyType
+from typing import NamedTuple, Protocol
 
 from levergate.core.call import CacheResult, Kind, Note
 from levergate.core.tokenizer import TokenSource
@@ -24,8 +29,7 @@ OK = "ok"
 CANCELLED = "cancelled"  # the client went away (or the server shut down) before the end
 
 
-@dataclass(frozen=True, slots=True)
-class Tokens:
+class Tokens(NamedTuple):
     """Tokens spent, in four buckets that are priced apart. `input_uncached + cached_read +
     cache_write` is the prompt; `output_source` says whether the upstream reported `output`
     or it was counted (or estimated) here because the upstream sent no usage."""
@@ -42,8 +46,7 @@ class Tokens:
         return self.input_uncached + self.cached_read + self.cache_write
 
 
-@dataclass(frozen=True, slots=True)
-class Timings:
+class Timings(NamedTuple):
     """Seconds. `overhead` is the gateway's own time: total minus the upstream wait (and, for a
     stream, minus the time the client took to accept each chunk)."""
 
@@ -54,8 +57,10 @@ class Timings:
     inter_token: float | None = None  # the mean gap between generated chunks of a stream
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
+NO_SAVINGS: Mapping[str, float] = MappingProxyType({})
+
+
+class RequestRecord(NamedTuple):
     request_id: str
     route: Kind
     # The tenant Authenticate established; None for a request refused before (bad key).
@@ -79,7 +84,7 @@ class RequestRecord:
     fallback: str | None = None
     failed_endpoints: frozenset[str] = frozenset()
     # What each lever saved this request, in dollars ("exact", "semantic", "coalesced").
-    savings: Mapping[str, float] = field(default_factory=dict)
+    savings: Mapping[str, float] = NO_SAVINGS
     notes: tuple[Note, ...] = ()
 
     @property
