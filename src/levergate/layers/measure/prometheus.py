@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from levergate.config import Metrics
+from levergate.core.tokenizer import TokenSource
 from levergate.layers.measure.record import RequestRecord
 
 OTHER = "other"
@@ -72,6 +73,13 @@ class Telemetry:
             "levergate_cost_usd",
             "Cost at the price of the model that answered.",
             ("model", "upstream", "feature"),
+            registry=reg,
+        )
+        self.unreported = Counter(
+            "levergate_unreported_output_tokens",
+            "Output tokens the upstream did not report, counted here (how: counted with the "
+            "model's tokenizer, estimated from length). Included in levergate_tokens_total.",
+            ("model", "upstream", "feature", "how"),
             registry=reg,
         )
         self.sink_errors = Counter(
@@ -151,5 +159,8 @@ class PrometheusSink:
             t.child(t.tokens, model, upstream, feature, "output").inc(tokens.output)
             if tokens.cached_read:
                 t.child(t.tokens, model, upstream, feature, "cached").inc(tokens.cached_read)
+            if tokens.output and tokens.output_source is not TokenSource.REPORTED:
+                how = tokens.output_source.value
+                t.child(t.unreported, model, upstream, feature, how).inc(tokens.output)
         if record.cost_usd:
             t.child(t.cost, model, upstream, feature).inc(record.cost_usd)

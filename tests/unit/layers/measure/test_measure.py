@@ -209,12 +209,14 @@ async def test_a_stream_without_usage_has_its_output_counted_and_flagged() -> No
     chunks = [b'{"choices":[{"delta":{"role":"assistant","content":""}}]}'] + [
         b'{"choices":[{"delta":{"content":"%s"}}]}' % word for word in (b"Hello", b" there", b"!")
     ]
-    records, tokenizer = Records(), Counting()
-    service = measured(Answers(streamed(*chunks)), Telemetry(Metrics()), sinks=[records],
+    records, tokenizer, telemetry = Records(), Counting(), Telemetry(Metrics())
+    service = measured(Answers(streamed(*chunks)), telemetry, sinks=[records],
                        tokenizer=tokenizer)  # fmt: skip
     await drain(service, request("small"))
     (record,) = records.seen
     assert tokenizer.texts == [("Hello there!", "small")]  # the model that answered
+    assert metric(telemetry, "levergate_unreported_output_tokens_total", model="small",
+                  upstream="small-up", feature="", how="estimated") == 3  # fmt: skip
     assert record.tokens.output == 3
     assert record.tokens.output_source is TokenSource.ESTIMATED
     assert record.cost_usd == pytest.approx(3 * 2.0 / 1e6)
