@@ -50,6 +50,7 @@ from levergate.stores.entry import Form
 log = logging.getLogger("levergate.cache")
 
 NAME = "exact"
+SEMANTIC = "semantic"  # a hit of the semantic cache below: never stored as an exact answer
 _KINDS = frozenset({"chat", "completion"})
 
 
@@ -134,7 +135,8 @@ class ExactCache:
         self, call: Call, key: str, rule: CacheRule, *, ttl: float, store: bool
     ) -> Reply:
         reply = await self._inner(call)
-        if not store or reply.headers.get(CACHE_HEADER) == "semantic":
+        below = call.ctx.trace.cache
+        if not store or (below is not None and below.cache == SEMANTIC):
             return reply
         if call.ctx.trace.fallback is not None:
             # Another model answered: fine for this request, not the answer to cache for it.

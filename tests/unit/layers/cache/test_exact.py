@@ -259,3 +259,17 @@ async def test_an_answer_from_a_fallback_model_is_not_stored() -> None:
     cache, _ = exact_cache(FellBack())
     await cache(chat())
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
+
+
+async def test_a_semantic_hit_below_is_not_stored_as_the_exact_answer() -> None:
+    class SemanticHit(FakeUpstream):
+        async def __call__(self, call: Call) -> Reply:
+            call.ctx.trace.cache = CacheResult("semantic", CacheOutcome.HIT, 10, 4)
+            return await super().__call__(call)
+
+    cache, _ = exact_cache(SemanticHit())
+    first = chat()
+    await cache(first)
+    assert first.ctx.trace.cache is not None
+    assert first.ctx.trace.cache.cache == "semantic"  # the exact cache leaves it as it is
+    assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
