@@ -141,9 +141,11 @@ class Measure:
         seen = _Seen(outcome=CANCELLED, status=CLIENT_CLOSED)
         generated = seen.generated
         consumer = 0.0
+        sent = False
         try:
             async for event in events:
                 handed = time.perf_counter()
+                sent = True
                 yield event
                 consumer += time.perf_counter() - handed
                 if first is None:
@@ -160,7 +162,9 @@ class Measure:
             seen.outcome, seen.status = OK, 200
         except BaseException as exc:
             failed = _Seen.failed(exc)
-            seen.outcome, seen.status, seen.error = failed.outcome, failed.status, failed.error
+            seen.outcome, seen.error = failed.outcome, failed.error
+            # Once an event went out the client has its 200; an error ends the stream in-band.
+            seen.status = failed.status if failed.outcome == CANCELLED or not sent else 200
             raise
         finally:
             self._t.in_flight.dec()
@@ -181,10 +185,10 @@ class Measure:
         loop.call_soon(self._finish, call, seen)
 
     def _finish(self, call: Call, seen: _Seen) -> None:
-        self._emit(self.record(call, seen))
+        self._emit(self._record(call, seen))
 
-    def record(self, call: Call, seen: _Seen) -> RequestRecord:
-        """The finished request as one value (public for tests and benchmarks)."""
+    def _record(self, call: Call, seen: _Seen) -> RequestRecord:
+        """The finished request as one value."""
         trace = call.ctx.trace
         total = trace.elapsed() if seen.total is None else seen.total
         overhead = max(0.0, total - trace.upstream_seconds - seen.consumer_seconds)

@@ -258,3 +258,26 @@ async def test_a_refused_caller_leaves_a_record_without_a_tenant() -> None:
     assert refused.error == "AuthenticationFailed"
     assert not refused.authenticated
     assert served.tenant == "acme"
+
+
+async def test_a_stream_cut_by_its_upstream_or_left_by_its_client_is_recorded_as_such() -> None:
+    async def failing() -> EventSource:
+        yield Event(b'{"choices":[{"delta":{"content":"Hello"}}]}')
+        raise UpstreamUnavailable("cut", upstream="small-up", code="stream_interrupted")
+
+    records = Records()
+    service = measured(Answers(Stream(failing())), Telemetry(Metrics()), sinks=[records])
+    with pytest.raises(UpstreamUnavailable):
+        await drain(service, request("small"))
+    await asyncio.sleep(0)
+    cut = records.seen[-1]
+    assert (cut.outcome, cut.status, cut.error) == ("upstream_error", 200, "UpstreamUnavailable")
+    assert cut.tokens.output > 0  # what was delivered is counted: no usage ever came
+
+    left = await measured(Answers(streamed(b'{"choices":[{"delta":{"content":"x"}}]}')),
+                          Telemetry(Metrics()), sinks=[records])(request("small"))  # fmt: skip
+    assert isinstance(left, Stream)
+    await anext(aiter(left))
+    await left.aclose()
+    await asyncio.sleep(0)
+    assert (records.seen[-1].outcome, records.seen[-1].status) == ("cancelled", 499)
