@@ -185,7 +185,12 @@ class Measure:
         loop.call_soon(self._finish, call, seen)
 
     def _finish(self, call: Call, seen: _Seen) -> None:
-        self._emit(self._record(call, seen))
+        try:
+            record = self._record(call, seen)
+        except Exception as exc:  # a record that cannot be built (a tokenizer failing) is lost
+            self._failed("record", exc)
+            return
+        self._emit(record)
 
     def _record(self, call: Call, seen: _Seen) -> RequestRecord:
         """The finished request as one value."""
@@ -262,12 +267,15 @@ class Measure:
         for sink in self._sinks:
             try:
                 sink.emit(record)
-            except Exception:  # a sink never breaks a request: logged once, counted always
-                name = type(sink).__name__
-                self._t.child(self._t.sink_errors, name).inc()
-                if name not in self._sink_failed:
-                    self._sink_failed.add(name)
-                    log.exception("measure: sink %s failed (logged once; counted in metrics)", name)
+            except Exception as exc:  # a sink never breaks a request: logged once, counted always
+                self._failed(type(sink).__name__, exc)
+
+    def _failed(self, name: str, exc: Exception) -> None:
+        """Count the failure; log its first traceback."""
+        self._t.child(self._t.sink_errors, name).inc()
+        if name not in self._sink_failed:
+            self._sink_failed.add(name)
+            log.error("measure: %s failed (logged once; counted in metrics)", name, exc_info=exc)
 
 
 def _parsed(data: bytes) -> Mapping[str, Any]:

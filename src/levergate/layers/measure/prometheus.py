@@ -84,7 +84,8 @@ class Telemetry:
         )
         self.sink_errors = Counter(
             "levergate_sink_errors",
-            "Finished-request records a sink failed to take (logged once per sink).",
+            "Finished-request records a sink failed to take, or (sink=record) that could not be "
+            "built; each is logged once.",
             ("sink",),
             registry=reg,
         )

@@ -281,3 +281,16 @@ async def test_a_stream_cut_by_its_upstream_or_left_by_its_client_is_recorded_as
     await left.aclose()
     await asyncio.sleep(0)
     assert (records.seen[-1].outcome, records.seen[-1].status) == ("cancelled", 499)
+
+
+async def test_a_record_that_cannot_be_built_is_counted_and_the_answer_unharmed() -> None:
+    class Broken:
+        def count(self, text: str, *, model: str) -> TokenCount:
+            raise RuntimeError("no tokenizer")
+
+    telemetry = Telemetry(Metrics())
+    answer = Completed(data={"choices": [{"message": {"content": "hi"}}]})
+    service = measured(Answers(answer), telemetry, tokenizer=Broken())
+    assert await service(request("small")) is answer
+    await asyncio.sleep(0)
+    assert metric(telemetry, "levergate_sink_errors_total", sink="record") == 1
