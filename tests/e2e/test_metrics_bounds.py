@@ -60,7 +60,7 @@ async def test_refused_callers_take_no_feature_label_from_a_real_tenant(sim: Sim
             assert reply.status_code == 401
         async with openai.AsyncOpenAI(base_url=url, api_key="sk-real", max_retries=0) as sdk:
             await sdk.chat.completions.create(
-                model="sim-small", messages=USER, max_tokens=2,
+                model="sim-small", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
                 extra_headers={"x-levergate-feature": "search"},
             )  # fmt: skip
         text = generate_latest(gateway.pipeline.telemetry.registry).decode()

@@ -9,8 +9,9 @@ import logging
 
 import pytest
 from prometheus_client import generate_latest
+from pydantic import SecretStr
 
-from levergate.config import Auth, Metrics, Price
+from levergate.config import ApiKey, Auth, Metrics, Price
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.core.service import Service
@@ -166,7 +167,7 @@ async def test_series_stay_bounded_across_every_label_combination() -> None:
 async def test_unauthenticated_callers_spend_no_label_slots() -> None:
     """Issue 10 #6: 150 requests refused with 401 took every feature slot."""
     telemetry = Telemetry(Metrics())
-    auth = Auth(enabled=True, keys=[{"key": "k-1", "tenant": "acme"}])
+    auth = Auth(enabled=True, keys=[ApiKey(key=SecretStr("k-1"), tenant="acme")])
     service = measured(Answers(), telemetry, auth=auth)
     for i in range(150):
         with pytest.raises(AuthenticationFailed):
@@ -247,7 +248,7 @@ async def test_a_whole_answer_without_usage_has_its_output_counted_with_tiktoken
 
 async def test_a_refused_caller_leaves_a_record_without_a_tenant() -> None:
     records = Records()
-    auth = Auth(enabled=True, keys=[{"key": "k-1", "tenant": "acme"}])
+    auth = Auth(enabled=True, keys=[ApiKey(key=SecretStr("k-1"), tenant="acme")])
     service = measured(Answers(), Telemetry(Metrics()), auth=auth, sinks=[records])
     with pytest.raises(AuthenticationFailed):
         await service(request("small", feature="probe"))
