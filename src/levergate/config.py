@@ -499,6 +499,13 @@ class Metrics(_Strict):
     overhead_buckets: tuple[float, ...] = (
         0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
     )  # fmt: skip
+    # Client-chosen label values (features; model names behind a `*` route) that become labels;
+    # later ones are recorded as "other".
+    max_label_values: int = Field(100, ge=1)
+    # Distinct (route, model, upstream, feature) combinations, across every label: the bound
+    # that keeps `/metrics` small (each combination costs about 8 KB of /metrics text with
+    # today's buckets; 20,000 crafted requests once made it 57 MB). Later ones go to "other".
+    max_label_sets: int = Field(500, ge=1)
 
 
 CacheMode = Literal["off", "deterministic", "always"]

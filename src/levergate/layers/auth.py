@@ -50,9 +50,11 @@ class Authenticate:
     async def __call__(self, call: Call) -> Reply:
         if self._enabled:
             return await self._authenticated(call)
-        asked = call.ctx.headers.get(TENANT_HEADER)
-        if asked and asked != call.ctx.tenant:
-            return await self._inner(call.with_ctx(tenant=asked))
+        tenant = call.ctx.headers.get(TENANT_HEADER) or call.ctx.tenant
+        # On the record only once established: Measure spends no label on a refused caller.
+        call.ctx.trace.tenant = tenant
+        if tenant != call.ctx.tenant:
+            call = call.with_ctx(tenant=tenant)
         return await self._inner(call)
 
     async def _authenticated(self, call: Call) -> Reply:
@@ -66,6 +68,7 @@ class Authenticate:
         if record is None or record.revoked is not None:
             # One answer for both: a revoked key is no more a key than a made-up one.
             raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
+        call.ctx.trace.tenant = record.tenant
         if not record.allows(call.model):
             raise PermissionDenied(
                 f"This API key may not use the model '{call.model}'.",

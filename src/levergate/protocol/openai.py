@@ -178,3 +178,34 @@ def has_generated_token(chunk: Mapping[str, Any]) -> bool:
 def is_usage_only(chunk: Mapping[str, Any]) -> bool:
     """The final chunk `stream_options.include_usage` adds: no choices, a usage block."""
     return not chunk.get("choices") and isinstance(chunk.get("usage"), Mapping)
+
+
+def generated_text(data: Mapping[str, Any]) -> str:
+    """The text a chunk or a whole answer generated (content, reasoning, text, tool-call names
+    and arguments): what a tokenizer counts when the upstream reported no usage."""
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        return ""
+    parts: list[str] = []
+    for choice in choices:
+        if not isinstance(choice, Mapping):
+            continue
+        _add_text(parts, choice.get("text"))
+        for key in ("delta", "message"):
+            part = choice.get(key)
+            if not isinstance(part, Mapping):
+                continue
+            _add_text(parts, part.get("content"))
+            _add_text(parts, part.get("reasoning_content"))
+            calls = part.get("tool_calls")
+            for call in calls if isinstance(calls, list) else ():
+                function = call.get("function") if isinstance(call, Mapping) else None
+                if isinstance(function, Mapping):
+                    _add_text(parts, function.get("name"))
+                    _add_text(parts, function.get("arguments"))
+    return "".join(parts)
+
+
+def _add_text(parts: list[str], value: Any) -> None:
+    if isinstance(value, str):
+        parts.append(value)

@@ -25,6 +25,7 @@ import orjson
 
 from levergate.config import Upstream
 from levergate.core.call import Call, Kind, Trace
+from levergate.core.quota import Quota
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import (
     UpstreamError,
@@ -325,19 +326,9 @@ _KEY_FAULT = {
 
 
 def note_ratelimit_headers(headers: Mapping[str, str], trace: Trace) -> None:
-    """Copy the provider's `x-ratelimit-*` headers into the trace, where the balancer reads
-    quota headroom and reset times (on successes as well as on 429s)."""
-    for name in _RATELIMIT_HEADERS:
-        value = headers.get(name)
-        if value is not None:
-            trace.annotations[name] = value
-
-
-_RATELIMIT_HEADERS = tuple(
-    f"x-ratelimit-{what}-{dimension}"
-    for what in ("limit", "remaining", "reset")
-    for dimension in ("requests", "tokens")
-)
+    """Parse the provider's `x-ratelimit-*` headers onto the call's record (`Quota`), where the
+    balancer reads quota headroom and reset times (on successes as well as on 429s)."""
+    trace.quota = Quota.from_headers(headers)
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from levergate.config import Cache
-from levergate.core.call import Call
+from levergate.core.call import CacheOutcome, CacheResult, Call
 from levergate.core.reply import Completed, Reply
 from levergate.core.service import Service
 from levergate.errors import PayloadTooLarge, UpstreamUnavailable
@@ -73,6 +73,8 @@ class EmbeddingsCache:
         hits = len(keys) - sum(1 for k in keys if k not in found)
         self._stats.lookup(NAME, "hit" if not missing else "miss")
         _bounded(keys, found, limit=self._settings.embeddings_max_response_bytes)
+        outcome = CacheOutcome.MISS if missing else CacheOutcome.HIT
+        call.ctx.trace.cache = CacheResult(NAME, outcome)
         if not missing:
             reply = Completed(_response(call.model, keys, found, usage=None))
         else:

@@ -49,17 +49,14 @@ _log = logging.getLogger("levergate.keys")
 _COOLDOWN = 1.0  # seconds a failed spend store is skipped before it is asked again
 _MAX_ROOMS = 10_000  # idle key rooms are dropped beyond this
 _MAX_OWED = 10_000  # (key, period) charges kept while the spend store is down
-# Answers that cost nothing here: a cache hit, or an identical request's answer shared in flight
-# (the values the cache layers write to `trace.annotations["cache"]`; Measure skips them too).
-_FREE = frozenset({"hit", "semantic", "coalesced"})
-
-
 def request_cost(prices: Mapping[str, Price], call: Call, usage: Mapping[str, Any] | None) -> float:
-    """The call's cost in USD from its usage, priced as Measure prices it."""
-    if not usage or call.ctx.trace.annotations.get("cache") in _FREE:
+    """The call's cost in USD from its usage, priced as Measure prices it: at the alias that
+    answered; nothing for an answer a cache (or an identical request in flight) gave."""
+    trace = call.ctx.trace
+    if not usage or (trace.cache is not None and trace.cache.free):
         return 0.0
     prompt, completion, cached = usage_tokens(usage)
-    price = prices.get(call.model) or prices.get(WILDCARD) or Price()
+    price = prices.get(trace.alias or call.model) or prices.get(WILDCARD) or Price()
     return price.cost(prompt, completion, cached)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from levergate.config import ApiKey, Auth, KeyPolicy, MaxWait, Price
-from levergate.core.call import Call, Context
+from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import (
     AuthenticationFailed,
@@ -200,7 +200,7 @@ async def test_streams_are_charged_when_they_close_and_cache_hits_are_free() -> 
     record, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy())
     await rig.call(key, stream=True)
     hit = Context("r", headers={"authorization": f"Bearer {key}"})
-    hit.trace.annotations["cache"] = "hit"
+    hit.trace.cache = CacheResult("exact", CacheOutcome.HIT)
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     await rig.auth(Call(kind="chat", body=body, ctx=hit))
     await rig.call(key, model="unlisted")  # priced at the `*` model's price
