@@ -62,6 +62,14 @@ class Event:
     def of(cls, obj: dict[str, Any]) -> Event:
         return cls(orjson.dumps(obj), obj)
 
+    def usage(self) -> dict[str, Any] | None:
+        """The usage block this event carries, in any JSON spacing, or None. The bytes are
+        parsed only when they hold the key: the layers that count tokens ask on every event."""
+        if b'"usage"' not in self.data:
+            return None
+        found = self.json().get("usage")
+        return found if isinstance(found, dict) else None
+
     def json(self) -> dict[str, Any]:
         if self._json is None:
             try:

@@ -148,3 +148,16 @@ async def test_a_stream_that_fails_before_its_first_event_fails_when_primed_and_
     with pytest.raises(RuntimeError):
         await stream.prime()
     assert closed == [True]
+
+
+def test_an_event_finds_its_usage_in_any_json_spacing() -> None:
+    usage = {"prompt_tokens": 3, "completion_tokens": 2}
+    assert (
+        Event(b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}').usage() == usage
+    )
+    assert (
+        Event(b'{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}').usage()
+        == usage
+    )
+    assert Event(b'{"choices": [], "usage": null}').usage() is None
+    assert Event(b'{"choices": [{"delta": {"content": "usage"}}]}').usage() is None

@@ -207,9 +207,8 @@ class KeyQuota:
         usage: dict[str, Any] | None = None
         try:
             async for event in events:
-                if b'"usage":{' in event.data:
-                    found = event.json().get("usage")
-                    usage = found if isinstance(found, dict) else usage
+                if (found := event.usage()) is not None:
+                    usage = found
                 yield event
         finally:
             # A stream cut short was still paid for up to where it was cut.

@@ -156,9 +156,8 @@ class Measure:
                     last = handed
                     gaps += 1
                     generated.append(event.data)
-                if b'"usage"' in event.data:  # any JSON spacing; decided on the parse
-                    found = event.json().get("usage")
-                    seen.usage = found if isinstance(found, dict) else seen.usage
+                if (found := event.usage()) is not None:
+                    seen.usage = found
             seen.outcome, seen.status = OK, 200
         except BaseException as exc:
             failed = _Seen.failed(exc)

@@ -160,9 +160,8 @@ class Balance:
                 if first is None:
                     first = trace.upstream_seconds - before
                     state.ttft.observe(first, now=self._clock.now())
-                if b'"usage"' in event.data:  # any JSON spacing; decided on the parse
-                    found = event.json().get("usage")
-                    usage = found if isinstance(found, dict) else usage
+                if (found := event.usage()) is not None:
+                    usage = found
                 yield event
             clean = True
         finally:
