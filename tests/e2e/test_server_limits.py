@@ -55,6 +55,17 @@ async def test_a_one_megabyte_header_is_431_and_the_connection_closed(
         writer.close()
 
 
+async def test_a_head_just_over_the_byte_limit_is_431(
+    sim: SimHandle, gateway_at: GatewayFactory
+) -> None:
+    async with gateway_at(sim.base_url, server={"max_header_bytes": 8192}) as url:
+        reader, writer = await connect(url)
+        writer.write(HEALTH + headers(9, size=1000) + b"\r\n")  # ~9.1 KB, likely one read
+        status, _ = await read_error(reader, within=MARGIN)
+        assert status == 431
+        writer.close()
+
+
 async def test_more_headers_than_the_limit_is_431(
     sim: SimHandle, gateway_at: GatewayFactory
 ) -> None:

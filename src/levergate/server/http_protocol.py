@@ -4,8 +4,8 @@ hostile client meets before any request reaches the ASGI app.
 Limits (`config.Server`, each answered with OpenAI-shaped JSON and `connection: close`):
 - The request head: at most `max_header_bytes` (URL and headers) and `max_headers` lines, else
   431. httptools keeps a header it has not finished in memory, so the bytes of a head still
-  incomplete after a read are counted too: a 100 MB header is refused after about 64 KiB, not
-  held whole.
+  incomplete after a read are counted too: a 100 MB header is refused after 64 KiB and at most
+  one more read, not held whole.
 - Time: a head must arrive in whole within `head_timeout_seconds` of its first byte (or of the
   connection being opened), else 408; a silent new connection is closed. A body must bring
   `body_min_bytes_per_second` in every `body_timeout_seconds` window, else 408. Between
@@ -20,8 +20,9 @@ Limits (`config.Server`, each answered with OpenAI-shaped JSON and `connection: 
 A request that cannot be parsed gets a 400, but only after the answers still owed on the
 connection: a valid request pipelined before garbage is answered first.
 
-The timers are armed only when a head or body is still incomplete after a read, so a request
-that arrives in one read (the usual case) costs no timer.
+A request that arrives in one read (the usual case) costs no timer, since the timers are armed
+only when a head or body is still incomplete after a read, and no measuring of its head, since
+a head is only measured when the reads it came in are over the limit.
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ class Limits:
 
 class HttpProtocol(HttpToolsProtocol):
     """One client connection. State beyond uvicorn's: which part of a request the parser is in
-    (`_in_head`, `_in_body`), what the head has cost so far, one timer for the current phase,
-    and an error answer waiting for the responses still owed (`_refusal`)."""
+    (`_in_head`, `_in_body`), the bytes the head came in, one timer for the current phase, and
+    an error answer waiting for the responses still owed (`_refusal`)."""
 
     def __init__(
         self,
@@ -106,7 +107,10 @@ class HttpProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._in_head = self._in_body = self._head_fresh = False
         self._over_cap = self._refused = False
-        self._head_size = self._head_raw = self._header_count = self._body_bytes = 0
+        # Bytes of the reads a head came in: those wholly inside it (a lower bound of its size,
+        # `_head_raw`) and all of them but the current one (`_head_upper`, with `_reading` an
+        # upper bound).
+        self._head_raw = self._head_upper = self._reading = self._body_bytes = 0
         self._refusal: LevergateError | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -122,6 +126,7 @@ class HttpProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # the parser has failed or an answer is decided: the rest is not read
+        self._reading = len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -144,26 +149,22 @@ class HttpProtocol(HttpToolsProtocol):
         # The keep-alive wait ends with a request, not with any byte (stray CRLFs keep nothing).
         self._unset_keepalive_if_required()
         self._in_head = self._head_fresh = True
-        self._head_size = self._head_raw = self._header_count = 0
-
-    def on_url(self, url: bytes) -> None:
-        super().on_url(url)
-        self._head_size += len(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_count += 1
-        self._head_size += len(name) + len(value) + 4
-        if self._header_count > self.limits.headers or self._head_size > self.limits.header_bytes:
-            raise self._too_large()
-        super().on_header(name, value)
+        self._head_raw = self._head_upper = 0
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        if self._head_size > self.limits.header_bytes:
+        limits = self.limits
+        if len(self.headers) > limits.headers:
             raise self._too_large()
+        # The reads this head came in bound its size; only when they are over the limit is it
+        # measured (the head's bytes less the spaces and colons, so never more than them).
+        if self._head_upper + self._reading > limits.header_bytes:
+            size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
+            if size > limits.header_bytes:
+                raise self._too_large()
         self._cancel_timer()
-        if self._over_cap and len(self.connections) > self.limits.max_connections:
-            self.limits.overload.refuse(now=self.loop.time(), cap=self.limits.max_connections)
+        if self._over_cap and len(self.connections) > limits.max_connections:
+            limits.overload.refuse(now=self.loop.time(), cap=limits.max_connections)
             raise Overloaded(
                 "The gateway has too many open connections; try again shortly.",
                 code="too_many_connections",
@@ -199,6 +200,7 @@ class HttpProtocol(HttpToolsProtocol):
 
     # Limits
     def _head_read(self, size: int) -> None:
+        self._head_upper += size
         if self._head_fresh:  # the head began in this read, after bytes of the last request
             self._head_fresh = False
         else:
