@@ -322,7 +322,8 @@ class Server(_Strict):
     host: str = DEFAULT_HOST
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
-    # Seconds an in-flight request may take to finish when the server stops.
+    # Seconds an in-flight request may take to finish when the server stops; after them a stream
+    # ends with a `shutting_down` error event and an unanswered request gets a 503 (server/run.py).
     graceful_shutdown_seconds: float = Field(10.0, ge=0)
     access_log: bool = False
     # A client disconnect is watched for once a request has run this long (see server/asgi.py):

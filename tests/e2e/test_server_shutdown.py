@@ -1,11 +1,12 @@
-"""`levergate serve` stopped (SIGTERM) while a stream outlasts `graceful_shutdown_seconds`: the
-client gets an OpenAI-style `shutting_down` error event, and the log one summary line and no
-traceback. Real processes: `levergate sim` decoding slowly, the gateway in front of it, and the
-OpenAI SDK as the client."""
+"""The gateway stopped while requests outlast `graceful_shutdown_seconds`: a stream's client gets
+an OpenAI-style `shutting_down` error event (real processes: `levergate sim` decoding slowly,
+`levergate serve` sent SIGTERM, the OpenAI SDK as the client), a request not yet answered gets a
+503, and the log has one summary line and no traceback."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -14,8 +15,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.e2e.conftest import USER
-from tests.e2e.raw_http import MARGIN
+from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from tests.e2e.conftest import USER, GatewayFactory
+from tests.e2e.raw_http import BODY, MARGIN, connect, post_head, read_error
 from tests.e2e.test_cli import LEVERGATE, free_port, start, wait_for
 
 GRACE = 1.0
@@ -62,3 +64,27 @@ async def test_a_stream_that_outlasts_the_graceful_shutdown_ends_with_an_error_e
 async def drain(chunks: object) -> None:
     async for _ in chunks:  # type: ignore[attr-defined]
         pass
+
+
+async def test_a_request_not_yet_answered_at_the_end_of_the_grace_period_gets_a_503(
+    gateway_at: GatewayFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    async with run_simulator(SimSettings(port=0, latency={"ttft_ms": 600_000})) as sim:
+        server = {"graceful_shutdown_seconds": 0.2}
+        async with gateway_at(sim.base_url, server=server) as url:
+            reader, writer = await connect(url)
+            writer.write(post_head() + BODY)
+            await asyncio.wait_for(upstream_busy(sim), MARGIN)
+        # Leaving the block stopped the server; the answer was written before it returned.
+        status, error = await read_error(reader, within=MARGIN)
+        writer.close()
+    assert status == 503
+    assert error["code"] == "shutting_down"
+    assert "0 stream(s) and 1 other request(s)" in caplog.text
+    assert "Traceback" not in caplog.text
+
+
+async def upstream_busy(sim: SimHandle) -> None:
+    while sim.simulator.stats.in_flight < 1:
+        await asyncio.sleep(0.01)

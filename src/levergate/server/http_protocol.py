@@ -47,6 +47,8 @@ from levergate.errors import (
 from levergate.server.http_writes import Coalescing, HeadOnly, Unchunked
 
 log = logging.getLogger("levergate.server")
+# The per-request callbacks call their base directly: `super()` builds an object per call.
+_Base = HttpToolsProtocol
 
 
 @dataclass(slots=True)
@@ -145,7 +147,7 @@ class HttpProtocol(HttpToolsProtocol):
 
     # Parser callbacks
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        _Base.on_message_begin(self)
         # The keep-alive wait ends with a request, not with any byte (stray CRLFs keep nothing).
         self._unset_keepalive_if_required()
         self._in_head = self._head_fresh = True
@@ -162,7 +164,9 @@ class HttpProtocol(HttpToolsProtocol):
             size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
             if size > limits.header_bytes:
                 raise self._too_large()
-        self._cancel_timer()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._over_cap and len(self.connections) > limits.max_connections:
             limits.overload.refuse(now=self.loop.time(), cap=limits.max_connections)
             raise Overloaded(
@@ -170,7 +174,7 @@ class HttpProtocol(HttpToolsProtocol):
                 code="too_many_connections",
                 retry_after=1,
             )
-        super().on_headers_complete()
+        _Base.on_headers_complete(self)
         self._in_body = True
         scope = self.scope
         if scope["method"] == "HEAD":
@@ -179,13 +183,14 @@ class HttpProtocol(HttpToolsProtocol):
             self.cycle.transport = Unchunked(self._writes)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
-        super().on_message_complete()
-        if self._in_body:
-            self._in_body = False
-            self._cancel_timer()
+        _Base.on_message_complete(self)
+        self._in_body = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        _Base.on_response_complete(self)
         if self._refusal is not None:
             if self.cycle.response_complete:
                 refusal, self._refusal = self._refusal, None
@@ -292,9 +297,12 @@ class HttpProtocol(HttpToolsProtocol):
         self.transport.write(b"".join(head) + body)
         # Closing with the client's bytes unread would reset the connection, and a reset can
         # destroy the answer before the client reads it: half-close, drop what still comes.
-        self.transport.write_eof()
         self._cancel_timer()
-        self._timer = self.loop.call_later(self.limits.linger, self.transport.close)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self._timer = self.loop.call_later(self.limits.linger, self.transport.close)
+        else:  # TLS has no half-close
+            self.transport.close()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
