@@ -69,6 +69,7 @@ class App:
             response = await self.edge.handle(
                 scope["method"], scope["path"], headers, body, trace=trace
             )
+            answering.answered = True
             answering.streaming = response.stream is not None
             await _send(send, response, head_only=scope["method"] == "HEAD", answering=answering)
         except asyncio.CancelledError:
@@ -76,7 +77,7 @@ class App:
                 raise
             # The client went away, or the server is stopping: swallow our own cancellation.
             _uncancel()
-            if answering.ended and not answering.streaming:
+            if answering.ended and not answering.answered:
                 await _send(send, error_response(ShuttingDown()), head_only=False)
         except Exception:
             log.exception("unhandled error while serving %s", scope["path"])
@@ -127,7 +128,8 @@ class _Answering:
     also report `http.disconnect` once the response is complete, hence the `over` flag."""
 
     __slots__ = (
-        "cut_short", "ended", "handler", "over", "receive", "streaming", "timer", "watcher",
+        "answered", "cut_short", "ended", "handler", "over", "receive", "streaming", "timer",
+        "watcher",
     )  # fmt: skip
 
     def __init__(self, receive: Receive, *, after: float) -> None:
@@ -136,6 +138,7 @@ class _Answering:
         self.over = False
         self.cut_short = False
         self.ended = False  # by the server's shutdown (App.end_requests)
+        self.answered = False  # the response is being sent
         self.streaming = False
         self.watcher: asyncio.Task[None] | None = None
         self.timer = asyncio.get_running_loop().call_later(after, self._start)
