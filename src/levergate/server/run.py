@@ -132,6 +132,7 @@ def raise_open_files_limit() -> None:
     if hard == resource.RLIM_INFINITY:
         hard = max(soft, 1 << 20)
     if soft == resource.RLIM_INFINITY or soft >= hard:
+        log.info("open-files limit %s: already the hard limit", soft)
         return
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
