@@ -103,6 +103,21 @@ async def test_a_head_sent_a_byte_at_a_time_is_408_after_the_head_timeout(
         writer.close()
 
 
+async def test_a_slow_head_on_a_kept_alive_connection_is_408_too(
+    sim: SimHandle, gateway_at: GatewayFactory
+) -> None:
+    async with gateway_at(sim.base_url, server={"head_timeout_seconds": 0.5}) as url:
+        reader, writer = await connect(url)
+        writer.write(HEALTH + b"\r\n")
+        head, _ = await asyncio.wait_for(read_response(reader), MARGIN)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        writer.write(HEALTH)
+        async with trickling(writer, b"x", every=0.1):
+            status, _ = await read_error(reader, within=0.5 + MARGIN)
+        assert status == 408
+        writer.close()
+
+
 async def test_a_connection_that_sends_nothing_is_closed_after_the_head_timeout(
     sim: SimHandle, gateway_at: GatewayFactory
 ) -> None:
