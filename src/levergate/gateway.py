@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -56,7 +55,8 @@ class Gateway:
         """Start the pipeline's background jobs; idempotent. The ASGI lifespan calls this too."""
         if self._jobs:
             return
-        self._jobs = [asyncio.ensure_future(job()) for job in self.pipeline.background]
+        keep_running = self.pipeline.supervisor.keep_running
+        self._jobs = [asyncio.ensure_future(keep_running(job)) for job in self.pipeline.background]
         self.ready = True
 
     async def __aexit__(
@@ -96,7 +96,8 @@ class Gateway:
         )
         deadline = None
         if timeout := headers.get(TIMEOUT_HEADER):
-            deadline = time.monotonic() + _seconds(timeout)
+            # On the gateway's clock, which every layer compares it with and enforces it on.
+            deadline = self.pipeline.clock.now() + _seconds(timeout)
         ctx = Context(
             request_id=headers.get(REQUEST_ID_HEADER) or os.urandom(12).hex(),
             priority=Priority.parse(headers.get(PRIORITY_HEADER)),

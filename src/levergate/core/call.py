@@ -61,7 +61,7 @@ class Context:
     request_id: str
     tenant: str = "default"
     priority: Priority = Priority.DEFAULT
-    deadline: float | None = None  # absolute time.monotonic() seconds, or None for no deadline
+    deadline: float | None = None  # absolute seconds on the gateway's clock, or None for none
     feature: str = ""
     # Incoming request headers, lower-cased; layers read their controls here
     # (cache-control, x-levergate-*). Empty for library calls without headers.

@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from functools import partial
 
 from levergate.config import Auth
 from levergate.core.call import Call
 from levergate.core.reply import Reply
-from levergate.core.service import Service
+from levergate.core.service import Layer, Service
 from levergate.errors import AuthenticationFailed
 
 TENANT_HEADER = "x-levergate-tenant"
 
 
 class Authenticate:
+    @classmethod
+    def layer(cls, settings: Auth) -> Layer:
+        return partial(cls, settings=settings)
+
     def __init__(self, inner: Service, *, settings: Auth) -> None:
         self._inner = inner
         self._enabled = settings.enabled
