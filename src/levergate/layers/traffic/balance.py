@@ -93,6 +93,10 @@ class Balance:
         if not members:
             raise ValueError("a balancer needs at least one endpoint")
         self._members = tuple(members)
+        # What the strategy sees of each member, made once; `_moment` is the time of the
+        # choice being made (choosing is synchronous, so one moment serves every view).
+        self._moment = _Moment()
+        self._views = tuple(_Candidate(m, self._moment) for m in self._members)
         self._strategy = strategy
         self._group = group
         self._clock = clock
@@ -134,12 +138,12 @@ class Balance:
     def choose(self, call: Call, now: float) -> Member:
         """The member for this attempt (public for tests and the benchmark's reports)."""
         failed = set(call.ctx.trace.annotations.get(_FAILED, "").split(","))
-        pool = [m for m in self._members if m.node.state.health.available(now)]
+        pool = [v for v in self._views if v.state.health.available(now)]
         if not pool:
             return min(self._members, key=lambda m: m.node.state.health.ejected_until)
-        fresh = [m for m in pool if m.node.state.name not in failed]
-        candidates = [_Candidate(m, now) for m in fresh or pool]
-        return self._strategy.choose(candidates, call=call, rng=self._rng).member
+        fresh = [v for v in pool if v.name not in failed]
+        self._moment.now = now
+        return self._strategy.choose(fresh or pool, call=call, rng=self._rng).member
 
     async def _watch(
         self, state: EndpointState, tokens: float, trace: Trace, before: float, events: EventSource
@@ -229,29 +233,31 @@ class Balance:
             self._group.eject(state, now)
 
 
+class _Moment:
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+
 class _Candidate:
-    """A member as the strategy sees it at `now` (`policies.balancing.Candidate`)."""
+    """A member as the strategy sees it at the moment of choosing (`balancing.Candidate`)."""
 
-    __slots__ = ("_now", "member")
+    __slots__ = ("_moment", "member", "name", "state", "weight")
 
-    def __init__(self, member: Member, now: float) -> None:
+    def __init__(self, member: Member, moment: _Moment) -> None:
         self.member = member
-        self._now = now
-
-    @property
-    def name(self) -> str:
-        return self.member.node.state.name
-
-    @property
-    def weight(self) -> float:
-        return self.member.weight
+        self.state = member.node.state
+        self.name = self.state.name
+        self.weight = member.weight
+        self._moment = moment
 
     @property
     def cooling(self) -> bool:
-        return self.member.node.state.cooldown_until > self._now
+        return self.state.cooldown_until > self._moment.now
 
     def load(self) -> balancing.Load:
-        state, now = self.member.node.state, self._now
+        state, now = self.state, self._moment.now
         wait = max(state.cooldown_until - now, state.room.backlog_seconds(now))
         return balancing.Load(
             weight=self.member.weight,
