@@ -95,12 +95,11 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     t, telemetry = settings.traffic, Telemetry(settings.metrics)
     models = {m.name: m for m in settings.models}
     shared = Shared.build(settings, models=models, clock=deps.clock, registry=telemetry.registry)
-    upstreams = {u.name: make_endpoint(u, http_client=deps.http_client) for u in settings.upstreams}
     make = partial(make_endpoint, http_client=deps.http_client)
-    keys = {
-        u.name: endpoint_keys(u, upstreams[u.name], settings=t, shared=shared, make=make)
-        for u in settings.upstreams
-    }
+    upstreams = {u.name: make(u) for u in settings.upstreams}
+    # Per upstream and API key: providers limit, throttle and fail each key on its own.
+    keys = {u.name: endpoint_keys(u, upstreams[u.name], settings=t, shared=shared, make=make)
+            for u in settings.upstreams}  # fmt: skip
 
     def per_endpoint(key: EndpointKey) -> Node:
         return Node(key.state, stack(key.transport, [
@@ -122,9 +121,8 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         return stack(Balance.of(_members(model, nodes), settings=t, shared=shared), layers)
 
     routes = {name: per_model(m) for name, m in models.items() if name != WILDCARD}
-    dispatch = Dispatch(
-        routes, fallback=per_model(models[WILDCARD]) if WILDCARD in models else None
-    )
+    wildcard = per_model(models[WILDCARD]) if WILDCARD in models else None
+    dispatch = Dispatch(routes, fallback=wildcard)
     service = stack(dispatch, [
         # Outermost: it must see every request, including the ones refused further down.
         _measure(settings, telemetry, models),
@@ -144,9 +142,8 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     ])  # fmt: skip
     # Off the request path: probes eject and readmit endpoints through the same ejection state
     # the balancer reads, with or without client traffic.
-    every_key = [key for found in keys.values() for key in found]
-    checks = HealthChecks.job(t.health_checks, keys=every_key, shared=shared,
-                              http_client=deps.http_client)  # fmt: skip
+    checks = HealthChecks.job(t.health_checks, keys=[k for ks in keys.values() for k in ks],
+                              shared=shared, http_client=deps.http_client)  # fmt: skip
     return Pipeline(
         service=service, telemetry=telemetry, upstreams=upstreams, models=models, shared=shared,
         # Every job restarted after a crash, counted in the gateway's own registry.

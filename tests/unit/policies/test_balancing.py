@@ -79,7 +79,10 @@ def test_least_outstanding_picks_the_least_loaded_ready_candidate(
     chosen = LeastOutstanding().choose(pool, call=CALL, rng=random.Random(seed))
     ready = [c for c in pool if not c.cooling] or pool
     assert chosen in ready
-    score = lambda c: (c.outstanding + 1) / c.weight  # noqa: E731
+
+    def score(c: Fake) -> float:
+        return (c.outstanding + 1) / c.weight
+
     assert score(chosen) == min(score(c) for c in ready)
 
 
