@@ -52,7 +52,8 @@ class Gateway:
         return self
 
     async def start(self) -> None:
-        """Start the pipeline's background jobs; idempotent. The ASGI lifespan calls this too."""
+        """Start the pipeline's background jobs, each under the pipeline's supervisor (a crash is
+        logged, counted and restarted); idempotent. The ASGI lifespan calls this too."""
         if self._jobs:
             return
         keep_running = self.pipeline.supervisor.keep_running

@@ -1,11 +1,11 @@
 """HealthChecks: active probes of every endpoint key, feeding the passive ejection state.
 
 Not a layer in the request path but a background job (`Pipeline.background`, started and
-cancelled by `Gateway`, restarted after a crash by `core.jobs.Supervisor`), off by default (`traffic.health_checks`). Passive ejection
-(`layers.traffic.outlier`) learns only from client requests: an endpoint that dies while idle
-is found out by the next requests that fail on it, and after its ejection time the half-open
-state spends a real request to learn whether it is back.
-Probes learn both without any client traffic.
+cancelled by `Gateway`, restarted after a crash by `core.jobs.Supervisor`), off by default
+(`traffic.health_checks`). Passive ejection (`layers.traffic.outlier`) learns only from client
+requests: an endpoint that dies while idle is found out by the next requests that fail on it,
+and after its ejection time the half-open state spends a real request to learn whether it is
+back. Probes learn both without any client traffic.
 
 There is one verdict per endpoint — `EndpointState.health`, which the balancer reads — and the
 probes act on it through `EjectionGroup`, like every other ejection:
