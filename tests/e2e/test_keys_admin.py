@@ -5,6 +5,7 @@ through Redis (needs Redis at 127.0.0.1:6379: skipped with a reason outside CI, 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
@@ -173,6 +174,17 @@ async def test_the_admin_api_is_off_by_default_and_guards_its_token(sim: SimHand
             assert answer.json()["error"]["message"]
 
 
+async def spent_on(base: str, key_id: str, *, above: float) -> float:
+    """The key's spend today as `base` reports it, once it is above `above`: a charge made on
+    another replica arrives with that replica's next flush (bounded wait, not a timing check)."""
+    for _ in range(200):
+        spent = (await admin(base, "GET", f"/admin/keys/{key_id}/spend")).json()["day"]
+        if spent["spent_usd"] > above:
+            return float(spent["spent_usd"])
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the spend never rose above {above}")
+
+
 async def test_two_gateways_share_keys_and_one_budget_through_redis(sim: SimHandle) -> None:
     await require_redis(REDIS_URL)
     space = uuid.uuid4().hex
@@ -182,7 +194,9 @@ async def test_two_gateways_share_keys_and_one_budget_through_redis(sim: SimHand
             # cache_seconds 0: a revocation through one replica holds at once on the other.
             "store": {"backend": "redis", "redis_url": REDIS_URL,
                       "redis_prefix": f"t:{{{space}}}:keys:", "cache_seconds": 0},
-            "spend": {"backend": "redis", "redis_url": REDIS_URL, "redis_prefix": f"t:{space}:"},
+            # Charges reach Redis at each flush: the other replica sees them after one.
+            "spend": {"backend": "redis", "redis_url": REDIS_URL, "redis_prefix": f"t:{space}:",
+                      "flush_seconds": 0.05},
         },
         "admin": {"enabled": True, "token": ADMIN},
     }  # fmt: skip
@@ -191,11 +205,11 @@ async def test_two_gateways_share_keys_and_one_budget_through_redis(sim: SimHand
         key, key_id = made.json()["key"], made.json()["id"]
         async with sdk(two, key) as client:
             await client.chat.completions.create(model="m", messages=USER)
-        first = (await admin(one, "GET", f"/admin/keys/{key_id}/spend")).json()["day"]["spent_usd"]
+        first = await spent_on(one, key_id, above=0.0)
         assert 0 < first < 0.004 < 2 * first  # the budget holds one request, not two
         async with sdk(one, key) as client:
             await client.chat.completions.create(model="m", messages=USER)
-        total = (await admin(two, "GET", f"/admin/keys/{key_id}/spend")).json()["day"]["spent_usd"]
+        total = await spent_on(two, key_id, above=first)
         assert total == pytest.approx(2 * first)
         # Spent through both, refused by both.
         for base in (one, two):
