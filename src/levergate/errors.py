@@ -8,7 +8,7 @@
     │   ├── PermissionDenied          403 permission_error
     │   ├── NotFound                  404 not_found_error      (unknown route)
     │   │   └── ModelNotFound         404 model_not_found
-    │   ├── MethodNotAllowed          405
+    │   ├── MethodNotAllowed          405                      (carries the allow header)
     │   ├── PayloadTooLarge           413
     │   └── RateLimited               429 rate_limit_error     (carries retry_after)
     ├── Overloaded                    503 overloaded_error     (shed; carries retry_after)
@@ -105,7 +105,16 @@ class ModelNotFound(NotFound):
 
 
 class MethodNotAllowed(ClientError):
+    """A known path asked with a method it does not take; `allow` lists the ones it does."""
+
     status = 405
+
+    def __init__(self, message: str, *, allow: str) -> None:
+        super().__init__(message, code="method_not_allowed")
+        self.allow = allow
+
+    def headers(self) -> dict[str, str]:
+        return {"allow": self.allow}
 
 
 class PayloadTooLarge(ClientError):

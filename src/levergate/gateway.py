@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -35,6 +36,9 @@ FEATURE_HEADER = "x-levergate-feature"
 PRIORITY_HEADER = "x-levergate-priority"
 TIMEOUT_HEADER = "x-levergate-timeout"
 REQUEST_ID_HEADER = "x-request-id"
+# A client's x-request-id is kept only if it is this short and made of these characters (it is
+# echoed in headers and written to logs); anything else gets a fresh id.
+_CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class Gateway:
@@ -85,9 +89,11 @@ class Gateway:
         headers: Mapping[str, str] | None = None,
         trace: Trace | None = None,
         raw: bytes | None = None,
+        request_id: str | None = None,
     ) -> Call:
         """Check the body and read the request's controls from its headers and metadata.
-        `raw` is the JSON text the body was parsed from, if the caller has it."""
+        `raw` is the JSON text the body was parsed from, if the caller has it; `request_id` the
+        id the edge already chose (`request_id_for`), else it is chosen here."""
         body = check_body(kind, body)
         headers = headers or {}
         metadata = body.get("metadata")
@@ -98,7 +104,7 @@ class Gateway:
         if timeout := headers.get(TIMEOUT_HEADER):
             deadline = time.monotonic() + _seconds(timeout)
         ctx = Context(
-            request_id=headers.get(REQUEST_ID_HEADER) or os.urandom(12).hex(),
+            request_id=request_id or request_id_for(headers),
             priority=Priority.parse(headers.get(PRIORITY_HEADER)),
             deadline=deadline,
             feature=feature if isinstance(feature, str) else "",
@@ -199,6 +205,14 @@ async def _drop_usage_chunk(events: EventSource) -> EventSource:
         if b'"usage":{' in event.data and is_usage_only(event.json()):
             continue
         yield event
+
+
+def request_id_for(headers: Mapping[str, str]) -> str:
+    """The client's `x-request-id` if it is safe to echo and log, else a fresh random one."""
+    asked = headers.get(REQUEST_ID_HEADER)
+    if asked is not None and _CLIENT_REQUEST_ID.fullmatch(asked) is not None:
+        return asked
+    return os.urandom(12).hex()
 
 
 def _seconds(text: str) -> float:

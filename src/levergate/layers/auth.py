@@ -21,31 +21,53 @@ TENANT_HEADER = "x-levergate-tenant"
 class Authenticate:
     def __init__(self, inner: Service, *, settings: Auth) -> None:
         self._inner = inner
-        self._enabled = settings.enabled
-        # Keys are held as digests: lookups compare digests, never the secrets themselves.
-        self._tenants = {_digest(k.key.get_secret_value()): k.tenant for k in settings.keys}
+        self._keys = KeyRing(settings)
 
     async def __call__(self, call: Call) -> Reply:
-        if self._enabled:
-            tenant = self._tenant_for(call.ctx.headers.get("authorization", ""))
+        if self._keys.enabled:
+            tenant = self._keys.tenant_for(call.ctx.headers.get("authorization", ""))
             return await self._inner(call.with_ctx(tenant=tenant))
         asked = call.ctx.headers.get(TENANT_HEADER)
         if asked and asked != call.ctx.tenant:
             return await self._inner(call.with_ctx(tenant=asked))
         return await self._inner(call)
 
-    def _tenant_for(self, authorization: str) -> str:
-        scheme, _, key = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
+
+class KeyRing:
+    """The configured client keys. Used by `Authenticate` for calls and by the edge's guards
+    (`server.guards`) for routes that run no call (`/v1/models`), so both accept the same keys."""
+
+    __slots__ = ("_tenants", "enabled")
+
+    def __init__(self, settings: Auth) -> None:
+        self.enabled = settings.enabled
+        # Keys are held as digests: lookups compare digests, never the secrets themselves.
+        self._tenants = {digest(k.key.get_secret_value()): k.tenant for k in settings.keys}
+
+    def tenant_for(self, authorization: str) -> str:
+        """The tenant of `Authorization: Bearer <key>`; AuthenticationFailed if none matches."""
+        key = bearer(authorization)
+        if not key:
             raise AuthenticationFailed(
                 "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
             )
-        digest = _digest(key.strip())
+        wanted = digest(key)
         for known, tenant in self._tenants.items():
-            if hmac.compare_digest(known, digest):
+            if hmac.compare_digest(known, wanted):
                 return tenant
         raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
 
 
-def _digest(key: str) -> bytes:
-    return hashlib.sha256(key.encode()).digest()
+def bearer(authorization: str) -> str:
+    """The key of `Authorization: Bearer <key>`, '' if the header is missing or another scheme."""
+    scheme, _, key = authorization.partition(" ")
+    return key.strip() if scheme.lower() == "bearer" else ""
+
+
+def matches(secret: str, *, expected: bytes) -> bool:
+    """Whether `secret` is the secret `expected` is the digest of, in constant time."""
+    return hmac.compare_digest(digest(secret), expected)
+
+
+def digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()

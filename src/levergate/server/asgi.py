@@ -1,21 +1,23 @@
-"""The ASGI adapter over `Edge`: reads the body under the size limit, writes the response, and
-streams SSE frames one `send` per event, never waiting for more (under `levergate serve` the
-sends of one event-loop turn leave in one write: `server.http_protocol`). A watcher on
-`receive` turns a client disconnect into cancellation of the handling task, which closes the
-stream and so the upstream connection. Lifespan events open and close the gateway."""
+"""The ASGI adapter over `Edge`: gives the edge the body as a source it reads whole or in chunks
+under the route's limit (`_Body`), writes the response, sends a file from disk in chunks with
+its content-length, and streams SSE frames one `send` per event, never waiting for more (under
+`levergate serve` the sends of one event-loop turn leave in one write: `server.http_protocol`).
+A watcher on `receive` turns a client disconnect into cancellation of the handling task, which
+closes the stream and so the upstream connection. Lifespan events open and close the gateway."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 from levergate.core.call import Trace
 from levergate.errors import LevergateError, PayloadTooLarge
 from levergate.gateway import Gateway
-from levergate.server.edge import Edge, Response, error_response
+from levergate.server.edge import Edge, error_response
+from levergate.server.exchange import Response, body_cut_short, declared_length
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -29,7 +31,6 @@ class App:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.edge = Edge(gateway)
-        self._limit = gateway.settings.server.max_body_bytes
         self._watch_after = gateway.settings.server.disconnect_watch_after_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -42,16 +43,13 @@ class App:
         trace = Trace()
         # ASGI servers deliver header names lower-cased already.
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            body = await _read_body(receive, headers, self._limit)
-        except LevergateError as exc:
-            await _send(send, error_response(exc), head_only=False)
-            return
-        answering = _Answering(receive, after=self._watch_after)
+        body = _Body(receive, headers)
+        answering = _Answering(receive, body, after=self._watch_after)
         try:
             response = await self.edge.handle(
                 scope["method"], scope["path"], headers, body, trace=trace
             )
+            body.done = True
             await _send(send, response, head_only=scope["method"] == "HEAD")
         except asyncio.CancelledError:
             if not answering.cut_short:
@@ -79,24 +77,52 @@ class App:
                 return
 
 
-async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
-    declared = headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge.over(limit)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge.over(limit)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+class _Body:
+    """The request body as ASGI `receive` delivers it, read once by the edge: whole (`read`,
+    today's fast path: one message for a small body) or as chunks (`chunks`, for a handler that
+    writes them to disk). `done` tells the disconnect watcher that `receive` is its to call."""
+
+    __slots__ = ("done", "headers", "receive")
+
+    def __init__(self, receive: Receive, headers: dict[str, str]) -> None:
+        self.receive = receive
+        self.headers = headers
+        self.done = False
+
+    async def read(self, *, limit: int) -> bytes:
+        declared_length(self.headers, limit=limit)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge.over(limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        self.done = True
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def chunks(self, *, limit: int) -> AsyncIterator[bytes]:
+        size = 0
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                self.done = True
+                raise body_cut_short()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge.over(limit)
+            if chunk:
+                yield chunk
+            if not message.get("more_body", False):
+                self.done = True
+                return
 
 
 class _Answering:
@@ -105,21 +131,29 @@ class _Answering:
     The watcher task starts only once a request has run for `after` seconds (1 s by default): a
     task per request was most of the edge's CPU cost at thousands of requests a second, and a
     request that ends sooner (a cache hit, a fast upstream) has little worth cancelling. Servers
-    also report `http.disconnect` once the response is complete, hence the `over` flag."""
+    also report `http.disconnect` once the response is complete, hence the `over` flag. While
+    the handler still reads the body (an upload), `receive` is the handler's: the watcher waits
+    for the body to be done, checking again every `after` seconds."""
 
-    __slots__ = ("cut_short", "handler", "over", "receive", "timer", "watcher")
+    __slots__ = ("after", "body", "cut_short", "handler", "over", "receive", "timer", "watcher")
 
-    def __init__(self, receive: Receive, *, after: float) -> None:
+    def __init__(self, receive: Receive, body: _Body, *, after: float) -> None:
         self.handler = asyncio.current_task()
         self.receive = receive
+        self.body = body
+        self.after = after
         self.over = False
         self.cut_short = False
         self.watcher: asyncio.Task[None] | None = None
         self.timer = asyncio.get_running_loop().call_later(after, self._start)
 
     def _start(self) -> None:
-        if not self.over:
-            self.watcher = asyncio.create_task(self._watch())
+        if self.over:
+            return
+        if not self.body.done:
+            self.timer = asyncio.get_running_loop().call_later(self.after, self._start)
+            return
+        self.watcher = asyncio.create_task(self._watch())
 
     async def _watch(self) -> None:
         while True:
@@ -139,18 +173,22 @@ class _Answering:
 
 async def _send(send: Send, response: Response, *, head_only: bool) -> None:
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
-    if response.stream is None:
+    stream = response.stream
+    if stream is None:
         headers.append((b"content-length", str(len(response.body)).encode()))
+    elif response.length is not None:
+        headers.append((b"content-length", str(response.length).encode()))
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
-    if response.stream is None:
+    if stream is None:
         await send({"type": "http.response.body", "body": b"" if head_only else response.body})
         return
     try:
-        async for frame in response.stream:
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        if not head_only:
+            async for frame in stream:
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
     finally:
-        await response.stream.aclose()
+        await stream.aclose()
 
 
 def _internal_error() -> Response:

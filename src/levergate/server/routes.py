@@ -1,0 +1,123 @@
+"""The edge's route table: (method, path pattern) -> handler, one line per endpoint.
+
+Adding an endpoint is one line in `ROUTES` plus its handler (a module under `server/handlers/`).
+A line says, besides method, path and handler:
+
+- `guard`: who may call it (`server.guards`). Routes that run a `Call` leave it to the
+  pipeline's `Authenticate` layer, which also counts refused requests; the others need one.
+- `stream`: the handler gets the body as an async iterator of chunks (`Request.chunks`: uploads
+  written to disk as they arrive) instead of whole (`Request.body`).
+- `max_body_bytes`: the route's own body limit; by default `server.max_body_bytes` for whole
+  bodies and `server.max_upload_bytes` for streamed ones (config.py).
+
+Matching (`Router.match`) looks static paths up in a dict first — the hot path, POST
+/v1/chat/completions, costs two dict lookups — and tries the precompiled patterns only for the
+paths with parameters (`/v1/models/{id}`, `/v1/batches/{id}/cancel`). A path no route knows is a
+404; a known path with a method it does not take is a 405 with an `allow` header. HEAD is
+allowed wherever GET is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from levergate.errors import MethodNotAllowed, NotFound
+from levergate.server import guards
+from levergate.server.handlers import openai, ops
+
+if TYPE_CHECKING:
+    from levergate.config import Server
+    from levergate.server.edge import Edge
+    from levergate.server.exchange import Request, Response
+
+Handler = Callable[["Edge", "Request"], Awaitable["Response"]]
+Guard = Callable[["Edge", "Request"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    guard: Guard | None = None
+    stream: bool = False
+    max_body_bytes: int | None = None
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/v1/chat/completions", openai.chat_completions),
+    Route("POST", "/v1/completions", openai.completions),
+    Route("POST", "/v1/embeddings", openai.embeddings),
+    Route("GET", "/v1/models", openai.list_models, guard=guards.client_key),
+    Route("GET", "/v1/models/{model:path}", openai.retrieve_model, guard=guards.client_key),
+    Route("GET", "/healthz", ops.healthz),
+    Route("GET", "/readyz", ops.readyz),
+    Route("GET", "/metrics", ops.metrics, guard=guards.metrics_token),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """A route with its body limit resolved against the settings."""
+
+    route: Route
+    limit: int
+
+
+Methods = dict[str, Bound]
+# `{name}` is one non-empty path segment; `{name:path}` is the rest of the path, slashes
+# included (model ids such as `org/model`: the SDKs percent-encode the slash, servers decode it).
+_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(:path)?\}")
+
+
+class Router:
+    def __init__(self, routes: tuple[Route, ...], *, settings: Server) -> None:
+        self._static: dict[str, Methods] = {}
+        self._patterns: list[tuple[re.Pattern[str], Methods]] = []
+        by_pattern: dict[str, Methods] = {}
+        for route in routes:
+            default = settings.max_upload_bytes if route.stream else settings.max_body_bytes
+            limit = default if route.max_body_bytes is None else route.max_body_bytes
+            bound = Bound(route, limit)
+            if _PARAM.search(route.path) is None:
+                methods = self._static.setdefault(route.path, {})
+            else:
+                methods = by_pattern.setdefault(route.path, {})
+            if route.method in methods:
+                raise ValueError(f"two routes for {route.method} {route.path}")
+            methods[route.method] = bound
+            if route.method == "GET" and "HEAD" not in methods:
+                methods["HEAD"] = bound
+        self._patterns = [(_compile(path), methods) for path, methods in by_pattern.items()]
+
+    def match(self, method: str, path: str) -> tuple[Bound, dict[str, str]]:
+        """The route for (method, path) and its path parameters; NotFound or MethodNotAllowed."""
+        methods = self._static.get(path)
+        params: dict[str, str] = {}
+        if methods is None:
+            for pattern, candidates in self._patterns:
+                found = pattern.fullmatch(path)
+                if found is not None:
+                    methods, params = candidates, found.groupdict()
+                    break
+            else:
+                raise NotFound(f"Unknown path: {path}", code="unknown_url")
+        bound = methods.get(method)
+        if bound is None:
+            allow = ", ".join(sorted(methods))
+            raise MethodNotAllowed(f"{path} does not take {method}; use {allow}.", allow=allow)
+        return bound, params
+
+
+def _compile(path: str) -> re.Pattern[str]:
+    """`/v1/batches/{id}/cancel` -> a pattern whose named groups are the parameters."""
+    regex, at = [], 0
+    for param in _PARAM.finditer(path):
+        regex.append(re.escape(path[at : param.start()]))
+        regex.append(f"(?P<{param[1]}>{'.+' if param[2] else '[^/]+'})")
+        at = param.end()
+    regex.append(re.escape(path[at:]))
+    return re.compile("".join(regex))
