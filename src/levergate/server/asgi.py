@@ -18,6 +18,7 @@ from levergate.errors import LevergateError, PayloadTooLarge
 from levergate.gateway import Gateway
 from levergate.server.edge import Edge, error_response
 from levergate.server.exchange import Response, body_cut_short, declared_length
+from levergate.server.routes import ROUTES, Route
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -28,9 +29,9 @@ log = logging.getLogger("levergate.server")
 
 
 class App:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, *, routes: tuple[Route, ...] = ROUTES) -> None:
         self.gateway = gateway
-        self.edge = Edge(gateway)
+        self.edge = Edge(gateway, routes=routes)
         self._watch_after = gateway.settings.server.disconnect_watch_after_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

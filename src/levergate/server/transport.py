@@ -16,14 +16,15 @@ from levergate.core.call import Trace
 from levergate.errors import PayloadTooLarge
 from levergate.server.edge import Edge
 from levergate.server.exchange import declared_length
+from levergate.server.routes import ROUTES, Route
 
 if TYPE_CHECKING:
     from levergate.gateway import Gateway
 
 
 class GatewayTransport(httpx.AsyncBaseTransport):
-    def __init__(self, gateway: Gateway) -> None:
-        self._edge = Edge(gateway)
+    def __init__(self, gateway: Gateway, *, routes: tuple[Route, ...] = ROUTES) -> None:
+        self._edge = Edge(gateway, routes=routes)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         trace = Trace()
