@@ -3,12 +3,25 @@ auth on the model list and `/metrics`, and `x-request-id` on every error, saniti
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
+import uvicorn
 
+from levergate.config import Settings
+from levergate.gateway import Gateway
+from levergate.server.asgi import App
+from levergate.server.edge import Edge
+from levergate.server.exchange import Request, Response, file_response
+from levergate.server.routes import Route
 from levergate.upstreams.simulator import SimHandle
 from tests.e2e.conftest import USER, GatewayFactory
 
@@ -140,7 +153,7 @@ async def test_a_client_request_id_is_echoed_only_when_short_and_plain(
 ) -> None:
     async with httpx.AsyncClient(base_url=proxy) as http:
         response = await http.post(
-            "/chat/completions", content=CHAT, headers={"x-request-id": sent.encode("latin-1")}
+            "/chat/completions", content=CHAT, headers={b"x-request-id": sent.encode("latin-1")}
         )
     assert response.status_code == 200
     echoed = response.headers["x-request-id"]
@@ -151,9 +164,6 @@ async def test_a_client_request_id_is_echoed_only_when_short_and_plain(
 
 
 async def test_the_request_id_is_sanitised_in_process_too(sim: SimHandle) -> None:
-    from levergate.config import Settings
-    from levergate.gateway import Gateway
-
     async with Gateway(Settings.for_upstream(sim.base_url)) as gateway:
         transport = gateway.transport()
         async with httpx.AsyncClient(transport=transport, base_url="http://lg/v1") as http:
@@ -164,3 +174,68 @@ async def test_the_request_id_is_sanitised_in_process_too(sim: SimHandle) -> Non
             sdk = openai.AsyncOpenAI(base_url="http://lg/v1", api_key="-", http_client=http)
             assert (await sdk.models.retrieve("sim-small")).id == "sim-small"
             assert (await sdk.chat.completions.create(model="m", messages=USER)).choices
+
+
+async def test_uploads_and_file_downloads_over_a_real_socket(tmp_path: Path) -> None:
+    """A streamed upload and a file response through uvicorn, with a route table of the test's
+    own (the shipped table has no file routes yet)."""
+    seen: list[int] = []
+
+    async def upload(_edge: Edge, request: Request) -> Response:
+        assert request.chunks is not None
+        with (tmp_path / "in.bin").open("wb") as out:
+            async for chunk in request.chunks:
+                seen.append(len(chunk))
+                out.write(chunk)
+        return Response(201)
+
+    async def download(_edge: Edge, _request: Request) -> Response:
+        return file_response(tmp_path / "in.bin", content_type="application/octet-stream",
+                             chunk_bytes=64 * 1024)  # fmt: skip
+
+    table = (
+        Route("PUT", "/files/in", upload, stream=True, max_body_bytes=1024 * 1024),
+        Route("GET", "/files/in", download),
+    )
+    data = os.urandom(700 * 1024)
+    async with (
+        Gateway(Settings.for_upstream("http://127.0.0.1:9/v1")) as gateway,
+        _uvicorn(App(gateway, routes=table)) as root,
+        httpx.AsyncClient(base_url=root) as http,
+    ):
+        chunks = [data[i : i + 50_000] for i in range(0, len(data), 50_000)]
+
+        async def body() -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                yield chunk
+
+        assert (await http.put("/files/in", content=body())).status_code == 201
+        assert sum(seen) == len(data)
+        assert max(seen) < len(data)
+        got = await http.get("/files/in")
+        assert got.headers["content-length"] == str(len(data))
+        assert "transfer-encoding" not in got.headers
+        assert got.content == data
+        head = await http.head("/files/in")
+        assert head.headers["content-length"] == str(len(data))
+        assert head.content == b""
+        too_big = await http.put("/files/in", content=b"x" * (1024 * 1024 + 1))
+        assert too_big.status_code == 413
+        assert too_big.headers["x-request-id"]
+
+
+@asynccontextmanager
+async def _uvicorn(app: App) -> AsyncIterator[str]:
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, loop="none", lifespan="off",
+                            log_level=logging.WARNING)  # fmt: skip
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not task.done(), "uvicorn stopped before it started"
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

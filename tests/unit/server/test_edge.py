@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +109,7 @@ class Asgi:
         await asyncio.Event().wait()  # a connected client that has sent everything
         raise AssertionError("unreachable")
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: MutableMapping[str, Any]) -> None:
         self.sent.append(dict(message))
 
     @property
