@@ -18,7 +18,7 @@ import orjson
 
 from levergate.core.call import Trace
 from levergate.errors import LevergateError, error_payload
-from levergate.gateway import REQUEST_ID_HEADER, Gateway, request_id_for
+from levergate.gateway import REQUEST_ID_HEADER, Gateway
 from levergate.server.exchange import (
     BodySource,
     BytesBody,
@@ -53,11 +53,10 @@ class Edge:
     ) -> Response:
         """Answer one request. `body` is the adapter's source of the body's bytes (or the whole
         body already in memory); headers are lower-cased."""
-        request_id = request_id_for(headers)
+        request = Request(method=method, path=path, headers=headers, trace=trace)
         try:
-            bound, params = self._router.match(method, path)
+            bound, request.params = self._router.match(method, path)
             route = bound.route
-            request = Request(method, path, headers, request_id, trace, params)
             if route.guard is not None:
                 route.guard(self, request)
             source = BytesBody(body) if isinstance(body, bytes) else body
@@ -69,7 +68,7 @@ class Edge:
             return await route.handler(self, request)
         except LevergateError as exc:
             response = error_response(exc)
-            response.headers.append((REQUEST_ID_HEADER, request_id))
+            response.headers.append((REQUEST_ID_HEADER, request.request_id))
             return response
 
 

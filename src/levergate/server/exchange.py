@@ -18,10 +18,15 @@ import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Protocol
 
 from levergate.core.call import Trace
 from levergate.errors import BadRequest, PayloadTooLarge
+from levergate.gateway import request_id_for
+
+# The parameters of a static path: shared, and never written to.
+NO_PARAMS: Mapping[str, str] = MappingProxyType({})
 
 
 class BodySource(Protocol):
@@ -33,18 +38,37 @@ class BodySource(Protocol):
     def chunks(self, *, limit: int) -> AsyncIterator[bytes]: ...
 
 
-@dataclass(slots=True)
 class Request:
-    method: str
-    path: str
-    headers: Mapping[str, str]
-    request_id: str
-    trace: Trace
-    params: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    # Set instead of `body` on streaming routes: iterate it once; it raises PayloadTooLarge as
-    # soon as the chunks pass the route's limit.
-    chunks: AsyncIterator[bytes] | None = None
+    """One request as a handler sees it. `request_id` is chosen on first use (most answers that
+    run no call never need one) and is the same for the call, its logs and any error."""
+
+    __slots__ = ("_request_id", "body", "chunks", "headers", "method", "params", "path", "trace")
+
+    def __init__(
+        self,
+        *,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        trace: Trace,
+        params: Mapping[str, str] = NO_PARAMS,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.trace = trace
+        self.params = params
+        self.body = b""
+        # Set instead of `body` on streaming routes: iterate it once; it raises
+        # PayloadTooLarge as soon as the chunks pass the route's limit.
+        self.chunks: AsyncIterator[bytes] | None = None
+        self._request_id: str | None = None
+
+    @property
+    def request_id(self) -> str:
+        if self._request_id is None:
+            self._request_id = request_id_for(self.headers)
+        return self._request_id
 
 
 @dataclass(slots=True)

@@ -20,12 +20,13 @@ allowed wherever GET is.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from levergate.errors import MethodNotAllowed, NotFound
 from levergate.server import guards
+from levergate.server.exchange import NO_PARAMS
 from levergate.server.handlers import openai, ops
 
 if TYPE_CHECKING:
@@ -93,10 +94,10 @@ class Router:
                 methods["HEAD"] = bound
         self._patterns = [(_compile(path), methods) for path, methods in by_pattern.items()]
 
-    def match(self, method: str, path: str) -> tuple[Bound, dict[str, str]]:
+    def match(self, method: str, path: str) -> tuple[Bound, Mapping[str, str]]:
         """The route for (method, path) and its path parameters; NotFound or MethodNotAllowed."""
         methods = self._static.get(path)
-        params: dict[str, str] = {}
+        params = NO_PARAMS
         if methods is None:
             for pattern, candidates in self._patterns:
                 found = pattern.fullmatch(path)

@@ -39,6 +39,10 @@ class GatewayTransport(httpx.AsyncBaseTransport):
         head = response.headers
         if response.length is not None:
             head = [*head, ("content-length", str(response.length))]
+        if request.method == "HEAD":
+            # The head only: the file (or stream) behind it is never read.
+            await response.stream.aclose()
+            return httpx.Response(response.status, headers=head, request=request)
         return httpx.Response(
             response.status, headers=head, stream=_Frames(response.stream), request=request
         )

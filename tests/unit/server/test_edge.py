@@ -226,6 +226,25 @@ async def test_a_file_response_over_the_transport(http: httpx.AsyncClient, tmp_p
         received = [chunk async for chunk in response.aiter_raw()]
     assert b"".join(received) == data
     assert max(len(c) for c in received) <= CHUNK
+    head = await http.head("/v1/files/out.bin")
+    assert head.headers["content-length"] == str(len(data))
+    assert head.content == b""
+
+
+async def test_an_upload_cut_short_by_the_client_keeps_no_file(
+    app: App, tmp_path: Path, uploads: Uploads
+) -> None:
+    asgi = Asgi([])
+    asgi.messages = [
+        {"type": "http.request", "body": b"x" * CHUNK, "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    scope = {"type": "http", "method": "POST", "path": "/v1/files/cut", "headers": []}
+    await app(scope, asgi.receive, asgi.send)
+    assert asgi.status == 400
+    assert orjson.loads(b"".join(asgi.bodies))["error"]["code"] == "incomplete_body"
+    assert uploads.sizes == [CHUNK]
+    assert list(tmp_path.iterdir()) == []
 
 
 async def test_unknown_paths_and_wrong_methods_are_openai_errors_with_a_request_id(
