@@ -21,21 +21,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING
 
 from levergate.errors import MethodNotAllowed, NotFound
 from levergate.server import guards
-from levergate.server.exchange import NO_PARAMS
+from levergate.server.exchange import NO_PARAMS, Request, Response
 from levergate.server.handlers import openai, ops
 
 if TYPE_CHECKING:
     from levergate.config import Server
     from levergate.server.edge import Edge
-    from levergate.server.exchange import Request, Response
 
-Handler = Callable[["Edge", "Request"], Awaitable["Response"]]
-Guard = Callable[["Edge", "Request"], None]
+Handler = Callable[["Edge", Request], Awaitable[Response]]
+Guard = Callable[["Edge", Request], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +42,7 @@ class Route:
     method: str
     path: str
     handler: Handler
+    _: KW_ONLY
     guard: Guard | None = None
     stream: bool = False
     max_body_bytes: int | None = None

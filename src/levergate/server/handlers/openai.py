@@ -45,7 +45,8 @@ async def list_models(edge: Edge, _request: Request) -> Response:
 
 
 async def retrieve_model(edge: Edge, request: Request) -> Response:
-    """One model object, as `client.models.retrieve` expects; 404 `model_not_found` otherwise."""
+    """One model object, as `client.models.retrieve` expects; 404 `model_not_found` otherwise.
+    The same list as `/v1/models`: behind a `*` model, the upstream's own list decides."""
     wanted = request.params["model"]
     for model in await edge.gateway.models():
         if model.get("id") == wanted:
