@@ -53,7 +53,7 @@ class Edge:
     ) -> Response:
         """Answer one request. `body` is the adapter's source of the body's bytes (or the whole
         body already in memory); headers are lower-cased."""
-        request = Request(method=method, path=path, headers=headers, trace=trace)
+        request = Request(method, path, headers, trace)
         try:
             bound, request.params = self._router.match(method, path)
             route = bound.route

@@ -44,20 +44,14 @@ class Request:
 
     __slots__ = ("_request_id", "body", "chunks", "headers", "method", "params", "path", "trace")
 
-    def __init__(
-        self,
-        *,
-        method: str,
-        path: str,
-        headers: Mapping[str, str],
-        trace: Trace,
-        params: Mapping[str, str] = NO_PARAMS,
-    ) -> None:
+    # Positional: built once per request on the hot path, where keyword arguments cost twice
+    # as much (measured); only the edge builds one.
+    def __init__(self, method: str, path: str, headers: Mapping[str, str], trace: Trace, /) -> None:
         self.method = method
         self.path = path
         self.headers = headers
         self.trace = trace
-        self.params = params
+        self.params = NO_PARAMS
         self.body = b""
         # Set instead of `body` on streaming routes: iterate it once; it raises
         # PayloadTooLarge as soon as the chunks pass the route's limit.
