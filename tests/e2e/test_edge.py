@@ -223,6 +223,17 @@ async def test_uploads_and_file_downloads_over_a_real_socket(tmp_path: Path) -> 
         assert too_big.status_code == 413
         assert too_big.headers["x-request-id"]
 
+        async def endless() -> AsyncIterator[bytes]:
+            for _ in range(64):
+                yield b"x" * 65536
+
+        # Chunked, no length declared: cut once 1 MiB has arrived, and the server goes on.
+        seen.clear()
+        cut = await http.put("/files/in", content=endless())
+        assert cut.status_code == 413
+        assert sum(seen) <= 1024 * 1024
+        assert (await http.get("/files/in")).status_code == 200
+
 
 @asynccontextmanager
 async def _uvicorn(app: App) -> AsyncIterator[str]:
