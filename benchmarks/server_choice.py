@@ -25,6 +25,7 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from harness import cpu_seconds, free_port, stop, wait_port
 
@@ -100,106 +101,48 @@ def wrk(url: str, connections: int, seconds: int, lua: Path) -> dict[str, float]
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=int, default=5)
-    args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp())
-    lua = tmp / "post.lua"
-    lua.write_text(
-        'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-        f"wrk.body = {json.dumps(BODY)}\n"
-    )
-    (tmp / "gw_app.py").write_text(GATEWAY)
-    up_port = free_port()
-    upstream = subprocess.Popen([PY, "-c", UPSTREAM, str(up_port)])
-    wait_port(up_port)
-    base = f"http://127.0.0.1:{up_port}/v1"
-    rows = []
+CANDIDATES = {
+    "uvicorn+httptools+uvloop / levergate h1 client": ("uvicorn", "h1"),
+    "uvicorn+httptools+uvloop / aiohttp client": ("uvicorn", "aiohttp"),
+    "uvicorn+httptools+uvloop / httpx client": ("uvicorn", "httpx"),
+    "granian (asgi, uvloop) / levergate h1 client": ("granian", "h1"),
+}
+
+
+def server_command(server: str, port: int) -> list[str]:
+    if server == "uvicorn":
+        return [PY, "-m", "uvicorn", "gw_app:app", "--port", str(port), "--loop", "uvloop",
+                "--http", "httptools", "--no-access-log", "--log-level", "warning"]  # fmt: skip
+    return [PY, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--port", str(port),
+            "--workers", "1", "--log-level", "warning", "gw_app:app"]  # fmt: skip
+
+
+def measure(name: str, server: str, client: str, *, base: str, tmp: Path, lua: Path,
+            seconds: int) -> list[dict[str, object]]:  # fmt: skip
+    """wrk at 16 and 64 connections through one candidate, with the gateway's own CPU."""
+    port = free_port()
+    env = {**os.environ, "BENCH_UPSTREAM": base, "BENCH_PORT": str(port),
+           "BENCH_CLIENT": client, "PYTHONPATH": str(tmp)}  # fmt: skip
+    proc = subprocess.Popen(server_command(server, port), env=env, cwd=tmp)
+    rows: list[dict[str, object]] = []
     try:
+        wait_port(port)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        wrk(url, 16, 1, lua)  # warm-up
         for conns in (16, 64):
-            direct = wrk(base + "/chat/completions", conns, args.seconds, lua)
-            rows.append(
-                {
-                    "candidate": "direct (no gateway)",
-                    "connections": conns,
-                    **direct,
-                    "gateway_cpu_ms_per_request": 0.0,
-                }
-            )
-        candidates = {
-            "uvicorn+httptools+uvloop / levergate h1 client": ("uvicorn", "h1"),
-            "uvicorn+httptools+uvloop / aiohttp client": ("uvicorn", "aiohttp"),
-            "uvicorn+httptools+uvloop / httpx client": ("uvicorn", "httpx"),
-            "granian (asgi, uvloop) / levergate h1 client": ("granian", "h1"),
-        }
-        for name, (server, client) in candidates.items():
-            if importlib.util.find_spec(server) is None:
-                print(f"skipping {name}: {server} is not installed (pip install -e '.[bench]')")
-                continue
-            port = free_port()
-            env = {
-                **os.environ,
-                "BENCH_UPSTREAM": base,
-                "BENCH_PORT": str(port),
-                "BENCH_CLIENT": client,
-                "PYTHONPATH": str(tmp),
-            }
-            if server == "uvicorn":
-                cmd = [
-                    PY,
-                    "-m",
-                    "uvicorn",
-                    "gw_app:app",
-                    "--port",
-                    str(port),
-                    "--loop",
-                    "uvloop",
-                    "--http",
-                    "httptools",
-                    "--no-access-log",
-                    "--log-level",
-                    "warning",
-                ]
-            else:
-                cmd = [
-                    PY,
-                    "-m",
-                    "granian",
-                    "--interface",
-                    "asgi",
-                    "--loop",
-                    "uvloop",
-                    "--port",
-                    str(port),
-                    "--workers",
-                    "1",
-                    "--log-level",
-                    "warning",
-                    "gw_app:app",
-                ]
-            proc = subprocess.Popen(cmd, env=env, cwd=tmp)
-            try:
-                wait_port(port)
-                url = f"http://127.0.0.1:{port}/v1/chat/completions"
-                wrk(url, 16, 1, lua)  # warm-up
-                for conns in (16, 64):
-                    pids = tree(proc.pid)
-                    before = cpu_seconds(*pids)
-                    result = wrk(url, conns, args.seconds, lua)
-                    used = cpu_seconds(*pids) - before
-                    rows.append(
-                        {
-                            "candidate": name,
-                            "connections": conns,
-                            **result,
-                            "gateway_cpu_ms_per_request": 1000 * used / result["requests"],
-                        }
-                    )
-            finally:
-                stop(proc)
+            pids = tree(proc.pid)
+            before = cpu_seconds(*pids)
+            result = wrk(url, conns, seconds, lua)
+            used = cpu_seconds(*pids) - before
+            cpu_ms = 1000 * used / result["requests"]
+            rows.append({"candidate": name, "connections": conns, **result,
+                         "gateway_cpu_ms_per_request": cpu_ms})  # fmt: skip
     finally:
-        stop(upstream)
+        stop(proc)
+    return rows
+
+
+def write_report(rows: list[dict[str, Any]]) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     meta = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -223,6 +166,37 @@ def main() -> None:
     ]
     (RESULTS / "server_choice.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=5)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    lua = tmp / "post.lua"
+    lua.write_text(
+        'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        f"wrk.body = {json.dumps(BODY)}\n"
+    )
+    (tmp / "gw_app.py").write_text(GATEWAY)
+    up_port = free_port()
+    upstream = subprocess.Popen([PY, "-c", UPSTREAM, str(up_port)])
+    wait_port(up_port)
+    base = f"http://127.0.0.1:{up_port}/v1"
+    rows: list[dict[str, Any]] = []
+    try:
+        for conns in (16, 64):
+            direct = wrk(base + "/chat/completions", conns, args.seconds, lua)
+            rows.append({"candidate": "direct (no gateway)", "connections": conns, **direct,
+                         "gateway_cpu_ms_per_request": 0.0})  # fmt: skip
+        for name, (server, client) in CANDIDATES.items():
+            if importlib.util.find_spec(server) is None:
+                print(f"skipping {name}: {server} is not installed (pip install -e '.[bench]')")
+                continue
+            rows += measure(name, server, client, base=base, tmp=tmp, lua=lua, seconds=args.seconds)
+    finally:
+        stop(upstream)
+    write_report(rows)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,23 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_SIM_PORT = 8089
 WILDCARD = "*"
+# Provider response headers passed on to the client (names, or prefixes ending in `*`): its
+# rate limits and timings, which SDKs and dashboards read. The upstream's `x-request-id`
+# arrives as `x-upstream-request-id` (levergate's own `x-request-id` names the call).
+PASSED_RESPONSE_HEADERS = (
+    "x-ratelimit-*",
+    "retry-after",
+    "retry-after-ms",
+    "openai-processing-ms",
+    "openai-version",
+    "openai-model",
+    "x-request-id",
+)
+
+# Shorter configured values are not treated as secrets by the redactor (levergate/redact.py):
+# placeholder keys such as "-", "x" or "none" are not credentials, and replacing them would
+# mangle every message that contains the same characters.
+SECRET_MIN_CHARS = 8
 
 
 class _Strict(BaseModel):
@@ -51,6 +68,22 @@ class Timeouts(_Strict):
     ttfb: float = Field(120.0, gt=0)
     idle: float = Field(60.0, gt=0)
     total: float = Field(600.0, gt=0)
+
+
+class ResponseLimits(_Strict):
+    """Bytes an upstream's answer may take in the gateway's memory. Beyond `body_bytes` a whole
+    answer is refused with a 502 (`upstream_response_too_large`); of an error body only the
+    first `error_body_bytes` are read (the connection is then dropped), which is plenty for an
+    error message; a streamed event larger than `event_bytes` ends the stream with an error
+    (502 before the first token, an error event after it). Measured before these existed: a
+    300 MB error body peaked the gateway at 677 MB, a 300 MB unterminated event at 834 MB.
+    The defaults sit far above real answers (a 128k-token completion is ~0.5 MB of JSON, one
+    streamed chunk a few hundred bytes; embeddings of 2,048 inputs at 3,072 dimensions are
+    ~60 MB as JSON text)."""
+
+    body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    error_body_bytes: int = Field(1024 * 1024, ge=1024)
+    event_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
 
 class Pool(_Strict):
@@ -106,7 +139,11 @@ class Upstream(_Strict):
     # A PEM file of CA certificates to trust for this upstream instead of the system store.
     ca_bundle: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+    # Response headers of this provider passed on to the client (see PASSED_RESPONSE_HEADERS);
+    # `[]` passes none.
+    response_headers: tuple[str, ...] = PASSED_RESPONSE_HEADERS
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    response_limits: ResponseLimits = Field(default_factory=ResponseLimits)
     pool: Pool = Field(default_factory=Pool)
     # More API keys of the same provider: each is balanced, limited and ejected on its own.
     api_keys: list[SecretStr] = Field(default_factory=list)
@@ -344,17 +381,118 @@ class Server(_Strict):
     gc_gen0_threshold: int = Field(50_000, ge=0)
 
 
-class ApiKey(_Strict):
+class KeyPolicy(_Strict):
+    """What one gateway API key may do. `models` are aliases as clients name them ([] = all);
+    `rpm`/`tpm` are the key's own rates (the `traffic` limit store, shared by replicas with
+    `traffic.store: redis`); budgets are US dollars per UTC day / calendar month (None = none)."""
+
+    models: tuple[str, ...] = ()
+    rpm: int | None = Field(None, ge=1)
+    tpm: int | None = Field(None, ge=1)
+    daily_budget_usd: float | None = Field(None, ge=0)
+    monthly_budget_usd: float | None = Field(None, ge=0)
+
+
+class ApiKey(KeyPolicy):
+    """A key listed in the configuration. It is hashed when the gateway is built and the
+    plaintext is not kept beyond that; the admin API can neither rotate nor revoke it (the file
+    would bring it back at the next start)."""
+
     key: SecretStr
     tenant: str = "default"
+    name: str = ""
+
+
+class KeyStoreSettings(_Strict):
+    """Where keys created through the admin API live (hashed; see stores/keys.py). `sqlite` is one
+    machine's file; `redis` is shared by replicas. The SQLite file is opened only when the admin
+    API is on or the file already exists, so a gateway with config keys only writes nothing."""
+
+    backend: Literal["memory", "sqlite", "redis"] = "sqlite"
+    sqlite_path: str = Field(default_factory=lambda: str(Path(cache_home()) / "keys.sqlite3"))
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "levergate:{keys}:"
+    # How long a replica trusts a key record it has read. A revocation through another replica
+    # takes effect within this; the replica that revoked it forgets the record at once. 5 s
+    # keeps key lookups off the store for all but one request per key every 5 s.
+    cache_seconds: float = Field(5.0, ge=0)
+    timeout_seconds: float = Field(0.5, gt=0)
+
+
+class SpendSettings(_Strict):
+    """Where the money each key spent today and this month is counted. `auto` (the default)
+    keeps it where the keys are: `redis` with a Redis key store, the key store's SQLite file
+    when one is in use, else `memory`. `memory` is per process and forgotten at restart;
+    `sqlite` survives restarts on one machine; `redis` is shared by every replica, one
+    `INCRBYFLOAT` counter per key and period that expires a day after its period ends."""
+
+    backend: Literal["auto", "memory", "sqlite", "redis"] = "auto"
+    # For `sqlite`; None: the key store's file (`auth.store.sqlite_path`).
+    sqlite_path: str | None = None
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "levergate:spend:"
+    # Redis socket timeouts and the SQLite lock wait: a budget check or charge slower than
+    # this is skipped (logged, then the store rests 1 s); budgets go unchecked meanwhile,
+    # requests never fail for it, and the charges are owed and written when it answers again.
+    timeout_seconds: float = Field(0.5, gt=0)
 
 
 class Auth(_Strict):
-    """When enabled, every /v1 request needs `Authorization: Bearer <key>` of a listed key, and the
-    key decides the tenant. When disabled, `x-levergate-tenant` may name one."""
+    """When enabled, every /v1 request needs `Authorization: Bearer <key>` of a listed key or one
+    in the key store, and the key decides the tenant, the models it may name, its rates and its
+    budgets. When disabled, `x-levergate-tenant` may name one."""
 
     enabled: bool = False
     keys: list[ApiKey] = Field(default_factory=list)
+    store: KeyStoreSettings = Field(default_factory=KeyStoreSettings)
+    spend: SpendSettings = Field(default_factory=SpendSettings)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> Auth:
+        names = [k.name for k in self.keys if k.name]
+        if len(names) != len(set(names)):
+            raise ValueError("auth.keys: names must be unique (a name is the key's id)")
+        return self
+
+
+class Admin(_Strict):
+    """The admin API (/admin/keys: create, list, rotate, revoke, spend), on its own credential
+    `Authorization: Bearer <token>`. Off by default: it mints credentials. Set the token with
+    `LEVERGATE_ADMIN__TOKEN` rather than in a file. Keys it makes are required only with
+    `auth.enabled` (keys can be made before auth is turned on)."""
+
+    enabled: bool = False
+    token: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _needs_token(self) -> Admin:
+        if self.enabled and (self.token is None or len(self.token.get_secret_value()) < 16):
+            raise ValueError("admin.enabled needs admin.token of at least 16 characters")
+        return self
+
+
+class RequestLimits(_Strict):
+    """Bounds on what one client request may ask for, checked at the edge (protocol/openai.py
+    `check_body`, gateway.py `make_call`) before any work is done: a breach is a 400 naming the
+    field. Where OpenAI's API has a bound it is the default, so what OpenAI accepts passes."""
+
+    # Embedding inputs per request (OpenAI's bound). Above it the embeddings cache would send
+    # each distinct input once and rebuild a vector for every copy: 20,000 copies of "a" in a
+    # 100 KB body made a 651 MB response and took the gateway from 0.82 to 3.04 GB.
+    max_embedding_inputs: int = Field(2048, ge=1)
+    max_embedding_dimensions: int = Field(65_536, ge=1)  # ours: above any model's width
+    max_messages: int = Field(2048, ge=1)  # Azure OpenAI's "'$.messages' ... 2048 items"
+    max_tools: int = Field(128, ge=1)  # OpenAI's bound
+    max_stop: int = Field(4, ge=1)  # OpenAI's bound
+    max_n: int = Field(128, ge=1)  # OpenAI's bound
+    # A sanity bound on max_tokens / max_completion_tokens: no model writes more, and the rate
+    # limiter reserves this many output tokens for the request.
+    max_output_tokens: int = Field(1_000_000, ge=1)
+    # `x-levergate-timeout`: garbage (not a number, nan, inf, <= 0) is a 400, a value below the
+    # minimum too (no answer can arrive in time; 1e-9 made a 504 and a warning line per
+    # request), a value above the maximum is clamped to it.
+    min_timeout_seconds: float = Field(0.01, gt=0)
+    max_timeout_seconds: float = Field(3600.0, gt=0)
 
 
 class Metrics(_Strict):
@@ -375,6 +513,13 @@ class Metrics(_Strict):
     overhead_buckets: tuple[float, ...] = (
         0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
     )  # fmt: skip
+    # Client-chosen label values (features; model names behind a `*` route) that become labels;
+    # later ones are recorded as "other".
+    max_label_values: int = Field(100, ge=1)
+    # Distinct (route, model, upstream, feature) combinations, across every label: the bound
+    # that keeps `/metrics` small (each combination costs about 8 KB of /metrics text with
+    # today's buckets; 20,000 crafted requests once made it 57 MB). Later ones go to "other".
+    max_label_sets: int = Field(500, ge=1)
 
 
 CacheMode = Literal["off", "deterministic", "always"]
@@ -413,8 +558,12 @@ class CacheStore(_Strict):
     redis_prefix: str = "levergate:cache:"
     # A store slower than this is treated as down for the request (a miss, never a failure).
     timeout_seconds: float = Field(0.1, gt=0)
-    # After a store failure, skip the store for this long instead of waiting on it again.
+    # After a store failure, skip the store for this long instead of waiting on it again; then
+    # one request tries it while the others still skip it (stores/circuit.py).
     cooldown_seconds: float = Field(1.0, ge=0)
+    # A larger entry is not written to sqlite or redis (Redis refuses values over 512 MB and
+    # drops the connection); counted as a `refused` fault, with no cool-down.
+    max_entry_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
 
 GuardName = Literal["negation", "numbers", "dates", "entities", "key_terms", "swapped", "order"]
@@ -474,6 +623,12 @@ class Cache(_Strict):
     coalesce: bool = True
     embeddings: bool = True
     embeddings_ttl_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    # `x-levergate-cache-ttl` above this is clamped to it (garbage, nan, inf or < 0 is a 400):
+    # `1e20` made Redis refuse the write, `inf` made a 500 after the upstream was paid.
+    max_ttl_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    # The bytes of vectors one embeddings response may carry when the cache assembles it; a
+    # 413 beyond. 2,048 inputs of 3,072 dimensions (OpenAI's largest) at ~20 bytes a float fit.
+    embeddings_max_response_bytes: int = Field(128 * 1024 * 1024, ge=1024)
     semantic: SemanticCacheSettings = Field(default_factory=SemanticCacheSettings)
 
 
@@ -580,7 +735,8 @@ class Traffic(_Strict):
     # cores), and a false outage costs more than a slow check.
     redis_timeout_seconds: float = Field(1.0, gt=0)
     # While Redis is down each process enforces this share of every limit on its own (set it to
-    # 1/replicas to stay under the shared limit); Redis is tried again after `retry_seconds`.
+    # 1/replicas to stay under the shared limit). After `retry_seconds` one check tries Redis
+    # while the others stay local (stores/circuit.py): a hung Redis stalls no one else.
     local_share: float = Field(1.0, gt=0, le=1)
     redis_retry_seconds: float = Field(1.0, gt=0)
     tenants: dict[str, RateLimits] = Field(default_factory=dict)
@@ -614,6 +770,8 @@ class Settings(BaseSettings):
     upstreams: list[AnyUpstream] = Field(default_factory=list)
     models: list[Model] = Field(default_factory=list)
     auth: Auth = Field(default_factory=Auth)
+    limits: RequestLimits = Field(default_factory=RequestLimits)
+    admin: Admin = Field(default_factory=Admin)
     metrics: Metrics = Field(default_factory=Metrics)
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)

@@ -11,21 +11,37 @@
     │   ├── MethodNotAllowed          405                      (carries the allow header)
     │   ├── PayloadTooLarge           413
     │   └── RateLimited               429 rate_limit_error     (carries retry_after)
+    │       └── BudgetExceeded        429 insufficient_quota   (a key's money budget is spent)
     ├── Overloaded                    503 overloaded_error     (shed; carries retry_after)
-    └── UpstreamError                 the provider failed us; carries the provider's own message
+    └── UpstreamError                 the provider failed us; carries the provider's error object
         ├── UpstreamRejected          the provider answered 4xx: its status is kept (400, 404,
-        │                             413, 422, 429), except 401/403 (the gateway's own upstream
-        │                             key) which become 502
-        ├── UpstreamUnavailable       502 (connect refused, 5xx, malformed body, cut stream)
+        │                             409, 413, 422, 429), except 401/403 (the gateway's own
+        │                             upstream key) which become 502 with a message of our own
+        ├── UpstreamUnavailable       502 (connect refused, 5xx, malformed body or event, cut
+        │                             stream, answer or event over `response_limits`)
         └── UpstreamTimeout           504 (connect, time-to-first-byte, idle or total timeout)
 
 Layers raise these; only the edges (`server/`, the library) turn them into JSON. Messages never
-contain secrets: upstream keys are `SecretStr` and are never formatted into a message.
+contain secrets: upstream keys are `SecretStr` and are never formatted into a message, and what
+an upstream says is scrubbed of every configured secret before it reaches one (levergate/redact.py).
+An upstream's own error object reaches the client as the provider sent it, with levergate's
+context in a separate `error.levergate` field (`UpstreamError`).
+
+Headers tell the client's SDK what to do next: `retry-after` (whole seconds, rounded up, so a
+client never comes back early) with `retry-after-ms` (the precise wait, which the OpenAI SDKs
+prefer), and `x-should-retry: false` when a retry by the client would only multiply upstream
+calls: levergate has already retried (`retried`, set by the Retry and Fallback layers) or the
+error is one a retry cannot fix (a 4xx other than 408/409/429, the gateway's own upstream key
+refused). The OpenAI SDKs honour that header over their own status rules.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
+
+# Statuses a client may usefully retry (as the OpenAI SDKs do, with 5xx).
+RETRYABLE_CLIENT_STATUSES = frozenset({408, 409, 429})
 
 
 class LevergateError(Exception):
@@ -45,10 +61,22 @@ class LevergateError(Exception):
         self.code = code
         self.param = param
         self.retry_after = retry_after
+        # Levergate has already retried this failure (or sent it to a fallback).
+        self.retried = False
+        # The provider's allow-listed response headers (upstreams/passed_headers.py).
+        self.passed_headers: dict[str, str] = {}
 
     @property
     def http_status(self) -> int:
         return self.status
+
+    @property
+    def client_may_retry(self) -> bool:
+        """Whether a retry by the client could help (and would not repeat ours)."""
+        if self.retried:
+            return False
+        status = self.http_status
+        return status >= 500 or status in RETRYABLE_CLIENT_STATUSES
 
     def to_json(self) -> dict[str, Any]:
         """The OpenAI error envelope: what every OpenAI SDK knows how to read."""
@@ -62,9 +90,15 @@ class LevergateError(Exception):
         }
 
     def headers(self) -> dict[str, str]:
-        if self.retry_after is None:
-            return {}
-        return {"retry-after": str(max(1, round(self.retry_after)))}
+        headers = dict(self.passed_headers)
+        if self.retry_after is not None:
+            wait = max(0.0, self.retry_after)
+            # Rounded first, so float noise (1.384 * 1000 = 1384.0000000000002) adds no ms.
+            headers["retry-after"] = str(math.ceil(round(wait, 6)))
+            headers["retry-after-ms"] = str(math.ceil(round(wait * 1000, 3)))
+        if not self.client_may_retry:
+            headers["x-should-retry"] = "false"
+        return headers
 
 
 class ConfigError(LevergateError):
@@ -98,9 +132,10 @@ class NotFound(ClientError):
 class ModelNotFound(NotFound):
     type = "invalid_request_error"
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, detail: str = "") -> None:
+        message = f"The model '{model}' does not exist"
         super().__init__(
-            f"The model '{model}' does not exist", code="model_not_found", param="model"
+            f"{message}: {detail}" if detail else message, code="model_not_found", param="model"
         )
 
 
@@ -114,7 +149,7 @@ class MethodNotAllowed(ClientError):
         self.allow = allow
 
     def headers(self) -> dict[str, str]:
-        return {"allow": self.allow}
+        return {**super().headers(), "allow": self.allow}
 
 
 class PayloadTooLarge(ClientError):
@@ -130,13 +165,29 @@ class RateLimited(ClientError):
     type = "rate_limit_error"
 
 
+class BudgetExceeded(RateLimited):
+    """A gateway key spent its daily or monthly budget. Like OpenAI's quota error (type
+    `insufficient_quota`), and marked `x-should-retry: false`: the OpenAI SDKs retry every
+    429 otherwise, and waiting seconds does not refill a budget that resets at midnight."""
+
+    type = "insufficient_quota"
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "x-should-retry": "false"}
+
+
 class Overloaded(LevergateError):
     status = 503
     type = "overloaded_error"
 
 
 class UpstreamError(LevergateError):
-    """The upstream failed; `upstream` names which one (never its key)."""
+    """The upstream failed; `upstream` names which one (never its key).
+
+    `message` is levergate's account ("upstream 'x' answered 400: ..."), for logs. When the
+    provider sent an OpenAI error object, `provider_error` holds it and the client receives it
+    as it was (message, type, param, code: an SDK reads the provider's own fields), with
+    levergate's context beside it in `error.levergate` ({"upstream", "status"})."""
 
     status = 502
     type = "upstream_error"
@@ -150,10 +201,19 @@ class UpstreamError(LevergateError):
         code: str | None = None,
         param: str | None = None,
         retry_after: float | None = None,
+        provider_error: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message, code=code, param=param, retry_after=retry_after)
         self.upstream = upstream
         self.upstream_status = upstream_status
+        self.provider_error = provider_error
+
+    def to_json(self) -> dict[str, Any]:
+        body = super().to_json()
+        if self.provider_error is not None:
+            body["error"] = {**body["error"], **self.provider_error}
+        body["error"]["levergate"] = {"upstream": self.upstream, "status": self.upstream_status}
+        return body
 
 
 class UpstreamUnavailable(UpstreamError):
@@ -180,10 +240,17 @@ class UpstreamRejected(UpstreamError):
 
     @property
     def retryable(self) -> bool:
-        return self.upstream_status in {408, 409, 429}
+        return self.upstream_status in RETRYABLE_CLIENT_STATUSES
+
+    @property
+    def client_may_retry(self) -> bool:
+        # A 401/403 (our own upstream key) answers 502, but no retry fixes it.
+        return self.retryable and not self.retried
 
     def to_json(self) -> dict[str, Any]:
         body = super().to_json()
+        if self.provider_error is not None and isinstance(self.provider_error.get("type"), str):
+            return body  # the provider's own type stands
         if self.upstream_status == 429:
             body["error"]["type"] = "rate_limit_error"
         elif self.upstream_status in _PASSED_THROUGH:

@@ -8,12 +8,17 @@ Both edges (the ASGI app and the httpx transport) and the library methods go thr
         async for chunk in await gw.chat(model="m", messages=[...], stream=True): ...
         client = openai.AsyncOpenAI(api_key="-", base_url="http://levergate/v1",
                                     http_client=httpx.AsyncClient(transport=gw.transport()))
+
+    gw = Gateway(settings)  # synchronous code: the gateway lives on the transport's loop thread
+    with httpx.Client(transport=gw.sync_transport()) as http:
+        client = openai.OpenAI(api_key="-", base_url="http://levergate/v1", http_client=http)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import re
 import time
@@ -22,12 +27,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from levergate.config import WILDCARD, Settings
+from levergate.config import WILDCARD, RequestLimits, Settings
 from levergate.core.call import Call, Context, Kind, Priority, Trace
 from levergate.core.reply import Completed, EventSource, Reply, Stream
 from levergate.errors import BadRequest, LevergateError
 from levergate.pipeline import Deps, Pipeline, build_pipeline
 from levergate.protocol.openai import check_body, is_usage_only
+from levergate.redact import Redactor
+from levergate.redact import install as install_redaction
 
 if TYPE_CHECKING:
     import httpx
@@ -45,6 +52,10 @@ class Gateway:
     def __init__(self, settings: Settings | None = None, *, deps: Deps | None = None) -> None:
         self.settings = settings or Settings.load()
         self.pipeline: Pipeline = build_pipeline(self.settings, deps)
+        # Every configured secret, scrubbed from the errors `serve` hands out and from every
+        # levergate log record (levergate/redact.py).
+        self.redactor = Redactor.of(self.settings)
+        install_redaction(self.redactor)
         self.ready = False
         self._jobs: list[asyncio.Future[None]] = []
 
@@ -94,7 +105,8 @@ class Gateway:
         """Check the body and read the request's controls from its headers and metadata.
         `raw` is the JSON text the body was parsed from, if the caller has it; `request_id` the
         id the edge already chose (`request_id_for`), else it is chosen here."""
-        body = check_body(kind, body)
+        limits = self.settings.limits
+        body = check_body(kind, body, limits=limits)
         headers = headers or {}
         metadata = body.get("metadata")
         feature = headers.get(FEATURE_HEADER) or (
@@ -102,7 +114,7 @@ class Gateway:
         )
         deadline = None
         if timeout := headers.get(TIMEOUT_HEADER):
-            deadline = time.monotonic() + _seconds(timeout)
+            deadline = time.monotonic() + _timeout_seconds(timeout, limits=limits)
         ctx = Context(
             request_id=request_id or request_id_for(headers),
             priority=Priority.parse(headers.get(PRIORITY_HEADER)),
@@ -116,7 +128,11 @@ class Gateway:
     async def serve(self, call: Call) -> Reply:
         """Run the call through the pipeline. A stream comes back with the usage chunk removed
         unless the client asked for it (the gateway always asks the upstream for it)."""
-        reply = await self.pipeline.service(call)
+        try:
+            reply = await self.pipeline.service(call)
+        except LevergateError as exc:
+            self.redactor.scrub_error(exc)
+            raise
         if isinstance(reply, Stream) and not call.wants_usage_chunk:
             return reply.through(_drop_usage_chunk)
         return reply
@@ -183,6 +199,13 @@ class Gateway:
 
         return GatewayTransport(self)
 
+    def sync_transport(self) -> httpx.BaseTransport:
+        """The same for synchronous clients (`openai.OpenAI`, `httpx.Client`): the gateway runs
+        on a loop thread the transport owns, started now and closed with the client."""
+        from levergate.server.sync_transport import SyncGatewayTransport
+
+        return SyncGatewayTransport(self)
+
     async def _library_call(
         self, kind: Kind, body: dict[str, Any], headers: Mapping[str, str] | None
     ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
@@ -201,8 +224,12 @@ async def _chunks(stream: Stream) -> AsyncIterator[dict[str, Any]]:
 
 
 async def _drop_usage_chunk(events: EventSource) -> EventSource:
+    """Decided on the parsed event, not on its bytes: upstreams write JSON in every spacing
+    (`"usage": {` from Python's `json.dumps`), and a usage-only chunk that slips through has
+    `choices: []`, which breaks the everyday `chunk.choices[0]` loop. The parse is cached on
+    the event, so layers that read it too pay nothing more."""
     async for event in events:
-        if b'"usage":{' in event.data and is_usage_only(event.json()):
+        if is_usage_only(event.json()):
             continue
         yield event
 
@@ -215,11 +242,17 @@ def request_id_for(headers: Mapping[str, str]) -> str:
     return os.urandom(12).hex()
 
 
-def _seconds(text: str) -> float:
+def _timeout_seconds(text: str, *, limits: RequestLimits) -> float:
+    """The client's deadline: garbage and values no answer can meet are a 400 (never a 504 and
+    a warning line per request), a value beyond `max_timeout_seconds` is clamped to it."""
     try:
         value = float(text)
     except ValueError:
-        raise BadRequest(f"'{TIMEOUT_HEADER}' must be a number of seconds") from None
-    if not value > 0:
-        raise BadRequest(f"'{TIMEOUT_HEADER}' must be positive")
-    return value
+        value = math.nan
+    if not math.isfinite(value):
+        raise BadRequest(f"'{TIMEOUT_HEADER}' must be a finite number of seconds.")
+    if value < limits.min_timeout_seconds:
+        raise BadRequest(
+            f"'{TIMEOUT_HEADER}' must be at least {limits.min_timeout_seconds} seconds."
+        )
+    return min(value, limits.max_timeout_seconds)

@@ -1,7 +1,8 @@
 """`build_pipeline`: the ONE place where the order of the layers is written, with the reason for
 each position. Reordering the levers is a one-line diff here and nowhere else.
 
-    FRONT, per request:   Measure → Authenticate → Admission → caches → Fallback → Dispatch
+    FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → Admission → caches →
+                          Fallback → Dispatch
     PER MODEL:            Retry(budget) → Deadline → Balance(endpoint keys, renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)
@@ -26,6 +27,7 @@ from levergate.core.service import Layer, Service, stack
 from levergate.layers.auth import Authenticate
 from levergate.layers.cache.build import CacheKit, build_cache
 from levergate.layers.dispatch import Dispatch
+from levergate.layers.keys.build import KeyKit, build_keys
 from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.traffic.balance import Member
 from levergate.layers.traffic.build import TrafficControl
@@ -53,6 +55,8 @@ class Pipeline:
     models: dict[str, Model]
     cache: CacheKit | None = None
     traffic: TrafficControl | None = None
+    # Gateway keys (auth or the admin API on): the admin API works on the same keyring.
+    keys: KeyKit | None = None
     # Jobs that run for the gateway's lifetime (health checks, flushers). `Gateway` starts each
     # one when it opens and cancels and awaits them when it closes: no task outlives it.
     background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -64,6 +68,8 @@ class Pipeline:
             await self.traffic.aclose()
         if self.cache is not None:
             await self.cache.aclose()
+        if self.keys is not None:
+            await self.keys.aclose()
 
 
 def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
@@ -118,8 +124,17 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         prices = {name: m.price for name, m in models.items()}
         # Outermost: it must see every request, including the ones refused further down.
         front.append(partial(Measure, telemetry=telemetry, prices=prices))
-    # Decides the tenant before anything keyed or limited by tenant.
-    front.append(partial(Authenticate, settings=settings.auth))
+    keys = build_keys(
+        settings,
+        clock=deps.clock,
+        limit_store=traffic.store,
+        metrics=traffic.metrics,
+        prices={name: m.price for name, m in models.items()},
+    )
+    # Decides the tenant before anything keyed or limited by tenant; a key's own rates and
+    # budgets apply here too, so a key over them is refused before any other work.
+    keyring, quota = (keys.keyring, keys.quota) if keys else (None, None)
+    front.append(partial(Authenticate, settings=settings.auth, keyring=keyring, quota=quota))
     if admission := traffic.admission():
         # Tenant limits under Authenticate (which names the tenant), above the caches so a
         # tenant's quota means what it may ask, cached or not.
@@ -157,6 +172,7 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         models=models,
         cache=cache,
         traffic=traffic,
+        keys=keys,
         background=background,
     )
 

@@ -34,9 +34,15 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[SimHandle]:
-    async with run_simulator(SimSettings(port=0)) as handle:
+async def sim(request: pytest.FixtureRequest) -> AsyncIterator[SimHandle]:
+    """The simulator on a free port. Parametrize it indirectly with a JSON style to run a test
+    against both: `@BOTH_JSON_STYLES` (compact as OpenAI writes, spaced as Python servers do)."""
+    spaced = getattr(request, "param", "compact") == "spaced"
+    async with run_simulator(SimSettings(port=0, spaced_json=spaced)) as handle:
         yield handle
+
+
+BOTH_JSON_STYLES = pytest.mark.parametrize("sim", ["compact", "spaced"], indirect=True)
 
 
 @pytest.fixture

@@ -156,3 +156,25 @@ async def test_an_abandoned_body_closes_its_connection(serve: Callable[..., obje
     assert await fetch(client, url) == (200, b'{"ok":true}')
     assert state.connections == 2
     await client.aclose()
+
+
+async def test_url_credentials_travel_as_basic_auth_never_in_the_host_header() -> None:
+    heads: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(OK)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    url = f"http://user:pa%3Ass@127.0.0.1:{port}/v1"
+    client = client_for(url)
+    assert await fetch(client, url) == (200, b'{"ok":true}')
+    await client.aclose()
+    server.close()
+    head = heads[0].decode("latin-1").lower()
+    assert f"host: 127.0.0.1:{port}\r\n" in head
+    assert "pa" not in head.split("host: ")[1].split("\r\n")[0]
+    assert "authorization: basic dxnlcjpwytpzcw==" in head  # base64("user:pa:ss")

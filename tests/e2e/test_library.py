@@ -11,7 +11,7 @@ import pytest
 
 from levergate import Gateway, LevergateError, Settings
 from levergate.upstreams.simulator import SimHandle
-from tests.e2e.conftest import USER
+from tests.e2e.conftest import BOTH_JSON_STYLES, USER
 
 
 @pytest.fixture
@@ -20,6 +20,7 @@ async def gateway(sim: SimHandle) -> AsyncIterator[Gateway]:
         yield gw
 
 
+@BOTH_JSON_STYLES
 async def test_chat_in_process_streaming_and_not(gateway: Gateway) -> None:
     reply = await gateway.chat(model="m", messages=USER, max_tokens=4)
     assert isinstance(reply, dict)
@@ -38,6 +39,7 @@ async def test_library_errors_are_the_same_exception_tree(gateway: Gateway) -> N
     assert caught.value.http_status == 400
 
 
+@BOTH_JSON_STYLES
 async def test_the_sdk_over_the_in_process_transport(gateway: Gateway, sim: SimHandle) -> None:
     async with openai.AsyncOpenAI(
         base_url="http://levergate.local/v1",
@@ -50,6 +52,11 @@ async def test_the_sdk_over_the_in_process_transport(gateway: Gateway, sim: SimH
         )
         assert raw.parse().choices[0].message.content
         assert "x-levergate-overhead-ms" in raw.headers
+        plain = await sdk.chat.completions.create(
+            model="m", messages=USER, max_tokens=3, stream=True
+        )
+        text = "".join([c.choices[0].delta.content or "" async for c in plain])
+        assert len(text.split()) == 3
         stream = await sdk.chat.completions.create(
             model="m", messages=USER, max_tokens=3, stream=True,
             stream_options={"include_usage": True},

@@ -28,7 +28,11 @@ async def sdk(tmp_path: Path) -> AsyncIterator[openai.AsyncOpenAI]:
     settings = Settings.load(
         server={"port": 0},
         upstreams=[local],
-        models=[{"name": "*", "upstream": "local"}, {"name": "smollm2", "upstream": "local"}],
+        models=[
+            {"name": "*", "upstream": "local"},
+            {"name": "smollm2", "upstream": "local"},
+            {"name": "embed", "upstream": "local", "upstream_model": "all-minilm-l6-v2"},
+        ],
     )
     async with (
         Gateway(settings) as gateway,
@@ -68,6 +72,13 @@ async def test_embeddings_models_and_errors(sdk: openai.AsyncOpenAI) -> None:
     embedded = await sdk.embeddings.create(model="all-minilm-l6-v2", input=["bread", "loaf"])
     assert len(embedded.data) == 2
     assert len(embedded.data[0].embedding) == 384
+    # Another embedding model's name is a 404, not 384 MiniLM dimensions under that name;
+    # a configured alias maps a name of the operator's choosing onto the local model.
+    with pytest.raises(openai.NotFoundError) as missing:
+        await sdk.embeddings.create(model="text-embedding-3-small", input="bread")
+    assert missing.value.code == "model_not_found"
+    aliased = await sdk.embeddings.create(model="embed", input="bread")
+    assert aliased.data[0].embedding == embedded.data[0].embedding
     names = {m.id async for m in sdk.models.list()}
     assert {"smollm2", "smollm2-135m-instruct", "all-minilm-l6-v2"} <= names
     with pytest.raises(openai.BadRequestError) as raised:

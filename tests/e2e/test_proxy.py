@@ -6,7 +6,7 @@ import httpx
 import openai
 
 from levergate.upstreams.simulator import SimHandle
-from tests.e2e.conftest import USER
+from tests.e2e.conftest import BOTH_JSON_STYLES, USER
 
 
 async def test_chat_completion_passes_through_with_gateway_headers(
@@ -23,6 +23,7 @@ async def test_chat_completion_passes_through_with_gateway_headers(
     assert raw.headers["x-request-id"]
 
 
+@BOTH_JSON_STYLES
 async def test_stream_arrives_chunk_by_chunk_without_the_usage_chunk_unless_asked(
     client: openai.AsyncOpenAI,
 ) -> None:
@@ -31,6 +32,7 @@ async def test_stream_arrives_chunk_by_chunk_without_the_usage_chunk_unless_aske
     )
     chunks = [chunk async for chunk in stream]
     assert all(chunk.choices for chunk in chunks)
+    # The everyday SDK loop: an unrequested usage chunk (choices: []) would raise IndexError.
     text = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert len(text.split()) == 6
     assert chunks[-1].choices[0].finish_reason == "length"
@@ -57,6 +59,7 @@ async def test_completions_and_embeddings(client: openai.AsyncOpenAI) -> None:
     assert len(embeddings.data[0].embedding) > 0
 
 
+@BOTH_JSON_STYLES
 async def test_models_health_and_metrics(client: openai.AsyncOpenAI, proxy: str) -> None:
     models = await client.models.list()
     assert models.data
@@ -74,6 +77,13 @@ async def test_models_health_and_metrics(client: openai.AsyncOpenAI, proxy: str)
     assert 'levergate_ttft_seconds_count{feature="e2e-feature"' in metrics
     assert "levergate_overhead_seconds_bucket" in metrics
     assert 'kind="output"' in metrics
+    # The stream's usage was read whatever the upstream's JSON spacing: 3 output tokens.
+    (output,) = [
+        line for line in metrics.splitlines()
+        if line.startswith("levergate_tokens_total") and 'kind="output"' in line
+    ]  # fmt: skip
+    assert float(output.rsplit(" ", 1)[1]) == 3
+    assert "levergate_inter_token_seconds_count{" in metrics
 
 
 async def test_client_disconnect_cancels_the_upstream_stream(

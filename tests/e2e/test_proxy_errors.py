@@ -96,25 +96,46 @@ async def test_auth_refuses_missing_and_wrong_keys(
     assert sim.stats()["requests_total"] == 1
 
 
-@pytest.mark.parametrize(
-    ("faults", "error", "fragment"),
-    [
-        ({"error_rate": 1.0}, openai.InternalServerError, "answered 50"),
-        ({"malformed_rate": 1.0}, openai.InternalServerError, "malformed"),
-    ],
-)
-async def test_upstream_failures_become_502_with_the_upstream_message(
-    sim: SimHandle,
-    client: openai.AsyncOpenAI,
-    faults: dict[str, float],
-    error: type[Exception],
-    fragment: str,
+async def test_an_upstream_5xx_becomes_502_with_the_upstreams_error_object(
+    sim: SimHandle, proxy: str
 ) -> None:
-    sim.configure({"faults": faults})
-    with pytest.raises(error) as caught:
+    sim.configure({"faults": {"error_rate": 1.0}})
+    response = await post(proxy, "/chat/completions", b'{"model":"m","messages":[{"role":"user"}]}')
+    assert response.status_code == 502
+    error = response.json()["error"]
+    # The provider's message as it was, no prefix; levergate's context beside it.
+    assert error["message"].startswith("The server had an error while processing your request.")
+    assert error["levergate"] == {"upstream": "default", "status": 500}
+
+
+async def test_a_malformed_upstream_body_is_a_502_in_levergates_words(
+    sim: SimHandle, client: openai.AsyncOpenAI
+) -> None:
+    sim.configure({"faults": {"malformed_rate": 1.0}})
+    with pytest.raises(openai.InternalServerError) as caught:
         await client.chat.completions.create(model="m", messages=USER)
-    assert caught.value.status_code == 502  # type: ignore[attr-defined]
-    assert fragment in str(caught.value)
+    assert caught.value.status_code == 502
+    assert "malformed" in str(caught.value)
+
+
+async def test_an_upstream_4xx_keeps_its_param_type_code_and_message(
+    client: openai.AsyncOpenAI,
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.embeddings.create(
+            model="m",
+            input="hi",
+            encoding_format="bogus",  # type: ignore[arg-type]
+        )
+    assert caught.value.param == "encoding_format"
+    assert caught.value.type == "invalid_request_error"
+    assert (
+        caught.value.message == "Error code: 400 - 'encoding_format' must be 'float' or 'base64'."
+    )
+    body = caught.value.body
+    assert isinstance(body, dict)
+    assert body["message"] == "'encoding_format' must be 'float' or 'base64'."
+    assert body["levergate"] == {"upstream": "default", "status": 400}
 
 
 async def test_upstream_rate_limit_passes_through_as_429_with_retry_after(
@@ -124,7 +145,10 @@ async def test_upstream_rate_limit_passes_through_as_429_with_retry_after(
     await client.chat.completions.create(model="m", messages=USER)
     with pytest.raises(openai.RateLimitError) as caught:
         await client.chat.completions.create(model="m", messages=USER)
-    assert int(caught.value.response.headers["retry-after"]) >= 1
+    headers = caught.value.response.headers
+    assert int(headers["retry-after"]) >= 1
+    # The precise wait too (the SDK prefers it), and the whole seconds rounded up, not down.
+    assert 0 < int(headers["retry-after-ms"]) <= int(headers["retry-after"]) * 1000
 
 
 async def test_a_hung_upstream_is_a_504_after_the_ttfb_timeout(

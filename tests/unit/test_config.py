@@ -79,3 +79,31 @@ def test_price_counts_cached_tokens_at_their_own_rate() -> None:
     price = Price(input=1.0, output=4.0, cached_input=0.1)
     assert price.cost(2_000_000, 1_000_000, 1_000_000) == pytest.approx(1.0 + 0.1 + 4.0)
     assert Price(input=2.0).cost(1_000_000, 0, 500_000) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("values", "fragment"),
+    [
+        ({"admin": {"enabled": True}}, "admin.token of at least 16"),
+        ({"admin": {"enabled": True, "token": "short"}}, "admin.token of at least 16"),
+        (
+            {"auth": {"keys": [{"key": "a", "name": "x"}, {"key": "b", "name": "x"}]}},
+            "names must be unique",
+        ),
+    ],
+)
+def test_the_admin_api_needs_a_real_token_and_config_keys_unique_names(
+    values: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        Settings.load(**values)
+
+
+def test_the_admin_token_comes_from_the_environment_and_never_prints(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LEVERGATE_ADMIN__TOKEN", "env-admin-token-0123")
+    settings = Settings.load(admin={"enabled": True})
+    assert settings.admin.token is not None
+    assert settings.admin.token.get_secret_value() == "env-admin-token-0123"
+    assert "env-admin-token-0123" not in repr(settings)

@@ -15,6 +15,8 @@ from typing import Any
 
 from levergate.config import DEFAULT_PORT, Settings
 from levergate.gateway import Gateway
+from levergate.redact import Redactor, mask_url
+from levergate.redact import install as install_redaction
 from levergate.server.run import serving
 
 
@@ -41,11 +43,14 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # On the handler as well as on levergate's loggers: other libraries' records (asyncio,
+    # aiohttp) may carry an upstream's text too. The filter holds redactors weakly: this
+    # frame keeps this one alive for as long as the server runs.
+    redactor = Redactor.of(settings)
+    install_redaction(redactor, handler=handler)
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
     _install_uvloop()
     asyncio.run(_serve(settings))
     return 0
@@ -60,7 +65,7 @@ async def _serve(settings: Settings) -> None:
     gateway = Gateway(settings)
     async with serving(gateway, process_wide=True) as url:
         targets = ", ".join(
-            f"{u.name}={u.base_url if u.kind == 'openai' else f'local:{u.model_path}'}"
+            f"{u.name}={mask_url(u.base_url) if u.kind == 'openai' else f'local:{u.model_path}'}"
             for u in settings.upstreams
         )
         print(f"levergate: serving on {url} (upstreams: {targets})", file=sys.stderr, flush=True)

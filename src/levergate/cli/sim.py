@@ -83,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output.add_argument(
         "--no-prompt-cache", action="store_true", help="disable prompt-cache emulation"
     )
+    output.add_argument(
+        "--spaced-json", action="store_true",
+        help='write JSON as Python servers do ("key": value), not compact as OpenAI does',
+    )  # fmt: skip
 
 
 def settings_from_args(args: argparse.Namespace) -> SimSettings:
@@ -97,6 +101,8 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
         target[path[-1]] = value
     if getattr(args, "no_prompt_cache", False):
         overrides.setdefault("prompt_cache", {})["enabled"] = False
+    if getattr(args, "spaced_json", False):
+        overrides["spaced_json"] = True
     return SimSettings.load(args.config, overrides=overrides)
 
 

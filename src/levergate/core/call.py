@@ -3,10 +3,15 @@
 The body is the OpenAI-shaped JSON object the client sent (or the library built). It is typed
 `Mapping` so nothing writes into it; `Call.with_body` makes a shallow copy with changes.
 
-`Trace` is the one mutable thing a call carries: the request's span, a record that layers
-append to (which upstream answered, how long the gateway waited on it, cache outcome,
-attempts). It is how the measurement layer learns what happened below it without every
-layer returning extra values.
+`Trace` is the one mutable thing a call carries: the call's record, shared by every call derived
+from it. Layers write typed facts into it (who the tenant is, which alias / upstream / upstream
+model answered, the cache outcome, attempts and retries, endpoints that failed, the provider's
+quota headroom, the fallback alias) and the layers above read them: the measurement layer
+learns what happened below it, the caches learn that another model answered, the balancer
+steers a retry away from an endpoint that failed it, without any layer returning extra values
+or reading a string another layer wrote. A new lever adds a field here (the route decision,
+escalations and trimmed tokens are next); `notes` holds free-form remarks for logs only —
+nothing decides on a note.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from levergate.core.quota import Quota
 
 Kind = Literal["chat", "completion", "embedding"]
 
@@ -38,20 +45,67 @@ class Priority(enum.IntEnum):
             return cls.DEFAULT
 
 
+class CacheOutcome(enum.StrEnum):
+    HIT = "hit"
+    MISS = "miss"
+    # Shared the answer of an identical request in flight: nothing was spent for this one.
+    COALESCED = "coalesced"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheResult:
+    """What a cache made of the request. `saved_*` are the tokens the answer it served cost
+    when it was first generated (what this request would have spent without the cache)."""
+
+    cache: str  # which cache: "exact", "semantic"
+    outcome: CacheOutcome
+    saved_input: int = 0
+    saved_output: int = 0
+
+    @property
+    def free(self) -> bool:
+        """Answered without spending anything upstream for this request."""
+        return self.outcome is not CacheOutcome.MISS
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """A free-form remark a layer leaves for logs and the request log; never read to decide."""
+
+    layer: str
+    text: str
+
+
 @dataclass(slots=True)
 class Trace:
-    """The request's span. Times are `time.perf_counter()` seconds."""
+    """The call's record (see the module docstring). Times are `time.perf_counter()` seconds."""
 
     started: float = field(default_factory=time.perf_counter)
+    # The tenant Authenticate established; None until then, and for a request refused there.
+    tenant: str | None = None
+    # What answered: the alias Dispatch routed to last (a fallback's, when one answered), and
+    # the endpoint and model name the last attempt went to.
+    alias: str = ""
     upstream: str = ""
     upstream_model: str = ""
     # Seconds spent blocked on upstream I/O (connect, send, waiting for and reading bytes).
     upstream_seconds: float = 0.0
-    attempts: int = 0
-    annotations: dict[str, str] = field(default_factory=dict)
+    attempts: int = 0  # upstream attempts made (every endpoint call counts)
+    retries: int = 0  # of which Retry started after a failure
+    # Endpoints that failed this request already: the balancer steers the next attempt away.
+    failed_endpoints: set[str] = field(default_factory=set)
+    # The provider's rate-limit headroom as the last attempt's answer stated it (None: not sent).
+    quota: Quota | None = None
+    cache: CacheResult | None = None
+    # The alias Fallback moved to when the one asked for failed; None when it answered itself.
+    fallback: str | None = None
+    notes: list[Note] = field(default_factory=list)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
+
+    def note(self, *, layer: str, text: str) -> None:
+        self.notes.append(Note(layer, text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +114,9 @@ class Context:
 
     request_id: str
     tenant: str = "default"
+    # The gateway key's id (never the key) once Authenticate has resolved one; "" otherwise.
+    # What a per-request record charges a key's budget by (`Budgets.charge(key_id=...)`).
+    key_id: str = ""
     priority: Priority = Priority.DEFAULT
     deadline: float | None = None  # absolute time.monotonic() seconds, or None for no deadline
     feature: str = ""

@@ -62,6 +62,14 @@ class Event:
     def of(cls, obj: dict[str, Any]) -> Event:
         return cls(orjson.dumps(obj), obj)
 
+    def usage(self) -> dict[str, Any] | None:
+        """The usage block this event carries, in any JSON spacing, or None. The bytes are
+        parsed only when they hold the key: the layers that count tokens ask on every event."""
+        if b'"usage"' not in self.data:
+            return None
+        found = self.json().get("usage")
+        return found if isinstance(found, dict) else None
+
     def json(self) -> dict[str, Any]:
         if self._json is None:
             try:
@@ -88,8 +96,8 @@ class Stream:
         self._events = events
         self._inner = inner  # the stream `events` reads from, closed after it
         self.headers: dict[str, str] = headers if headers is not None else {}
-        # Its first event has already arrived (`layers.retry.first_event_pulled`): a failure
-        # before the first byte can no longer come out of it.
+        # Its first event has already arrived (`prime`): a failure before the first byte can
+        # no longer come out of it.
         self.primed = False
 
     def __aiter__(self) -> AsyncIterator[Event]:
@@ -108,6 +116,30 @@ class Stream:
         transform's generator is iterated directly, one generator per layer: an event crosses
         every layer of the pipeline on its way out, so each level costs once per event."""
         return Stream(transform(self._events), headers=self.headers, inner=self)
+
+    async def prime(self) -> Stream:
+        """This stream with its first event already received, so a failure before the first
+        byte surfaces here, where a layer can still retry it or send it to a fallback (Retry
+        and Fallback call this before handing a stream up). A primed stream is returned as it
+        is (Retry under Fallback pulls once); a failure closes the stream before it is raised."""
+        if self.primed:
+            return self
+        try:
+            first = await anext(self._events)
+        except StopAsyncIteration:
+            return self
+        except BaseException:
+            await self.aclose()
+            raise
+        primed = self.through(lambda rest: _prepended(first, rest))
+        primed.primed = True
+        return primed
+
+
+async def _prepended(first: Event, rest: EventSource) -> EventSource:
+    yield first
+    async for event in rest:
+        yield event
 
 
 Reply = Completed | Stream

@@ -1,73 +1,81 @@
-"""Authenticate: decides the tenant. With auth on, the caller's bearer key must be one of the
-configured keys and the key names the tenant; with auth off, `x-levergate-tenant` may name one.
+"""Authenticate: decides the tenant. With auth on, the caller's bearer key must be one the
+`Keyring` knows (listed in `auth.keys`, or made through the admin API) and not revoked; the key
+names the tenant, the models it may ask for, and its rates and budgets (`KeyQuota`). With auth
+off, `x-levergate-tenant` may name one.
 
 Sits right under Measure, so refused requests are still counted, and above everything that is
-keyed or limited by tenant (caches, limits)."""
+keyed or limited by tenant (caches, limits).
+
+    no / unknown / revoked key      401 invalid_api_key (missing_api_key with no key at all)
+    model not in the key's list     403 model_not_allowed
+    key over its RPM / TPM          429 key_rate_limited (after waiting within its deadline)
+    key's budget spent              429 budget_exceeded (type insufficient_quota)
+"""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-
 from levergate.config import Auth
 from levergate.core.call import Call
+from levergate.core.clock import SystemClock
 from levergate.core.reply import Reply
 from levergate.core.service import Service
-from levergate.errors import AuthenticationFailed
+from levergate.errors import AuthenticationFailed, PermissionDenied
+from levergate.layers.keys.keyring import Keyring
+from levergate.layers.keys.quota import KeyQuota
 
 TENANT_HEADER = "x-levergate-tenant"
 
 
 class Authenticate:
-    def __init__(self, inner: Service, *, settings: Auth) -> None:
+    def __init__(
+        self,
+        inner: Service,
+        *,
+        settings: Auth,
+        keyring: Keyring | None = None,
+        quota: KeyQuota | None = None,
+    ) -> None:
         self._inner = inner
-        self._keys = KeyRing(settings)
+        self._enabled = settings.enabled
+        # Without a keyring of its own (unit tests, library users) the configured keys only.
+        self._keyring = keyring or Keyring(
+            config_keys=settings.keys,
+            store=None,
+            clock=SystemClock(),
+            cache_seconds=0.0,
+            timeout=1.0,
+        )
+        self._quota = quota
 
     async def __call__(self, call: Call) -> Reply:
-        if self._keys.enabled:
-            tenant = self._keys.tenant_for(call.ctx.headers.get("authorization", ""))
-            return await self._inner(call.with_ctx(tenant=tenant))
-        asked = call.ctx.headers.get(TENANT_HEADER)
-        if asked and asked != call.ctx.tenant:
-            return await self._inner(call.with_ctx(tenant=asked))
+        if self._enabled:
+            return await self._authenticated(call)
+        tenant = call.ctx.headers.get(TENANT_HEADER) or call.ctx.tenant
+        # On the record only once established: Measure spends no label on a refused caller.
+        call.ctx.trace.tenant = tenant
+        if tenant != call.ctx.tenant:
+            call = call.with_ctx(tenant=tenant)
         return await self._inner(call)
 
-
-class KeyRing:
-    """The configured client keys. Used by `Authenticate` for calls and by the edge's guards
-    (`server.guards`) for routes that run no call (`/v1/models`), so both accept the same keys."""
-
-    __slots__ = ("_tenants", "enabled")
-
-    def __init__(self, settings: Auth) -> None:
-        self.enabled = settings.enabled
-        # Keys are held as digests: lookups compare digests, never the secrets themselves.
-        self._tenants = {digest(k.key.get_secret_value()): k.tenant for k in settings.keys}
-
-    def tenant_for(self, authorization: str) -> str:
-        """The tenant of `Authorization: Bearer <key>`; AuthenticationFailed if none matches."""
-        key = bearer(authorization)
-        if not key:
+    async def _authenticated(self, call: Call) -> Reply:
+        scheme, _, key = call.ctx.headers.get("authorization", "").partition(" ")
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key:
             raise AuthenticationFailed(
                 "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
             )
-        wanted = digest(key)
-        for known, tenant in self._tenants.items():
-            if hmac.compare_digest(known, wanted):
-                return tenant
-        raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
-
-
-def bearer(authorization: str) -> str:
-    """The key of `Authorization: Bearer <key>`, '' if the header is missing or another scheme."""
-    scheme, _, key = authorization.partition(" ")
-    return key.strip() if scheme.lower() == "bearer" else ""
-
-
-def matches(secret: str, *, expected: bytes) -> bool:
-    """Whether `secret` is the secret `expected` is the digest of, in constant time."""
-    return hmac.compare_digest(digest(secret), expected)
-
-
-def digest(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()
+        record = await self._keyring.resolve(key)
+        if record is None or record.revoked is not None:
+            # One answer for both: a revoked key is no more a key than a made-up one.
+            raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
+        call.ctx.trace.tenant = record.tenant
+        if not record.allows(call.model):
+            raise PermissionDenied(
+                f"This API key may not use the model '{call.model}'.",
+                code="model_not_allowed",
+                param="model",
+            )
+        call = call.with_ctx(tenant=record.tenant, key_id=record.id)
+        if self._quota is None:
+            return await self._inner(call)
+        return await self._quota.serve(record, call, self._inner)

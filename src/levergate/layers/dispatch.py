@@ -22,4 +22,6 @@ class Dispatch:
         service = self._routes.get(call.model, self._fallback)
         if service is None:
             raise ModelNotFound(call.model)
+        # The alias that answers, as the record shows it (a fallback's dispatch comes last).
+        call.ctx.trace.alias = call.model
         return await service(call)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
@@ -56,26 +55,8 @@ def parse_duration(text: str) -> float | None:
     return total if position == len(text) else None
 
 
-def reset_floor(headers: Mapping[str, str]) -> float | None:
-    """Seconds until an exhausted provider window resets, from `x-ratelimit-*` headers: only a
-    dimension whose remaining count is 0 says anything about when a retry can succeed."""
-    floors: list[float] = []
-    for dimension in ("requests", "tokens"):
-        remaining = headers.get(f"x-ratelimit-remaining-{dimension}")
-        reset = headers.get(f"x-ratelimit-reset-{dimension}")
-        if remaining is None or reset is None:
-            continue
-        try:
-            exhausted = float(remaining) <= 0
-        except ValueError:
-            continue
-        seconds = parse_duration(reset)
-        if exhausted and seconds is not None:
-            floors.append(seconds)
-    return max(floors) if floors else None
-
-
-def retry_floor(*, retry_after: float | None, headers: Mapping[str, str]) -> float:
-    """The earliest sensible retry, in seconds from now, from every hint the provider gave."""
-    hints = [h for h in (retry_after, reset_floor(headers)) if h is not None]
+def retry_floor(*, retry_after: float | None, reset: float | None) -> float:
+    """The earliest sensible retry, in seconds from now, from every hint the provider gave:
+    `Retry-After` and the reset time of an exhausted rate-limit window (`core.quota.Quota`)."""
+    hints = [h for h in (retry_after, reset) if h is not None]
     return max(hints) if hints else 0.0

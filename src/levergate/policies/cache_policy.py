@@ -8,11 +8,13 @@ then narrows it with `Cache-Control` (`no-cache`: skip the lookup and refresh th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from levergate.config import Cache, CacheRule
+from levergate.errors import BadRequest
 
 TTL_HEADER = "x-levergate-cache-ttl"
 
@@ -50,8 +52,11 @@ def bypass_reason(rule: CacheRule, body: Mapping[str, Any]) -> str | None:
     return "sampled"
 
 
-def controls(headers: Mapping[str, str]) -> Controls:
-    """Read the request's cache directives. Unknown directives are ignored, as HTTP caches do."""
+def controls(headers: Mapping[str, str], *, max_ttl: float) -> Controls:
+    """Read the request's cache directives. Unknown directives are ignored, as HTTP caches do;
+    a number that is not one (garbage, nan, inf, negative) is a 400 before any work is done,
+    and a TTL above `max_ttl` is clamped to it: these values reach a store shared by every
+    tenant (an infinite TTL made a 500 after the upstream was paid, 1e20 a Redis refusal)."""
     if "cache-control" not in headers and TTL_HEADER not in headers:
         return DEFAULT_CONTROLS
     lookup = store = True
@@ -64,17 +69,24 @@ def controls(headers: Mapping[str, str]) -> Controls:
         elif name == "no-store":
             store = False
         elif name == "max-age":
-            max_age = _seconds(value)
-    ttl = _seconds(headers.get(TTL_HEADER, ""))
+            max_age = _seconds(value, "Cache-Control max-age")
+    ttl = None
+    if TTL_HEADER in headers:
+        ttl = min(_seconds(headers[TTL_HEADER], TTL_HEADER), max_ttl)
     return Controls(lookup=lookup, store=store, max_age=max_age, ttl=ttl or None)
 
 
-def _seconds(text: str) -> float | None:
+def _seconds(text: str, name: str) -> float:
     try:
         value = float(text.strip().strip('"'))
     except ValueError:
-        return None
-    return value if value >= 0 else None
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise BadRequest(
+            f"'{name}' must be a finite, non-negative number of seconds.",
+            code="invalid_header_value",
+        )
+    return value
 
 
 def namespace(settings: Cache, tenant: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from levergate.config import RequestLimits
 from levergate.core.call import Kind
 from levergate.errors import BadRequest
 
@@ -50,12 +51,13 @@ _REQUIRED: dict[Kind, tuple[str, ...]] = {
 }
 
 
-def check_body(kind: Kind, body: Any) -> dict[str, Any]:
-    """Raise `BadRequest` naming the offending field, or return the body as a dict."""
+def check_body(kind: Kind, body: Any, *, limits: RequestLimits) -> dict[str, Any]:
+    """Raise `BadRequest` naming the offending field, or return the body as a dict. Counts
+    are bounded here (`limits`), before any layer does work proportional to them."""
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     for name in _REQUIRED[kind]:
-        if name not in body:
+        if body.get(name) is None:  # absent or null: no later check may meet a None here
             raise BadRequest(f"Missing required parameter: '{name}'.", param=name)
     types = _BY_KIND[kind]
     for name, value in body.items():
@@ -72,6 +74,7 @@ def check_body(kind: Kind, body: Any) -> dict[str, Any]:
             )
     if kind == "chat":
         _check_messages(body["messages"])
+    _check_counts(kind, body, limits)
     return body
 
 
@@ -94,6 +97,48 @@ def _check_messages(messages: list[Any]) -> None:
                 f"Invalid message at index {index}: each message must be an object with a 'role'.",
                 param=f"messages[{index}]",
             )
+
+
+def _check_counts(kind: Kind, body: dict[str, Any], limits: RequestLimits) -> None:
+    if kind == "embedding":
+        inputs = body["input"]
+        tokens = isinstance(inputs, list) and all(isinstance(v, int) for v in inputs)
+        count = 1 if isinstance(inputs, str) or tokens else len(inputs)
+        _at_most("input", count, limits.max_embedding_inputs, what="inputs")
+        _in_range(body, "dimensions", 1, limits.max_embedding_dimensions)
+        return
+    if kind == "chat":
+        _at_most("messages", len(body["messages"]), limits.max_messages, what="messages")
+        if isinstance(tools := body.get("tools"), list):
+            _at_most("tools", len(tools), limits.max_tools, what="tools")
+    if isinstance(stop := body.get("stop"), list):
+        _at_most("stop", len(stop), limits.max_stop, what="stop sequences")
+        if not all(isinstance(s, str) for s in stop):
+            raise BadRequest("Invalid 'stop': each stop sequence must be a string.", param="stop")
+    _in_range(body, "n", 1, limits.max_n)
+    lowest = 1 if kind == "chat" else 0  # a completion with max_tokens 0 echoes the prompt
+    _in_range(body, "max_tokens", lowest, limits.max_output_tokens)
+    _in_range(body, "max_completion_tokens", lowest, limits.max_output_tokens)
+
+
+def _at_most(param: str, count: int, limit: int, *, what: str) -> None:
+    if count > limit:
+        raise BadRequest(
+            f"Invalid '{param}': {count} {what} is more than the limit of {limit} per request.",
+            param=param,
+            code="array_above_max_length",
+        )
+
+
+def _in_range(body: dict[str, Any], param: str, lowest: int, highest: int) -> None:
+    value = body.get(param)
+    if isinstance(value, int) and not lowest <= value <= highest:
+        raise BadRequest(
+            f"Invalid '{param}': {value} is out of range; it must be between {lowest} and "
+            f"{highest}.",
+            param=param,
+            code="integer_out_of_range",
+        )
 
 
 def usage_tokens(usage: Mapping[str, Any] | None) -> tuple[int, int, int]:
@@ -133,3 +178,34 @@ def has_generated_token(chunk: Mapping[str, Any]) -> bool:
 def is_usage_only(chunk: Mapping[str, Any]) -> bool:
     """The final chunk `stream_options.include_usage` adds: no choices, a usage block."""
     return not chunk.get("choices") and isinstance(chunk.get("usage"), Mapping)
+
+
+def generated_text(data: Mapping[str, Any]) -> str:
+    """The text a chunk or a whole answer generated (content, reasoning, text, tool-call names
+    and arguments): what a tokenizer counts when the upstream reported no usage."""
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        return ""
+    parts: list[str] = []
+    for choice in choices:
+        if not isinstance(choice, Mapping):
+            continue
+        _add_text(parts, choice.get("text"))
+        for key in ("delta", "message"):
+            part = choice.get(key)
+            if not isinstance(part, Mapping):
+                continue
+            _add_text(parts, part.get("content"))
+            _add_text(parts, part.get("reasoning_content"))
+            calls = part.get("tool_calls")
+            for call in calls if isinstance(calls, list) else ():
+                function = call.get("function") if isinstance(call, Mapping) else None
+                if isinstance(function, Mapping):
+                    _add_text(parts, function.get("name"))
+                    _add_text(parts, function.get("arguments"))
+    return "".join(parts)
+
+
+def _add_text(parts: list[str], value: Any) -> None:
+    if isinstance(value, str):
+        parts.append(value)

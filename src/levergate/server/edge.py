@@ -39,8 +39,10 @@ __all__ = ["Edge", "Response", "error_response"]
 class Edge:
     def __init__(self, gateway: Gateway, *, routes: tuple[Route, ...] = ROUTES) -> None:
         self.gateway = gateway
-        self.credentials = Credentials(gateway.settings)
-        self._router = Router(routes, settings=gateway.settings.server)
+        self.credentials = Credentials(gateway)
+        settings = gateway.settings
+        served = tuple(r for r in routes if r.enabled is None or r.enabled(settings))
+        self._router = Router(served, settings=settings.server)
 
     async def handle(
         self,
@@ -58,7 +60,7 @@ class Edge:
             bound, request.params = self._router.match(method, path)
             route = bound.route
             if route.guard is not None:
-                route.guard(self, request)
+                await route.guard(self, request)
             source = BytesBody(body) if isinstance(body, bytes) else body
             if route.stream:
                 declared_length(headers, limit=bound.limit)

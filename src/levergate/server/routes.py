@@ -3,8 +3,11 @@
 Adding an endpoint is one line in `ROUTES` plus its handler (a module under `server/handlers/`).
 A line says, besides method, path and handler:
 
-- `guard`: who may call it (`server.guards`). Routes that run a `Call` leave it to the
-  pipeline's `Authenticate` layer, which also counts refused requests; the others need one.
+- `guard`: who may call it (`server.guards`, `server.admin.admin_token`), checked before the
+  body is read. Routes that run a `Call` leave it to the pipeline's `Authenticate` layer, which
+  also counts refused requests; the others need one.
+- `enabled`: whether the gateway serves the route at all, decided from the settings at start
+  (the admin API is off by default: then its paths are 404s like any unknown one).
 - `stream`: the handler gets the body as an async iterator of chunks (`Request.chunks`: uploads
   written to disk as they arrive) instead of whole (`Request.body`).
 - `max_body_bytes`: the route's own body limit; by default `server.max_body_bytes` for whole
@@ -25,16 +28,16 @@ from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING
 
 from levergate.errors import MethodNotAllowed, NotFound
-from levergate.server import guards
+from levergate.server import admin, guards
 from levergate.server.exchange import NO_PARAMS, Request, Response
 from levergate.server.handlers import openai, ops
 
 if TYPE_CHECKING:
-    from levergate.config import Server
+    from levergate.config import Server, Settings
     from levergate.server.edge import Edge
 
 Handler = Callable[["Edge", Request], Awaitable[Response]]
-Guard = Callable[["Edge", Request], None]
+Guard = Callable[["Edge", Request], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,12 @@ class Route:
     guard: Guard | None = None
     stream: bool = False
     max_body_bytes: int | None = None
+    enabled: Callable[[Settings], bool] | None = None
+
+
+def _admin(method: str, path: str, handler: Handler) -> Route:
+    """An admin API route: on its own credential, and absent unless `admin.enabled`."""
+    return Route(method, path, handler, guard=admin.admin_token, enabled=admin.enabled)
 
 
 ROUTES: tuple[Route, ...] = (
@@ -57,6 +66,16 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/healthz", ops.healthz),
     Route("GET", "/readyz", ops.readyz),
     Route("GET", "/metrics", ops.metrics, guard=guards.metrics_token),
+    # The admin API (server/admin.py), on its own credential; absent unless admin.enabled.
+    _admin("POST", "/admin/keys", admin.create_key),
+    _admin("GET", "/admin/keys", admin.list_keys),
+    _admin("GET", "/admin/tenants/{tenant}/keys", admin.list_keys),
+    _admin("GET", "/admin/keys/{id}", admin.show_key),
+    _admin("POST", "/admin/keys/{id}", admin.update_key),
+    _admin("DELETE", "/admin/keys/{id}", admin.revoke_key),
+    _admin("POST", "/admin/keys/{id}/rotate", admin.rotate_key),
+    _admin("POST", "/admin/keys/{id}/revoke", admin.revoke_key),
+    _admin("GET", "/admin/keys/{id}/spend", admin.key_spend),
 )
 
 

@@ -48,6 +48,7 @@ def build_store(settings: CacheStore, *, clock: Clock, on_fault: FaultHook) -> B
         name=settings.backend,
         timeout=settings.timeout_seconds,
         cooldown=settings.cooldown_seconds,
+        max_value_bytes=settings.max_entry_bytes,
         clock=clock,
         on_fault=on_fault,
     )

@@ -7,7 +7,8 @@ They raise only `StoreError` (or `TimeoutError`) for a store that is down, locke
 `SafeKV` is what a cache layer actually holds: it bounds every operation by a timeout and turns
 any store failure into a miss (or a skipped write) that is logged and counted, never into a
 failed request. After a failure it skips the store for a cool-down instead of making every
-request wait out the timeout again; the skips are counted too.
+request wait out the timeout again, then lets one request try it (`stores.circuit`); the skips
+are counted too. A store that refused one request's own data is not cooled down.
 
 `TieredKV` puts a small `MemoryKV` in front of a slower store: hot entries are answered without
 a round trip, and everything written goes to both.
@@ -17,18 +18,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 from levergate.core.clock import Clock
+from levergate.stores.circuit import Circuit
 
 log = logging.getLogger("levergate.cache")
 
 FaultHook = Callable[[str, str, str], None]  # (store name, operation, reason)
+_T = TypeVar("_T")
 
 
 class StoreError(Exception):
     """A store could not do what was asked: down, locked, refused, or answered garbage."""
+
+
+class StoreRefused(StoreError):
+    """The store is up and refused this one operation for its own data (an expiry or a value
+    it does not accept, a key of another type): the caller's fault, not the store's."""
 
 
 class KV(Protocol):
@@ -42,7 +50,11 @@ class KV(Protocol):
 
 
 class SafeKV:
-    """A `KV` that never raises: failures become misses, logged once per cool-down, counted."""
+    """A `KV` that never raises: failures become misses, logged once per cool-down, counted.
+    A failure of the store opens its circuit (`stores.circuit`): for the cool-down every call
+    skips it, then one call tries it. A refusal of one call's own data (`StoreRefused`) is
+    counted and logged but opens nothing: one client's bad write must not cool the store down
+    for every tenant. A value over `max_value_bytes` is not sent at all."""
 
     def __init__(
         self,
@@ -51,61 +63,69 @@ class SafeKV:
         name: str,
         timeout: float,
         cooldown: float,
+        max_value_bytes: int,
         clock: Clock,
         on_fault: FaultHook,
     ) -> None:
         self._inner = inner
+        self._max_value_bytes = max_value_bytes
         self.name = name
         self._timeout = timeout
         self._cooldown = cooldown
         self._clock = clock
         self._on_fault = on_fault
-        self._skip_until = float("-inf")
+        self._circuit = Circuit(cooldown=cooldown, clock=clock)
+        self._refusals_logged_until = float("-inf")
 
     async def get(self, key: str) -> bytes | None:
-        if self._cooling("get"):
-            return None
-        try:
-            async with asyncio.timeout(self._timeout):
-                return await self._inner.get(key)
-        except (StoreError, TimeoutError) as exc:
-            self._failed("get", exc)
-            return None
+        return await self._run("get", lambda: self._inner.get(key))
 
     async def set(self, key: str, value: bytes, *, ttl: float) -> None:
-        if self._cooling("set"):
+        if len(value) > self._max_value_bytes:  # Redis drops the connection over 512 MB
+            self._refused("set", StoreRefused(f"a {len(value)}-byte value is over the limit"))
             return
-        try:
-            async with asyncio.timeout(self._timeout):
-                await self._inner.set(key, value, ttl=ttl)
-        except (StoreError, TimeoutError) as exc:
-            self._failed("set", exc)
+        await self._run("set", lambda: self._inner.set(key, value, ttl=ttl))
 
     async def delete(self, key: str) -> None:
-        if self._cooling("delete"):
-            return
+        await self._run("delete", lambda: self._inner.delete(key))
+
+    async def _run(self, op: str, action: Callable[[], Awaitable[_T]]) -> _T | None:
+        if not self._circuit.admits():
+            self._on_fault(self.name, op, "cooling_down")
+            return None
         try:
             async with asyncio.timeout(self._timeout):
-                await self._inner.delete(key)
+                result = await action()
+        except StoreRefused as exc:
+            self._circuit.succeeded()  # it answered: the store is up
+            self._refused(op, exc)
+            return None
         except (StoreError, TimeoutError) as exc:
-            self._failed("delete", exc)
-
-    def _cooling(self, op: str) -> bool:
-        if self._clock.now() < self._skip_until:
-            self._on_fault(self.name, op, "cooling_down")
-            return True
-        return False
+            self._circuit.failed()
+            self._failed(op, exc)
+            return None
+        except BaseException:
+            self._circuit.abandoned()
+            raise
+        if self._circuit.succeeded():
+            log.warning("cache store %r answers again", self.name)
+        return result
 
     def _failed(self, op: str, exc: BaseException) -> None:
         reason = "timeout" if isinstance(exc, TimeoutError) else "error"
         self._on_fault(self.name, op, reason)
-        if self._cooldown > 0:
-            self._skip_until = self._clock.now() + self._cooldown
         # Logged once per cool-down: a dead store must not flood the log at request rate.
         log.warning(
             "cache store %r failed on %s (%s: %s); treating as a miss for %.1fs",
             self.name, op, type(exc).__name__, exc or reason, self._cooldown,
         )  # fmt: skip
+
+    def _refused(self, op: str, exc: StoreRefused) -> None:
+        self._on_fault(self.name, op, "refused")
+        now = self._clock.now()
+        if now >= self._refusals_logged_until:  # a client sending bad data must not flood it
+            self._refusals_logged_until = now + max(self._cooldown, 1.0)
+            log.warning("cache store %r refused a %s: %s", self.name, op, exc)
 
 
 class TieredKV:

@@ -10,18 +10,21 @@ Keys carry a `{...}` hash tag in the default prefix so that, on Redis Cluster, e
 lives in one slot and a multi-key script stays legal.
 
 `FailoverLimitStore` wraps this store: while Redis is unreachable it logs once, counts, and
-answers from a per-process `MemoryLimitStore` with `local_share` of each limit, retrying Redis
-after `retry_seconds`. A limiter outage never fails a request.
+answers from a per-process `MemoryLimitStore` with `local_share` of each limit, letting one
+check try Redis after `retry_seconds` (`stores.circuit`). A limiter outage never fails a
+request, and a hung Redis costs at most one request its timeout per retry period.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from levergate.core.clock import Clock
 from levergate.errors import ConfigError
+from levergate.stores.circuit import Circuit
 from levergate.stores.limits import Charge, LimitStore, MemoryLimitStore, StoreUnavailable
 from levergate.stores.redis_calls import cancellation_kept
 
@@ -87,9 +90,13 @@ return 1
 
 
 class RedisLimitStore:
-    def __init__(self, client: Redis, *, prefix: str) -> None:
+    """`timeout` bounds each whole check: the socket timeout bounds only each read, which a
+    server dribbling bytes would keep resetting."""
+
+    def __init__(self, client: Redis, *, prefix: str, timeout: float | None = None) -> None:
         self._client = client
         self._prefix = prefix
+        self._timeout = timeout
         self._acquire = client.register_script(ACQUIRE)
         self._adjust = client.register_script(ADJUST)
 
@@ -118,14 +125,18 @@ class RedisLimitStore:
 
         keys = [self._prefix + c.key for c in charges]
         try:
-            with cancellation_kept():
-                return await script(keys=keys, args=args)
+            async with asyncio.timeout(self._timeout):
+                with cancellation_kept():
+                    return await script(keys=keys, args=args)
         except (RedisError, OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"redis limit store: {type(exc).__name__}: {exc}") from exc
 
 
 class FailoverLimitStore:
-    """The shared store while it answers; per-process limits (logged, counted) while it does not."""
+    """The shared store while it answers; per-process limits (logged, counted) while it does not.
+    Whether to ask it is a `Circuit`: after a failure no check waits on it for `retry_seconds`,
+    then one check tries it while the others are still answered locally, so a hung Redis costs
+    one request its timeout per retry period instead of stalling every request meanwhile."""
 
     def __init__(
         self,
@@ -138,24 +149,25 @@ class FailoverLimitStore:
     ) -> None:
         self._primary = primary
         self._local = MemoryLimitStore(clock=clock)
-        self._clock = clock
+        self._circuit = Circuit(cooldown=retry_seconds, clock=clock)
         self._share = local_share
-        self._retry = retry_seconds
         self._on_failover = on_failover
-        self._down_until: float | None = None
         self.failovers = 0  # outages seen
         self.local_decisions = 0  # checks answered per process
 
     @property
     def degraded(self) -> bool:
-        return self._down_until is not None
+        return not self._circuit.closed
 
     async def acquire(self, charges: Sequence[Charge], *, commit: bool = True) -> float:
-        if self._use_primary():
+        if self._circuit.admits():
             try:
                 wait = await self._primary.acquire(charges, commit=commit)
             except StoreUnavailable as exc:
                 self._fail(exc)
+            except BaseException:
+                self._circuit.abandoned()
+                raise
             else:
                 self._recovered()
                 return wait
@@ -163,12 +175,16 @@ class FailoverLimitStore:
         return self._local.acquire_now(self._scaled(charges), commit=commit)
 
     async def adjust(self, charges: Sequence[Charge]) -> None:
-        if self._use_primary():
+        if self._circuit.admits():
             try:
                 await self._primary.adjust(charges)
             except StoreUnavailable as exc:
                 self._fail(exc)
+            except BaseException:
+                self._circuit.abandoned()
+                raise
             else:
+                self._recovered()
                 return
         await self._local.adjust(self._scaled(charges))
 
@@ -177,21 +193,16 @@ class FailoverLimitStore:
         if closer is not None:
             await closer()
 
-    def _use_primary(self) -> bool:
-        return self._down_until is None or self._clock.now() >= self._down_until
-
     def _fail(self, exc: StoreUnavailable) -> None:
-        if self._down_until is None:
+        if self._circuit.failed():
             self.failovers += 1
             if self._on_failover is not None:
                 self._on_failover()
             _log.warning("rate limits fall back to per-process limits: %s", exc)
-        self._down_until = self._clock.now() + self._retry
 
     def _recovered(self) -> None:
-        if self._down_until is not None:
+        if self._circuit.succeeded():
             _log.warning("rate limits are shared through Redis again")
-            self._down_until = None
 
     def _scaled(self, charges: Sequence[Charge]) -> list[Charge]:
         if self._share >= 1.0:
@@ -209,4 +220,4 @@ def connect(*, url: str, prefix: str, timeout: float) -> RedisLimitStore:
             "pip install 'levergate[redis]'"
         ) from None
     client = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
-    return RedisLimitStore(client, prefix=prefix)
+    return RedisLimitStore(client, prefix=prefix, timeout=timeout)

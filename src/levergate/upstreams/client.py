@@ -150,7 +150,8 @@ class HttpxClient:
 
 
 def client_for(settings: Upstream) -> HttpClient:
-    """aiohttp for cleartext HTTP/1.1, httpx where HTTP/2 is wanted (TLS with ALPN, or forced)."""
+    """levergate's own `H1Client` for cleartext HTTP/1.1, httpx where HTTP/2 is wanted (TLS with
+    ALPN, or forced), aiohttp for TLS with HTTP/2 turned off."""
     tls = settings.base_url.startswith("https://")
     if settings.http2 == "on" and not tls:
         # Cleartext HTTP/2 only works with prior knowledge (h2c): no HTTP/1.1 to fall back to.

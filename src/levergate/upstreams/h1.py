@@ -1,6 +1,6 @@
 """`H1Client`: a lean HTTP/1.1 keep-alive client for cleartext upstreams.
 
-Why not aiohttp here: measured on this machine (benchmarks/results/client_choice.md), aiohttp
+Why not aiohttp here: measured on this machine (benchmarks/results/server_choice.md), aiohttp
 spends ~190 µs of CPU per small proxied request, the largest single share of the gateway's
 budget; this client, which does only what an OpenAI-compatible upstream needs, spends a
 fraction of that. What it does: a pool of keep-alive connections per upstream (LIFO, bounded,
@@ -17,11 +17,12 @@ byte of an answer arrived is sent again once on a fresh connection.
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import cast
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httptools
 
@@ -179,7 +180,13 @@ class H1Client:
         parts = urlsplit(settings.base_url)
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or 80
-        self._authority = parts.netloc.encode("latin-1")
+        # The Host header never carries `user:password@`: those travel as Basic credentials,
+        # as httpx and aiohttp send them, unless the caller sets its own authorization.
+        self._authority = parts.netloc.rpartition("@")[2].encode("latin-1")
+        self._basic: bytes | None = None
+        if "@" in parts.netloc:
+            userinfo = unquote(parts.netloc.rpartition("@")[0])
+            self._basic = b"authorization: Basic " + base64.b64encode(userinfo.encode())
         self._limit = settings.pool.max_connections
         self._keepalive = settings.pool.keepalive_seconds
         self._connect_timeout = settings.timeouts.connect
@@ -217,6 +224,8 @@ class H1Client:
     ) -> bytes:
         lines = [f"{method} {target} HTTP/1.1".encode(), b"host: " + self._authority]
         lines += [f"{k}: {v}".encode("latin-1") for k, v in headers.items()]
+        if self._basic is not None and not any(k.lower() == "authorization" for k in headers):
+            lines.append(self._basic)
         lines.append(b"content-length: %d" % len(body or b""))
         return b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
 

@@ -3,8 +3,15 @@
 Bottom of the stack: it turns a `Call` into one HTTP exchange and the response into a `Reply`.
 It owns the phase timeouts (connect in the client; time-to-first-byte, idle-between-chunks and
 total here), maps every failure onto the `UpstreamError` branch of the exception tree with the
-provider's own message, and records in the call's trace how long the gateway waited on the
+provider's own error object, and records in the call's trace how long the gateway waited on the
 provider, which is what lets the measurement layer report the gateway's own overhead.
+
+An upstream is not trusted: what it says is scrubbed of the secrets it was given before it goes
+anywhere (`Redactor`, levergate/redact.py), its answer is read up to `response_limits` only (a
+whole answer, an error body, one streamed event), the total timeout is checked on every chunk
+(a flood of buffered bytes never yields to the event loop, so a timer alone would not fire), and
+a stream event that is not a JSON object ends the stream with an error instead of reaching the
+client.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import orjson
 
 from levergate.config import Upstream
 from levergate.core.call import Call, Kind, Trace
+from levergate.core.quota import Quota
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import (
     UpstreamError,
@@ -25,7 +33,9 @@ from levergate.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from levergate.protocol.sse import DONE, SSEDecoder
+from levergate.protocol.sse import DONE, EventTooLarge, SSEDecoder
+from levergate.redact import Redactor
+from levergate.upstreams.passed_headers import HeaderAllowList
 from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 T = TypeVar("T")
@@ -47,6 +57,11 @@ class OpenAIUpstream:
         if settings.api_key is not None:
             headers["authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
         self._headers = headers
+        self._passed = HeaderAllowList(settings.response_headers)
+        # The secrets this upstream is sent (keys, URL credentials, credential headers): the
+        # ones it could echo back.
+        self._redact = Redactor.of(settings)
+        self._limits = settings.response_limits
 
     async def __call__(self, call: Call) -> Reply:
         payload = call.raw
@@ -83,19 +98,23 @@ class OpenAIUpstream:
         except TransportFailed as exc:
             trace.upstream_seconds += time.perf_counter() - started
             raise UpstreamUnavailable(
-                f"cannot reach upstream '{self.name}': {exc}", upstream=self.name
+                f"cannot reach upstream '{self.name}': {self._redact(str(exc))}",
+                upstream=self.name,
             ) from None
         note_ratelimit_headers(response.headers, trace)
+        passed = self._passed.pick(response.headers, redact=self._redact)
         try:
             if response.status >= 400:
                 await self._raise_for(response, deadline)
             if call.stream and _is_event_stream(response.headers):
                 trace.upstream_seconds += time.perf_counter() - started
-                return Stream(self._events(response, trace, deadline))
-            raw = await self._bounded(response.read(), deadline)
-        except BaseException:
+                return Stream(self._events(response, trace, deadline), headers=passed)
+            raw = await self._read(response, deadline, limit=self._limits.body_bytes)
+        except BaseException as exc:
             trace.upstream_seconds += time.perf_counter() - started
             await response.aclose()
+            if isinstance(exc, UpstreamError):
+                exc.passed_headers = passed
             raise
         trace.upstream_seconds += time.perf_counter() - started
         data = _json_object(raw)
@@ -104,14 +123,15 @@ class OpenAIUpstream:
                 f"upstream '{self.name}' returned a malformed body", upstream=self.name
             )
         # Parsed once here; the raw bytes still go to the client unchanged.
-        return Completed(raw, data=data)
+        return Completed(raw, data=data, headers=passed)
 
     async def models(self) -> list[dict[str, Any]]:
         """The upstream's own `/models` list, for `--upstream URL` mode."""
         response = await self._client.request(
             "GET", self._base + "/models", body=None, headers=self._headers
         )
-        raw = await self._bounded(response.read(), time.monotonic() + self._settings.timeouts.ttfb)
+        deadline = time.monotonic() + self._settings.timeouts.ttfb
+        raw = await self._read(response, deadline, limit=self._limits.body_bytes)
         if response.status >= 400:
             return []
         data = orjson.loads(raw).get("data")
@@ -121,27 +141,40 @@ class OpenAIUpstream:
         await self._client.aclose()
 
     async def _events(self, response: HttpResponse, trace: Trace, deadline: float) -> EventSource:
-        decoder = SSEDecoder()
+        decoder = SSEDecoder(max_event_bytes=self._limits.event_bytes)
         chunks = response.chunks()
+        idle = self._settings.timeouts.idle
         done = False
         try:
             while True:
                 waited = time.perf_counter()
                 try:
-                    chunk = await self._bounded(
-                        anext(chunks, None), deadline, limit=self._settings.timeouts.idle
-                    )
+                    chunk = await self._bounded(anext(chunks, None), deadline, limit=idle)
                 finally:
                     trace.upstream_seconds += time.perf_counter() - waited
                 if chunk is None:
                     break
-                for data in decoder.feed(chunk):
+                self._check_deadline(deadline)
+                for data in self._decoded(decoder, chunk):
                     if data == DONE:
                         done = True
                         continue
-                    if data.startswith(b'{"error"'):
-                        raise _stream_error(self.name, data)
-                    yield Event(data)
+                    if data[:1] == b"{" and data[-1:] == b"}" and not data.startswith(_ERROR):
+                        # The shape of a JSON object: passed on unparsed (a parse per event
+                        # would cost ~2 us, a tenth of a stream's gateway CPU; the edge and
+                        # the usage filter parse the few events they need).
+                        yield Event(data)
+                        continue
+                    parsed = _json_object(data)
+                    if parsed is None:
+                        raise UpstreamUnavailable(
+                            f"upstream '{self.name}' sent a stream event that is not a JSON object",
+                            upstream=self.name,
+                            code="malformed_stream_event",
+                        )
+                    if parsed.get("error") is not None:
+                        raise self._stream_error(parsed)
+                    yield Event(data, parsed)
             if not done:
                 raise UpstreamUnavailable(
                     f"upstream '{self.name}' ended the stream before it was complete",
@@ -151,6 +184,71 @@ class OpenAIUpstream:
         finally:
             await _close_quietly(chunks)
             await response.aclose()
+
+    def _decoded(self, decoder: SSEDecoder, chunk: bytes) -> list[bytes]:
+        try:
+            return decoder.feed(chunk)
+        except EventTooLarge as exc:
+            raise UpstreamUnavailable(
+                f"upstream '{self.name}' sent a stream event larger than {exc.limit} bytes",
+                upstream=self.name,
+                code="upstream_event_too_large",
+            ) from None
+
+    async def _read(self, response: HttpResponse, deadline: float, *, limit: int) -> bytes:
+        """The whole body, under the total deadline; beyond `limit` bytes a 502 (the rest is
+        never read: the connection is dropped)."""
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            await response.aclose()
+            raise self._too_large(limit)
+        raw, cut = await self._read_at_most(response, deadline, limit=limit)
+        if cut:
+            raise self._too_large(limit)
+        return raw
+
+    async def _read_at_most(
+        self, response: HttpResponse, deadline: float, *, limit: int
+    ) -> tuple[bytes, bool]:
+        """At most `limit` bytes of the body, and whether there was more."""
+        return await self._bounded(self._collect(response, deadline, limit=limit), deadline)
+
+    async def _collect(
+        self, response: HttpResponse, deadline: float, *, limit: int
+    ) -> tuple[bytes, bool]:
+        parts: list[bytes] = []
+        size = 0
+        cut = False
+        chunks = response.chunks()
+        try:
+            async for chunk in chunks:
+                # Buffered chunks come without a pause, where no timer can fire: check here.
+                self._check_deadline(deadline)
+                if size + len(chunk) > limit:
+                    parts.append(chunk[: limit - size])
+                    cut = True
+                    break
+                parts.append(chunk)
+                size += len(chunk)
+        finally:
+            await _close_quietly(chunks)
+            await response.aclose()
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), cut
+
+    def _too_large(self, limit: int) -> UpstreamError:
+        return UpstreamUnavailable(
+            f"upstream '{self.name}' sent an answer larger than {limit} bytes",
+            upstream=self.name,
+            code="upstream_response_too_large",
+        )
+
+    def _check_deadline(self, deadline: float) -> None:
+        if time.monotonic() >= deadline:
+            raise UpstreamTimeout(
+                f"upstream '{self.name}' exceeded its total timeout",
+                upstream=self.name,
+                code="upstream_timeout",
+            )
 
     async def _bounded(
         self, awaitable: Awaitable[T], deadline: float, *, limit: float | None = None
@@ -170,43 +268,67 @@ class OpenAIUpstream:
             ) from None
         except TransportFailed as exc:
             raise UpstreamUnavailable(
-                f"upstream '{self.name}' failed while sending its answer: {exc}",
+                f"upstream '{self.name}' failed while sending its answer: {self._redact(str(exc))}",
                 upstream=self.name,
             ) from None
         return result
 
     async def _raise_for(self, response: HttpResponse, deadline: float) -> None:
-        raw: bytes = await self._bounded(response.read(), deadline)
-        message = _error_message(raw) or f"HTTP {response.status}"
+        limit = self._limits.error_body_bytes
+        raw, _ = await self._read_at_most(response, deadline, limit=limit)
+        status = response.status
+        provider = self._redact.scrub(_error_object(raw)) or None
+        message = provider.get("message") if provider else None
+        if not isinstance(message, str):
+            message = self._redact(raw[:300].decode("utf-8", "replace").strip()) or f"HTTP {status}"
+        text = f"upstream '{self.name}' answered {status}: {message}"
+        if status in _KEY_FAULTS:
+            # The gateway's own credentials were refused: the caller can do nothing about it,
+            # and the provider's text describes the gateway's key. It goes to the log only.
+            provider = {**_KEY_FAULT, "code": f"upstream_{status}"}
         retry_after = retry_after_seconds(response.headers)
-        text = f"upstream '{self.name}' answered {response.status}: {message}"
-        if response.status < 500:
+        if status < 500:
             raise UpstreamRejected(
                 text,
                 upstream=self.name,
-                upstream_status=response.status,
-                code=_error_code(raw),
+                upstream_status=status,
+                code=self._redact.scrub(_error_code(raw)),
                 retry_after=retry_after,
+                provider_error=provider,
             )
         raise UpstreamUnavailable(
-            text, upstream=self.name, upstream_status=response.status, retry_after=retry_after
+            text,
+            upstream=self.name,
+            upstream_status=status,
+            retry_after=retry_after,
+            provider_error=provider,
+        )
+
+    def _stream_error(self, parsed: dict[str, Any]) -> UpstreamError:
+        error = parsed["error"]
+        provider = self._redact.scrub(error if isinstance(error, dict) else {"message": error})
+        message = provider.get("message")
+        return UpstreamUnavailable(
+            f"upstream '{self.name}' reported an error mid-stream: {message}",
+            upstream=self.name,
+            code="stream_error",
+            provider_error={"code": "stream_error", **provider},
         )
 
 
+_ERROR = b'{"error"'
+_KEY_FAULTS = frozenset({401, 403})
+_KEY_FAULT = {
+    "message": "The upstream refused the gateway's credentials.",
+    "type": "upstream_error",
+    "param": None,
+}
+
+
 def note_ratelimit_headers(headers: Mapping[str, str], trace: Trace) -> None:
-    """Copy the provider's `x-ratelimit-*` headers into the trace, where the balancer reads
-    quota headroom and reset times (on successes as well as on 429s)."""
-    for name in _RATELIMIT_HEADERS:
-        value = headers.get(name)
-        if value is not None:
-            trace.annotations[name] = value
-
-
-_RATELIMIT_HEADERS = tuple(
-    f"x-ratelimit-{what}-{dimension}"
-    for what in ("limit", "remaining", "reset")
-    for dimension in ("requests", "tokens")
-)
+    """Parse the provider's `x-ratelimit-*` headers onto the call's record (`Quota`), where the
+    balancer reads quota headroom and reset times (on successes as well as on 429s)."""
+    trace.quota = Quota.from_headers(headers)
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -244,24 +366,9 @@ def _error_object(raw: bytes) -> dict[str, Any]:
     return {"message": error} if isinstance(error, str) else {}
 
 
-def _error_message(raw: bytes) -> str:
-    message = _error_object(raw).get("message")
-    if isinstance(message, str):
-        return message
-    return raw[:300].decode("utf-8", "replace").strip()
-
-
 def _error_code(raw: bytes) -> str | None:
     code = _error_object(raw).get("code")
     return code if isinstance(code, str) else None
-
-
-def _stream_error(name: str, data: bytes) -> UpstreamError:
-    return UpstreamUnavailable(
-        f"upstream '{name}' reported an error mid-stream: {_error_message(data)}",
-        upstream=name,
-        code="stream_error",
-    )
 
 
 async def _close_quietly(chunks: AsyncIterator[bytes]) -> None:

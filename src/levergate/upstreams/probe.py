@@ -19,7 +19,7 @@ from typing import Protocol
 from pydantic import SecretStr
 
 from levergate.config import Pool, Upstream
-from levergate.upstreams.wire import HttpClient, TransportFailed
+from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 # Probes are sequential per endpoint key: one connection, kept alive between them, is enough.
 _PROBE_POOL = Pool(max_connections=1)
@@ -35,12 +35,19 @@ class Probe(Protocol):
 
 class HttpProbe:
     def __init__(
-        self, *, client: HttpClient, url: str, headers: dict[str, str], timeout: float
+        self,
+        *,
+        client: HttpClient,
+        url: str,
+        headers: dict[str, str],
+        timeout: float,
+        max_body_bytes: int,
     ) -> None:
         self._client = client
         self.url = url
         self._headers = headers
         self._timeout = timeout
+        self._max_body = max_body_bytes
 
     @classmethod
     def of(
@@ -57,7 +64,10 @@ class HttpProbe:
             headers["authorization"] = f"Bearer {key.get_secret_value()}"
         client = http_client(upstream.model_copy(update={"pool": _PROBE_POOL}))
         url = upstream.base_url.rstrip("/") + path
-        return cls(client=client, url=url, headers=headers, timeout=timeout)
+        # A probe's answer is only looked at for its status: read no more of it than of an
+        # error body.
+        limit = upstream.response_limits.error_body_bytes
+        return cls(client=client, url=url, headers=headers, timeout=timeout, max_body_bytes=limit)
 
     async def __call__(self) -> str | None:
         try:
@@ -65,7 +75,7 @@ class HttpProbe:
                 response = await self._client.request(
                     "GET", self.url, body=None, headers=self._headers
                 )
-                await response.read()  # releases the connection, whatever the status
+                await self._drain(response)
         except TimeoutError:
             return f"no answer within {self._timeout:g}s"
         except TransportFailed as exc:
@@ -73,6 +83,22 @@ class HttpProbe:
         if 200 <= response.status < 300:
             return None
         return f"answered HTTP {response.status}"
+
+    async def _drain(self, response: HttpResponse) -> None:
+        """Read the body to its end (so the connection is kept alive), but at most
+        `max_body_bytes` of it: beyond, the connection is dropped instead."""
+        chunks = response.chunks()
+        read = 0
+        try:
+            async for chunk in chunks:
+                read += len(chunk)
+                if read > self._max_body:
+                    break
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            await response.aclose()
 
     async def aclose(self) -> None:
         await self._client.aclose()

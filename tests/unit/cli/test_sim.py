@@ -23,7 +23,7 @@ def test_every_flag_lands_in_its_setting(tmp_path: Path) -> None:
         "--tpm", "1000", "--max-concurrency", "4", "--error-rate", "0.1", "--hang-rate", "0.1",
         "--disconnect-rate", "0.1", "--malformed-rate", "0.1", "--slow-rate", "0.1",
         "--disconnect-after-chunks", "3", "--max-tokens-default", "32",
-        "--no-prompt-cache", "--config", str(config),
+        "--no-prompt-cache", "--spaced-json", "--config", str(config),
     )  # fmt: skip
     settings = sim.settings_from_args(args)
     assert (settings.host, settings.port, settings.seed) == ("127.0.0.2", 0, 5)
@@ -44,6 +44,7 @@ def test_every_flag_lands_in_its_setting(tmp_path: Path) -> None:
     )
     assert (settings.max_tokens_default, settings.embedding_dim) == (32, 8)
     assert settings.prompt_cache.enabled is False
+    assert settings.spaced_json is True
 
 
 def test_defaults_are_the_fast_path() -> None:

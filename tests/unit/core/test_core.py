@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
+
 from levergate.core.call import Call, Context, Priority
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.core.service import Service, stack
@@ -117,3 +119,45 @@ def test_completed_keeps_raw_bytes_and_parses_lazily() -> None:
     reply = Completed(raw)
     assert reply.raw is raw
     assert reply.usage == {"prompt_tokens": 3}
+
+
+async def test_a_primed_stream_is_not_primed_again() -> None:
+    """Priming pulls the first event once (Fallback over Retry); every event still arrives."""
+
+    async def events() -> EventSource:
+        for i in range(3):
+            yield Event(b'{"i":%d}' % i)
+
+    primed = await Stream(events()).prime()
+    assert primed.primed
+    assert await primed.prime() is primed
+    assert [event.json()["i"] async for event in primed] == [0, 1, 2]
+
+
+async def test_a_stream_that_fails_before_its_first_event_fails_when_primed_and_is_closed() -> None:
+    closed: list[bool] = []
+
+    async def events() -> EventSource:
+        try:
+            raise RuntimeError("refused")
+            yield Event(b"{}")  # pragma: no cover
+        finally:
+            closed.append(True)
+
+    stream = Stream(events())
+    with pytest.raises(RuntimeError):
+        await stream.prime()
+    assert closed == [True]
+
+
+def test_an_event_finds_its_usage_in_any_json_spacing() -> None:
+    usage = {"prompt_tokens": 3, "completion_tokens": 2}
+    assert (
+        Event(b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}').usage() == usage
+    )
+    assert (
+        Event(b'{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}').usage()
+        == usage
+    )
+    assert Event(b'{"choices": [], "usage": null}').usage() is None
+    assert Event(b'{"choices": [{"delta": {"content": "usage"}}]}').usage() is None

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from levergate.config import Auth, Metrics, Price
-from levergate.core.call import Call, Context
+from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import AuthenticationFailed, ModelNotFound, UpstreamUnavailable
 from levergate.layers.auth import Authenticate
@@ -17,8 +17,12 @@ from levergate.layers.measure.measure import OVERHEAD_HEADER, Measure, Telemetry
 
 
 def call_with(headers: dict[str, str] | None = None, model: str = "m", **ctx: str) -> Call:
+    """A call as it reaches Measure; its record says Authenticate established the tenant (as it
+    would below), so its feature and model may be labels."""
     body = {"model": model, "messages": [{"role": "user", "content": "x"}]}
-    return Call(kind="chat", body=body, ctx=Context("r", headers=headers or {}, **ctx))
+    call = Call(kind="chat", body=body, ctx=Context("r", headers=headers or {}, **ctx))
+    call.ctx.trace.tenant = call.ctx.tenant
+    return call
 
 
 class Recorder:
@@ -105,6 +109,7 @@ async def test_measure_records_ttft_at_the_first_generated_token_when_a_stream_c
     assert metric(telemetry, "levergate_in_flight") == 1
     assert len([e async for e in reply]) == 4
     await reply.aclose()
+    await asyncio.sleep(0)  # recorded on the loop turn after the stream closed
     labels = {"route": "chat", "model": "m", "upstream": "", "feature": ""}
     assert metric(telemetry, "levergate_ttft_seconds_count", **labels) == 1
     assert metric(telemetry, "levergate_inter_token_seconds_count", **labels) == 1
@@ -130,6 +135,7 @@ async def test_measure_counts_failures_by_type_and_a_cut_stream_as_cancelled() -
     assert isinstance(reply, Stream)
     await anext(aiter(reply))
     await reply.aclose()
+    await asyncio.sleep(0)
     base = {"route": "chat", "model": "m", "upstream": "", "feature": ""}
     assert metric(telemetry, "levergate_requests_total", **base, outcome="upstream_error") == 1
     assert metric(telemetry, "levergate_requests_total", **base, outcome="cancelled") == 1
@@ -150,7 +156,7 @@ async def test_answers_served_from_a_cache_are_not_counted_as_spent() -> None:
         prices={"m": Price(input=1.0, output=1.0)},
     )  # fmt: skip
     hit = call_with()
-    hit.ctx.trace.annotations["cache"] = "hit"
+    hit.ctx.trace.cache = CacheResult("exact", CacheOutcome.HIT, 10, 5)
     await measure(hit)
     await asyncio.sleep(0)
     assert metric(telemetry, "levergate_tokens_total", model="m", upstream="", feature="",

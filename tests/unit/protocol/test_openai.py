@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from levergate.config import RequestLimits
+from levergate.core.call import Kind
 from levergate.errors import BadRequest
 from levergate.protocol.openai import (
     check_body,
@@ -11,10 +13,11 @@ from levergate.protocol.openai import (
 )
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+LIMITS = RequestLimits()
 
 
 def test_a_valid_chat_body_passes_unchanged() -> None:
-    assert check_body("chat", dict(CHAT)) == CHAT
+    assert check_body("chat", dict(CHAT), limits=LIMITS) == CHAT
 
 
 @pytest.mark.parametrize(
@@ -35,7 +38,7 @@ def test_a_valid_chat_body_passes_unchanged() -> None:
 )
 def test_each_bad_field_is_named(body: dict[str, object], param: str) -> None:
     with pytest.raises(BadRequest) as caught:
-        check_body("chat", body)
+        check_body("chat", body, limits=LIMITS)
     assert caught.value.param == param
     assert caught.value.http_status == 400
 
@@ -43,20 +46,74 @@ def test_each_bad_field_is_named(body: dict[str, object], param: str) -> None:
 def test_non_objects_are_refused() -> None:
     for body in ([], "x", 3, None):
         with pytest.raises(BadRequest):
-            check_body("chat", body)
+            check_body("chat", body, limits=LIMITS)
+
+
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [
+        ("embedding", {"model": "e", "input": None}),
+        ("chat", {"model": "m", "messages": None}),
+        ("completion", {"model": "m", "prompt": None}),
+        ("chat", {"model": None, "messages": [{"role": "user", "content": "hi"}]}),
+    ],
+)
+def test_a_required_field_sent_as_null_is_missing(kind: Kind, body: dict[str, object]) -> None:
+    """Found by the fuzz: `"input": null` reached the count check and answered 500."""
+    with pytest.raises(BadRequest, match="Missing required parameter"):
+        check_body(kind, body, limits=LIMITS)
 
 
 def test_embeddings_and_completions_have_their_own_required_fields() -> None:
-    check_body("embedding", {"model": "e", "input": ["a", "b"]})
-    check_body("completion", {"model": "m", "prompt": "once"})
+    check_body("embedding", {"model": "e", "input": ["a", "b"]}, limits=LIMITS)
+    check_body("completion", {"model": "m", "prompt": "once"}, limits=LIMITS)
     with pytest.raises(BadRequest):
-        check_body("embedding", {"model": "e"})
+        check_body("embedding", {"model": "e"}, limits=LIMITS)
     with pytest.raises(BadRequest):
-        check_body("completion", {"model": "m", "prompt": 5})
+        check_body("completion", {"model": "m", "prompt": 5}, limits=LIMITS)
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "param"),
+    [
+        ("embedding", {"model": "e", "input": ["a"] * 2049}, "input"),
+        ("embedding", {"model": "e", "input": "a", "dimensions": 0}, "dimensions"),
+        ("embedding", {"model": "e", "input": "a", "dimensions": 10**6}, "dimensions"),
+        ("chat", {**CHAT, "messages": CHAT["messages"] * 2049}, "messages"),
+        ("chat", {**CHAT, "tools": [{"type": "function"}] * 129}, "tools"),
+        ("chat", {**CHAT, "stop": ["a"] * 5}, "stop"),
+        ("chat", {**CHAT, "stop": [1]}, "stop"),
+        ("chat", {**CHAT, "n": 0}, "n"),
+        ("chat", {**CHAT, "n": 129}, "n"),
+        ("chat", {**CHAT, "max_tokens": -5}, "max_tokens"),
+        ("chat", {**CHAT, "max_tokens": 0}, "max_tokens"),
+        ("chat", {**CHAT, "max_completion_tokens": 10**7}, "max_completion_tokens"),
+        ("completion", {"model": "m", "prompt": "p", "max_tokens": -1}, "max_tokens"),
+    ],
+)
+def test_client_controlled_counts_are_bounded(
+    kind: Kind, body: dict[str, object], param: str
+) -> None:
+    """Each count a client sets is bounded before any layer does work in proportion to it
+    (OpenAI's own bounds): 20,000 copies of one embedding input made a 651 MB response."""
+    with pytest.raises(BadRequest) as caught:
+        check_body(kind, body, limits=LIMITS)
+    assert caught.value.param == param
+    assert caught.value.http_status == 400
+
+
+def test_counts_at_their_bounds_pass() -> None:
+    check_body("embedding", {"model": "e", "input": ["a"] * 2048}, limits=LIMITS)
+    check_body("embedding", {"model": "e", "input": list(range(5000))}, limits=LIMITS)  # tokens
+    check_body("chat", {**CHAT, "stop": ["a"] * 4, "n": 128, "max_tokens": 1}, limits=LIMITS)
+    check_body("completion", {"model": "m", "prompt": "p", "max_tokens": 0}, limits=LIMITS)
+    small = RequestLimits(max_embedding_inputs=2)
+    with pytest.raises(BadRequest):
+        check_body("embedding", {"model": "e", "input": ["a", "b", "c"]}, limits=small)
 
 
 def test_floats_and_ints_are_both_numbers_but_null_is_allowed() -> None:
-    check_body("chat", {**CHAT, "temperature": 0, "top_p": 0.5, "max_tokens": None})
+    check_body("chat", {**CHAT, "temperature": 0, "top_p": 0.5, "max_tokens": None}, limits=LIMITS)
 
 
 def test_usage_tokens_follow_the_openai_convention() -> None:

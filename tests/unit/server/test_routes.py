@@ -54,10 +54,10 @@ def test_a_known_path_with_another_method_is_a_405_that_lists_the_allowed_ones()
     router = Router(TABLE, settings=SERVER)
     with pytest.raises(MethodNotAllowed) as caught:
         router.match("GET", "/v1/chat/completions")
-    assert caught.value.headers() == {"allow": "POST"}
+    assert caught.value.headers()["allow"] == "POST"
     with pytest.raises(MethodNotAllowed) as caught:
         router.match("PUT", "/v1/files/f-1")
-    assert caught.value.headers() == {"allow": "DELETE, GET, HEAD"}
+    assert caught.value.headers()["allow"] == "DELETE, GET, HEAD"
     assert caught.value.status == 405
 
 

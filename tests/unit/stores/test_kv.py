@@ -36,7 +36,13 @@ async def redis_client() -> AsyncIterator[aioredis.Redis]:
 
 def safe(inner: KV, clock: ManualClock, stats: CacheStats, *, cooldown: float = 0) -> SafeKV:
     return SafeKV(
-        inner, name="test", timeout=0.05, cooldown=cooldown, clock=clock, on_fault=stats.fault
+        inner,
+        name="test",
+        timeout=0.05,
+        cooldown=cooldown,
+        max_value_bytes=1 << 20,
+        clock=clock,
+        on_fault=stats.fault,
     )
 
 

@@ -32,10 +32,23 @@ class FakeResponse:
         return b"{}"
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        self.read_count += 1  # the probe drains the body (bounded) instead of reading it whole
         yield b"{}"
 
     async def aclose(self) -> None:
         pass
+
+
+@dataclass
+class EndlessResponse(FakeResponse):
+    """A health endpoint that answers with a body that never ends."""
+
+    chunks_read: int = 0
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            self.chunks_read += 1
+            yield b"x" * 65536
 
 
 @dataclass
@@ -45,6 +58,7 @@ class FakeClient:
     status: int = 200
     failure: Exception | None = None
     hang: bool = False
+    endless: bool = False
     sent: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     responses: list[FakeResponse] = field(default_factory=list)
     closed: bool = False
@@ -58,7 +72,7 @@ class FakeClient:
             raise self.failure
         if self.hang:
             await asyncio.Event().wait()
-        self.responses.append(FakeResponse(self.status))
+        self.responses.append((EndlessResponse if self.endless else FakeResponse)(self.status))
         return self.responses[-1]
 
     async def aclose(self) -> None:
@@ -104,3 +118,12 @@ async def test_closing_the_probe_closes_its_client() -> None:
     client = FakeClient()
     await probe_with(client).aclose()
     assert client.closed
+
+
+async def test_a_probe_reads_no_more_of_an_answer_than_an_error_bodys_cap() -> None:
+    client = FakeClient(endless=True)
+    assert await probe_with(client)() is None
+    response = client.responses[0]
+    assert isinstance(response, EndlessResponse)
+    cap = UPSTREAM.response_limits.error_body_bytes
+    assert response.chunks_read == cap // 65536 + 1

@@ -20,10 +20,10 @@ from typing import Any
 import orjson
 
 from levergate.config import Cache
-from levergate.core.call import Call
+from levergate.core.call import CacheOutcome, CacheResult, Call
 from levergate.core.reply import Completed, Reply
 from levergate.core.service import Service
-from levergate.errors import UpstreamUnavailable
+from levergate.errors import PayloadTooLarge, UpstreamUnavailable
 from levergate.layers.cache.entries import CACHE_HEADER, Entries
 from levergate.layers.cache.stats import CacheStats
 from levergate.policies.cache_policy import controls, namespace, rule_for
@@ -32,6 +32,8 @@ from levergate.stores.entry import Form
 
 NAME = "embeddings"
 HITS_HEADER = "x-levergate-cache-hits"
+# The JSON around one vector in the response: {"object":"embedding","index":2047,"embedding":}
+_ROW_BYTES = 50
 
 
 class EmbeddingsCache:
@@ -60,7 +62,7 @@ class EmbeddingsCache:
             reply = await self._inner(call)
             reply.headers.setdefault(CACHE_HEADER, "bypass")
             return reply
-        asked = controls(call.ctx.headers)
+        asked = controls(call.ctx.headers, max_ttl=self._settings.max_ttl_seconds)
         keys = [self._key(call, item) for item in items]
         found: dict[str, bytes] = {}
         if asked.lookup:
@@ -70,6 +72,9 @@ class EmbeddingsCache:
         missing = [k for k in dict.fromkeys(keys) if k not in found]
         hits = len(keys) - sum(1 for k in keys if k not in found)
         self._stats.lookup(NAME, "hit" if not missing else "miss")
+        _bounded(keys, found, limit=self._settings.embeddings_max_response_bytes)
+        outcome = CacheOutcome.MISS if missing else CacheOutcome.HIT
+        call.ctx.trace.cache = CacheResult(NAME, outcome)
         if not missing:
             reply = Completed(_response(call.model, keys, found, usage=None))
         else:
@@ -112,6 +117,7 @@ class EmbeddingsCache:
             )
         if whole:
             return reply  # the upstream's own bytes, already in the request's order
+        _bounded(keys, found, limit=self._settings.embeddings_max_response_bytes)
         model = reply.data.get("model")
         return Completed(
             _response(model if isinstance(model, str) else call.model, keys, found,
@@ -146,6 +152,24 @@ def _vectors(data: dict[str, Any], count: int) -> list[bytes]:
     if any(v is None for v in ordered):
         raise UpstreamUnavailable("the upstream returned duplicate embedding indexes")
     return [v for v in ordered if v is not None]
+
+
+def _bounded(keys: list[str], found: dict[str, bytes], *, limit: int) -> None:
+    """Refuse a response over `limit` bytes before building it. Copies of one input cost the
+    upstream nothing but a full vector each here, so the response can be far larger than
+    anything the upstream sent; a key not yet found is projected at the largest known vector,
+    so a request of cached copies is refused before anything is sent upstream."""
+    known = [len(found[key]) for key in keys if key in found]
+    if not known:
+        return
+    projected = sum(known) + (len(keys) - len(known)) * max(known) + _ROW_BYTES * len(keys)
+    if projected > limit:
+        raise PayloadTooLarge(
+            f"The embeddings response would be about {projected} bytes, more than the limit "
+            f"of {limit}; send fewer inputs per request.",
+            param="input",
+            code="response_too_large",
+        )
 
 
 def _response(model: str, keys: list[str], found: dict[str, bytes], *, usage: Any) -> bytes:

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 
 from levergate.config import Cache, CacheRule
-from levergate.core.call import Call
+from levergate.core.call import CacheOutcome, CacheResult, Call
 from levergate.core.clock import Clock, SystemClock
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.core.service import Service
@@ -50,7 +50,7 @@ from levergate.stores.entry import Form
 log = logging.getLogger("levergate.cache")
 
 NAME = "exact"
-FALLBACK = "fallback"  # the trace annotation the Fallback layer sets when another alias answered
+SEMANTIC = "semantic"  # a hit of the semantic cache below: never stored as an exact answer
 _KINDS = frozenset({"chat", "completion"})
 
 
@@ -80,7 +80,7 @@ class ExactCache:
         if bypass_reason(rule, call.body) is not None:
             self._stats.lookup(NAME, "bypass")
             return _marked(await self._inner(call), "bypass")
-        asked = controls(call.ctx.headers)
+        asked = controls(call.ctx.headers, max_ttl=self._settings.max_ttl_seconds)
         key = fingerprint(
             call.body,
             kind=call.kind,
@@ -92,8 +92,9 @@ class ExactCache:
             now = self._entries.wall()
             if entry is not None and (asked.max_age is None or entry.age(now) <= asked.max_age):
                 self._stats.lookup(NAME, "hit")
-                call.ctx.trace.annotations["cache"] = "hit"
-                self._stats.saved(NAME, *meta_usage(entry.meta))
+                prompt, completion = meta_usage(entry.meta)
+                self._stats.saved(NAME, prompt, completion)
+                call.ctx.trace.cache = CacheResult(NAME, CacheOutcome.HIT, prompt, completion)
                 headers = hit_headers("hit", entry, now)
                 return replay(entry, kind=call.kind, stream=call.stream, headers=headers)
         ttl = asked.ttl or rule.ttl_seconds
@@ -108,7 +109,9 @@ class ExactCache:
             reply, leader = await self._join(call, key, fetch)
         outcome = "miss" if leader else "coalesced"
         self._stats.lookup(NAME, outcome if asked.lookup else "refresh")
-        call.ctx.trace.annotations.setdefault("cache", outcome)
+        if call.ctx.trace.cache is None:  # a semantic hit below has said it already
+            kind = CacheOutcome.MISS if leader else CacheOutcome.COALESCED
+            call.ctx.trace.cache = CacheResult(NAME, kind)
         return _marked(await _shaped(reply, call), outcome)
 
     async def _join(
@@ -132,9 +135,10 @@ class ExactCache:
         self, call: Call, key: str, rule: CacheRule, *, ttl: float, store: bool
     ) -> Reply:
         reply = await self._inner(call)
-        if not store or reply.headers.get(CACHE_HEADER) == "semantic":
+        below = call.ctx.trace.cache
+        if not store or (below is not None and below.cache == SEMANTIC):
             return reply
-        if FALLBACK in call.ctx.trace.annotations:
+        if call.ctx.trace.fallback is not None:
             # Another model answered: fine for this request, not the answer to cache for it.
             self._stats.not_stored.labels(NAME, "fallback").inc()
             return reply

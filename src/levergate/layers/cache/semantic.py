@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from levergate.config import Cache, CacheRule
-from levergate.core.call import Call
+from levergate.core.call import CacheOutcome, CacheResult, Call
 from levergate.core.embedder import Embedder
 from levergate.core.reply import Completed, Event, EventSource, Reply
 from levergate.core.service import Service
@@ -73,7 +73,7 @@ class SemanticCache:
         text = final_user_text(call.body)
         if not rule.semantic or text is None or bypass_reason(rule, call.body) is not None:
             return await self._inner(call)
-        asked = controls(call.ctx.headers)
+        asked = controls(call.ctx.headers, max_ttl=self._settings.max_ttl_seconds)
         partition = self._partition(call)
         vector = await self._embed(text)
         if vector is None:
@@ -84,7 +84,7 @@ class SemanticCache:
                 return hit
         self._stats.lookup(NAME, "miss")
         reply = await self._inner(call)
-        if not asked.store or "fallback" in call.ctx.trace.annotations:
+        if not asked.store or call.ctx.trace.fallback is not None:
             return reply
         store = _Store(self, partition, text, vector, rule, ttl=asked.ttl or rule.ttl_seconds)
         if isinstance(reply, Completed):
@@ -142,8 +142,9 @@ class SemanticCache:
                     self._stats.rejected.labels(guard).inc()
                 continue
             self._stats.lookup(NAME, "hit")
-            self._stats.saved(NAME, *meta_usage(record.meta))
-            call.ctx.trace.annotations["cache"] = NAME
+            prompt, completion = meta_usage(record.meta)
+            self._stats.saved(NAME, prompt, completion)
+            call.ctx.trace.cache = CacheResult(NAME, CacheOutcome.HIT, prompt, completion)
             headers = hit_headers(NAME, record, self._entries.wall())
             headers[SIMILARITY_HEADER] = f"{score:.4f}"
             return replay(entry, kind=call.kind, stream=call.stream, headers=headers)

@@ -2,9 +2,9 @@
 
 Lookups by cache and outcome (hit, miss, bypass, coalesced, refresh; for the semantic cache also
 rejected and unavailable), store faults by store, operation and reason (timeout, error,
-cooling_down), corrupt entries dropped, answers not stored and why, semantic neighbours refused
-by each guard, and what hits saved: output tokens and input tokens that were not sent upstream.
-One object per gateway, passed down by the pipeline; nothing global.
+cooling_down, refused), corrupt entries dropped, answers not stored and why, semantic
+neighbours refused by each guard, and what hits saved: output tokens and input tokens that were
+not sent upstream. One object per gateway, passed down by the pipeline; nothing global.
 """
 
 from __future__ import annotations

@@ -1,122 +1,108 @@
 """Measure: the outermost layer, so it sees every request, including the ones other layers refuse.
 
-Per request it records total time, TTFT at the first *generated* token (not the first byte, not
-the role preamble), the mean inter-token gap, input / output / cached tokens, cost from the price
-table, the outcome, and the gateway's own overhead: total time minus the time spent waiting on
-the upstream (and, for streams, minus the time the client took to accept each chunk). Histograms
-carry route, model, upstream and feature labels so p50/p95/p99 follow for each.
+Per request it builds one `RequestRecord` (`layers.measure.record`): total time, TTFT at the
+first *generated* token (not the first byte, not the role preamble), the mean inter-token gap,
+tokens in four buckets, cost at the price of the alias that answered (a fallback's, not the one
+asked for), what each lever saved, the outcome, and the gateway's own overhead: total time minus
+the time spent waiting on the upstream (and, for streams, minus the time the client took to
+accept each chunk). What the layers below did — the tenant, what answered, the cache outcome,
+attempts, the fallback — it reads from the call's typed record (`core.call.Trace`). The record
+goes to every sink in order (`Sink`); Prometheus is the first.
 
-For a stream everything is recorded when the stream *closes*, whichever way it closes.
+When an upstream reported no usage (llama.cpp's server sends none in a stream) the output is
+counted here (`core.tokenizer.Tokenizer`) and the record says it was counted, not reported;
+nothing is counted when the upstream did report it.
 
-The answer goes out before the bookkeeping: a whole answer's metrics are recorded in a callback
-on the next turn of the event loop, and a stream's chunk is handed on before it is inspected
-for a token (its arrival time is taken first, so TTFT is the same). After an idle moment the
-first pass through Python code runs several times slower than a warm one (caches gone), so work
-moved behind the write is what it would have added to the client's latency at low load.
+The answer goes out before the bookkeeping: a record is built in a callback on the next turn of
+the event loop (after a whole answer was returned; after a stream closed, whichever way), and a
+stream's chunk is handed on before it is inspected for a token (its arrival time is taken
+first, so TTFT is the same). After an idle moment the first pass through Python code runs
+several times slower than a warm one (caches gone), so work moved behind the write is what it
+would have added to the client's latency at low load. A sink that raises is logged once and
+counted (`levergate_sink_errors_total`); the request never sees it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-from levergate.config import WILDCARD, Metrics, Price
-from levergate.core.call import Call
-from levergate.core.reply import Completed, EventSource, Reply
+from levergate.config import WILDCARD, Price
+from levergate.core.call import CacheOutcome, Call
+from levergate.core.reply import Completed, Event, EventSource, Reply
 from levergate.core.service import Service
+from levergate.core.tokenizer import Tokenizer, TokenSource
 from levergate.errors import LevergateError
-from levergate.protocol.openai import has_generated_token, usage_tokens
+from levergate.layers.measure.prometheus import PrometheusSink, Telemetry
+from levergate.layers.measure.record import (
+    CANCELLED,
+    NO_SAVINGS,
+    OK,
+    RequestRecord,
+    Sink,
+    Timings,
+    Tokens,
+)
+from levergate.protocol.openai import generated_text, has_generated_token, usage_tokens
+from levergate.protocol.tokens import TiktokenCounter
+
+__all__ = ["OVERHEAD_HEADER", "Measure", "Telemetry"]
+
+log = logging.getLogger("levergate.measure")
 
 OVERHEAD_HEADER = "x-levergate-overhead-ms"
-_FREE = frozenset({"hit", "semantic", "coalesced"})
-_MAX_LABEL_VALUES = 100  # distinct client-chosen label values; later ones count as "other"
+CLIENT_CLOSED = 499  # nginx's status for a request its client abandoned
+NONE: frozenset[str] = frozenset()
 
 
-class Telemetry:
-    """The Prometheus metrics of one gateway, in its own registry (no global state)."""
+@dataclass(slots=True)
+class _Seen:
+    """What Measure saw of one answer, gathered while it went out."""
 
-    def __init__(self, settings: Metrics) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        labels = ("route", "model", "upstream", "feature")
-        buckets = settings.latency_buckets
-        reg = self.registry
-        self.requests = Counter(
-            "levergate_requests", "Requests by outcome.", (*labels, "outcome"), registry=reg
-        )
-        self.total = Histogram(
-            "levergate_request_seconds",
-            "Time from arrival to the last byte of the answer.",
-            (*labels, "outcome"),
-            buckets=buckets,
-            registry=reg,
-        )
-        self.ttft = Histogram(
-            "levergate_ttft_seconds",
-            "Time from arrival to the first generated token of a stream.",
-            labels,
-            buckets=buckets,
-            registry=reg,
-        )
-        self.itl = Histogram(
-            "levergate_inter_token_seconds",
-            "Mean gap between generated chunks of a stream, one sample per stream.",
-            labels,
-            buckets=buckets,
-            registry=reg,
-        )
-        self.overhead = Histogram(
-            "levergate_overhead_seconds",
-            "Gateway time per request: total minus upstream wait (and client writes for streams).",
-            ("route",),
-            buckets=settings.overhead_buckets,
-            registry=reg,
-        )
-        self.tokens = Counter(
-            "levergate_tokens",
-            "Tokens by kind: input (cached included, OpenAI convention), output, cached.",
-            ("model", "upstream", "feature", "kind"),
-            registry=reg,
-        )
-        self.cost = Counter(
-            "levergate_cost_usd", "Cost from the price table.", ("model", "upstream", "feature"),
-            registry=reg,
-        )  # fmt: skip
-        self.in_flight = Gauge("levergate_in_flight", "Requests being served.", registry=reg)
-        self._seen: dict[str, set[str]] = {"feature": set(), "model": set()}
-        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
+    outcome: str = OK
+    status: int = 200
+    error: str | None = None
+    usage: dict[str, Any] | None = None
+    # The raw chunks carrying generated text (bytes, which the garbage collector never walks),
+    # parsed again only when no usage arrived and the output has to be counted here.
+    generated: list[bytes] = field(default_factory=list)
+    answer: Mapping[str, Any] | None = None  # a whole answer, parsed already
+    ttft: float | None = None
+    inter_token: float | None = None
+    consumer_seconds: float = 0.0
+    total: float | None = None
 
-    def bounded(self, kind: str, value: str) -> str:
-        """Feature tags, and model names behind a `*` route, come from clients: bound how many
-        distinct values become labels so the metrics cannot grow without end."""
-        seen = self._seen[kind]
-        if value in seen or not value:
-            return value
-        if len(seen) >= _MAX_LABEL_VALUES:
-            return "other"
-        seen.add(value)
-        return value
-
-    def child(self, metric: Counter | Histogram, *labels: str) -> Any:
-        """`metric.labels(*labels)`, memoised: the lookup is most of the cost of an update."""
-        key = (metric._name, labels)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*labels)
-        return found
+    @classmethod
+    def failed(cls, exc: BaseException) -> _Seen:
+        if isinstance(exc, LevergateError):
+            return cls(exc.type, exc.http_status, type(exc).__name__)
+        if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+            return cls(CANCELLED, CLIENT_CLOSED, type(exc).__name__)
+        return cls("internal_error", 500, type(exc).__name__)
 
 
 class Measure:
     def __init__(
-        self, inner: Service, *, telemetry: Telemetry, prices: Mapping[str, Price]
+        self,
+        inner: Service,
+        *,
+        telemetry: Telemetry,
+        prices: Mapping[str, Price],
+        sinks: Sequence[Sink] = (),
+        tokenizer: Tokenizer | None = None,
     ) -> None:
         self._inner = inner
         self._t = telemetry
         self._prices = prices
         self._default_price = prices.get(WILDCARD, Price())
+        # Prometheus first: today's metrics; the request log, dashboard and ledger follow.
+        self._sinks: tuple[Sink, ...] = (PrometheusSink(telemetry), *sinks)
+        self._tokenizer = tokenizer or TiktokenCounter()
+        self._sink_failed: set[str] = set()
 
     async def __call__(self, call: Call) -> Reply:
         self._t.in_flight.inc()
@@ -124,104 +110,185 @@ class Measure:
             reply = await self._inner(call)
         except BaseException as exc:
             self._t.in_flight.dec()
-            self._record(call, _outcome(exc), None, consumer_seconds=0.0)
+            self._later(call, _Seen.failed(exc))
             raise
         trace = call.ctx.trace
         total = trace.elapsed()
         overhead = max(0.0, total - trace.upstream_seconds)
         reply.headers[OVERHEAD_HEADER] = f"{overhead * 1000:.3f}"
         if isinstance(reply, Completed):
-            asyncio.get_running_loop().call_soon(self._record_completed, call, reply, total)
+            asyncio.get_running_loop().call_soon(self._completed, call, reply, total)
             return reply
         return reply.through(lambda events: self._watch(call, events))
 
-    def _record_completed(self, call: Call, reply: Completed, total: float) -> None:
+    def _completed(self, call: Call, reply: Completed, total: float) -> None:
         self._t.in_flight.dec()
-        # A cached answer's usage is not spent here: skip parsing it (see `_record`).
-        free = call.ctx.trace.annotations.get("cache") in _FREE
-        usage = None if free else reply.usage
-        self._record(call, "ok", usage, consumer_seconds=0.0, total=total)
+        seen = _Seen(status=reply.status, total=total)
+        cache = call.ctx.trace.cache
+        # A cached answer's usage was not spent here: skip parsing it (a shared one's is parsed
+        # already, and tells what coalescing saved).
+        if cache is None or cache.outcome is not CacheOutcome.HIT:
+            seen.usage = reply.usage
+            if seen.usage is None and reply.status == 200:
+                seen.answer = reply.data
+        self._finish(call, seen)
 
     async def _watch(self, call: Call, events: EventSource) -> EventSource:
         started = call.ctx.trace.started
         first: float | None = None
         last = 0.0
         gaps = 0
-        usage: dict[str, Any] | None = None
+        seen = _Seen(outcome=CANCELLED, status=CLIENT_CLOSED)
+        generated = seen.generated
         consumer = 0.0
-        outcome = "cancelled"
+        sent = False
         try:
             async for event in events:
                 handed = time.perf_counter()
+                sent = True
                 yield event
                 consumer += time.perf_counter() - handed
                 if first is None:
                     if has_generated_token(event.json()):
                         first = last = handed
+                        generated.append(event.data)
                 elif _may_carry_token(event.data) and has_generated_token(event.json()):
                     last = handed
                     gaps += 1
-                if b'"usage":{' in event.data:
-                    found = event.json().get("usage")
-                    usage = found if isinstance(found, dict) else usage
-            outcome = "ok"
+                    generated.append(event.data)
+                if (found := event.usage()) is not None:
+                    seen.usage = found
+            seen.outcome, seen.status = OK, 200
         except BaseException as exc:
-            outcome = _outcome(exc)
+            failed = _Seen.failed(exc)
+            seen.outcome, seen.error = failed.outcome, failed.error
+            # Once an event went out the client has its 200; an error ends the stream in-band.
+            seen.status = failed.status if failed.outcome == CANCELLED or not sent else 200
             raise
         finally:
             self._t.in_flight.dec()
-            labels = self._labels(call)
+            seen.consumer_seconds = consumer
             if first is not None:
-                self._t.child(self._t.ttft, *labels).observe(first - started)
-                if gaps:
-                    self._t.child(self._t.itl, *labels).observe((last - first) / gaps)
-            self._record(call, outcome, usage, consumer_seconds=consumer)
+                seen.ttft = first - started
+                seen.inter_token = (last - first) / gaps if gaps else None
+            self._later(call, seen)
 
-    def _labels(self, call: Call) -> tuple[str, str, str, str]:
+    def _later(self, call: Call, seen: _Seen) -> None:
+        """Build and emit the record on the next loop turn (now, if no loop runs any more)."""
+        seen.total = call.ctx.trace.elapsed() if seen.total is None else seen.total
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._finish(call, seen)
+            return
+        loop.call_soon(self._finish, call, seen)
+
+    def _finish(self, call: Call, seen: _Seen) -> None:
+        try:
+            record = self._record(call, seen)
+        except Exception as exc:  # a record that cannot be built (a tokenizer failing) is lost
+            self._failed("record", exc)
+            return
+        self._emit(record)
+
+    def _record(self, call: Call, seen: _Seen) -> RequestRecord:
+        """The finished request as one value."""
         trace = call.ctx.trace
-        bounded = self._t.bounded
-        model = bounded("model", call.model)
-        return (call.kind, model, trace.upstream, bounded("feature", call.ctx.feature))
+        total = trace.elapsed() if seen.total is None else seen.total
+        overhead = max(0.0, total - trace.upstream_seconds - seen.consumer_seconds)
+        answered = trace.alias or call.model
+        tokens = self._tokens(call, seen, answered)
+        price = self._price(answered)
+        return RequestRecord(
+            request_id=call.ctx.request_id,
+            route=call.kind,
+            tenant=trace.tenant,
+            feature=call.ctx.feature,
+            model=call.model,
+            alias=trace.alias,
+            upstream=trace.upstream,
+            upstream_model=trace.upstream_model,
+            outcome=seen.outcome,
+            status=seen.status,
+            error=seen.error,
+            timings=Timings(
+                total=total,
+                upstream=trace.upstream_seconds,
+                overhead=overhead,
+                ttft=seen.ttft,
+                inter_token=seen.inter_token,
+            ),
+            tokens=tokens,
+            cost_usd=price.cost(tokens.input, tokens.output, tokens.cached_read),
+            cache=trace.cache,
+            attempts=trace.attempts,
+            retries=trace.retries,
+            fallback=trace.fallback,
+            failed_endpoints=frozenset(trace.failed_endpoints) if trace.failed_endpoints else NONE,
+            savings=self._savings(call, seen),
+            notes=tuple(trace.notes) if trace.notes else (),
+        )
 
-    def _record(
-        self,
-        call: Call,
-        outcome: str,
-        usage: dict[str, Any] | None,
-        *,
-        consumer_seconds: float,
-        total: float | None = None,
-    ) -> None:
-        trace = call.ctx.trace
-        total = trace.elapsed() if total is None else total
-        overhead = max(0.0, total - trace.upstream_seconds - consumer_seconds)
-        t = self._t
-        route, model, upstream, feature = labels = self._labels(call)
-        t.child(t.requests, *labels, outcome).inc()
-        t.child(t.total, *labels, outcome).observe(total)
-        t.child(t.overhead, route).observe(overhead)
-        # An answer from a cache (or shared with an identical request in flight) cost nothing
-        # here: the cache layers count what it saved, so it is not counted as spent twice.
-        if usage and call.ctx.trace.annotations.get("cache") not in _FREE:
-            prompt, completion, cached = usage_tokens(usage)
-            t.child(t.tokens, model, upstream, feature, "input").inc(prompt)
-            t.child(t.tokens, model, upstream, feature, "output").inc(completion)
-            if cached:
-                t.child(t.tokens, model, upstream, feature, "cached").inc(cached)
-            price = self._prices.get(call.model, self._default_price)
-            cost = price.cost(prompt, completion, cached)
-            if cost:
-                t.child(t.cost, model, upstream, feature).inc(cost)
+    def _tokens(self, call: Call, seen: _Seen, answered: str) -> Tokens:
+        cache = call.ctx.trace.cache
+        if cache is not None and cache.free:
+            # Served by a cache or shared with an identical request in flight: nothing spent
+            # here (the cache layers count what it saved), so nothing is counted twice.
+            return Tokens()
+        prompt, completion, cached = usage_tokens(seen.usage)
+        written = _cache_write_tokens(seen.usage)
+        uncached = max(0, prompt - cached - written)
+        if seen.usage is not None and isinstance(seen.usage.get("completion_tokens"), int):
+            return Tokens(uncached, cached, written, completion, TokenSource.REPORTED)
+        chunks = [seen.answer] if seen.answer is not None else map(_parsed, seen.generated)
+        text = "".join(generated_text(chunk) for chunk in chunks)
+        model = call.ctx.trace.upstream_model or answered
+        count = self._tokenizer.count(text, model=model)
+        return Tokens(uncached, cached, written, count.tokens, count.how)
+
+    def _savings(self, call: Call, seen: _Seen) -> Mapping[str, float]:
+        """What the cache saved: the price of the answer it served, at the model asked for."""
+        cache = call.ctx.trace.cache
+        if cache is None or not cache.free:
+            return NO_SAVINGS
+        price = self._price(call.ctx.trace.alias or call.model)
+        if cache.outcome is CacheOutcome.HIT:
+            saved = price.cost(cache.saved_input, cache.saved_output, 0)
+            return {cache.cache: saved} if saved else {}
+        prompt, completion, cached = usage_tokens(seen.usage)
+        saved = price.cost(prompt, completion, cached)
+        return {"coalesced": saved} if saved else {}
+
+    def _price(self, alias: str) -> Price:
+        return self._prices.get(alias, self._default_price)
+
+    def _emit(self, record: RequestRecord) -> None:
+        for sink in self._sinks:
+            try:
+                sink.emit(record)
+            except Exception as exc:  # a sink never breaks a request: logged once, counted always
+                self._failed(type(sink).__name__, exc)
+
+    def _failed(self, name: str, exc: Exception) -> None:
+        """Count the failure; log its first traceback."""
+        self._t.child(self._t.sink_errors, name).inc()
+        if name not in self._sink_failed:
+            self._sink_failed.add(name)
+            log.error("measure: %s failed (logged once; counted in metrics)", name, exc_info=exc)
 
 
-def _outcome(exc: BaseException) -> str:
-    if isinstance(exc, LevergateError):
-        return exc.type
-    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
-        return "cancelled"
-    return "internal_error"
+def _parsed(data: bytes) -> Mapping[str, Any]:
+    return Event(data).json()
+
+
+def _cache_write_tokens(usage: Mapping[str, Any] | None) -> int:
+    """Prompt tokens written to a provider's prompt cache (Anthropic's name, as OpenAI-shaped
+    usage carries it), counted inside `prompt_tokens`."""
+    value = (usage or {}).get("cache_creation_input_tokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _may_carry_token(data: bytes) -> bool:
-    """A byte-level pre-check so most chunks are judged without parsing them twice."""
-    return b'"content":"' in data or b'"text":"' in data or b'"tool_calls"' in data
+    """A byte-level pre-check so most chunks are judged without parsing them twice. On the
+    keys only: upstreams write JSON in every spacing (`"content": "` from Python servers)."""
+    return b'"content"' in data or b'"text"' in data or b'"tool_calls"' in data

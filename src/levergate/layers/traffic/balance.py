@@ -5,8 +5,9 @@ endpoint that just failed it. Strategies (traffic.balance.strategy): `weighted` 
 `least_outstanding`, and `p2c` — two candidates sampled by weight, the one with the lower
 predicted completion time kept (see `policies.balancing`). The prediction is fed by what this
 layer observes of each endpoint: requests and tokens in flight, TTFT, tokens per second, the
-provider's quota headroom (`x-ratelimit-remaining-*` over `-limit-*`), and cooldowns after a
-429 or an exhausted quota (until `Retry-After` / `x-ratelimit-reset-*`).
+provider's quota headroom (the `Quota` the transport parsed from `x-ratelimit-*` onto the
+call's record), and cooldowns after a 429 or an exhausted quota (until `Retry-After` /
+`x-ratelimit-reset-*`).
 
 Ejected endpoints are skipped; when none is left the one whose ejection ends first is used
 (fail open: a lone endpoint is never made unreachable by its own health). A stream stays on
@@ -35,19 +36,18 @@ from typing import Any, Literal
 
 from levergate.core.call import Call, Trace
 from levergate.core.clock import Clock
+from levergate.core.quota import Quota
 from levergate.core.reply import Completed, EventSource, Reply
 from levergate.errors import UpstreamError, UpstreamRejected
 from levergate.layers.traffic.endpoints import EjectionGroup, EndpointState, Node
 from levergate.policies import balancing
-from levergate.policies.backoff import parse_duration, retry_floor
+from levergate.policies.backoff import retry_floor
 from levergate.policies.ejection import State
 from levergate.policies.estimate import output_cap
 from levergate.policies.ewma import Ewma
 
 Strategy = Literal["p2c", "least_outstanding", "weighted"]
-QUOTA_PREFIX = "x-ratelimit-"
 TRUSTED_SAMPLES = 2.0  # recent samples an average needs before the balancer believes it
-_FAILED = "balance.failed"  # trace annotation: endpoints that failed this request already
 _DEFAULT_COOLDOWN = 1.0  # seconds, after a 429 that gave no hint
 
 
@@ -90,8 +90,7 @@ class Balance:
             call = call.with_body(model=member.upstream_model)
         tokens = float(output_cap(call.body))
         trace = call.ctx.trace
-        for key in [k for k in trace.annotations if k.startswith(QUOTA_PREFIX)]:
-            del trace.annotations[key]
+        trace.quota = None  # what this attempt's answer says, not an earlier attempt's
         before = trace.upstream_seconds
         state.outstanding += 1
         state.queued_tokens += tokens
@@ -103,7 +102,7 @@ class Balance:
                 self._after_failure(member, exc, trace)
             raise
         now = self._clock.now()
-        self._read_quota(state, trace.annotations, now)
+        self._read_quota(state, trace.quota, now)
         head = trace.upstream_seconds - before
         state.latency.observe(head, now=now)
         self._check_latency(state, now)
@@ -115,7 +114,7 @@ class Balance:
 
     def choose(self, call: Call, now: float) -> Member:
         """The member for this attempt (public for tests and the benchmark's reports)."""
-        failed = set(call.ctx.trace.annotations.get(_FAILED, "").split(","))
+        failed = call.ctx.trace.failed_endpoints
         pool = [m for m in self._members if m.node.state.health.available(now)]
         if not pool:
             return min(self._members, key=lambda m: m.node.state.health.ejected_until)
@@ -161,9 +160,8 @@ class Balance:
                 if first is None:
                     first = trace.upstream_seconds - before
                     state.ttft.observe(first, now=self._clock.now())
-                if b'"usage":{' in event.data:
-                    found = event.json().get("usage")
-                    usage = found if isinstance(found, dict) else usage
+                if (found := event.usage()) is not None:
+                    usage = found
                 yield event
             clean = True
         finally:
@@ -186,12 +184,12 @@ class Balance:
     def _after_failure(self, member: Member, exc: UpstreamError, trace: Trace) -> None:
         now = self._clock.now()
         state = member.node.state
-        failed = trace.annotations.get(_FAILED, "")
-        trace.annotations[_FAILED] = f"{failed},{state.name}" if failed else state.name
+        trace.failed_endpoints.add(state.name)
         throttled = isinstance(exc, UpstreamRejected) and exc.upstream_status == 429
         if not throttled and exc.retry_after is None:
             return
-        floor = retry_floor(retry_after=exc.retry_after, headers=trace.annotations)
+        reset = trace.quota.reset_floor() if trace.quota is not None else None
+        floor = retry_floor(retry_after=exc.retry_after, reset=reset)
         if throttled and floor <= 0:
             floor = _DEFAULT_COOLDOWN
         state.cooldown_until = max(state.cooldown_until, now + floor)
@@ -199,21 +197,15 @@ class Balance:
         usable = [m for m in self._members if m.node.state.health.available(now)] or [member]
         exc.retry_after = min(max(0.0, m.node.state.cooldown_until - now) for m in usable)
 
-    def _read_quota(self, state: EndpointState, headers: dict[str, str], now: float) -> None:
-        shares: list[float] = []
-        for dimension in ("requests", "tokens"):
-            remaining = _number(headers.get(f"x-ratelimit-remaining-{dimension}"))
-            limit = _number(headers.get(f"x-ratelimit-limit-{dimension}"))
-            if remaining is None:
-                continue
-            if limit:
-                shares.append(remaining / limit)
-            if remaining <= 0:
-                reset = parse_duration(headers.get(f"x-ratelimit-reset-{dimension}", ""))
-                if reset:
-                    state.cooldown_until = max(state.cooldown_until, now + reset)
-        if shares:
-            state.headroom = max(0.0, min(1.0, *shares))
+    def _read_quota(self, state: EndpointState, quota: Quota | None, now: float) -> None:
+        if quota is None:
+            return
+        for window in (quota.requests, quota.tokens):
+            if window.exhausted and window.reset_seconds:
+                state.cooldown_until = max(state.cooldown_until, now + window.reset_seconds)
+        headroom = quota.headroom
+        if headroom is not None:
+            state.headroom = headroom
 
     def _check_latency(self, state: EndpointState, now: float) -> None:
         """Eject a latency outlier: its average above `latency_factor` times the median of its
@@ -236,15 +228,6 @@ class Balance:
         median = statistics.median(peers.values())
         if median > 0 and state.latency.value() > self._latency_factor * median:
             self._group.eject(state, now)
-
-
-def _number(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def _trusted(average: Ewma, now: float) -> float:

@@ -26,7 +26,6 @@ from levergate.errors import (
     UpstreamUnavailable,
 )
 from levergate.layers.traffic.metrics import TrafficMetrics
-from levergate.layers.traffic.retry import first_event_pulled
 
 CONTEXT_LENGTH = "context_length"
 
@@ -57,7 +56,7 @@ class Fallback:
         while True:
             try:
                 reply = await self._inner(current)
-                return reply if isinstance(reply, Completed) else await first_event_pulled(reply)
+                return reply if isinstance(reply, Completed) else await reply.prime()
             except LevergateError as exc:
                 kind = failure_kind(exc)
                 if kind == CONTEXT_LENGTH and context:
@@ -65,9 +64,11 @@ class Fallback:
                 elif kind in self._on and general:
                     alias = general.pop(0)
                 else:
+                    # After a fallback, the client's own retry would repeat the whole chain.
+                    exc.retried = exc.retried or current is not call
                     raise
             self._metrics.fallbacks.labels(model, alias).inc()
-            call.ctx.trace.annotations["fallback"] = alias
+            call.ctx.trace.fallback = alias
             current = call.with_body(model=alias)
 
 

@@ -131,9 +131,8 @@ class Limits:
         dropped = False
         try:
             async for event in events:
-                if b'"usage":{' in event.data:
-                    found = event.json().get("usage")
-                    usage = found if isinstance(found, dict) else usage
+                if (found := event.usage()) is not None:
+                    usage = found
                 yield event
         except BaseException as exc:
             dropped = _is_drop(exc)

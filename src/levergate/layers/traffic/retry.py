@@ -21,7 +21,7 @@ import random
 
 from levergate.core.call import Call
 from levergate.core.clock import Clock
-from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
+from levergate.core.reply import Completed, Reply
 from levergate.core.service import Service
 from levergate.errors import UpstreamError, UpstreamRejected, UpstreamTimeout
 from levergate.layers.traffic.metrics import TrafficMetrics
@@ -57,16 +57,18 @@ class Retry:
         while True:
             try:
                 reply = await self._inner(call)
-                return reply if isinstance(reply, Completed) else await first_event_pulled(reply)
+                return reply if isinstance(reply, Completed) else await reply.prime()
             except UpstreamError as exc:
                 reason = retry_reason(exc)
                 if reason is None:
                     raise
                 delay = self._delay(call, exc, attempt)
                 if delay is None:
+                    # Tell the client (x-should-retry: false) so its SDK does not multiply ours.
+                    exc.retried = exc.retried or attempt > 0
                     raise
                 self._metrics.retries.labels(reason).inc()
-                call.ctx.trace.annotations["retries"] = str(attempt + 1)
+                call.ctx.trace.retries = attempt + 1
                 await self._clock.sleep(delay)
                 attempt += 1
 
@@ -97,28 +99,3 @@ def retry_reason(exc: UpstreamError) -> str | None:
     if isinstance(exc, UpstreamTimeout):
         return "timeout"
     return f"http_{exc.upstream_status}" if exc.upstream_status else "unavailable"
-
-
-async def first_event_pulled(stream: Stream) -> Stream:
-    """The stream with its first event already received, so a failure before the first byte
-    surfaces here, where it can still be retried or sent to a fallback. A stream a layer below
-    has primed already (Retry under Fallback) is returned as it is."""
-    if stream.primed:
-        return stream
-    events = aiter(stream)
-    try:
-        first = await anext(events)
-    except StopAsyncIteration:
-        return stream
-    except BaseException:
-        await stream.aclose()
-        raise
-    primed = stream.through(lambda rest: _prepended(first, rest))
-    primed.primed = True
-    return primed
-
-
-async def _prepended(first: Event, rest: EventSource) -> EventSource:
-    yield first
-    async for event in rest:
-        yield event

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from levergate.config import LocalEmbeddings
-from levergate.errors import BadRequest
+from levergate.errors import BadRequest, ModelNotFound
 from levergate.upstreams.embeddings_local.batcher import MicroBatcher
 from levergate.upstreams.embeddings_local.minilm import Embedded, MiniLM
 
@@ -37,7 +37,12 @@ class LocalEmbedder:
         return vectors
 
     async def answer(self, body: Mapping[str, Any], *, model: str) -> dict[str, Any]:
-        """The OpenAI `/v1/embeddings` response for `body`."""
+        """The OpenAI `/v1/embeddings` response for `body`, which must name this model: a
+        client asking for another one (`text-embedding-3-small`) expects its dimensions and
+        its vector space, and 384 MiniLM dimensions under that name would break it silently.
+        A gateway alias (`models: [{name: ..., upstream: local, upstream_model: <this>}]`)
+        maps another name here on purpose."""
+        check_model(model, served=self.settings.model_name, dimensions=self.model.dimensions)
         texts = _texts(body.get("input"))
         dimensions = body.get("dimensions")
         if dimensions is not None and dimensions != self.model.dimensions:
@@ -67,6 +72,19 @@ class LocalEmbedder:
             empty = np.zeros((0, self.model.dimensions), dtype=np.float32)
             return Embedded(empty, np.zeros(0, dtype=np.int64))
         return await self.batcher.encode(texts)
+
+
+def check_model(model: str, *, served: str, dimensions: int) -> None:
+    """404 model_not_found unless `model` is the embedding model this upstream serves."""
+    if model != served:
+        raise ModelNotFound(
+            model,
+            detail=(
+                f"this local upstream embeds only with '{served}' ({dimensions} dimensions); "
+                f"to send another name here, configure a model alias with "
+                f"upstream_model: {served}"
+            ),
+        )
 
 
 def _texts(value: Any) -> list[str]:

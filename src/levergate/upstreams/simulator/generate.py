@@ -221,17 +221,28 @@ def answer(*, spec: Spec, seed: int, cached_tokens: int, id: str, created: int) 
 
 
 def generation_reply(
-    *, spec: Spec, answer: Answer, timing: Timing, fault: Fault | None, cut_after: int
+    *,
+    spec: Spec,
+    answer: Answer,
+    timing: Timing,
+    fault: Fault | None,
+    cut_after: int,
+    spaced_json: bool = False,
 ) -> Reply:
     """Lay the answer out on the wire, applying a disconnect or malformed fault if drawn."""
+    dumps = responses.dumps_for(spaced=spaced_json)
     if not spec.stream:
         if fault is Fault.MALFORMED:
             return Reply(status=200, body=malformed_body(stream=False), delay=timing.total)
-        body = responses.chat_body(answer) if spec.chat else responses.completion_body(answer)
+        body = (
+            responses.chat_body(answer, dumps=dumps)
+            if spec.chat
+            else responses.completion_body(answer, dumps=dumps)
+        )
         cut = len(body) // 2 if fault is Fault.DISCONNECT else None
         return Reply(status=200, body=body, delay=timing.total, cut_after=cut)
     events, steps = responses.stream_events(
-        answer, chat=spec.chat, include_usage=spec.include_usage
+        answer, chat=spec.chat, include_usage=spec.include_usage, dumps=dumps
     )
     if fault is Fault.MALFORMED:
         events = [events[0], malformed_body(stream=True), events[-1]]

@@ -9,7 +9,8 @@ is on, then a final usage chunk with `choices: []`, then `data: [DONE]`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,19 @@ class Answer:
     completion_tokens: int
 
 
+Dumps = Callable[[Any], bytes]
+
+
+def spaced_dumps(obj: Any) -> bytes:
+    """JSON the way Python's `json.dumps` writes it by default (`"key": value, ...`)."""
+    return json.dumps(obj).encode()
+
+
+def dumps_for(*, spaced: bool) -> Dumps:
+    """The simulator's JSON writer: compact (orjson, as OpenAI writes) or spaced."""
+    return spaced_dumps if spaced else orjson.dumps
+
+
 def usage(answer: Answer) -> dict[str, Any]:
     completion = answer.completion_tokens
     return {
@@ -50,7 +64,7 @@ def usage(answer: Answer) -> dict[str, Any]:
     }
 
 
-def chat_body(answer: Answer) -> bytes:
+def chat_body(answer: Answer, *, dumps: Dumps = orjson.dumps) -> bytes:
     choices: list[dict[str, Any]] = []
     for index, tokens in enumerate(answer.choices):  # a loop, not a comprehension: hot path
         message: dict[str, Any] = {
@@ -66,7 +80,7 @@ def chat_body(answer: Answer) -> bytes:
             "finish_reason": answer.finish,
         }
         choices.append(choice)
-    return orjson.dumps(
+    return dumps(
         {
             "id": answer.id,
             "object": "chat.completion",
@@ -80,7 +94,7 @@ def chat_body(answer: Answer) -> bytes:
     )
 
 
-def completion_body(answer: Answer) -> bytes:
+def completion_body(answer: Answer, *, dumps: Dumps = orjson.dumps) -> bytes:
     choices = [
         {
             "text": "".join(tokens),
@@ -90,7 +104,7 @@ def completion_body(answer: Answer) -> bytes:
         }
         for index, tokens in enumerate(answer.choices)
     ]
-    return orjson.dumps(
+    return dumps(
         {
             "id": answer.id,
             "object": "text_completion",
@@ -104,7 +118,7 @@ def completion_body(answer: Answer) -> bytes:
 
 
 def stream_events(
-    answer: Answer, *, chat: bool, include_usage: bool
+    answer: Answer, *, chat: bool, include_usage: bool, dumps: Dumps = orjson.dumps
 ) -> tuple[list[bytes], list[int]]:
     """(SSE events, output-token step of each event). Step 0 is the first token (with the role
     preamble for chat); the finish, usage and [DONE] events share the last token's step."""
@@ -125,7 +139,7 @@ def stream_events(
             choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
         else:
             choice = {"text": delta, "index": index, "logprobs": None, "finish_reason": finish}
-        events.append(encode(orjson.dumps({**head, "choices": [choice]})))
+        events.append(encode(dumps({**head, "choices": [choice]})))
         steps.append(step)
 
     if chat:
@@ -140,7 +154,7 @@ def stream_events(
     for index in range(len(answer.choices)):
         emit(last, index, {} if chat else "", answer.finish)
     if include_usage:
-        events.append(encode(orjson.dumps({**head, "choices": [], "usage": usage(answer)})))
+        events.append(encode(dumps({**head, "choices": [], "usage": usage(answer)})))
         steps.append(last)
     events.append(DONE_FRAME)
     steps.append(last)

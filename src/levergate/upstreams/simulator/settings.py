@@ -116,6 +116,10 @@ class SimSettings(_Frozen):
     # False: any model name is served (listed or not); True: unknown models get a 404.
     strict_models: bool = False
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    # True: bodies and stream events are written the way Python's `json.dumps` writes them
+    # (`"usage": {...}`, `", "` separators), as FastAPI / sse-starlette servers such as
+    # llama_cpp.server do; False: compact JSON, as OpenAI writes it.
+    spaced_json: bool = False
 
     def patched(self, patch: Mapping[str, Any]) -> SimSettings:
         """A copy with `patch` deep-merged in and validated again (raises ValidationError)."""

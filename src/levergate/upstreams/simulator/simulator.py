@@ -285,4 +285,5 @@ class Simulator:
             timing=timing,
             fault=fault,
             cut_after=s.faults.disconnect_after_chunks,
+            spaced_json=s.spaced_json,
         )

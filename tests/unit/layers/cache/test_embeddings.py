@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
 from levergate.config import Cache
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed, Reply
+from levergate.errors import PayloadTooLarge
 from levergate.layers.cache.embeddings import HITS_HEADER, EmbeddingsCache
 from levergate.layers.cache.entries import CACHE_HEADER, Entries
 from levergate.layers.cache.stats import CacheStats
@@ -87,3 +89,20 @@ async def test_shaping_fields_and_controls_are_respected() -> None:
                      ctx=Context("r", headers={"cache-control": "no-store"})))  # fmt: skip
     await cache(embed("pear"))
     assert upstream.inputs[-2:] == [["pear"], ["pear"]]
+
+
+async def test_copies_of_one_input_cannot_amplify_the_response() -> None:
+    """Each copy of a cached input costs the upstream nothing but a full vector here: 20,000
+    copies of "a" made a 651 MB response. Beyond the configured bytes the cache refuses with a
+    413 before building the response, and before the upstream when the copies are cached."""
+    upstream = Embeddings()
+    cache = layer(upstream, Cache(embeddings_max_response_bytes=4096))
+    with pytest.raises(PayloadTooLarge) as caught:
+        await cache(embed(["a"] * 100))  # one input upstream, 100 vectors back
+    assert caught.value.http_status == 413
+    assert caught.value.param == "input"
+    assert upstream.inputs == [["a"]]
+    with pytest.raises(PayloadTooLarge):
+        await cache(embed(["a"] * 99 + ["b"]))  # "a" is cached now: refused before upstream
+    assert upstream.inputs == [["a"]]
+    assert len(vectors(await cache(embed(["a"] * 10 + ["c"])))) == 11

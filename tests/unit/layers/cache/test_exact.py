@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from levergate.config import Cache
-from levergate.core.call import Call, Context
+from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.reply import Completed, Reply, Stream
 from levergate.errors import UpstreamUnavailable
 from levergate.layers.cache.entries import AGE_HEADER, CACHE_HEADER
@@ -237,3 +237,39 @@ async def test_completions_are_cached_and_replayed_in_both_shapes() -> None:
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == "once upon"
     assert chunks[-1]["usage"]["completion_tokens"] == 2
     assert upstream.calls == 1
+
+
+async def test_the_record_says_hit_or_miss_and_what_a_hit_saved() -> None:
+    cache, _ = exact_cache(FakeUpstream())
+    first, second = chat(), chat()
+    await cache(first)
+    await cache(second)
+    assert first.ctx.trace.cache == CacheResult("exact", CacheOutcome.MISS)
+    hit = second.ctx.trace.cache
+    assert hit is not None
+    assert (hit.outcome, hit.free, hit.saved_output) == (CacheOutcome.HIT, True, 4)
+
+
+async def test_an_answer_from_a_fallback_model_is_not_stored() -> None:
+    class FellBack(FakeUpstream):
+        async def __call__(self, call: Call) -> Reply:
+            call.ctx.trace.fallback = "other"
+            return await super().__call__(call)
+
+    cache, _ = exact_cache(FellBack())
+    await cache(chat())
+    assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
+
+
+async def test_a_semantic_hit_below_is_not_stored_as_the_exact_answer() -> None:
+    class SemanticHit(FakeUpstream):
+        async def __call__(self, call: Call) -> Reply:
+            call.ctx.trace.cache = CacheResult("semantic", CacheOutcome.HIT, 10, 4)
+            return await super().__call__(call)
+
+    cache, _ = exact_cache(SemanticHit())
+    first = chat()
+    await cache(first)
+    assert first.ctx.trace.cache is not None
+    assert first.ctx.trace.cache.cache == "semantic"  # the exact cache leaves it as it is
+    assert (await cache(chat())).headers[CACHE_HEADER] == "miss"

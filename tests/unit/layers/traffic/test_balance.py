@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 
+from levergate.core.quota import Quota
 from levergate.core.reply import Completed
 from levergate.errors import LevergateError, UpstreamRejected
 from levergate.layers.traffic.retry import Retry
@@ -180,7 +181,7 @@ async def test_an_exhausted_quota_cools_the_key_until_its_reset() -> None:
         "x-ratelimit-limit-tokens": "1000",
         "x-ratelimit-remaining-tokens": "500",
     }
-    pool.balance._read_quota(state, headers, now=0.0)
+    pool.balance._read_quota(state, Quota.from_headers(headers), now=0.0)
     assert state.headroom == 0.0
     assert state.cooldown_until == pytest.approx(6.0)
 

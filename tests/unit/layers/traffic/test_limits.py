@@ -10,7 +10,7 @@ import pytest
 
 from levergate.config import MaxWait, RateLimits
 from levergate.core.call import Priority
-from levergate.core.reply import Completed
+from levergate.core.reply import Completed, Event, EventSource, Stream
 from levergate.errors import LevergateError, Overloaded, RateLimited
 from levergate.layers.traffic.admission import Admission
 from levergate.layers.traffic.limits import Limits, LimitScope
@@ -166,6 +166,22 @@ async def test_used_tokens_refund_what_was_reserved_but_not_generated() -> None:
     # Only 15 tokens were really spent; the other 890 reserved ones are given back. A charge
     # larger than the burst waits for the bucket to be idle: 15 tokens' worth of time.
     assert scope.tpm.burst < 100
+    wait = await layer._store.acquire(scope.charges(100), commit=False)
+    assert wait == pytest.approx(15 * scope.tpm.interval)
+
+
+async def test_a_streams_usage_corrects_the_charge_whatever_its_json_spacing() -> None:
+    async def spaced() -> EventSource:  # as Python servers write it: `"usage": {`
+        yield Event(b'{"choices": [{"index": 0, "delta": {"content": "hi"}}]}')
+        yield Event(b'{"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5}}')
+
+    clock = ManualClock()
+    inner = Scripted(default=lambda: Stream(spaced()))
+    limits = RateLimits(tpm=1000, window_seconds=60, tpm_charge="used")
+    layer = _limits(inner, clock, limits=limits)
+    scope = LimitScope.of("key:x", limits)
+    assert scope.tpm is not None
+    await drain(await layer(call(stream=True, max_tokens=900)))
     wait = await layer._store.acquire(scope.charges(100), commit=False)
     assert wait == pytest.approx(15 * scope.tpm.interval)
 

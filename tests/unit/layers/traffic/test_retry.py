@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from levergate.core.reply import Completed, Event, EventSource, Stream
+from levergate.core.reply import Completed
 from levergate.errors import BadRequest, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from levergate.layers.traffic.deadline import Deadline
 from levergate.layers.traffic.metrics import TrafficMetrics
-from levergate.layers.traffic.retry import Retry, first_event_pulled
+from levergate.layers.traffic.retry import Retry
 from levergate.policies.backoff import FullJitter
 from levergate.policies.budget import RetryBudget
 from tests.unit.layers.cache.helpers import drain
@@ -131,16 +131,3 @@ async def test_an_expired_deadline_is_not_sent() -> None:
         await Deadline(inner, clock=clock)(call(deadline=5.0))
     assert caught.value.code == "deadline_exceeded"
     assert inner.calls == []
-
-
-async def test_a_primed_stream_is_not_primed_again() -> None:
-    """Fallback over Retry: the first event is pulled once, and every event still arrives once."""
-
-    async def events() -> EventSource:
-        for i in range(3):
-            yield Event(b'{"i":%d}' % i)
-
-    primed = await first_event_pulled(Stream(events()))
-    assert primed.primed
-    assert await first_event_pulled(primed) is primed
-    assert [event.json()["i"] async for event in primed] == [0, 1, 2]

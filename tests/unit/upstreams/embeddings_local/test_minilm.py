@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from levergate.config import LocalEmbeddings
-from levergate.errors import BadRequest, ConfigError
+from levergate.errors import BadRequest, ConfigError, ModelNotFound
 from levergate.upstreams.embeddings_local import LocalEmbedder, default_embedder
 from levergate.upstreams.embeddings_local.minilm import tokenizer_file
 
@@ -43,13 +43,25 @@ async def test_the_openai_shape_with_usage_and_base64(embedder: LocalEmbedder) -
     assert data["object"] == "list"
     assert [row["index"] for row in data["data"]] == [0, 1]
     assert data["usage"]["prompt_tokens"] == 2 + 2 + 1 + 2  # [CLS] ... [SEP] per text
-    packed = await embedder.answer({"input": "hello world", "encoding_format": "base64"}, model="m")
+    packed = await embedder.answer(
+        {"input": "hello world", "encoding_format": "base64"}, model="all-minilm-l6-v2"
+    )
     decoded = np.frombuffer(base64.b64decode(packed["data"][0]["embedding"]), dtype="<f4")
     assert np.allclose(decoded, data["data"][0]["embedding"], atol=1e-6)
     with pytest.raises(BadRequest):
-        await embedder.answer({"input": [1, 2]}, model="m")
+        await embedder.answer({"input": [1, 2]}, model="all-minilm-l6-v2")
     with pytest.raises(BadRequest):
-        await embedder.answer({"input": "x", "dimensions": 10}, model="m")
+        await embedder.answer({"input": "x", "dimensions": 10}, model="all-minilm-l6-v2")
+
+
+async def test_another_embedding_model_name_is_a_404_not_minilm_vectors_under_it(
+    embedder: LocalEmbedder,
+) -> None:
+    with pytest.raises(ModelNotFound) as caught:
+        await embedder.answer({"input": "hello"}, model="text-embedding-3-small")
+    assert caught.value.http_status == 404
+    assert caught.value.code == "model_not_found"
+    assert "all-minilm-l6-v2" in caught.value.message
 
 
 async def test_concurrent_single_text_calls_share_batches(embedder: LocalEmbedder) -> None:

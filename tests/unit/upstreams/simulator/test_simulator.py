@@ -338,3 +338,16 @@ def test_total_output_is_capped() -> None:
     reply = chat(make(), n=128, max_tokens=16_384)
     assert reply.status == 400
     assert "at most" in orjson.loads(reply.body)["error"]["message"]
+
+
+def test_spaced_json_writes_what_pythons_json_dumps_writes_and_means_the_same() -> None:
+    stream = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": 3}
+    compact, spaced = make(), make(spaced_json=True)
+    body, spaced_body = chat(compact, max_tokens=3).body, chat(spaced, max_tokens=3).body
+    assert b'"usage": {' in spaced_body
+    assert b'"usage":{' not in spaced_body
+    assert orjson.loads(spaced_body) == orjson.loads(body)
+    events = chat(spaced, **stream).events
+    assert events is not None
+    assert b'"usage": {"prompt_tokens"' in events[-2]
+    assert b'"choices": []' in events[-2]

@@ -1,0 +1,85 @@
+"""`Quota`: a provider's rate-limit headroom for one endpoint key, as its last answer stated it.
+
+OpenAI-style providers send `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` on every
+answer. The transport (`upstreams.http`) parses them once into this value and puts it on the
+call's record; the balancer reads headroom and reset times from it, and Retry's backoff floor
+reads `reset_floor`. Nobody re-reads header strings another layer copied.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from levergate.policies.backoff import parse_duration
+
+DIMENSIONS = ("requests", "tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One dimension (requests or tokens) of a provider's rate limit; None where not sent."""
+
+    limit: float | None = None
+    remaining: float | None = None
+    reset_seconds: float | None = None
+
+    @property
+    def share_left(self) -> float | None:
+        if self.remaining is None or not self.limit:
+            return None
+        return max(0.0, min(1.0, self.remaining / self.limit))
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining is not None and self.remaining <= 0
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    requests: Window = Window()
+    tokens: Window = Window()
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str]) -> Quota | None:
+        """The `x-ratelimit-*` headers of one answer, or None when it sent none."""
+        windows = {d: _window(headers, d) for d in DIMENSIONS}
+        if all(w == Window() for w in windows.values()):
+            return None
+        return cls(requests=windows["requests"], tokens=windows["tokens"])
+
+    @property
+    def headroom(self) -> float | None:
+        """The smallest share left across dimensions (0..1), or None when no limit was sent."""
+        shares = [s for w in (self.requests, self.tokens) if (s := w.share_left) is not None]
+        return min(shares) if shares else None
+
+    def reset_floor(self) -> float | None:
+        """Seconds until an exhausted window resets: only a dimension with nothing remaining
+        says anything about when a retry can succeed."""
+        floors = [
+            w.reset_seconds
+            for w in (self.requests, self.tokens)
+            if w.exhausted and w.reset_seconds is not None
+        ]
+        return max(floors) if floors else None
+
+
+def _window(headers: Mapping[str, str], dimension: str) -> Window:
+    reset = headers.get(f"x-ratelimit-reset-{dimension}")
+    return Window(
+        limit=_number(headers.get(f"x-ratelimit-limit-{dimension}")),
+        remaining=_number(headers.get(f"x-ratelimit-remaining-{dimension}")),
+        reset_seconds=None if reset is None else parse_duration(reset),
+    )
+
+
+def _number(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None

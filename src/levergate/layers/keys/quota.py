@@ -1,0 +1,285 @@
+"""`KeyQuota`: a gateway key's own rates and money budgets, applied to each of its requests.
+
+Called by `Authenticate` (FRONT, right under Measure) once the key is known, so it sits above
+the tenant's Admission and the caches: a key's RPM/TPM mean what the key may ask, cached or
+not, and a key over its budget is refused before anything else spends work on it.
+
+Rates reuse the traffic levers' machinery: one `WaitingRoom` per key over the gateway's limit
+store (GCRA; in Redis and so shared by replicas with `traffic.store: redis`), under the key
+`vkey:<id>`. Over a rate the request waits in priority order and is refused with 429
+`key_rate_limited` only when the wait would pass its deadline. TPM is reserved at admission
+(prompt plus output cap) and corrected to the tokens used when the answer or stream ends.
+
+Budgets: before a request, the key's spend today and this month (UTC) is read from the spend
+store; at or over either budget the request gets 429 `budget_exceeded`. After the request its
+cost is added with `Budgets.charge(key_id=..., usd=...)`. Concurrent requests all pass the check
+before any of them is charged, so a budget can be overshot by the cost of the requests in
+flight when it runs out — the price of not holding a lock across a model call. A cached answer
+costs nothing and is not charged. A spend store that fails is logged and skipped for
+`_COOLDOWN` seconds: budgets go unchecked for that time rather than failing requests, and
+charges are owed in the process and written once the store answers again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from levergate.config import WILDCARD, MaxWait, Price, RateLimits
+from levergate.core.call import Call, Priority
+from levergate.core.clock import Clock
+from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.service import Service
+from levergate.errors import BudgetExceeded, LevergateError, RateLimited
+from levergate.layers.traffic.limits import LimitScope
+from levergate.layers.traffic.metrics import TrafficMetrics
+from levergate.layers.traffic.waiting import WaitingRoom, deadline_for
+from levergate.policies.estimate import reserved_tokens
+from levergate.protocol.openai import usage_tokens
+from levergate.stores.keys import KeyRecord
+from levergate.stores.limits import LimitStore
+from levergate.stores.spend import Periods, SpendStore, SpendUnavailable, Spent
+
+T = TypeVar("T")
+
+_log = logging.getLogger("levergate.keys")
+_COOLDOWN = 1.0  # seconds a failed spend store is skipped before it is asked again
+_MAX_ROOMS = 10_000  # idle key rooms are dropped beyond this
+_MAX_OWED = 10_000  # (key, period) charges kept while the spend store is down
+
+
+def request_cost(prices: Mapping[str, Price], call: Call, usage: Mapping[str, Any] | None) -> float:
+    """The call's cost in USD from its usage, priced as Measure prices it: at the alias that
+    answered; nothing for an answer a cache (or an identical request in flight) gave."""
+    trace = call.ctx.trace
+    if not usage or (trace.cache is not None and trace.cache.free):
+        return 0.0
+    prompt, completion, cached = usage_tokens(usage)
+    price = prices.get(trace.alias or call.model) or prices.get(WILDCARD) or Price()
+    return price.cost(prompt, completion, cached)
+
+
+class Budgets:
+    """Daily and monthly spend per key, checked before a request and charged after it."""
+
+    def __init__(self, *, store: SpendStore, clock: Clock, wall: Callable[[], float]) -> None:
+        # No timeout here: a Redis store's client bounds every command with its socket timeouts
+        # (auth.spend.timeout_seconds), and the memory store cannot hang.
+        self._store = store
+        self._clock = clock
+        self._wall = wall
+        self._down_until = 0.0
+        # Charges not yet written, by key and period: kept while the store is down.
+        self._owed: dict[tuple[str, Periods], float] = {}
+        self._periods = Periods.at(wall())
+
+    def periods(self) -> Periods:
+        """The current day and month, computed once per day (it is most of a check's cost)."""
+        now = self._wall()
+        if not self._periods.day_ends - 86_400 <= now < self._periods.day_ends:
+            self._periods = Periods.at(now)
+        return self._periods
+
+    async def spent(self, key_id: str) -> Spent | None:
+        """Today's and this month's spend, or None while the store cannot say."""
+        periods = self.periods()
+        return await self._guarded(lambda: self._store.spent(key_id, periods))
+
+    async def check(self, record: KeyRecord) -> None:
+        if record.daily_budget_usd is None and record.monthly_budget_usd is None:
+            return
+        periods = self.periods()
+        spent = await self._guarded(lambda: self._store.spent(record.id, periods))
+        if spent is None:
+            return
+        now = self._wall()
+        for period, used, budget, ends in (
+            ("daily", spent.day, record.daily_budget_usd, periods.day_ends),
+            ("monthly", spent.month, record.monthly_budget_usd, periods.month_ends),
+        ):
+            if budget is not None and used >= budget:
+                raise BudgetExceeded(
+                    f"This API key has spent its {period} budget (${used:.4f} of ${budget:.2f});"
+                    f" it resets at {_utc(ends)}.",
+                    code="budget_exceeded",
+                    retry_after=max(1.0, ends - now),
+                )
+
+    async def charge(self, *, key_id: str, usd: float) -> None:
+        """Add `usd` to the key's spend today and this month. The one place spend grows: the
+        finished-request record can call it with its cost once it carries one. While the store
+        is down, charges are owed in this process and paid with the first one after it."""
+        if usd <= 0:
+            return
+        period = self.periods()
+        if (key_id, period) in self._owed or len(self._owed) < _MAX_OWED:
+            self._owed[(key_id, period)] = self._owed.get((key_id, period), 0.0) + usd
+        else:
+            _log.warning("spend of key %s lost: %d charges already owed", key_id, _MAX_OWED)
+        if self._clock.now() < self._down_until:
+            return
+        owed, self._owed = self._owed, {}
+        items = list(owed.items())
+        for index, ((owner, periods), amount) in enumerate(items):
+            if not await self._paid(owner, amount, periods):
+                for unpaid, rest in items[index:]:
+                    self._owed[unpaid] = self._owed.get(unpaid, 0.0) + rest
+                return
+
+    async def _paid(self, key_id: str, usd: float, periods: Periods) -> bool:
+        try:
+            await self._store.add(key_id, usd, periods)
+        except (SpendUnavailable, TimeoutError) as exc:
+            self._failed(exc)
+            return False
+        return True
+
+    async def _guarded(self, work: Callable[[], Awaitable[T]]) -> T | None:
+        if self._clock.now() < self._down_until:
+            return None
+        try:
+            return await work()
+        except (SpendUnavailable, TimeoutError) as exc:
+            self._failed(exc)
+            return None
+
+    def _failed(self, exc: BaseException) -> None:
+        self._down_until = self._clock.now() + _COOLDOWN
+        _log.warning("budgets unchecked for %.0fs: %s", _COOLDOWN, exc)
+
+
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    """A request let in by its key's rates: what to release and correct when it ends."""
+
+    room: WaitingRoom
+    scope: LimitScope
+    tokens: int  # the TPM charged at admission (0 without a TPM limit)
+
+
+class KeyQuota:
+    def __init__(
+        self,
+        *,
+        budgets: Budgets | None,
+        prices: Mapping[str, Price],
+        store: LimitStore,
+        clock: Clock,
+        max_wait: MaxWait,
+        max_queue: int,
+        metrics: TrafficMetrics,
+    ) -> None:
+        self.budgets = budgets
+        self._prices = prices
+        self._store = store
+        self._clock = clock
+        self._max_wait = max_wait
+        self._max_queue = max_queue
+        self._metrics = metrics
+        self._rooms: dict[str, tuple[tuple[int | None, int | None], WaitingRoom, LimitScope]] = {}
+        # Labelled children resolved once: `labels()` on every request is measurable overhead.
+        self._waited = {p: metrics.wait.labels("key", p.name.lower()) for p in Priority}
+
+    async def serve(self, record: KeyRecord, call: Call, inner: Service) -> Reply:
+        """Run `call` for `record`'s key through `inner`, within its rates and budgets."""
+        if self.budgets is not None:
+            try:
+                await self.budgets.check(record)
+            except BudgetExceeded:
+                self._metrics.shed.labels("key", call.ctx.priority.name.lower(), "budget").inc()
+                raise
+        admitted = await self._enter(record, call)
+        try:
+            reply = await inner(call)
+        except BaseException:
+            if admitted is not None:
+                admitted.room.release()
+            raise
+        if isinstance(reply, Completed):
+            await self._settle(record, call, admitted, reply.usage)
+            return reply
+        return reply.through(lambda events: self._settling(record, call, admitted, events))
+
+    async def _settling(
+        self, record: KeyRecord, call: Call, admitted: _Admitted | None, events: EventSource
+    ) -> EventSource:
+        usage: dict[str, Any] | None = None
+        try:
+            async for event in events:
+                if (found := event.usage()) is not None:
+                    usage = found
+                yield event
+        finally:
+            # A stream cut short was still paid for up to where it was cut.
+            await self._settle(record, call, admitted, usage)
+
+    async def _settle(
+        self,
+        record: KeyRecord,
+        call: Call,
+        admitted: _Admitted | None,
+        usage: dict[str, Any] | None,
+    ) -> None:
+        """Release the key's permit, correct its TPM charge to the tokens used, charge its cost."""
+        if admitted is not None:
+            admitted.room.release()
+            if usage:
+                fixes = admitted.scope.correction(call, estimate=admitted.tokens, usage=usage)
+                if fixes:
+                    await self._store.adjust(fixes)
+        if self.budgets is not None:
+            await self.budgets.charge(key_id=record.id, usd=request_cost(self._prices, call, usage))
+
+    async def _enter(self, record: KeyRecord, call: Call) -> _Admitted | None:
+        if record.rpm is None and record.tpm is None:
+            return None
+        room, scope = self._room(record)
+        ctx = call.ctx
+        priority = ctx.priority.name.lower()
+        now = self._clock.now()
+        wait = getattr(self._max_wait, priority)
+        deadline = deadline_for(ctx_deadline=ctx.deadline, priority_wait=wait, now=now)
+        tokens = (
+            0
+            if scope.tpm is None
+            else reserved_tokens(call.body, embedding=call.kind == "embedding")
+        )
+        charges = scope.charges(tokens)
+        await room.enter(charges=charges, priority=int(ctx.priority), deadline=deadline)
+        self._waited[ctx.priority].observe(self._clock.now() - now)
+        return _Admitted(room, scope, tokens)
+
+    def _room(self, record: KeyRecord) -> tuple[WaitingRoom, LimitScope]:
+        rates = (record.rpm, record.tpm)
+        found = self._rooms.get(record.id)
+        if found is not None and found[0] == rates:
+            return found[1], found[2]
+        if len(self._rooms) >= _MAX_ROOMS:
+            for name in [n for n, (_, r, _) in self._rooms.items() if r.idle]:
+                del self._rooms[name]
+        room = WaitingRoom(
+            store=self._store,
+            clock=self._clock,
+            max_queue=self._max_queue,
+            shed_error=self._refuse,
+        )
+        # A key's TPM counts the tokens it used: the reservation is corrected after the call.
+        limits = RateLimits(rpm=record.rpm, tpm=record.tpm, tpm_charge="used")
+        scope = LimitScope.of(f"vkey:{record.id}", limits)
+        self._rooms[record.id] = (rates, room, scope)
+        return room, scope
+
+    def _refuse(self, why: str, retry_after: float) -> LevergateError:
+        self._metrics.shed.labels("key", "-", why).inc()
+        return RateLimited(
+            f"This API key is over its rate limit; retry after {retry_after:.1f}s.",
+            code="key_rate_limited",
+            retry_after=retry_after,
+        )
+
+
+def _utc(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(unix))

@@ -1,0 +1,167 @@
+"""The Prometheus sink: today's request metrics, from each `RequestRecord`.
+
+Histograms carry route, model, upstream and feature labels so p50/p95/p99 follow for each. The
+model (behind a `*` route) and the feature come from clients, so the number of series is
+bounded as a whole (`metrics.max_label_sets`): every distinct (route, model, upstream, feature)
+combination takes a slot, and once they are all taken a new combination is recorded under
+(route, "other", upstream, "other"). A per-label bound alone does not hold: 100 features times
+100 models is already 10,000 combinations, and 20,000 crafted requests once made `/metrics`
+57 MB. A request refused by authentication takes no slot at all (its model and feature are
+recorded as ""): only callers the gateway knows can spend the budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from levergate.config import Metrics
+from levergate.core.tokenizer import TokenSource
+from levergate.layers.measure.record import RequestRecord
+
+OTHER = "other"
+Labels = tuple[str, str, str, str]
+
+
+class Telemetry:
+    """The Prometheus metrics of one gateway, in its own registry (no global state)."""
+
+    def __init__(self, settings: Metrics) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ("route", "model", "upstream", "feature")
+        buckets = settings.latency_buckets
+        reg = self.registry
+        self.requests = Counter(
+            "levergate_requests", "Requests by outcome.", (*labels, "outcome"), registry=reg
+        )
+        self.total = Histogram(
+            "levergate_request_seconds",
+            "Time from arrival to the last byte of the answer.",
+            (*labels, "outcome"),
+            buckets=buckets,
+            registry=reg,
+        )
+        self.ttft = Histogram(
+            "levergate_ttft_seconds",
+            "Time from arrival to the first generated token of a stream.",
+            labels,
+            buckets=buckets,
+            registry=reg,
+        )
+        self.itl = Histogram(
+            "levergate_inter_token_seconds",
+            "Mean gap between generated chunks of a stream, one sample per stream.",
+            labels,
+            buckets=buckets,
+            registry=reg,
+        )
+        self.overhead = Histogram(
+            "levergate_overhead_seconds",
+            "Gateway time per request: total minus upstream wait (and client writes for streams).",
+            ("route",),
+            buckets=settings.overhead_buckets,
+            registry=reg,
+        )
+        self.tokens = Counter(
+            "levergate_tokens",
+            "Tokens by kind: input (cached included, OpenAI convention), output, cached.",
+            ("model", "upstream", "feature", "kind"),
+            registry=reg,
+        )
+        self.cost = Counter(
+            "levergate_cost_usd",
+            "Cost at the price of the model that answered.",
+            ("model", "upstream", "feature"),
+            registry=reg,
+        )
+        self.unreported = Counter(
+            "levergate_unreported_output_tokens",
+            "Output tokens the upstream did not report, counted here (how: counted with the "
+            "model's tokenizer, estimated from length). Included in levergate_tokens_total.",
+            ("model", "upstream", "feature", "how"),
+            registry=reg,
+        )
+        self.sink_errors = Counter(
+            "levergate_sink_errors",
+            "Finished-request records a sink failed to take, or (sink=record) that could not be "
+            "built; each is logged once.",
+            ("sink",),
+            registry=reg,
+        )
+        self.in_flight = Gauge("levergate_in_flight", "Requests being served.", registry=reg)
+        self._max_values = settings.max_label_values
+        self._max_sets = settings.max_label_sets
+        self._seen: dict[str, set[str]] = {"feature": set(), "model": set()}
+        self._sets: set[Labels] = set()
+        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+    def bounded(self, kind: str, value: str) -> str:
+        """Feature tags, and model names behind a `*` route, come from clients: bound how many
+        distinct values of each become labels."""
+        seen = self._seen[kind]
+        if value in seen or not value:
+            return value
+        if len(seen) >= self._max_values:
+            return OTHER
+        seen.add(value)
+        return value
+
+    def labels(self, *, route: str, model: str, upstream: str, feature: str) -> Labels:
+        """The label set a request is recorded under, within the series budget."""
+        wanted = (route, self.bounded("model", model), upstream, self.bounded("feature", feature))
+        if wanted in self._sets:
+            return wanted
+        if len(self._sets) < self._max_sets:
+            self._sets.add(wanted)
+            return wanted
+        return (route, OTHER, upstream, OTHER)
+
+    def child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        """`metric.labels(*labels)`, memoised: the lookup is most of the cost of an update."""
+        key = (metric._name, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
+
+class PrometheusSink:
+    """`Sink`: one finished request into the counters and histograms of `Telemetry`."""
+
+    name = "prometheus"
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self._t = telemetry
+
+    def emit(self, record: RequestRecord) -> None:
+        t = self._t
+        if record.authenticated:
+            labels = t.labels(
+                route=record.route,
+                model=record.model,
+                upstream=record.upstream,
+                feature=record.feature,
+            )
+        else:
+            labels = (record.route, "", record.upstream, "")
+        route, model, upstream, feature = labels
+        timings = record.timings
+        t.child(t.requests, *labels, record.outcome).inc()
+        t.child(t.total, *labels, record.outcome).observe(timings.total)
+        t.child(t.overhead, route).observe(timings.overhead)
+        if timings.ttft is not None:
+            t.child(t.ttft, *labels).observe(timings.ttft)
+        if timings.inter_token is not None:
+            t.child(t.itl, *labels).observe(timings.inter_token)
+        tokens = record.tokens
+        if tokens.input or tokens.output:
+            t.child(t.tokens, model, upstream, feature, "input").inc(tokens.input)
+            t.child(t.tokens, model, upstream, feature, "output").inc(tokens.output)
+            if tokens.cached_read:
+                t.child(t.tokens, model, upstream, feature, "cached").inc(tokens.cached_read)
+            if tokens.output and tokens.output_source is not TokenSource.REPORTED:
+                how = tokens.output_source.value
+                t.child(t.unreported, model, upstream, feature, how).inc(tokens.output)
+        if record.cost_usd:
+            t.child(t.cost, model, upstream, feature).inc(record.cost_usd)

@@ -1,0 +1,163 @@
+"""The admin API: gateway keys made, listed, rotated, revoked and their spend read over HTTP.
+
+    POST   /admin/keys                  create: {tenant, name?, models?, rpm?, tpm?,
+                                          daily_budget_usd?, monthly_budget_usd?} -> 201, the
+                                          key in plaintext (shown this once, never again)
+    GET    /admin/keys                  list (no hashes, no keys)
+    GET    /admin/tenants/{tenant}/keys one tenant's keys
+    GET    /admin/keys/{id}             one record
+    POST   /admin/keys/{id}             change its name, models, rates or budgets (the fields
+                                          given; the others stay)
+    POST   /admin/keys/{id}/rotate      a new key for the record; the old one stops working
+    POST   /admin/keys/{id}/revoke      (or DELETE /admin/keys/{id}) -> the key gets 401s
+    GET    /admin/keys/{id}/spend       today's and this month's spend against the budgets
+
+Off unless `admin.enabled`: then every path here is a 404 like any unknown one (the route
+table leaves them out: `enabled`). Every route is guarded by `admin_token`, which checks
+`Authorization: Bearer <admin.token>` (constant-time), its own credential, apart from the client
+keys, before the body is read. The routes are lines of `server.routes.ROUTES`.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+from pydantic import Field, ValidationError
+
+from levergate.config import KeyPolicy, Settings
+from levergate.errors import AuthenticationFailed, BadRequest, NotFound
+from levergate.gateway import Gateway
+from levergate.layers.keys.build import KeyKit
+from levergate.server.exchange import Request, Response
+
+if TYPE_CHECKING:
+    from levergate.server.edge import Edge
+
+JSON = "application/json"
+_ID = r"^[A-Za-z0-9_.:-]{1,128}$"
+M = TypeVar("M", bound=KeyPolicy)
+
+
+class NewKey(KeyPolicy):
+    """The body of `POST /admin/keys`."""
+
+    tenant: str = Field("default", pattern=_ID)
+    name: str = Field("", max_length=200)
+    models: tuple[str, ...] = Field((), max_length=1000)
+
+
+def enabled(settings: Settings) -> bool:
+    """Whether the route table holds the admin routes at all (otherwise: 404s)."""
+    return settings.admin.enabled
+
+
+async def admin_token(edge: Edge, request: Request) -> None:
+    """The guard of every admin route: `Authorization: Bearer <admin.token>` or a 401."""
+    token = edge.gateway.settings.admin.token
+    if token is None:
+        raise NotFound("Unknown path.", code="unknown_url")
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    expected = token.get_secret_value().encode()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+        raise AuthenticationFailed("Incorrect admin token.", code="invalid_admin_token")
+
+
+def _kit(gateway: Gateway) -> KeyKit:
+    kit = gateway.pipeline.keys
+    if kit is None:
+        raise NotFound("Unknown path.", code="unknown_url")
+    return kit
+
+
+def _json(status: int, data: Any) -> Response:
+    # no-store: a response may carry a key in plaintext; no cache on the way may keep it.
+    return Response(
+        status, [("content-type", JSON), ("cache-control", "no-store")], orjson.dumps(data)
+    )
+
+
+def _record(data: dict[str, Any]) -> dict[str, Any]:
+    return {"object": "api_key", **data}
+
+
+class KeyChange(KeyPolicy):
+    """The body of `POST /admin/keys/{id}`: only the fields given change."""
+
+    name: str | None = Field(None, max_length=200)
+    models: tuple[str, ...] = Field((), max_length=1000)
+
+
+def _parsed(model: type[M], body: bytes) -> M:
+    try:
+        return model.model_validate_json(body or b"{}")
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        raise BadRequest(f"Invalid key request: {problems}", code="invalid_key_request") from None
+
+
+async def create_key(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
+    asked = _parsed(NewKey, request.body)
+    record, key = await kit.keyring.create(tenant=asked.tenant, name=asked.name, policy=asked)
+    return _json(201, _record({**record.public(), "key": key}))
+
+
+async def list_keys(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
+    records = await kit.keyring.list(request.params.get("tenant"))
+    return _json(200, {"object": "list", "data": [_record(r.public()) for r in records]})
+
+
+async def show_key(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
+    return _json(200, _record((await kit.keyring.find(request.params["id"])).public()))
+
+
+async def update_key(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
+    change = _parsed(KeyChange, request.body)
+    record = await kit.keyring.update(request.params["id"], name=change.name, policy=change)
+    return _json(200, _record(record.public()))
+
+
+async def rotate_key(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
+    record, key = await kit.keyring.rotate(request.params["id"])
+    return _json(200, _record({**record.public(), "key": key}))
+
+
+async def revoke_key(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
+    return _json(200, _record((await kit.keyring.revoke(request.params["id"])).public()))
+
+
+async def key_spend(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
+    record = await kit.keyring.find(request.params["id"])
+    budgets = kit.budgets
+    if budgets is None:
+        raise NotFound("This gateway counts no spend.", code="no_spend_store")
+    spent = await budgets.spent(record.id)
+    periods = budgets.periods()
+    return _json(
+        200,
+        {
+            "object": "api_key.spend",
+            "id": record.id,
+            # spent_usd is null while the spend store cannot answer.
+            "day": {
+                "period": periods.day,
+                "spent_usd": None if spent is None else spent.day,
+                "budget_usd": record.daily_budget_usd,
+            },
+            "month": {
+                "period": periods.month,
+                "spent_usd": None if spent is None else spent.month,
+                "budget_usd": record.monthly_budget_usd,
+            },
+        },
+    )

