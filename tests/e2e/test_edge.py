@@ -71,6 +71,27 @@ async def test_with_auth_on_the_model_list_needs_a_client_key(
                 await sdk.models.list()
 
 
+async def test_a_key_made_by_the_admin_api_may_list_models_until_revoked(
+    sim: SimHandle, gateway_at: GatewayFactory
+) -> None:
+    admin = {"authorization": "Bearer admin-token-0123456789"}
+    async with (
+        gateway_at(
+            sim.base_url,
+            auth={"enabled": True, "store": {"backend": "memory"}},
+            admin={"enabled": True, "token": "admin-token-0123456789"},
+        ) as proxy,
+        httpx.AsyncClient(base_url=proxy.removesuffix("/v1")) as http,
+    ):
+        made = (await http.post("/admin/keys", json={"tenant": "acme"}, headers=admin)).json()
+        key = {"authorization": f"Bearer {made['key']}"}
+        assert (await http.get("/v1/models", headers=key)).status_code == 200
+        await http.post(f"/admin/keys/{made['id']}/revoke", headers=admin)
+        revoked = await http.get("/v1/models", headers=key)
+        assert revoked.status_code == 401
+        assert revoked.json()["error"]["code"] == "invalid_api_key"
+
+
 async def test_with_auth_on_metrics_needs_the_metrics_token_and_health_stays_open(
     sim: SimHandle, gateway_at: GatewayFactory
 ) -> None:
