@@ -365,7 +365,8 @@ class Server(_Strict):
     max_upload_bytes: int = Field(200 * 1024 * 1024, ge=1024)
     # Files sent from disk (server/exchange.py: file_response) go out in chunks of this size.
     file_chunk_bytes: int = Field(256 * 1024, ge=1024)
-    # Seconds an in-flight request may take to finish when the server stops.
+    # Seconds an in-flight request may take to finish when the server stops; after them a stream
+    # ends with a `shutting_down` error event and an unanswered request gets a 503 (server/run.py).
     graceful_shutdown_seconds: float = Field(10.0, ge=0)
     access_log: bool = False
     # A client disconnect is watched for once a request has run this long (see server/asgi.py):
@@ -379,6 +380,38 @@ class Server(_Strict):
     # start-up built, and run young collections every this many allocations (0: leave as is).
     gc_freeze: bool = True
     gc_gen0_threshold: int = Field(50_000, ge=0)
+    # Client limits, enforced by the HTTP server under the ASGI app (server/http_protocol.py),
+    # so a hostile or broken client holds no more than these; each answer is OpenAI-shaped JSON
+    # and the connection is closed after it.
+    # Bytes of a request head (URL and headers): 431 above it. A 1 MB header was accepted and
+    # held ~100 MB per pending connection; 64 KiB is above what any SDK or proxy sends.
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    # Header lines in a request head: 431 above it (as in nginx and Go's net/http: about 100).
+    max_headers: int = Field(100, ge=1)
+    # Seconds a request head may take to arrive in whole, from its first byte (or from the
+    # connection being opened): 408 after it. A head at a byte a second was held 60 s and more.
+    head_timeout_seconds: float = Field(10.0, gt=0)
+    # A request body must bring at least `body_min_bytes_per_second` (and at least one byte) in
+    # every window of this many seconds, or it gets a 408: an idle timeout per read that also
+    # stops a trickle. While the app is not reading (the server paused the socket), the window
+    # does not count.
+    body_timeout_seconds: float = Field(10.0, gt=0)
+    body_min_bytes_per_second: int = Field(256, ge=0)
+    # Seconds an idle keep-alive connection is kept between requests (uvicorn's own default).
+    keep_alive_timeout_seconds: float = Field(5.0, gt=0)
+    # After a 408/431/400/503 from these limits, the client's further bytes are read and
+    # dropped for up to this long before the close (closing with them unread would reset the
+    # connection, and the reset can destroy the answer before the client reads it).
+    error_linger_seconds: float = Field(2.0, ge=0)
+    # Open client connections; a connection beyond it is answered 503 (`too_many_connections`)
+    # once its head has arrived, and closed. The effective cap is lowered so that a client and
+    # an upstream connection each still find a file descriptor (server/run.py:
+    # connection_cap): at a 1,024-descriptor limit, 1,100 idle connections used to make normal
+    # requests get empty replies with nothing logged.
+    max_connections: int = Field(4096, ge=1)
+    # The warning that connections were refused is logged at most once per this many seconds,
+    # with the count refused since the last one: a flood does not become a flood of log lines.
+    overload_log_seconds: float = Field(10.0, gt=0)
 
 
 class KeyPolicy(_Strict):

@@ -9,10 +9,13 @@
     │   ├── NotFound                  404 not_found_error      (unknown route)
     │   │   └── ModelNotFound         404 model_not_found
     │   ├── MethodNotAllowed          405                      (carries the allow header)
+    │   ├── RequestTimeout            408 (the head or body arrived too slowly)
     │   ├── PayloadTooLarge           413
+    │   ├── HeadersTooLarge           431
     │   └── RateLimited               429 rate_limit_error     (carries retry_after)
     │       └── BudgetExceeded        429 insufficient_quota   (a key's money budget is spent)
     ├── Overloaded                    503 overloaded_error     (shed; carries retry_after)
+    ├── ShuttingDown                  503 server_error         (outlasted the graceful shutdown)
     └── UpstreamError                 the provider failed us; carries the provider's error object
         ├── UpstreamRejected          the provider answered 4xx: its status is kept (400, 404,
         │                             409, 413, 422, 429), except 401/403 (the gateway's own
@@ -160,6 +163,18 @@ class PayloadTooLarge(ClientError):
         return cls(f"Request body is larger than the limit of {limit} bytes.")
 
 
+class RequestTimeout(ClientError):
+    """The request's head or body did not arrive in time (server/http_protocol.py)."""
+
+    status = 408
+
+
+class HeadersTooLarge(ClientError):
+    """The request head is over `server.max_header_bytes` or `server.max_headers`."""
+
+    status = 431
+
+
 class RateLimited(ClientError):
     status = 429
     type = "rate_limit_error"
@@ -179,6 +194,16 @@ class BudgetExceeded(RateLimited):
 class Overloaded(LevergateError):
     status = 503
     type = "overloaded_error"
+
+
+class ShuttingDown(LevergateError):
+    """The gateway is stopping and the request outlasted `server.graceful_shutdown_seconds`:
+    a stream ends with this as its error event, a request not yet answered gets a 503."""
+
+    status = 503
+
+    def __init__(self) -> None:
+        super().__init__("The request was ended: server shutting down", code="shutting_down")
 
 
 class UpstreamError(LevergateError):

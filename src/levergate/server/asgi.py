@@ -3,7 +3,10 @@ under the route's limit (`_Body`), writes the response, sends a file from disk i
 its content-length, and streams SSE frames one `send` per event, never waiting for more (under
 `levergate serve` the sends of one event-loop turn leave in one write: `server.http_protocol`).
 A watcher on `receive` turns a client disconnect into cancellation of the handling task, which
-closes the stream and so the upstream connection. Lifespan events open and close the gateway."""
+closes the stream and so the upstream connection. At the end of a graceful shutdown the server
+asks the app to end what still runs (`end_requests`): each is cancelled the same way and answers
+a `shutting_down` error, as an error event if its stream has begun. Lifespan events open and
+close the gateway."""
 
 from __future__ import annotations
 
@@ -13,9 +16,12 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
+import orjson
+
 from levergate.core.call import Trace
-from levergate.errors import LevergateError, PayloadTooLarge
+from levergate.errors import LevergateError, PayloadTooLarge, ShuttingDown
 from levergate.gateway import Gateway
+from levergate.protocol.sse import encode
 from levergate.server.edge import Edge, error_response
 from levergate.server.exchange import Response, body_cut_short, declared_length
 from levergate.server.routes import ROUTES, Route
@@ -33,6 +39,16 @@ class App:
         self.gateway = gateway
         self.edge = Edge(gateway, routes=routes)
         self._watch_after = gateway.settings.server.disconnect_watch_after_seconds
+        self._running: set[_Answering] = set()
+
+    def end_requests(self) -> tuple[int, int]:
+        """End every request still being answered (server/run.py calls this once the graceful
+        shutdown time is over); returns how many were streams and how many were not."""
+        running = list(self._running)
+        for answering in running:
+            answering.end()
+        streams = sum(answering.streaming for answering in running)
+        return streams, len(running) - streams
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -46,25 +62,29 @@ class App:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         body = _Body(receive, headers)
         answering = _Answering(receive, body, after=self._watch_after)
+        self._running.add(answering)
         try:
             response = await self.edge.handle(
                 scope["method"], scope["path"], headers, body, trace=trace
             )
             body.done = True
-            await _send(send, response, head_only=scope["method"] == "HEAD")
+            answering.answered = True
+            answering.streaming = response.stream is not None
+            await _send(send, response, head_only=scope["method"] == "HEAD", answering=answering)
         except asyncio.CancelledError:
-            if not answering.cut_short:
+            if not (answering.cut_short or answering.ended):
                 raise
-            # The client went away: nothing left to answer. Swallow our own cancellation.
-            handler = asyncio.current_task()
-            if handler is not None:
-                handler.uncancel()
+            # The client went away, or the server is stopping: swallow our own cancellation.
+            _uncancel()
+            if answering.ended and not answering.answered:
+                await _send(send, error_response(ShuttingDown()), head_only=False)
         except Exception:
             log.exception("unhandled error while serving %s", scope["path"])
             with contextlib.suppress(Exception):
                 await _send(send, _internal_error(), head_only=False)
         finally:
             answering.close()
+            self._running.discard(answering)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -136,7 +156,10 @@ class _Answering:
     the handler still reads the body (an upload), `receive` is the handler's: the watcher waits
     for the body to be done, checking again every `after` seconds."""
 
-    __slots__ = ("after", "body", "cut_short", "handler", "over", "receive", "timer", "watcher")
+    __slots__ = (
+        "after", "answered", "body", "cut_short", "ended", "handler", "over", "receive",
+        "streaming", "timer", "watcher",
+    )  # fmt: skip
 
     def __init__(self, receive: Receive, body: _Body, *, after: float) -> None:
         self.handler = asyncio.current_task()
@@ -145,6 +168,9 @@ class _Answering:
         self.after = after
         self.over = False
         self.cut_short = False
+        self.ended = False  # by the server's shutdown (App.end_requests)
+        self.answered = False  # the response is being sent
+        self.streaming = False
         self.watcher: asyncio.Task[None] | None = None
         self.timer = asyncio.get_running_loop().call_later(after, self._start)
 
@@ -165,6 +191,11 @@ class _Answering:
                     self.handler.cancel()
                 return
 
+    def end(self) -> None:
+        if not self.over and self.handler is not None:
+            self.ended = True
+            self.handler.cancel()
+
     def close(self) -> None:
         self.over = True
         self.timer.cancel()
@@ -172,7 +203,9 @@ class _Answering:
             self.watcher.cancel()
 
 
-async def _send(send: Send, response: Response, *, head_only: bool) -> None:
+async def _send(
+    send: Send, response: Response, *, head_only: bool, answering: _Answering | None = None
+) -> None:
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
     stream = response.stream
     if stream is None:
@@ -188,8 +221,23 @@ async def _send(send: Send, response: Response, *, head_only: bool) -> None:
             async for frame in stream:
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
+    except asyncio.CancelledError:
+        if answering is None or not answering.ended:
+            raise
+        _uncancel()
+        if response.length is None:  # an SSE stream; a file cut short just ends
+            await send({"type": "http.response.body", "body": _SHUTTING_DOWN_EVENT})
     finally:
         await stream.aclose()
+
+
+_SHUTTING_DOWN_EVENT = encode(orjson.dumps(ShuttingDown().to_json()))
+
+
+def _uncancel() -> None:
+    handler = asyncio.current_task()
+    if handler is not None:
+        handler.uncancel()
 
 
 def _internal_error() -> Response:

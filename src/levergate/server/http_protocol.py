@@ -1,107 +1,314 @@
-"""uvicorn's httptools protocol with fewer, larger writes: a response's head goes out with its
-first body bytes, and a stream's later chunks are gathered into one write per loop turn.
+"""uvicorn's httptools protocol with fewer, larger writes (server.http_writes) and the limits a
+hostile client meets before any request reaches the ASGI app.
 
-uvicorn writes the status line and headers as soon as the app sends `http.response.start`, then
-each body message in a write of its own: a syscall, a segment and possibly a wake-up of the
-client each. Two changes, both measured:
+Limits (`config.Server`, each answered with OpenAI-shaped JSON and `connection: close`):
+- The request head: at most `max_header_bytes` (URL and headers) and `max_headers` lines, else
+  431. httptools keeps a header it has not finished in memory, so the bytes of a head still
+  incomplete after a read are counted too: a 100 MB header is refused after 64 KiB and at most
+  one more read, not held whole.
+- Time: a head must arrive in whole within `head_timeout_seconds` of its first byte (or of the
+  connection being opened), else 408; a silent new connection is closed. A body must bring
+  `body_min_bytes_per_second` in every `body_timeout_seconds` window, else 408. Between
+  requests uvicorn's keep-alive timeout closes an idle connection.
+- After any of these answers the connection is half-closed and what the client still sends is
+  read and dropped for up to `error_linger_seconds`, then closed: closing with the request
+  unread resets the connection, which can destroy the answer before the client reads it.
+- Connections: one opened while `limits.max_connections` are open is answered 503 once its head
+  has arrived (not at once: closing a socket with the request unread can reset it before the
+  client reads the answer), and the refusals are logged once per `overload_log_seconds`.
 
-- The head is held until the first body message and sent with it. It costs the client nothing
-  here (the ASGI app sends the two back to back; a stream is answered at its first generated
-  token, see `server.edge`), so a whole answer is one write. On cache hits under wrk at 64
-  connections, alternating builds: 67 vs 70.5 us of gateway CPU per request.
-- Body writes after that are collected until the end of the current turn of the event loop and
-  sent as one. An upstream that sends several events in one read (a fast model, a replayed
-  cached stream) costs one write instead of one per event; events that arrive one by one still
-  leave in the turn they arrived in. Per-event writes were over a quarter of the gateway's CPU
-  on streams (py-spy, 16 streams of 16 tokens). Alternating builds, 16-token streams from the
-  simulator: 0.22-0.24 vs 0.31-0.32 ms of gateway CPU per stream, 3,630-4,371 vs 3,057-3,208
-  streams/s at 16 and 64 connections; TTFT added at 50 ms upstream latency 0.54-0.63 vs
-  0.67-0.68 ms at the socket and 0.62-0.84 vs 1.07-1.23 ms through `levergate bench`.
+A request that cannot be parsed gets a 400, but only after the answers still owed on the
+connection: a valid request pipelined before garbage is answered first.
 
-The head is recognised by shape, since it is the only write uvicorn makes that is a whole
-response head and nothing more: it starts with a status line and ends with the blank line.
-Interim `1xx` heads (`100 Continue`) are never held. Anything held or collected is written
-before a later write and before the transport closes, so nothing is lost or reordered.
+A request that arrives in one read (the usual case) costs no timer, since the timers are armed
+only when a head or body is still incomplete after a read, and no measuring of its head, since
+a head is only measured when the reads it came in are over the limit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from dataclasses import dataclass, field
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import httptools
+import orjson
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-# Above this a body is written after the head rather than copied behind it.
-_JOIN_AT_MOST = 64 * 1024
+from levergate.errors import (
+    BadRequest,
+    HeadersTooLarge,
+    LevergateError,
+    Overloaded,
+    RequestTimeout,
+    error_payload,
+)
+from levergate.server.http_writes import Coalescing, HeadOnly, Unchunked
+
+log = logging.getLogger("levergate.server")
+# The per-request callbacks call their base directly: `super()` builds an object per call.
+_Base = HttpToolsProtocol
+
+
+@dataclass(slots=True)
+class Overload:
+    """Connections refused over the cap, shared by a server's connections: logged at most once
+    per `every` seconds, with the count since the last line."""
+
+    every: float
+    refused: int = 0
+    next_log: float = 0.0
+
+    def refuse(self, *, now: float, cap: int) -> None:
+        self.refused += 1
+        if now >= self.next_log:
+            log.warning(
+                "connection cap of %d reached: %d connection(s) answered 503 since the last "
+                "warning (server.max_connections)",
+                cap,
+                self.refused,
+            )
+            self.refused = 0
+            self.next_log = now + self.every
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One server's client limits (from `config.Server`; the cap fitted to the descriptor limit
+    by server.run.connection_cap)."""
+
+    header_bytes: int
+    headers: int
+    head_timeout: float
+    body_timeout: float
+    body_min_rate: int
+    keep_alive_timeout: float
+    linger: float
+    max_connections: int
+    overload: Overload = field(compare=False)
 
 
 class HttpProtocol(HttpToolsProtocol):
+    """One client connection. State beyond uvicorn's: which part of a request the parser is in
+    (`_in_head`, `_in_body`), the bytes the head came in, one timer for the current phase, and
+    an error answer waiting for the responses still owed (`_refusal`)."""
+
+    def __init__(
+        self,
+        config: Any,
+        server_state: Any,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        limits: Limits,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.limits = limits
+        self.timeout_keep_alive = limits.keep_alive_timeout  # type: ignore[assignment]
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_head = self._in_body = self._head_fresh = False
+        self._over_cap = self._refused = False
+        # Bytes of the reads a head came in: those wholly inside it (a lower bound of its size,
+        # `_head_raw`) and all of them but the current one (`_head_upper`, with `_reading` an
+        # upper bound).
+        self._head_raw = self._head_upper = self._reading = self._body_bytes = 0
+        self._refusal: LevergateError | None = None
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(_Coalescing(transport))  # type: ignore[arg-type]
+        self._writes = Coalescing(transport)
+        super().connection_made(self._writes)  # type: ignore[arg-type]
+        self._over_cap = len(self.connections) > self.limits.max_connections
+        self._timer = self.loop.call_later(self.limits.head_timeout, self._head_timed_out)
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+        super().connection_lost(exc)
 
-class _Coalescing:
-    """A transport that holds a response head until the body's first write, and gathers the
-    writes after that into one per turn of the event loop."""
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # the parser has failed or an answer is decided: the rest is not read
+        self._reading = len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            self._refuse(cause if isinstance(cause, LevergateError) else _invalid())
+            return
+        except httptools.HttpParserError:
+            self._refuse(_invalid())
+            return
+        except httptools.HttpParserUpgrade:
+            self._unsupported_upgrade_warning()
+        if self._in_head:
+            self._head_read(len(data))
+        elif self._in_body:
+            self._body_read(len(data))
 
-    __slots__ = ("_held", "_loop", "_pending", "_transport")
+    # Parser callbacks
+    def on_message_begin(self) -> None:
+        _Base.on_message_begin(self)
+        # The keep-alive wait ends with a request, not with any byte (stray CRLFs keep nothing).
+        self._unset_keepalive_if_required()
+        self._in_head = self._head_fresh = True
+        self._head_raw = self._head_upper = 0
 
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._loop = asyncio.get_running_loop()
-        self._held: bytes | None = None
-        self._pending: list[bytes] = []
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        limits = self.limits
+        if len(self.headers) > limits.headers:
+            raise self._too_large()
+        # The reads this head came in bound its size; only when they are over the limit is it
+        # measured (the head's bytes less the spaces and colons, so never more than them).
+        if self._head_upper + self._reading > limits.header_bytes:
+            size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
+            if size > limits.header_bytes:
+                raise self._too_large()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._over_cap and len(self.connections) > limits.max_connections:
+            limits.overload.refuse(now=self.loop.time(), cap=limits.max_connections)
+            raise Overloaded(
+                "The gateway has too many open connections; try again shortly.",
+                code="too_many_connections",
+                retry_after=1,
+            )
+        _Base.on_headers_complete(self)
+        self._in_body = True
+        scope = self.scope
+        if scope["method"] == "HEAD":
+            self.cycle.transport = HeadOnly(self._writes)  # type: ignore[assignment]
+        elif scope["http_version"] == "1.0":
+            self.cycle.transport = Unchunked(self._writes)  # type: ignore[assignment]
 
-    def write(self, data: bytes) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._flush()
-            if len(data) <= _JOIN_AT_MOST:
-                self._transport.write(held + data)
-            else:
-                self._transport.write(held)
-                self._transport.write(data)
-        elif data[:9] == b"HTTP/1.1 " and data[9:10] != b"1" and data[-4:] == b"\r\n\r\n":
-            self._held = data
+    def on_message_complete(self) -> None:
+        _Base.on_message_complete(self)
+        self._in_body = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def on_response_complete(self) -> None:
+        _Base.on_response_complete(self)
+        if self._refusal is not None:
+            if self.cycle.response_complete:
+                refusal, self._refusal = self._refusal, None
+                self._unset_keepalive_if_required()
+                self._answer(refusal)
+        elif self._in_head:
+            # The next head began arriving while this answer was written: its clock, not the
+            # keep-alive one, now runs.
+            self._unset_keepalive_if_required()
+            if self._timer is None:
+                self._timer = self.loop.call_later(self.limits.head_timeout, self._head_timed_out)
+
+    # Limits
+    def _head_read(self, size: int) -> None:
+        self._head_upper += size
+        if self._head_fresh:  # the head began in this read, after bytes of the last request
+            self._head_fresh = False
         else:
-            if not self._pending:
-                self._loop.call_soon(self._flush)
-            self._pending.append(data)
+            self._head_raw += size
+            if self._head_raw > self.limits.header_bytes:
+                self._refuse(self._too_large())
+                return
+        if self._timer is None:
+            self._timer = self.loop.call_later(self.limits.head_timeout, self._head_timed_out)
 
-    def close(self) -> None:
-        self._flush_all()
-        self._transport.close()
+    def _head_timed_out(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # An answer is still being written; a pipelined head's time starts after it.
+            self._timer = self.loop.call_later(self.limits.head_timeout, self._head_timed_out)
+        elif self._in_head:
+            seconds = self.limits.head_timeout
+            self._refuse(
+                RequestTimeout(
+                    f"The request head did not arrive within {seconds} s.", code="request_timeout"
+                )
+            )
+        else:
+            self.transport.close()  # opened and never used
 
-    def write_eof(self) -> None:
-        self._flush_all()
-        self._transport.write_eof()
+    def _body_read(self, size: int) -> None:
+        self._body_bytes += size
+        if self._timer is None:
+            self._body_bytes = 0
+            self._timer = self.loop.call_later(self.limits.body_timeout, self._body_window_over)
 
-    def _flush(self) -> None:
-        if self._pending:
-            pending, self._pending = self._pending, []
-            if not self._transport.is_closing():
-                self._transport.write(b"".join(pending))
+    def _body_window_over(self) -> None:
+        self._timer = None
+        if not self._in_body or self.transport.is_closing():
+            return
+        window = self.limits.body_timeout
+        needed = max(1, int(self.limits.body_min_rate * window))
+        if self._body_bytes >= needed or self.flow.read_paused:
+            self._body_bytes = 0
+            self._timer = self.loop.call_later(window, self._body_window_over)
+            return
+        self._refuse(
+            RequestTimeout(
+                f"The request body brought under {needed} bytes in {window} s "
+                f"(the minimum is {self.limits.body_min_rate} bytes per second).",
+                code="request_timeout",
+            )
+        )
 
-    def _flush_all(self) -> None:
-        self._flush()
-        if self._held is not None:
-            held, self._held = self._held, None
-            if not self._transport.is_closing():
-                self._transport.write(held)
+    def _too_large(self) -> HeadersTooLarge:
+        limits = self.limits
+        return HeadersTooLarge(
+            f"The request head is over {limits.header_bytes} bytes or {limits.headers} headers.",
+            code="request_header_fields_too_large",
+        )
 
-    # The rest of the transport's surface is the real transport's.
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
+    def _refuse(self, error: LevergateError) -> None:
+        """Answer `error` and close, once the answers still owed on this connection are out."""
+        in_body = self._in_body
+        self._refused = True
+        self._in_head = self._in_body = False
+        self._cancel_timer()
+        cycle = self.cycle
+        if in_body:
+            # The request being read failed: its app hears a disconnect, and nothing it sends
+            # is written. Answered unless an answer has begun or others are owed (then closed).
+            cycle.disconnected = True
+            cycle.message_event.set()
+            if cycle.response_started or self.pipeline:
+                self.transport.close()
+            else:
+                self._answer(error)
+        elif cycle is not None and not cycle.response_complete:
+            self._refusal = error
+        else:
+            self._unset_keepalive_if_required()
+            self._answer(error)
 
-    def pause_reading(self) -> None:
-        self._transport.pause_reading()
+    def _answer(self, error: LevergateError) -> None:
+        if self.transport.is_closing():
+            return
+        status, payload, extra = error_payload(error)
+        body = orjson.dumps(payload)
+        head = [STATUS_LINE[status], b"content-type: application/json\r\n"]
+        head += [b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in extra.items()]
+        head.append(b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+        self.transport.write(b"".join(head) + body)
+        # Closing with the client's bytes unread would reset the connection, and a reset can
+        # destroy the answer before the client reads it: half-close, drop what still comes.
+        self._cancel_timer()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self._timer = self.loop.call_later(self.limits.linger, self.transport.close)
+        else:  # TLS has no half-close
+            self.transport.close()
 
-    def resume_reading(self) -> None:
-        self._transport.resume_reading()
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._transport.get_extra_info(name, default)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
+def _invalid() -> BadRequest:
+    return BadRequest("Invalid HTTP request received.", code="invalid_http_request")

@@ -1,14 +1,17 @@
-"""`levergate serve`'s process tuning: CPU affinity is applied or refused with a clear error."""
+"""`levergate serve`'s process tuning: CPU affinity is applied or refused with a clear error; the
+open-files limit is raised and the connection cap fitted to it."""
 
 from __future__ import annotations
 
+import logging
 import os
+import resource
 
 import pytest
 
 from levergate.config import Server
 from levergate.errors import ConfigError
-from levergate.server.run import tune_process
+from levergate.server.run import connection_cap, raise_open_files_limit, tune_process
 
 NO_GC = {"gc_freeze": False, "gc_gen0_threshold": 0}
 
@@ -24,3 +27,25 @@ def test_cpus_that_do_not_exist_are_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"server\.cpus"):
         tune_process(Server(cpus=[100_000], **NO_GC))
     assert os.sched_getaffinity(0) == allowed
+
+
+def test_the_connection_cap_leaves_a_descriptor_for_each_upstream_connection() -> None:
+    assert connection_cap(configured=4096, open_files=1_048_576) == 4096
+    assert connection_cap(configured=4096, open_files=1024) == (1024 - 64) // 2
+    assert connection_cap(configured=4096, open_files=10) == 1
+
+
+def test_the_open_files_soft_limit_is_raised_to_the_hard_one_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard <= 256:
+        pytest.skip(f"needs a finite hard limit above 256 (it is {hard})")
+    caplog.set_level(logging.INFO, logger="levergate.server")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        raise_open_files_limit()
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (hard, hard)
+        assert f"open-files limit raised from 256 to {hard}" in caplog.text
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
