@@ -193,6 +193,7 @@ def in_process(sim_base: str, *, n: int) -> dict[str, float]:
     from levergate.config import Settings
     from levergate.core.call import Call, Context, Trace
     from levergate.gateway import Gateway
+    from levergate.layers.cache.exact import ExactCache
     from levergate.server.edge import Edge
 
     body = json.dumps(BODY).encode()
@@ -201,10 +202,10 @@ def in_process(sim_base: str, *, n: int) -> dict[str, float]:
     async def run() -> dict[str, float]:
         async with Gateway(Settings.for_upstream(sim_base)) as gateway:
             edge = Edge(gateway)
-            cache = gateway.pipeline.cache
-            if cache is None:
+            exact = ExactCache.layer(gateway.settings.cache, shared=gateway.pipeline.shared)
+            if exact is None:
                 raise RuntimeError("the cache is off")
-            layer = cache.exact(gateway.pipeline.service)
+            layer = exact(gateway.pipeline.service)
             call = Call(kind="chat", body=BODY, ctx=Context("r"))
             await layer(call)
 

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     SecretStr,
     Tag,
     ValidationError,
@@ -153,19 +154,24 @@ class Upstream(_Strict):
     key_limits: RateLimits | None = None
     limits: RateLimits | None = None
 
+    # The keys `api_keys_env` named, read once at load (like `api_key_env`).
+    _env_keys: list[SecretStr] = PrivateAttr(default_factory=list)
+
     def all_keys(self) -> list[SecretStr | None]:
         """Every key to balance over, `api_key` first; `[None]` for a keyless endpoint."""
-        extra = [SecretStr(v) for n in self.api_keys_env if (v := os.environ.get(n))]
         keys: list[SecretStr | None] = [self.api_key] if self.api_key is not None else []
-        keys += [*self.api_keys, *extra]
+        keys += [*self.api_keys, *self._env_keys]
         return keys or [None]
 
     @model_validator(mode="after")
     def _key_from_env(self) -> Upstream:
+        # Resolved at load, both of them: the keys a gateway balances over are the ones it
+        # started with, whatever happens to the environment later.
         if self.api_key is None and self.api_key_env:
             value = os.environ.get(self.api_key_env)
             if value:
                 object.__setattr__(self, "api_key", SecretStr(value))
+        self._env_keys = [SecretStr(v) for n in self.api_keys_env if (v := os.environ.get(n))]
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(
                 f"upstream {self.name!r}: base_url must start with http:// or https://"
@@ -468,6 +474,9 @@ class SpendSettings(_Strict):
     # this is skipped (logged, then the store rests 1 s); budgets go unchecked meanwhile,
     # requests never fail for it, and the charges are owed and written when it answers again.
     timeout_seconds: float = Field(0.5, gt=0)
+    # How often what this process owes is written to the store: the delay before another
+    # replica sees a charge (this one sees it at once). One write per key and period each time.
+    flush_seconds: float = Field(0.5, gt=0)
 
 
 class Auth(_Strict):
@@ -791,6 +800,15 @@ class Traffic(_Strict):
     seed: int | None = None
 
 
+class Background(_Strict):
+    """Restarting a background job (health checks, the shared semantic index follower) that
+    crashed: waits double from `restart_base_seconds` up to `restart_cap_seconds`, so a job
+    that fails at every start (its Redis is down) costs one log line and one try per cap."""
+
+    restart_base_seconds: float = Field(1.0, gt=0)
+    restart_cap_seconds: float = Field(60.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LEVERGATE_",
@@ -808,6 +826,7 @@ class Settings(BaseSettings):
     metrics: Metrics = Field(default_factory=Metrics)
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)
+    background: Background = Field(default_factory=Background)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod

@@ -21,7 +21,6 @@ import contextlib
 import math
 import os
 import re
-import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -68,10 +67,12 @@ class Gateway:
         return self
 
     async def start(self) -> None:
-        """Start the pipeline's background jobs; idempotent. The ASGI lifespan calls this too."""
+        """Start the pipeline's background jobs, each under the pipeline's supervisor (a crash is
+        logged, counted and restarted); idempotent. The ASGI lifespan calls this too."""
         if self._jobs:
             return
-        self._jobs = [asyncio.ensure_future(job()) for job in self.pipeline.background]
+        keep_running = self.pipeline.supervisor.keep_running
+        self._jobs = [asyncio.ensure_future(keep_running(job)) for job in self.pipeline.background]
         self.ready = True
 
     async def __aexit__(
@@ -114,7 +115,8 @@ class Gateway:
         )
         deadline = None
         if timeout := headers.get(TIMEOUT_HEADER):
-            deadline = time.monotonic() + _timeout_seconds(timeout, limits=limits)
+            # On the gateway's clock, which every layer compares it with and enforces it on.
+            deadline = self.pipeline.clock.now() + _timeout_seconds(timeout, limits=limits)
         ctx = Context(
             request_id=request_id or request_id_for(headers),
             priority=Priority.parse(headers.get(PRIORITY_HEADER)),

@@ -1,5 +1,5 @@
 """`build_pipeline`: the ONE place where the order of the layers is written, with the reason for
-each position. Reordering the levers is a one-line diff here and nowhere else.
+each position. Reordering the levers is a one-line diff here and nowhere else; so is adding one.
 
     FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → Admission → caches →
                           Fallback → Dispatch
@@ -7,31 +7,46 @@ each position. Reordering the levers is a one-line diff here and nowhere else.
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)
                           the shared semantic index following its Redis log
+                          key budgets writing what is owed to the spend store
 
-Later levers slot in where DESIGN.md puts them (admission and caches in FRONT; prompt-cache
-optimizer, trim, retry, deadline and balance per model; outlier ejection and limits per endpoint).
+Each layer builds itself from its own settings section and `Shared` (the clock, the metrics
+registry, the seeded random sources, the traffic, cache and key state, built once by
+`Shared.build`) and returns None when its lever is off; `stack` skips a None. Later levers slot
+in where DESIGN.md puts them (admission and caches in FRONT; prompt-cache optimizer, trim,
+retry, deadline and balance per model; outlier ejection and limits per endpoint).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-
-from pydantic import SecretStr
 
 from levergate.config import WILDCARD, Model, Settings, Upstream
 from levergate.core.clock import Clock, SystemClock
 from levergate.core.embedder import Embedder
+from levergate.core.jobs import Job, Supervisor
 from levergate.core.service import Layer, Service, stack
 from levergate.layers.auth import Authenticate
-from levergate.layers.cache.build import CacheKit, build_cache
+from levergate.layers.cache.build import CacheState, semantic_layer
+from levergate.layers.cache.embeddings import EmbeddingsCache
+from levergate.layers.cache.exact import ExactCache
 from levergate.layers.dispatch import Dispatch
-from levergate.layers.keys.build import KeyKit, build_keys
+from levergate.layers.keys.build import KeyKit
+from levergate.layers.keys.quota import BudgetSink
 from levergate.layers.measure.measure import Measure, Telemetry
-from levergate.layers.traffic.balance import Member
-from levergate.layers.traffic.build import TrafficControl
+from levergate.layers.shared import Shared
+from levergate.layers.traffic.admission import Admission
+from levergate.layers.traffic.balance import Balance, Member
+from levergate.layers.traffic.deadline import Deadline
 from levergate.layers.traffic.endpoints import Node
+from levergate.layers.traffic.fallback import Fallback
+from levergate.layers.traffic.health_checks import HealthChecks
+from levergate.layers.traffic.keys import EndpointKey, endpoint_keys
+from levergate.layers.traffic.limits import Limits
+from levergate.layers.traffic.outlier import OutlierEjection
+from levergate.layers.traffic.retry import Retry
+from levergate.layers.traffic.state import TrafficState
 from levergate.upstreams import Endpoint, make_endpoint
 from levergate.upstreams.client import client_for
 from levergate.upstreams.wire import HttpClient
@@ -53,128 +68,120 @@ class Pipeline:
     telemetry: Telemetry
     upstreams: dict[str, Endpoint]
     models: dict[str, Model]
-    cache: CacheKit | None = None
-    traffic: TrafficControl | None = None
-    # Gateway keys (auth or the admin API on): the admin API works on the same keyring.
-    keys: KeyKit | None = None
-    # Jobs that run for the gateway's lifetime (health checks, flushers). `Gateway` starts each
-    # one when it opens and cancels and awaits them when it closes: no task outlives it.
-    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    shared: Shared
+    supervisor: Supervisor
+    # Jobs that run for the gateway's lifetime (health checks, index followers). `Gateway`
+    # starts each one under `supervisor` when it opens, and cancels and awaits them when it
+    # closes: no task outlives it.
+    background: list[Job] = field(default_factory=list)
+
+    @property
+    def clock(self) -> Clock:
+        """The gateway's clock: every deadline is a time on it."""
+        return self.shared.clock
+
+    @property
+    def traffic(self) -> TrafficState:
+        return self.shared.traffic
+
+    @property
+    def cache(self) -> CacheState | None:
+        return self.shared.cache
+
+    @property
+    def keys(self) -> KeyKit | None:
+        """The gateway keys (auth or the admin API on): the admin API works on the same keyring."""
+        return self.shared.keys
 
     async def aclose(self) -> None:
         for upstream in self.upstreams.values():
             await upstream.aclose()
-        if self.traffic is not None:
-            await self.traffic.aclose()
-        if self.cache is not None:
-            await self.cache.aclose()
-        if self.keys is not None:
-            await self.keys.aclose()
+        await self.shared.aclose()
 
 
 def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     deps = deps or Deps()
-    telemetry = Telemetry(settings.metrics)
-    upstreams = {u.name: make_endpoint(u, http_client=deps.http_client) for u in settings.upstreams}
-
-    traffic = TrafficControl(settings, clock=deps.clock, registry=telemetry.registry)
+    t, telemetry = settings.traffic, Telemetry(settings.metrics)
+    models = {m.name: m for m in settings.models}
+    shared = Shared.build(settings, models=models, clock=deps.clock, registry=telemetry.registry)
     make = partial(make_endpoint, http_client=deps.http_client)
+    upstreams = {u.name: make(u) for u in settings.upstreams}
+    # Per upstream and API key: providers limit, throttle and fail each key on its own.
+    keys = {u.name: endpoint_keys(u, upstreams[u.name], settings=t, shared=shared, make=make)
+            for u in settings.upstreams}  # fmt: skip
 
-    def per_endpoint(upstream: Upstream | None, name: str, key: SecretStr | None) -> Node:
-        state, scopes, aimd = traffic.endpoint_state(upstream, name=name, key=key)
-        # Outermost per endpoint: it sees every outcome there; the limits below only delay.
-        layers: list[Layer] = [traffic.outlier_ejection(state)]
-        if limits := traffic.limits(state, scopes, aimd):
+    def per_endpoint(key: EndpointKey) -> Node:
+        return Node(key.state, stack(key.transport, [
+            # Outermost per endpoint: it sees every outcome there; the limits below only delay.
+            OutlierEjection.layer(key, shared=shared),
             # Right above the wire: permits cover only upstream time and count every attempt.
-            layers.append(limits)
-        return Node(state, stack(keyed[name], layers))
+            Limits.layer(t, key=key, shared=shared),
+        ]))  # fmt: skip
 
-    keyed: dict[str, Endpoint] = {}
-    nodes: dict[str, list[Node]] = {}
-    for u in settings.upstreams:
-        if not isinstance(u, Upstream):
-            keyed[u.name] = upstreams[u.name]
-            nodes[u.name] = [per_endpoint(None, u.name, None)]
-            continue
-        per_key = traffic.keyed(u, upstreams[u.name], make=make)
-        keyed.update({name: endpoint for name, _, endpoint in per_key})
-        nodes[u.name] = [per_endpoint(u, name, key) for name, key, _ in per_key]
+    nodes = {name: [per_endpoint(key) for key in found] for name, found in keys.items()}
 
     def per_model(model: Model) -> Service:
-        members = [
-            Member(node, t.weight / len(nodes[t.upstream]), _renamed(model, t.upstream_model))
-            for t in model.endpoints
-            for node in nodes[t.upstream]
-        ]
-        layers: list[Layer] = []
-        if settings.traffic.retry.enabled:
+        layers = [
             # Above Balance: each attempt chooses afresh; only before the first streamed byte.
-            layers.append(traffic.retry())
-        # Each attempt gets only what is left of the request's deadline.
-        layers.append(traffic.deadline())
-        return stack(traffic.balance(members), layers)
+            Retry.layer(t.retry, shared=shared),
+            # Each attempt gets only what is left of the request's deadline.
+            Deadline.layer(shared=shared),
+        ]
+        return stack(Balance.of(_members(model, nodes), settings=t, shared=shared), layers)
 
-    models = {m.name: m for m in settings.models}
     routes = {name: per_model(m) for name, m in models.items() if name != WILDCARD}
-    fallback = per_model(models[WILDCARD]) if WILDCARD in models else None
-
-    dispatch = Dispatch(routes, fallback=fallback)
-    front: list[Layer] = []
-    if settings.metrics.enabled:
-        prices = {name: m.price for name, m in models.items()}
+    wildcard = per_model(models[WILDCARD]) if WILDCARD in models else None
+    dispatch = Dispatch(routes, fallback=wildcard)
+    service = stack(dispatch, [
         # Outermost: it must see every request, including the ones refused further down.
-        front.append(partial(Measure, telemetry=telemetry, prices=prices))
-    keys = build_keys(
-        settings,
-        clock=deps.clock,
-        limit_store=traffic.store,
-        metrics=traffic.metrics,
-        prices={name: m.price for name, m in models.items()},
-    )
-    # Decides the tenant before anything keyed or limited by tenant; a key's own rates and
-    # budgets apply here too, so a key over them is refused before any other work.
-    keyring, quota = (keys.keyring, keys.quota) if keys else (None, None)
-    front.append(partial(Authenticate, settings=settings.auth, keyring=keyring, quota=quota))
-    if admission := traffic.admission():
+        _measure(settings, telemetry, models, shared),
+        # Decides the tenant before anything keyed or limited by tenant; a key's own rates and
+        # budgets apply here too, so a key over them is refused before any other work.
+        Authenticate.layer(settings.auth, shared=shared),
         # Tenant limits under Authenticate (which names the tenant), above the caches so a
         # tenant's quota means what it may ask, cached or not.
-        front.append(admission)
-    cache = None
-    if settings.cache.enabled:
-        cache = build_cache(
-            settings.cache, models=models, clock=deps.clock, registry=telemetry.registry
-        )
+        Admission.layer(t, shared=shared),
         # Keyed by tenant, so under Authenticate; above routing, so a hit skips all of it.
-        front.append(cache.exact)
+        ExactCache.layer(settings.cache, shared=shared),
         # Embeddings are deterministic: each input cached alone, only the misses go upstream.
-        front.append(cache.embeddings)
-        if semantic := cache.semantic(routes=dispatch, embedder=deps.embedder):
-            # Fuzzy and opt-in: after the exact cache, so an exact hit never pays for an embedding.
-            front.append(semantic)
-
-    if fallbacks := traffic.fallback():
+        EmbeddingsCache.layer(settings.cache, shared=shared),
+        # Fuzzy and opt-in: after the exact cache, so an exact hit never pays for an embedding.
+        semantic_layer(settings.cache, shared=shared, routes=dispatch, embedder=deps.embedder),
         # Right above Dispatch: a fallback is another alias, with its own retries and limits.
-        front.append(fallbacks)
-
-    service = stack(dispatch, front)
-    background = []
-    if checks := traffic.health_checks(http_client=deps.http_client):
-        # Off the request path: probes eject and readmit endpoints through the same ejection
-        # state the balancer reads, with or without client traffic.
-        background.append(checks)
-    if cache is not None:
-        # The shared semantic index replays and follows its Redis log off the request path.
-        background.extend(cache.background)
+        Fallback.layer(settings.models, on=t.fallback_on, shared=shared),
+    ])  # fmt: skip
+    # Off the request path: probes eject and readmit endpoints through the same ejection state
+    # the balancer reads, with or without client traffic.
+    checks = HealthChecks.job(t.health_checks, keys=[k for ks in keys.values() for k in ks],
+                              shared=shared, http_client=deps.http_client)  # fmt: skip
     return Pipeline(
-        service=service,
-        telemetry=telemetry,
-        upstreams=upstreams,
-        models=models,
-        cache=cache,
-        traffic=traffic,
-        keys=keys,
-        background=background,
-    )
+        service=service, telemetry=telemetry, upstreams=upstreams, models=models, shared=shared,
+        # Every job restarted after a crash, counted in the gateway's own registry.
+        supervisor=Supervisor.of(settings.background, clock=deps.clock, registry=shared.registry),
+        background=[job for job in (checks, *shared.jobs) if job],
+    )  # fmt: skip
+
+
+def _members(model: Model, nodes: Mapping[str, Sequence[Node]]) -> list[Member]:
+    """An alias's pool: every endpoint key of each of its targets, the target's weight shared
+    among its keys."""
+    return [
+        Member(node, t.weight / len(nodes[t.upstream]), _renamed(model, t.upstream_model))
+        for t in model.endpoints
+        for node in nodes[t.upstream]
+    ]
+
+
+def _measure(
+    settings: Settings, telemetry: Telemetry, models: Mapping[str, Model], shared: Shared
+) -> Layer | None:
+    """Measure, with the sinks of the finished-request record beside Prometheus: key budgets
+    are charged from it, so it is there whenever keys are, metrics on or off."""
+    sinks = [BudgetSink(shared.keys.budgets)] if shared.keys is not None else []
+    if not settings.metrics.enabled and not sinks:
+        return None
+    prices = {n: m.price for n, m in models.items()}
+    return partial(Measure, telemetry=telemetry, prices=prices, sinks=sinks)
 
 
 def _renamed(model: Model, target_model: str | None) -> str | None:

@@ -109,6 +109,8 @@ async def test_background_jobs_run_for_the_gateway_lifetime_and_stop_with_it(
 ) -> None:
     import asyncio
 
+    from levergate.core.jobs import Job
+
     started, stopped = asyncio.Event(), asyncio.Event()
 
     async def job() -> None:
@@ -119,7 +121,7 @@ async def test_background_jobs_run_for_the_gateway_lifetime_and_stop_with_it(
             stopped.set()
 
     gateway = Gateway(Settings.for_upstream(sim.base_url))
-    gateway.pipeline.background.append(job)
+    gateway.pipeline.background.append(Job("test", job))
     async with gateway:
         await asyncio.wait_for(started.wait(), 5)
         assert not stopped.is_set()

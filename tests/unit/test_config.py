@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from levergate.config import WILDCARD, Price, Settings
+from levergate.config import WILDCARD, Price, Settings, Upstream
 from levergate.errors import ConfigError
 
 
@@ -107,3 +107,26 @@ def test_the_admin_token_comes_from_the_environment_and_never_prints(
     assert settings.admin.token is not None
     assert settings.admin.token.get_secret_value() == "env-admin-token-0123"
     assert "env-admin-token-0123" not in repr(settings)
+
+
+def test_every_api_key_from_the_environment_is_read_once_at_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`api_keys_env` like `api_key_env`: the keys a gateway balances over are the ones it
+    loaded with, whatever the environment says later."""
+    monkeypatch.setenv("LG_TEST_KEY", "k-main")
+    monkeypatch.setenv("LG_TEST_KEY_1", "k-one")
+    monkeypatch.setenv("LG_TEST_KEY_2", "k-two")
+    upstream = Upstream(
+        name="p",
+        base_url="http://127.0.0.1:9/v1",
+        api_key_env="LG_TEST_KEY",
+        api_keys_env=["LG_TEST_KEY_1", "LG_TEST_KEY_2", "LG_TEST_UNSET"],
+    )
+    monkeypatch.setenv("LG_TEST_KEY", "k-changed")
+    monkeypatch.setenv("LG_TEST_KEY_1", "k-changed")
+    monkeypatch.delenv("LG_TEST_KEY_2")
+    keys = [k.get_secret_value() for k in upstream.all_keys() if k is not None]
+    assert keys == ["k-main", "k-one", "k-two"]
+    renamed = upstream.model_copy(update={"name": "p/key0"})  # how per-key transports are made
+    assert [k.get_secret_value() for k in renamed.all_keys() if k is not None] == keys

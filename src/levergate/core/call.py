@@ -83,6 +83,8 @@ class Trace:
     started: float = field(default_factory=time.perf_counter)
     # The tenant Authenticate established; None until then, and for a request refused there.
     tenant: str | None = None
+    # The gateway key's id (never the key) Authenticate resolved; what its budget is charged by.
+    key_id: str | None = None
     # What answered: the alias Dispatch routed to last (a fallback's, when one answered), and
     # the endpoint and model name the last attempt went to.
     alias: str = ""
@@ -114,11 +116,8 @@ class Context:
 
     request_id: str
     tenant: str = "default"
-    # The gateway key's id (never the key) once Authenticate has resolved one; "" otherwise.
-    # What a per-request record charges a key's budget by (`Budgets.charge(key_id=...)`).
-    key_id: str = ""
     priority: Priority = Priority.DEFAULT
-    deadline: float | None = None  # absolute time.monotonic() seconds, or None for no deadline
+    deadline: float | None = None  # absolute seconds on the gateway's clock, or None for none
     feature: str = ""
     # Incoming request headers, lower-cased; layers read their controls here
     # (cache-control, x-levergate-*). Empty for library calls without headers.

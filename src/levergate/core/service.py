@@ -17,9 +17,12 @@ class Service(Protocol):
 Layer = Callable[[Service], Service]
 
 
-def stack(inner: Service, layers: Sequence[Layer]) -> Service:
-    """`layers` are listed outermost first, the way a request meets them."""
+def stack(inner: Service, layers: Sequence[Layer | None]) -> Service:
+    """`layers` are listed outermost first, the way a request meets them. A `None` is a lever
+    that is switched off (each layer's `layer(...)` builder returns None then), so a stack is
+    written as one list whatever the settings."""
     service = inner
     for layer in reversed(layers):
-        service = layer(service)
+        if layer is not None:
+            service = layer(service)
     return service

@@ -14,19 +14,33 @@ keyed or limited by tenant (caches, limits).
 
 from __future__ import annotations
 
+from functools import partial
+from typing import TYPE_CHECKING
+
 from levergate.config import Auth
 from levergate.core.call import Call
 from levergate.core.clock import SystemClock
 from levergate.core.reply import Reply
-from levergate.core.service import Service
+from levergate.core.service import Layer, Service
 from levergate.errors import AuthenticationFailed, PermissionDenied
 from levergate.layers.keys.keyring import Keyring
 from levergate.layers.keys.quota import KeyQuota
+
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
 
 TENANT_HEADER = "x-levergate-tenant"
 
 
 class Authenticate:
+    @classmethod
+    def layer(cls, settings: Auth, *, shared: Shared) -> Layer:
+        """Always present: with auth off it still names the tenant from `x-levergate-tenant`."""
+        keys = shared.keys
+        if keys is None:
+            return partial(cls, settings=settings)
+        return partial(cls, settings=settings, keyring=keys.keyring, quota=keys.quota)
+
     def __init__(
         self,
         inner: Service,
@@ -68,14 +82,14 @@ class Authenticate:
         if record is None or record.revoked is not None:
             # One answer for both: a revoked key is no more a key than a made-up one.
             raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
-        call.ctx.trace.tenant = record.tenant
+        call.ctx.trace.tenant, call.ctx.trace.key_id = record.tenant, record.id
         if not record.allows(call.model):
             raise PermissionDenied(
                 f"This API key may not use the model '{call.model}'.",
                 code="model_not_allowed",
                 param="model",
             )
-        call = call.with_ctx(tenant=record.tenant, key_id=record.id)
+        call = call.with_ctx(tenant=record.tenant)
         if self._quota is None:
             return await self._inner(call)
         return await self._quota.serve(record, call, self._inner)

@@ -11,6 +11,12 @@ onto the same "best" one between updates. The score is a predicted completion ti
 where headroom is the share of the provider's quota left (`x-ratelimit-remaining-*` over the
 limit; 1 when unknown), so of two equally fast keys the fuller one wins. Weights bias which
 two are sampled. Everything here is pure; the caller passes `random.Random`.
+
+Each way of choosing is a `Strategy` — `choose(candidates, call=, rng=)` returns one of the
+candidates — registered by the name `traffic.balance.strategy` accepts (`STRATEGIES`). The
+balancer has already left out ejected endpoints and the ones that failed this request; a
+strategy sees only who is left, so a new one (prefix or cache affinity, which needs the call's
+prompt) is a class and a line in the registry.
 """
 
 from __future__ import annotations
@@ -18,8 +24,12 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from levergate.core.call import Call
+from levergate.policies.estimate import output_cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +94,92 @@ def pick_p2c(
     if a == b:
         return first if rng.random() < 0.5 else second
     return first if a < b else second
+
+
+class Candidate(Protocol):
+    """One member of a pool as a strategy sees it, at the moment of choosing."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def weight(self) -> float: ...
+
+    @property
+    def cooling(self) -> bool:
+        """Under a cooldown (after a 429 or an exhausted quota)."""
+        ...
+
+    def load(self) -> Load: ...
+
+
+C = TypeVar("C", bound=Candidate)
+
+
+class Strategy(Protocol):
+    def choose(self, candidates: Sequence[C], *, call: Call, rng: random.Random) -> C:
+        """One of `candidates` (never empty) for this attempt."""
+        ...
+
+
+def _ready(candidates: Sequence[C]) -> Sequence[C]:
+    """The candidates not cooling down, or all of them when every one is."""
+    ready = [c for c in candidates if not c.cooling]
+    return ready or candidates
+
+
+class Weighted:
+    """Random, in proportion to the weights; cooling candidates only when all are."""
+
+    def choose(
+        self,
+        candidates: Sequence[C],
+        *,
+        call: Call,  # noqa: ARG002 - the Strategy signature; this one needs no call
+        rng: random.Random,
+    ) -> C:
+        pool = _ready(candidates)
+        return pool[pick_weighted([c.weight for c in pool], rng=rng)]
+
+
+class LeastOutstanding:
+    """Fewest requests in flight per unit of weight; cooling candidates only when all are."""
+
+    def choose(
+        self,
+        candidates: Sequence[C],
+        *,
+        call: Call,  # noqa: ARG002 - the Strategy signature; this one needs no call
+        rng: random.Random,
+    ) -> C:
+        pool = _ready(candidates)
+        return pool[pick_least_outstanding([c.load() for c in pool], rng=rng)]
+
+
+class PowerOfTwo:
+    """P2C on the predicted completion time, which counts a cooldown as wait (so a cooling
+    candidate is not left out: it loses the comparison by as much as it has left to wait)."""
+
+    def choose(self, candidates: Sequence[C], *, call: Call, rng: random.Random) -> C:
+        index = pick_p2c(
+            [c.weight for c in candidates],
+            lambda i: candidates[i].load(),
+            own_tokens=float(output_cap(call.body)),
+            rng=rng,
+        )
+        return candidates[index]
+
+
+# The names `traffic.balance.strategy` accepts (its Literal is pinned to these keys by a test).
+STRATEGIES: Mapping[str, Callable[[], Strategy]] = {
+    "p2c": PowerOfTwo,
+    "least_outstanding": LeastOutstanding,
+    "weighted": Weighted,
+}
+
+
+def strategy_named(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]()
+    except KeyError:
+        raise ValueError(f"unknown balancing strategy {name!r}") from None

@@ -1,16 +1,18 @@
-"""`CacheKit`: everything the cache layers share, built once per gateway from settings.
+"""`CacheState`: what the cache layers share, built once per pipeline, and the semantic layer.
 
-`pipeline.py` writes where the cache layers go; this module builds what they need — the store
-(`stores.build`), the counters, the resolver that turns a model alias into the model that will
-actually answer (part of every key, so re-pointing an alias never serves the old model's
-answers) — and hands back ready-to-stack layers.
+The store (`stores.build`), the counters, and the resolver that turns a model alias into the
+model that will actually answer (part of every key, so re-pointing an alias never serves the old
+model's answers). Each cache layer builds itself from it (`ExactCache.layer`,
+`EmbeddingsCache.layer`); the semantic layer is built here, by `semantic_layer`, because its
+module needs the `semantic` extra (numpy, an embedder) and is imported only when a rule opts in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -18,84 +20,83 @@ from levergate.config import WILDCARD, Cache, Model, SemanticCacheSettings
 from levergate.core.call import Call, Context
 from levergate.core.clock import Clock
 from levergate.core.embedder import Embedder
+from levergate.core.jobs import Job
 from levergate.core.reply import Completed
 from levergate.core.service import Layer, Service
 from levergate.errors import ConfigError, UpstreamUnavailable
-from levergate.layers.cache.embeddings import EmbeddingsCache
 from levergate.layers.cache.entries import Entries
-from levergate.layers.cache.exact import ExactCache
 from levergate.layers.cache.stats import CacheStats
 from levergate.stores.build import build_store
 from levergate.stores.kv import KV
 
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
 
-@dataclass
-class CacheKit:
-    settings: Cache
+
+@dataclass(frozen=True, slots=True)
+class CacheState:
     stats: CacheStats
     store: KV
     resolve: Callable[[str], str]
-    clock: Clock
-    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    # Jobs for `Pipeline.background` (the shared semantic index following its log).
-    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
-    @property
-    def exact(self) -> Layer:
-        entries = Entries(self.store, cache="exact", stats=self.stats)
-        return partial(
-            ExactCache, settings=self.settings, entries=entries, stats=self.stats,
-            resolve=self.resolve, clock=self.clock,
-        )  # fmt: skip
+    @classmethod
+    def build(
+        cls,
+        settings: Cache,
+        *,
+        models: Mapping[str, Model],
+        clock: Clock,
+        registry: CollectorRegistry,
+        closers: list[Callable[[], Awaitable[None]]],
+    ) -> CacheState:
+        stats = CacheStats(registry)
+        built = build_store(settings.store, clock=clock, on_fault=stats.fault)
+        closers.extend(built.closers)
+        return cls(stats=stats, store=built.kv, resolve=partial(resolve_model, models))
 
-    @property
-    def embeddings(self) -> Layer:
-        entries = Entries(self.store, cache="embeddings", stats=self.stats)
-        return partial(
-            EmbeddingsCache, settings=self.settings, entries=entries, stats=self.stats,
-            resolve=self.resolve,
-        )  # fmt: skip
+    def entries(self, cache: str) -> Entries:
+        """The store as one cache layer sees it (its name labels the counters)."""
+        return Entries(self.store, cache=cache, stats=self.stats)
 
-    def semantic(self, *, routes: Service, embedder: Embedder | None) -> Layer | None:
-        """The semantic cache layer, or None when no rule opts in (then nothing is loaded).
-        `routes` is the service under the front layers: the upstream embedder and the
-        verification call go through it."""
-        rules = [self.settings.default, *self.settings.models.values()]
-        if not any(rule.semantic for rule in [*rules, *self.settings.features.values()]):
-            return None
-        # Imported here: numpy and the embedder are the `semantic` extra, needed only when on.
-        from levergate.layers.cache.semantic import SemanticCache
-        from levergate.stores.vector import PartitionedIndex, Partitions
 
-        options = self.settings.semantic
-        if options.index == "redis" and self.settings.store.backend == "memory":
-            raise ConfigError(
-                "cache.semantic.index 'redis' shares the index between replicas, but with "
-                "cache.store.backend 'memory' no replica can load another's entries: set "
-                "cache.store.backend to 'redis'"
-            )
-        if embedder is None:
-            embedder = _default_embedder(options, routes, self.closers)
-        local = PartitionedIndex(max_entries=options.max_entries, hnsw_above=options.hnsw_above)
-        index: Partitions = local
-        if options.index == "redis":
-            from levergate.stores.vector_redis import connect
+def semantic_layer(
+    settings: Cache, *, shared: Shared, routes: Service, embedder: Embedder | None
+) -> Layer | None:
+    """The semantic cache layer, or None when the cache is off or no rule opts in (then
+    nothing is loaded). `routes` is the service under the front layers: the upstream embedder
+    and the verification call go through it."""
+    state = shared.cache
+    rules = [settings.default, *settings.models.values(), *settings.features.values()]
+    if state is None or not any(rule.semantic for rule in rules):
+        return None
+    # Imported here: numpy and the embedder are the `semantic` extra, needed only when on.
+    from levergate.layers.cache.semantic import SemanticCache
+    from levergate.stores.vector import PartitionedIndex, Partitions
 
-            shared = connect(local, store=self.settings.store, options=options, clock=self.clock,
-                             on_fault=self.stats.fault)  # fmt: skip
-            self.background.append(shared.run)
-            self.closers.append(shared.aclose)
-            index = shared
-        entries = Entries(self.store, cache="semantic", stats=self.stats)
-        return partial(
-            SemanticCache, settings=self.settings, entries=entries, stats=self.stats,
-            resolve=self.resolve, embedder=embedder, index=index,
-            verify=routes if options.verify_model else None,
-        )  # fmt: skip
+    options = settings.semantic
+    if options.index == "redis" and settings.store.backend == "memory":
+        raise ConfigError(
+            "cache.semantic.index 'redis' shares the index between replicas, but with "
+            "cache.store.backend 'memory' no replica can load another's entries: set "
+            "cache.store.backend to 'redis'"
+        )
+    if embedder is None:
+        embedder = _default_embedder(options, routes, shared.closers)
+    local = PartitionedIndex(max_entries=options.max_entries, hnsw_above=options.hnsw_above)
+    index: Partitions = local
+    if options.index == "redis":
+        from levergate.stores.vector_redis import connect
 
-    async def aclose(self) -> None:
-        for close in self.closers:
-            await close()
+        follower = connect(local, store=settings.store, options=options, clock=shared.clock,
+                           on_fault=state.stats.fault)  # fmt: skip
+        shared.jobs.append(Job("semantic_index", follower.run))
+        shared.closers.append(follower.aclose)
+        index = follower
+    return partial(
+        SemanticCache, settings=settings, entries=state.entries("semantic"), stats=state.stats,
+        resolve=state.resolve, embedder=embedder, index=index,
+        verify=routes if options.verify_model else None,
+    )  # fmt: skip
 
 
 class ServiceEmbedder:
@@ -137,21 +138,6 @@ def _default_embedder(
     local = default_embedder()
     closers.append(local.aclose)
     return local
-
-
-def build_cache(
-    settings: Cache, *, models: Mapping[str, Model], clock: Clock, registry: CollectorRegistry
-) -> CacheKit:
-    stats = CacheStats(registry)
-    built = build_store(settings.store, clock=clock, on_fault=stats.fault)
-    return CacheKit(
-        settings=settings,
-        stats=stats,
-        store=built.kv,
-        resolve=partial(resolve_model, models),
-        clock=clock,
-        closers=list(built.closers),
-    )
 
 
 def resolve_model(models: Mapping[str, Model], alias: str) -> str:

@@ -15,20 +15,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from levergate.config import Cache
 from levergate.core.call import CacheOutcome, CacheResult, Call
 from levergate.core.reply import Completed, Reply
-from levergate.core.service import Service
+from levergate.core.service import Layer, Service
 from levergate.errors import PayloadTooLarge, UpstreamUnavailable
 from levergate.layers.cache.entries import CACHE_HEADER, Entries
 from levergate.layers.cache.stats import CacheStats
 from levergate.policies.cache_policy import controls, namespace, rule_for
 from levergate.policies.fingerprint import fingerprint
 from levergate.stores.entry import Form
+
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
 
 NAME = "embeddings"
 HITS_HEADER = "x-levergate-cache-hits"
@@ -37,6 +41,16 @@ _ROW_BYTES = 50
 
 
 class EmbeddingsCache:
+    @classmethod
+    def layer(cls, settings: Cache, *, shared: Shared) -> Layer | None:
+        """None when the cache is off (`Shared.cache` is None)."""
+        if (state := shared.cache) is None:
+            return None
+        return partial(
+            cls, settings=settings, entries=state.entries("embeddings"), stats=state.stats,
+            resolve=state.resolve,
+        )  # fmt: skip
+
     def __init__(
         self,
         inner: Service,

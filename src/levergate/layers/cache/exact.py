@@ -22,16 +22,17 @@ Response headers: `x-levergate-cache: hit|miss|bypass|coalesced` and, on a hit, 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
+from functools import partial
+from typing import TYPE_CHECKING
 
 from levergate.config import Cache, CacheRule
 from levergate.core.call import CacheOutcome, CacheResult, Call
-from levergate.core.clock import Clock, SystemClock
+from levergate.core.clock import Clock, SystemClock, timeout
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
-from levergate.core.service import Service
+from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamTimeout
 from levergate.layers.cache.coalesce import SingleFlight
 from levergate.layers.cache.entries import (
@@ -47,6 +48,9 @@ from levergate.policies.cache_policy import bypass_reason, controls, namespace, 
 from levergate.policies.fingerprint import fingerprint
 from levergate.stores.entry import Form
 
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
+
 log = logging.getLogger("levergate.cache")
 
 NAME = "exact"
@@ -55,6 +59,16 @@ _KINDS = frozenset({"chat", "completion"})
 
 
 class ExactCache:
+    @classmethod
+    def layer(cls, settings: Cache, *, shared: Shared) -> Layer | None:
+        """None when the cache is off (`Shared.cache` is None)."""
+        if (state := shared.cache) is None:
+            return None
+        return partial(
+            cls, settings=settings, entries=state.entries(NAME), stats=state.stats,
+            resolve=state.resolve, clock=shared.clock,
+        )  # fmt: skip
+
     def __init__(
         self,
         inner: Service,
@@ -123,7 +137,7 @@ class ExactCache:
             return await self._flights.run(key, fetch)
         remaining = call.ctx.deadline - self._clock.now()
         try:
-            async with asyncio.timeout(max(0.0, remaining)):
+            async with timeout(self._clock, remaining):
                 return await self._flights.run(key, fetch)
         except TimeoutError:
             raise UpstreamTimeout(

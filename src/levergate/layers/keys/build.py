@@ -1,16 +1,17 @@
 """Build the gateway keys' state from settings: the one place `auth.store` and `auth.spend` are
-read. `build_pipeline` hands the result to `Authenticate` (the request path) and keeps it on the
-`Pipeline` for the admin API (server/admin.py), so both see the same keyring and spend."""
+read. `Shared.build` keeps the result, so `Authenticate` (the request path), Measure's budget
+sink and the admin API (server/admin.py) all see the same keyring and spend."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from levergate.config import Price, Settings
+from levergate.config import Settings
 from levergate.core.clock import Clock
+from levergate.core.jobs import Job
 from levergate.layers.keys.keyring import Keyring
 from levergate.layers.keys.quota import Budgets, KeyQuota
 from levergate.layers.traffic.metrics import TrafficMetrics
@@ -21,19 +22,11 @@ from levergate.stores.spend import MemorySpendStore, RedisSpendStore
 from levergate.stores.spend_sqlite import SqliteSpendStore
 
 
-@dataclass
+@dataclass(frozen=True)
 class KeyKit:
     keyring: Keyring
     quota: KeyQuota
-    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-
-    @property
-    def budgets(self) -> Budgets | None:
-        return self.quota.budgets
-
-    async def aclose(self) -> None:
-        for close in self.closers:
-            await close()
+    budgets: Budgets
 
 
 def build_keys(
@@ -42,14 +35,15 @@ def build_keys(
     clock: Clock,
     limit_store: LimitStore,
     metrics: TrafficMetrics,
-    prices: Mapping[str, Price],
+    closers: list[Callable[[], Awaitable[None]]],
+    jobs: list[Job],
     wall: Callable[[], float] = time.time,
 ) -> KeyKit | None:
-    """The keys' state, or None when neither auth nor the admin API is on."""
+    """The keys' state, or None when neither auth nor the admin API is on. What it opens goes
+    on `closers`; the job that writes owed spend to the store goes on `jobs`."""
     auth = settings.auth
     if not auth.enabled and not settings.admin.enabled:
         return None
-    closers: list[Callable[[], Awaitable[None]]] = []
     store = _key_store(settings)
     if store is not None and (close := getattr(store, "aclose", None)) is not None:
         closers.append(close)
@@ -62,19 +56,20 @@ def build_keys(
         wall=wall,
     )
     spend = _spend_store(settings, keys_in_sqlite=isinstance(store, SqliteKeyStore))
-    closers.append(spend.aclose)
-    budgets = Budgets(store=spend, clock=clock, wall=wall)
+    budgets = Budgets(store=spend, clock=clock, wall=wall, flush_seconds=auth.spend.flush_seconds)
+    # At close: what is still owed is written before the store goes.
+    closers.extend([budgets.flush, spend.aclose])
+    jobs.append(Job("budgets", budgets.run))
     t = settings.traffic
     quota = KeyQuota(
         budgets=budgets,
-        prices=prices,
         store=limit_store,
         clock=clock,
         max_wait=t.max_wait,
         max_queue=t.max_queue,
         metrics=metrics,
     )
-    return KeyKit(keyring=keyring, quota=quota, closers=closers)
+    return KeyKit(keyring=keyring, quota=quota, budgets=budgets)
 
 
 def _key_store(settings: Settings) -> KeyStore | None:

@@ -11,34 +11,38 @@ store (GCRA; in Redis and so shared by replicas with `traffic.store: redis`), un
 (prompt plus output cap) and corrected to the tokens used when the answer or stream ends.
 
 Budgets: before a request, the key's spend today and this month (UTC) is read from the spend
-store; at or over either budget the request gets 429 `budget_exceeded`. After the request its
-cost is added with `Budgets.charge(key_id=..., usd=...)`. Concurrent requests all pass the check
-before any of them is charged, so a budget can be overshot by the cost of the requests in
-flight when it runs out — the price of not holding a lock across a model call. A cached answer
-costs nothing and is not charged. A spend store that fails is logged and skipped for
-`_COOLDOWN` seconds: budgets go unchecked for that time rather than failing requests, and
-charges are owed in the process and written once the store answers again.
+store, plus what this process owes it; at or over either budget the request gets 429
+`budget_exceeded`. The cost comes from the cost ledger: `BudgetSink` is one of Measure's sinks,
+so a key is charged exactly what its finished-request record says it cost (priced at the model
+that answered, output tokens counted when the upstream reported none, a cached answer free).
+`Budgets.owe` adds it in the process at once, and the `budgets` background job writes what is
+owed to the spend store every `auth.spend.flush_seconds` (and once more at close), so other
+replicas see it within that time. Concurrent requests all pass the check before any of them is
+charged, so a budget can be overshot by the cost of the requests in flight when it runs out —
+the price of not holding a lock across a model call. A spend store that fails is logged and
+skipped for `_COOLDOWN` seconds: budgets go unchecked for that time rather than failing
+requests, and charges stay owed in the process until it answers again.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from levergate.config import WILDCARD, MaxWait, Price, RateLimits
+from levergate.config import MaxWait, RateLimits
 from levergate.core.call import Call, Priority
 from levergate.core.clock import Clock
 from levergate.core.reply import Completed, EventSource, Reply
 from levergate.core.service import Service
 from levergate.errors import BudgetExceeded, LevergateError, RateLimited
+from levergate.layers.measure.record import RequestRecord
 from levergate.layers.traffic.limits import LimitScope
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.layers.traffic.waiting import WaitingRoom, deadline_for
 from levergate.policies.estimate import reserved_tokens
-from levergate.protocol.openai import usage_tokens
 from levergate.stores.keys import KeyRecord
 from levergate.stores.limits import LimitStore
 from levergate.stores.spend import Periods, SpendStore, SpendUnavailable, Spent
@@ -51,26 +55,23 @@ _MAX_ROOMS = 10_000  # idle key rooms are dropped beyond this
 _MAX_OWED = 10_000  # (key, period) charges kept while the spend store is down
 
 
-def request_cost(prices: Mapping[str, Price], call: Call, usage: Mapping[str, Any] | None) -> float:
-    """The call's cost in USD from its usage, priced as Measure prices it: at the alias that
-    answered; nothing for an answer a cache (or an identical request in flight) gave."""
-    trace = call.ctx.trace
-    if not usage or (trace.cache is not None and trace.cache.free):
-        return 0.0
-    prompt, completion, cached = usage_tokens(usage)
-    price = prices.get(trace.alias or call.model) or prices.get(WILDCARD) or Price()
-    return price.cost(prompt, completion, cached)
-
-
 class Budgets:
     """Daily and monthly spend per key, checked before a request and charged after it."""
 
-    def __init__(self, *, store: SpendStore, clock: Clock, wall: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        *,
+        store: SpendStore,
+        clock: Clock,
+        wall: Callable[[], float],
+        flush_seconds: float = 0.5,
+    ) -> None:
         # No timeout here: a Redis store's client bounds every command with its socket timeouts
         # (auth.spend.timeout_seconds), and the memory store cannot hang.
         self._store = store
         self._clock = clock
         self._wall = wall
+        self._flush_seconds = flush_seconds
         self._down_until = 0.0
         # Charges not yet written, by key and period: kept while the store is down.
         self._owed: dict[tuple[str, Periods], float] = {}
@@ -84,15 +85,25 @@ class Budgets:
         return self._periods
 
     async def spent(self, key_id: str) -> Spent | None:
-        """Today's and this month's spend, or None while the store cannot say."""
+        """Today's and this month's spend, what is owed included; None while the store cannot
+        say."""
         periods = self.periods()
-        return await self._guarded(lambda: self._store.spent(key_id, periods))
+        stored = await self._guarded(lambda: self._store.spent(key_id, periods))
+        return None if stored is None else self._with_owed(key_id, stored, periods)
+
+    def _with_owed(self, key_id: str, stored: Spent, periods: Periods) -> Spent:
+        day = month = 0.0
+        for (owner, owed_in), usd in self._owed.items():
+            if owner == key_id and owed_in.month == periods.month:
+                month += usd
+                day += usd if owed_in.day == periods.day else 0.0
+        return Spent(day=stored.day + day, month=stored.month + month)
 
     async def check(self, record: KeyRecord) -> None:
         if record.daily_budget_usd is None and record.monthly_budget_usd is None:
             return
         periods = self.periods()
-        spent = await self._guarded(lambda: self._store.spent(record.id, periods))
+        spent = await self.spent(record.id)
         if spent is None:
             return
         now = self._wall()
@@ -108,18 +119,20 @@ class Budgets:
                     retry_after=max(1.0, ends - now),
                 )
 
-    async def charge(self, *, key_id: str, usd: float) -> None:
-        """Add `usd` to the key's spend today and this month. The one place spend grows: the
-        finished-request record can call it with its cost once it carries one. While the store
-        is down, charges are owed in this process and paid with the first one after it."""
+    def owe(self, *, key_id: str, usd: float) -> None:
+        """Add `usd` to the key's spend today and this month: at once in this process (the
+        next check sees it), in the spend store at the next flush."""
         if usd <= 0:
             return
-        period = self.periods()
-        if (key_id, period) in self._owed or len(self._owed) < _MAX_OWED:
-            self._owed[(key_id, period)] = self._owed.get((key_id, period), 0.0) + usd
+        owed = (key_id, self.periods())
+        if owed in self._owed or len(self._owed) < _MAX_OWED:
+            self._owed[owed] = self._owed.get(owed, 0.0) + usd
         else:
             _log.warning("spend of key %s lost: %d charges already owed", key_id, _MAX_OWED)
-        if self._clock.now() < self._down_until:
+
+    async def flush(self) -> None:
+        """Write what is owed to the spend store; what it cannot take stays owed."""
+        if not self._owed or self._clock.now() < self._down_until:
             return
         owed, self._owed = self._owed, {}
         items = list(owed.items())
@@ -128,6 +141,12 @@ class Budgets:
                 for unpaid, rest in items[index:]:
                     self._owed[unpaid] = self._owed.get(unpaid, 0.0) + rest
                 return
+
+    async def run(self) -> None:
+        """The background job (`Pipeline.background`): flush every `flush_seconds`."""
+        while True:
+            await self._clock.sleep(self._flush_seconds)
+            await self.flush()
 
     async def _paid(self, key_id: str, usd: float, periods: Periods) -> bool:
         try:
@@ -165,7 +184,6 @@ class KeyQuota:
         self,
         *,
         budgets: Budgets | None,
-        prices: Mapping[str, Price],
         store: LimitStore,
         clock: Clock,
         max_wait: MaxWait,
@@ -173,7 +191,6 @@ class KeyQuota:
         metrics: TrafficMetrics,
     ) -> None:
         self.budgets = budgets
-        self._prices = prices
         self._store = store
         self._clock = clock
         self._max_wait = max_wait
@@ -192,20 +209,19 @@ class KeyQuota:
                 self._metrics.shed.labels("key", call.ctx.priority.name.lower(), "budget").inc()
                 raise
         admitted = await self._enter(record, call)
+        if admitted is None:  # no rates: nothing to release or correct afterwards
+            return await inner(call)
         try:
             reply = await inner(call)
         except BaseException:
-            if admitted is not None:
-                admitted.room.release()
+            admitted.room.release()
             raise
         if isinstance(reply, Completed):
-            await self._settle(record, call, admitted, reply.usage)
+            await self._settle(call, admitted, reply.usage)
             return reply
-        return reply.through(lambda events: self._settling(record, call, admitted, events))
+        return reply.through(lambda events: self._settling(call, admitted, events))
 
-    async def _settling(
-        self, record: KeyRecord, call: Call, admitted: _Admitted | None, events: EventSource
-    ) -> EventSource:
+    async def _settling(self, call: Call, admitted: _Admitted, events: EventSource) -> EventSource:
         usage: dict[str, Any] | None = None
         try:
             async for event in events:
@@ -213,25 +229,17 @@ class KeyQuota:
                     usage = found
                 yield event
         finally:
-            # A stream cut short was still paid for up to where it was cut.
-            await self._settle(record, call, admitted, usage)
+            # A stream cut short still used its tokens up to where it was cut.
+            await self._settle(call, admitted, usage)
 
-    async def _settle(
-        self,
-        record: KeyRecord,
-        call: Call,
-        admitted: _Admitted | None,
-        usage: dict[str, Any] | None,
-    ) -> None:
-        """Release the key's permit, correct its TPM charge to the tokens used, charge its cost."""
-        if admitted is not None:
-            admitted.room.release()
-            if usage:
-                fixes = admitted.scope.correction(call, estimate=admitted.tokens, usage=usage)
-                if fixes:
-                    await self._store.adjust(fixes)
-        if self.budgets is not None:
-            await self.budgets.charge(key_id=record.id, usd=request_cost(self._prices, call, usage))
+    async def _settle(self, call: Call, admitted: _Admitted, usage: dict[str, Any] | None) -> None:
+        """Release the key's permit and correct its TPM charge to the tokens used (its cost is
+        charged from the finished-request record: `BudgetSink`)."""
+        admitted.room.release()
+        if usage:
+            fixes = admitted.scope.correction(call, estimate=admitted.tokens, usage=usage)
+            if fixes:
+                await self._store.adjust(fixes)
 
     async def _enter(self, record: KeyRecord, call: Call) -> _Admitted | None:
         if record.rpm is None and record.tpm is None:
@@ -283,3 +291,14 @@ class KeyQuota:
 
 def _utc(unix: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(unix))
+
+
+class BudgetSink:
+    """Measure's sink that charges each key what its request cost (the cost ledger's figure)."""
+
+    def __init__(self, budgets: Budgets) -> None:
+        self._budgets = budgets
+
+    def emit(self, record: RequestRecord) -> None:
+        if record.key_id is not None and record.cost_usd > 0:
+            self._budgets.owe(key_id=record.key_id, usd=record.cost_usd)

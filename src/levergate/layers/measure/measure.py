@@ -227,6 +227,7 @@ class Measure:
             failed_endpoints=frozenset(trace.failed_endpoints) if trace.failed_endpoints else NONE,
             savings=self._savings(call, seen),
             notes=tuple(trace.notes) if trace.notes else (),
+            key_id=trace.key_id,
         )
 
     def _tokens(self, call: Call, seen: _Seen, answered: str) -> Tokens:

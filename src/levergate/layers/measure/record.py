@@ -86,6 +86,8 @@ class RequestRecord(NamedTuple):
     # What each lever saved this request, in dollars ("exact", "semantic", "coalesced").
     savings: Mapping[str, float] = NO_SAVINGS
     notes: tuple[Note, ...] = ()
+    # The gateway API key that made the request (its id, never the key), for budgets.
+    key_id: str | None = None
 
     @property
     def authenticated(self) -> bool:

@@ -14,12 +14,14 @@ refused at once, before any other lever spends work on it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
+from typing import TYPE_CHECKING
 
-from levergate.config import MaxWait, RateLimits
+from levergate.config import MaxWait, RateLimits, Traffic
 from levergate.core.call import Call
 from levergate.core.clock import Clock
 from levergate.core.reply import Completed, EventSource, Reply
-from levergate.core.service import Service
+from levergate.core.service import Layer, Service
 from levergate.errors import LevergateError, RateLimited
 from levergate.layers.traffic.limits import LimitScope
 from levergate.layers.traffic.metrics import TrafficMetrics
@@ -27,10 +29,24 @@ from levergate.layers.traffic.waiting import Slots, WaitingRoom, deadline_for
 from levergate.policies.estimate import reserved_tokens
 from levergate.stores.limits import LimitStore
 
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
+
 _MAX_ROOMS = 10_000  # idle tenant rooms are dropped beyond this (tenant names come from clients)
 
 
 class Admission:
+    @classmethod
+    def layer(cls, settings: Traffic, *, shared: Shared) -> Layer | None:
+        """None when no tenant has any limit."""
+        if not settings.tenants and settings.tenant_default is None:
+            return None
+        return partial(
+            cls, tenants=settings.tenants, default=settings.tenant_default,
+            store=shared.traffic.store, clock=shared.clock, max_wait=settings.max_wait,
+            max_queue=settings.max_queue, metrics=shared.traffic.metrics,
+        )  # fmt: skip
+
     def __init__(
         self,
         inner: Service,

@@ -1,9 +1,10 @@
 """Balance: which endpoint key serves this attempt. The bottom of a model alias's stack.
 
 PER MODEL, under Retry and Deadline, so every attempt chooses afresh and a retry avoids the
-endpoint that just failed it. Strategies (traffic.balance.strategy): `weighted` random,
+endpoint that just failed it. The choice among the endpoints left is a pluggable
+`policies.balancing.Strategy`, by name (traffic.balance.strategy): `weighted` random,
 `least_outstanding`, and `p2c` — two candidates sampled by weight, the one with the lower
-predicted completion time kept (see `policies.balancing`). The prediction is fed by what this
+predicted completion time kept. The prediction is fed by what this
 layer observes of each endpoint: requests and tokens in flight, TTFT, tokens per second, the
 provider's quota headroom (the `Quota` the transport parsed from `x-ratelimit-*` onto the
 call's record), and cooldowns after a 429 or an exhausted quota (until `Retry-After` /
@@ -32,8 +33,9 @@ import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from levergate.config import Traffic
 from levergate.core.call import Call, Trace
 from levergate.core.clock import Clock
 from levergate.core.quota import Quota
@@ -46,7 +48,9 @@ from levergate.policies.ejection import State
 from levergate.policies.estimate import output_cap
 from levergate.policies.ewma import Ewma
 
-Strategy = Literal["p2c", "least_outstanding", "weighted"]
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
+
 TRUSTED_SAMPLES = 2.0  # recent samples an average needs before the balancer believes it
 _DEFAULT_COOLDOWN = 1.0  # seconds, after a 429 that gave no hint
 
@@ -61,11 +65,25 @@ class Member:
 
 
 class Balance:
+    @classmethod
+    def of(cls, members: Sequence[Member], *, settings: Traffic, shared: Shared) -> Balance:
+        """The balancer over one alias's pool, as `traffic.balance` and `traffic.ejection` say."""
+        e = settings.ejection
+        return cls(
+            members=members,
+            strategy=balancing.strategy_named(settings.balance.strategy),
+            group=shared.traffic.group,
+            clock=shared.clock,
+            rng=shared.rng(),
+            latency_factor=e.latency_factor if e.enabled else None,
+            latency_min_requests=e.latency_min_requests,
+        )
+
     def __init__(
         self,
         *,
         members: Sequence[Member],
-        strategy: Strategy,
+        strategy: balancing.Strategy,
         group: EjectionGroup,
         clock: Clock,
         rng: random.Random,
@@ -75,6 +93,10 @@ class Balance:
         if not members:
             raise ValueError("a balancer needs at least one endpoint")
         self._members = tuple(members)
+        # What the strategy sees of each member, made once; `_moment` is the time of the
+        # choice being made (choosing is synchronous, so one moment serves every view).
+        self._moment = _Moment()
+        self._views = tuple(_Candidate(m, self._moment) for m in self._members)
         self._strategy = strategy
         self._group = group
         self._clock = clock
@@ -115,39 +137,12 @@ class Balance:
     def choose(self, call: Call, now: float) -> Member:
         """The member for this attempt (public for tests and the benchmark's reports)."""
         failed = call.ctx.trace.failed_endpoints
-        pool = [m for m in self._members if m.node.state.health.available(now)]
+        pool = [v for v in self._views if v.state.health.available(now)]
         if not pool:
             return min(self._members, key=lambda m: m.node.state.health.ejected_until)
-        fresh = [m for m in pool if m.node.state.name not in failed]
-        pool = fresh or pool
-        if self._strategy != "p2c":
-            ready = [m for m in pool if m.node.state.cooldown_until <= now]
-            pool = ready or pool
-        weights = [m.weight for m in pool]
-        if self._strategy == "weighted":
-            index = balancing.pick_weighted(weights, rng=self._rng)
-        elif self._strategy == "least_outstanding":
-            loads = [self._load(m, now) for m in pool]
-            index = balancing.pick_least_outstanding(loads, rng=self._rng)
-        else:
-            own = float(output_cap(call.body))
-            index = balancing.pick_p2c(
-                weights, lambda i: self._load(pool[i], now), own_tokens=own, rng=self._rng
-            )
-        return pool[index]
-
-    def _load(self, member: Member, now: float) -> balancing.Load:
-        state = member.node.state
-        wait = max(state.cooldown_until - now, state.room.backlog_seconds(now))
-        return balancing.Load(
-            weight=member.weight,
-            outstanding=state.outstanding,
-            queued_tokens=state.queued_tokens,
-            ttft=_trusted(state.ttft, now),
-            tokens_per_second=_trusted(state.speed, now),
-            wait=max(0.0, wait),
-            headroom=state.headroom,
-        )
+        fresh = [v for v in pool if v.name not in failed]
+        self._moment.now = now
+        return self._strategy.choose(fresh or pool, call=call, rng=self._rng).member
 
     async def _watch(
         self, state: EndpointState, tokens: float, trace: Trace, before: float, events: EventSource
@@ -228,6 +223,43 @@ class Balance:
         median = statistics.median(peers.values())
         if median > 0 and state.latency.value() > self._latency_factor * median:
             self._group.eject(state, now)
+
+
+class _Moment:
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+
+class _Candidate:
+    """A member as the strategy sees it at the moment of choosing (`balancing.Candidate`)."""
+
+    __slots__ = ("_moment", "member", "name", "state", "weight")
+
+    def __init__(self, member: Member, moment: _Moment) -> None:
+        self.member = member
+        self.state = member.node.state
+        self.name = self.state.name
+        self.weight = member.weight
+        self._moment = moment
+
+    @property
+    def cooling(self) -> bool:
+        return self.state.cooldown_until > self._moment.now
+
+    def load(self) -> balancing.Load:
+        state, now = self.state, self._moment.now
+        wait = max(state.cooldown_until - now, state.room.backlog_seconds(now))
+        return balancing.Load(
+            weight=self.member.weight,
+            outstanding=state.outstanding,
+            queued_tokens=state.queued_tokens,
+            ttft=_trusted(state.ttft, now),
+            tokens_per_second=_trusted(state.speed, now),
+            wait=max(0.0, wait),
+            headroom=state.headroom,
+        )
 
 
 def _trusted(average: Ewma, now: float) -> float:

@@ -14,10 +14,13 @@ A deadline that has passed is final: no fallback would have time to answer.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING
 
+from levergate.config import Model
 from levergate.core.call import Call
 from levergate.core.reply import Completed, Reply
-from levergate.core.service import Service
+from levergate.core.service import Layer, Service
 from levergate.errors import (
     LevergateError,
     Overloaded,
@@ -27,10 +30,24 @@ from levergate.errors import (
 )
 from levergate.layers.traffic.metrics import TrafficMetrics
 
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
+
 CONTEXT_LENGTH = "context_length"
 
 
 class Fallback:
+    @classmethod
+    def layer(cls, models: Sequence[Model], *, on: Collection[str], shared: Shared) -> Layer | None:
+        """None when no alias has a fallback. `on`: `traffic.fallback_on`."""
+        if not any(m.fallbacks or m.context_fallbacks for m in models):
+            return None
+        return partial(
+            cls, chains={m.name: m.fallbacks for m in models},
+            context_chains={m.name: m.context_fallbacks for m in models}, on=on,
+            metrics=shared.traffic.metrics,
+        )  # fmt: skip
+
     def __init__(
         self,
         inner: Service,

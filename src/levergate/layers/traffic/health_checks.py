@@ -1,11 +1,11 @@
 """HealthChecks: active probes of every endpoint key, feeding the passive ejection state.
 
 Not a layer in the request path but a background job (`Pipeline.background`, started and
-cancelled by `Gateway`), off by default (`traffic.health_checks`). Passive ejection
-(`layers.traffic.outlier`) learns only from client requests: an endpoint that dies while idle
-is found out by the next requests that fail on it, and after its ejection time the half-open
-state spends a real request to learn whether it is back.
-Probes learn both without any client traffic.
+cancelled by `Gateway`, restarted after a crash by `core.jobs.Supervisor`), off by default
+(`traffic.health_checks`). Passive ejection (`layers.traffic.outlier`) learns only from client
+requests: an endpoint that dies while idle is found out by the next requests that fail on it,
+and after its ejection time the half-open state spends a real request to learn whether it is
+back. Probes learn both without any client traffic.
 
 There is one verdict per endpoint — `EndpointState.health`, which the balancer reads — and the
 probes act on it through `EjectionGroup`, like every other ejection:
@@ -32,19 +32,57 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from levergate.config import HealthCheckSettings
+from levergate.config import HealthCheckSettings, Upstream
 from levergate.core.clock import Clock
+from levergate.core.jobs import Job
 from levergate.layers.traffic.endpoints import EjectionGroup, EndpointState
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.policies.health import CheckPolicy, Verdict
-from levergate.upstreams.probe import Probe
+from levergate.upstreams.probe import HttpProbe, Probe
+from levergate.upstreams.wire import HttpClient
+
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
+    from levergate.layers.traffic.keys import EndpointKey
 
 _log = logging.getLogger(__name__)
 
 
 class HealthChecks:
+    @classmethod
+    def job(
+        cls,
+        settings: HealthCheckSettings,
+        *,
+        keys: Sequence[EndpointKey],
+        shared: Shared,
+        http_client: Callable[[Upstream], HttpClient],
+    ) -> Job | None:
+        """The job probing every remote endpoint key, or None when checks are off (or there is
+        nothing remote to probe). Each probe has a client of its own, closed with the pipeline."""
+        if not settings.enabled:
+            return None
+        targets = []
+        for key in keys:
+            if key.upstream is None:
+                continue  # in-process: nothing to probe over the network
+            probe = HttpProbe.of(
+                key.upstream, key.key, path=settings.path, timeout=settings.timeout_seconds,
+                http_client=http_client,
+            )  # fmt: skip
+            shared.closers.append(probe.aclose)
+            targets.append((key.state, probe))
+        if not targets:
+            return None
+        checks = cls(
+            targets=targets, settings=settings, group=shared.traffic.group, clock=shared.clock,
+            rng=shared.rng(), metrics=shared.traffic.metrics,
+        )  # fmt: skip
+        return Job("health_checks", checks.run)
+
     def __init__(
         self,
         *,

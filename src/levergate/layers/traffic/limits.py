@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
 
-from levergate.config import MaxWait, RateLimits
+from levergate.config import MaxWait, RateLimits, Traffic
 from levergate.core.call import Call, Priority
 from levergate.core.clock import Clock
 from levergate.core.reply import Completed, EventSource, Reply
-from levergate.core.service import Service
+from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamRejected, UpstreamTimeout
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.layers.traffic.waiting import WaitingRoom, deadline_for
@@ -30,6 +31,10 @@ from levergate.policies.aimd import Aimd
 from levergate.policies.estimate import actual_tokens, reserved_tokens
 from levergate.policies.gcra import Rate
 from levergate.stores.limits import Charge, LimitStore
+
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
+    from levergate.layers.traffic.keys import EndpointKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,19 @@ class LimitScope:
 
 
 class Limits:
+    @classmethod
+    def layer(cls, settings: Traffic, *, key: EndpointKey, shared: Shared) -> Layer | None:
+        """None when the endpoint key has no limit at all: then the layer would only estimate
+        tokens and count, on every request, for nothing."""
+        if not key.scopes and key.aimd is None:
+            return None
+        t = shared.traffic
+        return partial(
+            cls, name=key.name, room=key.state.room, scopes=key.scopes, store=t.store,
+            clock=shared.clock, max_wait=settings.max_wait, metrics=t.metrics, aimd=key.aimd,
+            slow_seconds=settings.aimd.slow_seconds,
+        )  # fmt: skip
+
     def __init__(
         self,
         inner: Service,

@@ -13,16 +13,28 @@ endpoint or ejects it again for longer. See `policies.ejection` for the state ma
 
 from __future__ import annotations
 
+from functools import partial
+from typing import TYPE_CHECKING
+
 from levergate.core.call import Call
 from levergate.core.clock import Clock
 from levergate.core.reply import Completed, EventSource, Reply
-from levergate.core.service import Service
+from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from levergate.layers.traffic.endpoints import EjectionGroup, EndpointState
 from levergate.layers.traffic.metrics import TrafficMetrics
 
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
+    from levergate.layers.traffic.keys import EndpointKey
+
 
 class OutlierEjection:
+    @classmethod
+    def layer(cls, key: EndpointKey, *, shared: Shared) -> Layer:
+        t = shared.traffic
+        return partial(cls, state=key.state, group=t.group, clock=shared.clock, metrics=t.metrics)
+
     def __init__(
         self,
         inner: Service,

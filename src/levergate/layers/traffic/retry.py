@@ -18,18 +18,36 @@ an outage retries stay a bounded share of traffic instead of multiplying it.
 from __future__ import annotations
 
 import random
+from functools import partial
+from typing import TYPE_CHECKING
 
+from levergate.config import RetrySettings
 from levergate.core.call import Call
 from levergate.core.clock import Clock
 from levergate.core.reply import Completed, Reply
-from levergate.core.service import Service
+from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamError, UpstreamRejected, UpstreamTimeout
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.policies.backoff import FullJitter
 from levergate.policies.budget import RetryBudget
 
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
+
 
 class Retry:
+    @classmethod
+    def layer(cls, settings: RetrySettings, *, shared: Shared) -> Layer | None:
+        """None when retries are off. The budget is the pipeline's: one for every alias."""
+        if not settings.enabled:
+            return None
+        return partial(
+            cls, backoff=FullJitter(base=settings.base_seconds, cap=settings.cap_seconds),
+            budget=shared.traffic.budget, max_attempts=settings.max_attempts,
+            max_floor_seconds=settings.max_floor_seconds, clock=shared.clock, rng=shared.rng(),
+            metrics=shared.traffic.metrics,
+        )  # fmt: skip
+
     def __init__(
         self,
         inner: Service,

@@ -117,6 +117,7 @@ def exact_cache(
     store: KV | None = None,
     settings: Cache | None = None,
     stats: CacheStats | None = None,
+    clock: ManualClock | None = None,
 ) -> tuple[ExactCache, CacheStats]:
     stats = stats or CacheStats()
     kv = store if store is not None else MemoryKV(max_bytes=10_000_000, clock=ManualClock())
@@ -126,6 +127,7 @@ def exact_cache(
         entries=Entries(kv, cache="exact", stats=stats),
         stats=stats,
         resolve=lambda alias: alias,
+        clock=clock,
     )
     return layer, stats
 

@@ -9,6 +9,7 @@ import pytest
 from levergate.core.reply import Completed, Stream
 from levergate.errors import UpstreamUnavailable
 from levergate.layers.cache.entries import CACHE_HEADER
+from levergate.testing import ManualClock
 from tests.unit.layers.cache.helpers import FakeUpstream, chat, drain, exact_cache, text_of
 
 
@@ -166,16 +167,26 @@ async def test_the_upstream_call_is_cancelled_when_every_waiter_leaves() -> None
 
 
 async def test_a_follower_waits_no_longer_than_its_own_deadline() -> None:
+    """The deadline is a time on the cache's clock and is enforced on it (a ManualClock here:
+    the wait ends when the clock passes the deadline, however long that takes for real)."""
     from levergate.errors import UpstreamTimeout
 
     gate = asyncio.Event()
     upstream = FakeUpstream(gate=gate)
-    cache, _ = exact_cache(upstream)
+    clock = ManualClock(start=1000.0)
+    cache, _ = exact_cache(upstream, clock=clock)
     leader = asyncio.create_task(cache(chat()))
     await settle()
-    follower = chat().with_ctx(deadline=asyncio.get_running_loop().time() + 0.05)
+    follower = asyncio.create_task(cache(chat().with_ctx(deadline=clock.now() + 30.0)))
+    await settle()
+    clock.advance(29.0)
+    await settle()
+    assert not follower.done()
+    clock.advance(1.0)
+    await settle()
+    assert follower.done()
     with pytest.raises(UpstreamTimeout):
-        await cache(follower)
+        follower.result()
     gate.set()
     assert isinstance(await leader, Completed)
     assert len(upstream.calls) == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from levergate.config import ApiKey, Auth, KeyPolicy, MaxWait, Price
+from levergate.config import ApiKey, Auth, KeyPolicy, MaxWait, Metrics, Price
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import (
@@ -23,7 +23,8 @@ from levergate.errors import (
 )
 from levergate.layers.auth import Authenticate
 from levergate.layers.keys.keyring import Keyring
-from levergate.layers.keys.quota import Budgets, KeyQuota
+from levergate.layers.keys.quota import Budgets, BudgetSink, KeyQuota
+from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.stores.keys import MemoryKeyStore
 from levergate.stores.keys_redis import RedisKeyStore, redis_client
@@ -76,13 +77,16 @@ class Rig:
         )
         self.metrics = TrafficMetrics()
         quota = KeyQuota(
-            budgets=self.budgets, prices=PRICES, store=MemoryLimitStore(clock=self.clock),
+            budgets=self.budgets, store=MemoryLimitStore(clock=self.clock),
             clock=self.clock, max_wait=MaxWait(), max_queue=100, metrics=self.metrics,
         )  # fmt: skip
         self.upstream = Upstream()
         self.auth = Authenticate(
             self.upstream, settings=Auth(enabled=True), keyring=self.keyring, quota=quota
         )
+        # Keys are charged from the finished-request record, as in the pipeline.
+        self.measured = Measure(self.auth, telemetry=Telemetry(Metrics()), prices=PRICES,
+                                sinks=[BudgetSink(self.budgets)])  # fmt: skip
 
     async def call(
         self,
@@ -97,11 +101,17 @@ class Rig:
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         context = Context("r", headers={"authorization": f"Bearer {key}"}, **ctx)  # type: ignore[arg-type]
-        reply = await self.auth(Call(kind="chat", body=body, ctx=context))
+        return await self.send(Call(kind="chat", body=body, ctx=context))
+
+    async def send(self, call: Call) -> Reply:
+        """Through Measure, to the end of the answer and until its record has been emitted."""
+        reply = await self.measured(call)
         if isinstance(reply, Stream):
             async for _ in reply:
                 pass
             await reply.aclose()
+        for _ in range(3):  # the record leaves on a later loop turn
+            await asyncio.sleep(0)
         return reply
 
 
@@ -110,7 +120,7 @@ async def test_store_keys_name_their_tenant_and_revoked_or_unknown_keys_get_401(
     record, key = await rig.keyring.create(tenant="acme", name="ci", policy=KeyPolicy())
     await rig.call(key)
     assert rig.upstream.calls[-1].ctx.tenant == "acme"
-    assert rig.upstream.calls[-1].ctx.key_id == record.id
+    assert rig.upstream.calls[-1].ctx.trace.key_id == record.id
     await rig.keyring.revoke(record.id)
     for presented in (key, "lg-made-up", key + "x"):
         with pytest.raises(AuthenticationFailed) as caught:
@@ -202,7 +212,7 @@ async def test_streams_are_charged_when_they_close_and_cache_hits_are_free() -> 
     hit = Context("r", headers={"authorization": f"Bearer {key}"})
     hit.trace.cache = CacheResult("exact", CacheOutcome.HIT)
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
-    await rig.auth(Call(kind="chat", body=body, ctx=hit))
+    await rig.send(Call(kind="chat", body=body, ctx=hit))
     await rig.call(key, model="unlisted")  # priced at the `*` model's price
     spent = await rig.budgets.spent(record.id)
     assert spent is not None
@@ -281,13 +291,34 @@ async def test_charges_made_while_the_spend_store_is_down_are_paid_when_it_retur
     rig = Rig(spend=flaky)
     record, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy())
     flaky.down = True
-    await rig.call(key)  # the charge fails: owed
-    await rig.call(key)  # within the cool-down: owed, the store is not asked
+    await rig.call(key)
+    await rig.budgets.flush()  # the write fails: still owed, and the store rests
+    await rig.call(key)
     flaky.down = False
+    await rig.budgets.flush()  # within the cool-down: the store is not asked, all stays owed
     assert (await flaky.spent(record.id, Periods.at(rig.wall))).day == 0.0
     rig.clock.advance(5.0)
     await rig.call(key)
+    await rig.budgets.flush()
     assert (await flaky.spent(record.id, Periods.at(rig.wall))).day == pytest.approx(0.03)
+
+
+async def test_the_budget_job_writes_what_is_owed_and_a_check_sees_it_before_then() -> None:
+    spend = MemorySpendStore()
+    rig = Rig(spend=spend)
+    record, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy())
+    await rig.call(key)
+    assert (await spend.spent(record.id, Periods.at(rig.wall))).day == 0.0
+    spent = await rig.budgets.spent(record.id)  # this process's view: what it owes included
+    assert spent is not None
+    assert spent.day == pytest.approx(0.01)
+    job = asyncio.ensure_future(rig.budgets.run())
+    await asyncio.sleep(0)
+    rig.clock.advance(0.5)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    job.cancel()
+    assert (await spend.spent(record.id, Periods.at(rig.wall))).day == pytest.approx(0.01)
 
 
 async def test_a_keys_tpm_counts_the_tokens_used_not_the_reservation() -> None:

@@ -12,11 +12,12 @@ from typing import Any
 from levergate.core.call import Call, Context, Priority
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import LevergateError, Overloaded, UpstreamRejected, UpstreamUnavailable
-from levergate.layers.traffic.balance import Balance, Member, Strategy
+from levergate.layers.traffic.balance import Balance, Member
 from levergate.layers.traffic.endpoints import EjectionGroup, EndpointState, Node
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.layers.traffic.outlier import OutlierEjection
 from levergate.layers.traffic.waiting import WaitingRoom
+from levergate.policies.balancing import strategy_named
 from levergate.policies.ejection import Ejection, EjectionPolicy
 from levergate.stores.limits import MemoryLimitStore
 from levergate.testing import ManualClock
@@ -131,7 +132,7 @@ class Pool:
         self,
         endpoints: Sequence[Scripted],
         *,
-        strategy: Strategy = "p2c",
+        strategy: str = "p2c",
         weights: list[float] | None = None,
         max_share: float = 0.5,
         clock: ManualClock | AutoClock | None = None,
@@ -157,7 +158,7 @@ class Pool:
             members.append(Member(Node(state, service), weight))
         self.balance = Balance(
             members=members,
-            strategy=strategy,
+            strategy=strategy_named(strategy),
             group=self.group,
             clock=self.clock,
             rng=random.Random(1),

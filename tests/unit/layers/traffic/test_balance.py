@@ -8,13 +8,16 @@ import contextlib
 import random
 from collections import Counter
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from levergate.core.quota import Quota
 from levergate.core.reply import Completed
 from levergate.errors import LevergateError, UpstreamRejected
 from levergate.layers.traffic.retry import Retry
 from levergate.policies.backoff import FullJitter
+from levergate.policies.balancing import STRATEGIES
 from levergate.policies.budget import RetryBudget
 from levergate.policies.ejection import State
 from levergate.policies.ewma import Ewma
@@ -195,3 +198,23 @@ async def test_a_stream_keeps_its_endpoint_busy_until_it_closes() -> None:
     await drain(reply)
     assert state.outstanding == 0
     assert state.queued_tokens == 0
+
+
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.given(
+    ejected=st.lists(st.booleans(), min_size=1, max_size=6),
+    strategy=st.sampled_from(sorted(STRATEGIES)),
+    cooling=st.lists(st.booleans(), min_size=6, max_size=6),
+)
+def test_no_strategy_picks_an_ejected_endpoint_while_a_healthy_one_exists(
+    ejected: list[bool], strategy: str, cooling: list[bool]
+) -> None:
+    pool = Pool(named(*(f"e{i}" for i in range(len(ejected)))), strategy=strategy)
+    for state, out, cool in zip(pool.states, ejected, cooling, strict=False):
+        if out:
+            state.health.eject(0.0)
+        state.cooldown_until = 5.0 if cool else 0.0
+    for _ in range(20):
+        chosen = pool.balance.choose(call(), 1.0).node.state
+        if not all(ejected):
+            assert chosen.health.available(1.0)

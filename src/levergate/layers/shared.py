@@ -1,0 +1,87 @@
+"""`Shared`: the one value every layer of a pipeline is built from, besides its own settings.
+
+`build_pipeline` calls `Shared.build` once; each layer's builder (`Retry.layer(settings, shared=
+shared)`, ...) takes what it needs from it and returns the layer, or None when its lever is off.
+So which layers exist, in what order, is written in `pipeline.py` alone, and what they share —
+the clock, the metrics registry, the seeded random sources, the traffic, cache and key state — is
+built in one place. The two lists collect what the built layers own: things to close when the
+pipeline closes, and background jobs for `Gateway.start`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry
+
+from levergate.config import Model, Settings
+from levergate.core.clock import Clock
+from levergate.core.jobs import Job
+from levergate.layers.cache.build import CacheState
+from levergate.layers.keys.build import KeyKit, build_keys
+from levergate.layers.traffic.state import TrafficState
+
+
+class Seeds:
+    """The pipeline's random sources: each user draws a `random.Random` of its own, all derived
+    from `traffic.seed` when it is set (jitter and load spreading, not secrets: a seedable PRNG
+    is the point), in the order the pipeline builds its layers."""
+
+    def __init__(self, seed: int | None) -> None:
+        self._seeds = random.Random(seed)  # noqa: S311
+
+    def rng(self) -> random.Random:
+        return random.Random(self._seeds.getrandbits(64))  # noqa: S311
+
+
+@dataclass(frozen=True)
+class Shared:
+    clock: Clock
+    registry: CollectorRegistry
+    seeds: Seeds
+    traffic: TrafficState
+    cache: CacheState | None  # None: `cache.enabled` is off
+    keys: KeyKit | None  # None: neither auth nor the admin API is on
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        *,
+        models: Mapping[str, Model],
+        clock: Clock,
+        registry: CollectorRegistry,
+    ) -> Shared:
+        closers: list[Callable[[], Awaitable[None]]] = []
+        traffic = TrafficState.build(
+            settings.traffic, clock=clock, registry=registry, closers=closers
+        )
+        cache = None
+        if settings.cache.enabled:
+            cache = CacheState.build(
+                settings.cache, models=models, clock=clock, registry=registry, closers=closers
+            )
+        jobs: list[Job] = []
+        keys = build_keys(settings, clock=clock, limit_store=traffic.store,
+                          metrics=traffic.metrics, closers=closers, jobs=jobs)  # fmt: skip
+        return cls(
+            clock=clock,
+            registry=registry,
+            seeds=Seeds(settings.traffic.seed),
+            traffic=traffic,
+            cache=cache,
+            keys=keys,
+            closers=closers,
+            jobs=jobs,
+        )
+
+    def rng(self) -> random.Random:
+        return self.seeds.rng()
+
+    async def aclose(self) -> None:
+        for close in self.closers:
+            await close()
