@@ -364,7 +364,13 @@ class Model(_Strict):
 class Server(_Strict):
     host: str = DEFAULT_HOST
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
+    # Body limits per route (server/routes.py): JSON routes read the body whole under
+    # `max_body_bytes` (413 beyond); streaming routes (uploads, written to disk in chunks) get
+    # `max_upload_bytes`, OpenAI's limit for a batch input file.
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_upload_bytes: int = Field(200 * 1024 * 1024, ge=1024)
+    # Files sent from disk (server/exchange.py: file_response) go out in chunks of this size.
+    file_chunk_bytes: int = Field(256 * 1024, ge=1024)
     # Seconds an in-flight request may take to finish when the server stops; after them a stream
     # ends with a `shutting_down` error event and an unanswered request gets a 503 (server/run.py).
     graceful_shutdown_seconds: float = Field(10.0, ge=0)
@@ -532,7 +538,15 @@ class RequestLimits(_Strict):
 
 
 class Metrics(_Strict):
+    """`/metrics` names every tenant's features, models, request counts and spend. With auth off
+    it is open, like the rest of the gateway. With auth on it needs its own credential:
+    `Authorization: Bearer <metrics.token>` (a client key is not enough, and is refused); with
+    auth on and no token configured, `/metrics` answers 401 to everyone. Give the scraper the
+    token (Prometheus: `authorization: {credentials: ...}`) or scrape a gateway with auth off on
+    a private listener."""
+
     enabled: bool = True
+    token: SecretStr | None = None
     # Histogram buckets in seconds, fine at the low end where gateway overhead lives.
     latency_buckets: tuple[float, ...] = (
         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,

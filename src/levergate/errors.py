@@ -8,7 +8,7 @@
     │   ├── PermissionDenied          403 permission_error
     │   ├── NotFound                  404 not_found_error      (unknown route)
     │   │   └── ModelNotFound         404 model_not_found
-    │   ├── MethodNotAllowed          405
+    │   ├── MethodNotAllowed          405                      (carries the allow header)
     │   ├── RequestTimeout            408 (the head or body arrived too slowly)
     │   ├── PayloadTooLarge           413
     │   ├── HeadersTooLarge           431
@@ -143,7 +143,16 @@ class ModelNotFound(NotFound):
 
 
 class MethodNotAllowed(ClientError):
+    """A known path asked with a method it does not take; `allow` lists the ones it does."""
+
     status = 405
+
+    def __init__(self, message: str, *, allow: str) -> None:
+        super().__init__(message, code="method_not_allowed")
+        self.allow = allow
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "allow": self.allow}
 
 
 class PayloadTooLarge(ClientError):

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import math
 import os
+import re
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -41,6 +42,9 @@ FEATURE_HEADER = "x-levergate-feature"
 PRIORITY_HEADER = "x-levergate-priority"
 TIMEOUT_HEADER = "x-levergate-timeout"
 REQUEST_ID_HEADER = "x-request-id"
+# A client's x-request-id is kept only if it is this short and made of these characters (it is
+# echoed in headers and written to logs); anything else gets a fresh id.
+_CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class Gateway:
@@ -97,9 +101,11 @@ class Gateway:
         headers: Mapping[str, str] | None = None,
         trace: Trace | None = None,
         raw: bytes | None = None,
+        request_id: str | None = None,
     ) -> Call:
         """Check the body and read the request's controls from its headers and metadata.
-        `raw` is the JSON text the body was parsed from, if the caller has it."""
+        `raw` is the JSON text the body was parsed from, if the caller has it; `request_id` the
+        id the edge already chose (`request_id_for`), else it is chosen here."""
         limits = self.settings.limits
         body = check_body(kind, body, limits=limits)
         headers = headers or {}
@@ -112,7 +118,7 @@ class Gateway:
             # On the gateway's clock, which every layer compares it with and enforces it on.
             deadline = self.pipeline.clock.now() + _timeout_seconds(timeout, limits=limits)
         ctx = Context(
-            request_id=headers.get(REQUEST_ID_HEADER) or os.urandom(12).hex(),
+            request_id=request_id or request_id_for(headers),
             priority=Priority.parse(headers.get(PRIORITY_HEADER)),
             deadline=deadline,
             feature=feature if isinstance(feature, str) else "",
@@ -228,6 +234,14 @@ async def _drop_usage_chunk(events: EventSource) -> EventSource:
         if is_usage_only(event.json()):
             continue
         yield event
+
+
+def request_id_for(headers: Mapping[str, str]) -> str:
+    """The client's `x-request-id` if it is safe to echo and log, else a fresh random one."""
+    asked = headers.get(REQUEST_ID_HEADER)
+    if asked is not None and _CLIENT_REQUEST_ID.fullmatch(asked) is not None:
+        return asked
+    return os.urandom(12).hex()
 
 
 def _timeout_seconds(text: str, *, limits: RequestLimits) -> float:

@@ -1,1 +1,11 @@
-"""The HTTP edges: the only place JSON becomes a `Call` and a `Reply` becomes JSON or SSE."""
+"""The HTTP edges: the only place JSON becomes a `Call` and a `Reply` becomes JSON or SSE.
+
+routes.py       the route table: (method, path pattern) -> handler, guard, body limit
+edge.py         `Edge.handle`: match the route, guard it, hand over the body, run the handler
+exchange.py     `Request`, `Response` (whole, streamed, or a file from disk), `BodySource`
+guards.py       who may call the routes that run no call (`/v1/models`, `/metrics`)
+handlers/       one module per protocol: openai.py (chat, completions, embeddings, models),
+                ops.py (health, readiness, metrics)
+asgi.py         the ASGI adapter (the proxy); transport.py: the in-process httpx transport
+http_protocol.py, run.py   uvicorn, tuned, on a real socket
+"""

@@ -12,38 +12,30 @@
     POST   /admin/keys/{id}/revoke      (or DELETE /admin/keys/{id}) -> the key gets 401s
     GET    /admin/keys/{id}/spend       today's and this month's spend against the budgets
 
-Off unless `admin.enabled`: then every path here is a 404 like any unknown one. Every handler
-first checks `Authorization: Bearer <admin.token>` (constant-time), its own credential, apart
-from the client keys. Handlers are `(gateway, AdminRequest(params, headers, body)) -> Response`
-(`params`: the path's parameters), so the edge's route table can hold them as they are;
-`ROUTES` lists them.
+Off unless `admin.enabled`: then every path here is a 404 like any unknown one (the route
+table leaves them out: `enabled`). Every route is guarded by `admin_token`, which checks
+`Authorization: Bearer <admin.token>` (constant-time), its own credential, apart from the client
+keys, before the body is read. The routes are lines of `server.routes.ROUTES`.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from pydantic import Field, ValidationError
 
-from levergate.config import KeyPolicy
-from levergate.errors import AuthenticationFailed, BadRequest, MethodNotAllowed, NotFound
+from levergate.config import KeyPolicy, Settings
+from levergate.errors import AuthenticationFailed, BadRequest, NotFound
 from levergate.gateway import Gateway
 from levergate.layers.keys.build import KeyKit
-from levergate.server.edge import JSON, Response
+from levergate.server.exchange import Request, Response
 
+if TYPE_CHECKING:
+    from levergate.server.edge import Edge
 
-@dataclass(frozen=True, slots=True)
-class AdminRequest:
-    params: Mapping[str, str]  # the path's parameters, e.g. {"id": ...}
-    headers: Mapping[str, str]
-    body: bytes
-
-
-Handler = Callable[[Gateway, AdminRequest], Awaitable[Response]]
+JSON = "application/json"
 _ID = r"^[A-Za-z0-9_.:-]{1,128}$"
 M = TypeVar("M", bound=KeyPolicy)
 
@@ -56,15 +48,26 @@ class NewKey(KeyPolicy):
     models: tuple[str, ...] = Field((), max_length=1000)
 
 
-def _kit(gateway: Gateway, headers: Mapping[str, str]) -> KeyKit:
-    admin = gateway.settings.admin
-    kit = gateway.pipeline.keys
-    if not admin.enabled or admin.token is None or kit is None:
+def enabled(settings: Settings) -> bool:
+    """Whether the route table holds the admin routes at all (otherwise: 404s)."""
+    return settings.admin.enabled
+
+
+async def admin_token(edge: Edge, request: Request) -> None:
+    """The guard of every admin route: `Authorization: Bearer <admin.token>` or a 401."""
+    token = edge.gateway.settings.admin.token
+    if token is None:
         raise NotFound("Unknown path.", code="unknown_url")
-    scheme, _, token = headers.get("authorization", "").partition(" ")
-    expected = admin.token.get_secret_value().encode()
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    expected = token.get_secret_value().encode()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
         raise AuthenticationFailed("Incorrect admin token.", code="invalid_admin_token")
+
+
+def _kit(gateway: Gateway) -> KeyKit:
+    kit = gateway.pipeline.keys
+    if kit is None:
+        raise NotFound("Unknown path.", code="unknown_url")
     return kit
 
 
@@ -96,44 +99,44 @@ def _parsed(model: type[M], body: bytes) -> M:
         raise BadRequest(f"Invalid key request: {problems}", code="invalid_key_request") from None
 
 
-async def create_key(gateway: Gateway, request: AdminRequest) -> Response:
-    kit = _kit(gateway, request.headers)
+async def create_key(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
     asked = _parsed(NewKey, request.body)
     record, key = await kit.keyring.create(tenant=asked.tenant, name=asked.name, policy=asked)
     return _json(201, _record({**record.public(), "key": key}))
 
 
-async def list_keys(gateway: Gateway, request: AdminRequest) -> Response:
-    kit = _kit(gateway, request.headers)
+async def list_keys(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
     records = await kit.keyring.list(request.params.get("tenant"))
     return _json(200, {"object": "list", "data": [_record(r.public()) for r in records]})
 
 
-async def show_key(gateway: Gateway, request: AdminRequest) -> Response:
-    kit = _kit(gateway, request.headers)
+async def show_key(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
     return _json(200, _record((await kit.keyring.find(request.params["id"])).public()))
 
 
-async def update_key(gateway: Gateway, request: AdminRequest) -> Response:
-    kit = _kit(gateway, request.headers)
+async def update_key(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
     change = _parsed(KeyChange, request.body)
     record = await kit.keyring.update(request.params["id"], name=change.name, policy=change)
     return _json(200, _record(record.public()))
 
 
-async def rotate_key(gateway: Gateway, request: AdminRequest) -> Response:
-    kit = _kit(gateway, request.headers)
+async def rotate_key(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
     record, key = await kit.keyring.rotate(request.params["id"])
     return _json(200, _record({**record.public(), "key": key}))
 
 
-async def revoke_key(gateway: Gateway, request: AdminRequest) -> Response:
-    kit = _kit(gateway, request.headers)
+async def revoke_key(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
     return _json(200, _record((await kit.keyring.revoke(request.params["id"])).public()))
 
 
-async def key_spend(gateway: Gateway, request: AdminRequest) -> Response:
-    kit = _kit(gateway, request.headers)
+async def key_spend(edge: Edge, request: Request) -> Response:
+    kit = _kit(edge.gateway)
     record = await kit.keyring.find(request.params["id"])
     budgets = kit.budgets
     if budgets is None:
@@ -158,49 +161,3 @@ async def key_spend(gateway: Gateway, request: AdminRequest) -> Response:
             },
         },
     )
-
-
-ROUTES: list[tuple[str, str, Handler]] = [
-    ("POST", "/admin/keys", create_key),
-    ("GET", "/admin/keys", list_keys),
-    ("GET", "/admin/tenants/{tenant}/keys", list_keys),
-    ("GET", "/admin/keys/{id}", show_key),
-    ("POST", "/admin/keys/{id}", update_key),
-    ("DELETE", "/admin/keys/{id}", revoke_key),
-    ("POST", "/admin/keys/{id}/rotate", rotate_key),
-    ("POST", "/admin/keys/{id}/revoke", revoke_key),
-    ("GET", "/admin/keys/{id}/spend", key_spend),
-]
-
-
-async def dispatch(
-    gateway: Gateway, method: str, path: str, headers: Mapping[str, str], body: bytes
-) -> Response:
-    """Until the edge's route table holds `ROUTES`: match `path` here (404, 405 like the edge)."""
-    allowed = []
-    for route_method, pattern, handler in ROUTES:
-        params = _match(pattern, path)
-        if params is None:
-            continue
-        if route_method == method:
-            return await handler(gateway, AdminRequest(params, headers, body))
-        allowed.append(route_method)
-    _kit(gateway, headers)  # a disabled admin API is a 404 whatever the method
-    if allowed:
-        raise MethodNotAllowed(f"Use {' or '.join(allowed)} for {path}.")
-    raise NotFound(f"Unknown path: {path}", code="unknown_url")
-
-
-def _match(pattern: str, path: str) -> dict[str, str] | None:
-    want, got = pattern.split("/"), path.split("/")
-    if len(want) != len(got):
-        return None
-    params = {}
-    for part, value in zip(want, got, strict=True):
-        if part.startswith("{"):
-            if not value:
-                return None
-            params[part[1:-1]] = value
-        elif part != value:
-            return None
-    return params

@@ -1,18 +1,19 @@
-"""The ASGI adapter over `Edge`: reads the body under the size limit, writes the response, and
-streams SSE frames one `send` per event, never waiting for more (under `levergate serve` the
-sends of one event-loop turn leave in one write: `server.http_protocol`). A watcher on
-`receive` turns a client disconnect into cancellation of the handling task, which closes the
-stream and so the upstream connection. At the end of a graceful shutdown the server asks the app
-to end what still runs (`end_requests`): each is cancelled the same way and answers a
-`shutting_down` error, as an error event if its stream has begun. Lifespan events open and close
-the gateway."""
+"""The ASGI adapter over `Edge`: gives the edge the body as a source it reads whole or in chunks
+under the route's limit (`_Body`), writes the response, sends a file from disk in chunks with
+its content-length, and streams SSE frames one `send` per event, never waiting for more (under
+`levergate serve` the sends of one event-loop turn leave in one write: `server.http_protocol`).
+A watcher on `receive` turns a client disconnect into cancellation of the handling task, which
+closes the stream and so the upstream connection. At the end of a graceful shutdown the server
+asks the app to end what still runs (`end_requests`): each is cancelled the same way and answers
+a `shutting_down` error, as an error event if its stream has begun. Lifespan events open and
+close the gateway."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 import orjson
@@ -21,7 +22,9 @@ from levergate.core.call import Trace
 from levergate.errors import LevergateError, PayloadTooLarge, ShuttingDown
 from levergate.gateway import Gateway
 from levergate.protocol.sse import encode
-from levergate.server.edge import Edge, Response, error_response
+from levergate.server.edge import Edge, error_response
+from levergate.server.exchange import Response, body_cut_short, declared_length
+from levergate.server.routes import ROUTES, Route
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -32,10 +35,9 @@ log = logging.getLogger("levergate.server")
 
 
 class App:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, *, routes: tuple[Route, ...] = ROUTES) -> None:
         self.gateway = gateway
-        self.edge = Edge(gateway)
-        self._limit = gateway.settings.server.max_body_bytes
+        self.edge = Edge(gateway, routes=routes)
         self._watch_after = gateway.settings.server.disconnect_watch_after_seconds
         self._running: set[_Answering] = set()
 
@@ -58,17 +60,14 @@ class App:
         trace = Trace()
         # ASGI servers deliver header names lower-cased already.
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            body = await _read_body(receive, headers, self._limit)
-        except LevergateError as exc:
-            await _send(send, error_response(exc), head_only=False)
-            return
-        answering = _Answering(receive, after=self._watch_after)
+        body = _Body(receive, headers)
+        answering = _Answering(receive, body, after=self._watch_after)
         self._running.add(answering)
         try:
             response = await self.edge.handle(
                 scope["method"], scope["path"], headers, body, trace=trace
             )
+            body.done = True
             answering.answered = True
             answering.streaming = response.stream is not None
             await _send(send, response, head_only=scope["method"] == "HEAD", answering=answering)
@@ -99,24 +98,52 @@ class App:
                 return
 
 
-async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
-    declared = headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge.over(limit)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge.over(limit)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+class _Body:
+    """The request body as ASGI `receive` delivers it, read once by the edge: whole (`read`,
+    today's fast path: one message for a small body) or as chunks (`chunks`, for a handler that
+    writes them to disk). `done` tells the disconnect watcher that `receive` is its to call."""
+
+    __slots__ = ("done", "headers", "receive")
+
+    def __init__(self, receive: Receive, headers: dict[str, str]) -> None:
+        self.receive = receive
+        self.headers = headers
+        self.done = False
+
+    async def read(self, *, limit: int) -> bytes:
+        declared_length(self.headers, limit=limit)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge.over(limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        self.done = True
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def chunks(self, *, limit: int) -> AsyncIterator[bytes]:
+        size = 0
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                self.done = True
+                raise body_cut_short()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge.over(limit)
+            if chunk:
+                yield chunk
+            if not message.get("more_body", False):
+                self.done = True
+                return
 
 
 class _Answering:
@@ -125,16 +152,20 @@ class _Answering:
     The watcher task starts only once a request has run for `after` seconds (1 s by default): a
     task per request was most of the edge's CPU cost at thousands of requests a second, and a
     request that ends sooner (a cache hit, a fast upstream) has little worth cancelling. Servers
-    also report `http.disconnect` once the response is complete, hence the `over` flag."""
+    also report `http.disconnect` once the response is complete, hence the `over` flag. While
+    the handler still reads the body (an upload), `receive` is the handler's: the watcher waits
+    for the body to be done, checking again every `after` seconds."""
 
     __slots__ = (
-        "answered", "cut_short", "ended", "handler", "over", "receive", "streaming", "timer",
-        "watcher",
+        "after", "answered", "body", "cut_short", "ended", "handler", "over", "receive",
+        "streaming", "timer", "watcher",
     )  # fmt: skip
 
-    def __init__(self, receive: Receive, *, after: float) -> None:
+    def __init__(self, receive: Receive, body: _Body, *, after: float) -> None:
         self.handler = asyncio.current_task()
         self.receive = receive
+        self.body = body
+        self.after = after
         self.over = False
         self.cut_short = False
         self.ended = False  # by the server's shutdown (App.end_requests)
@@ -144,8 +175,12 @@ class _Answering:
         self.timer = asyncio.get_running_loop().call_later(after, self._start)
 
     def _start(self) -> None:
-        if not self.over:
-            self.watcher = asyncio.create_task(self._watch())
+        if self.over:
+            return
+        if not self.body.done:
+            self.timer = asyncio.get_running_loop().call_later(self.after, self._start)
+            return
+        self.watcher = asyncio.create_task(self._watch())
 
     async def _watch(self) -> None:
         while True:
@@ -172,23 +207,28 @@ async def _send(
     send: Send, response: Response, *, head_only: bool, answering: _Answering | None = None
 ) -> None:
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
-    if response.stream is None:
+    stream = response.stream
+    if stream is None:
         headers.append((b"content-length", str(len(response.body)).encode()))
+    elif response.length is not None:
+        headers.append((b"content-length", str(response.length).encode()))
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
-    if response.stream is None:
+    if stream is None:
         await send({"type": "http.response.body", "body": b"" if head_only else response.body})
         return
     try:
-        async for frame in response.stream:
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        if not head_only:
+            async for frame in stream:
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
     except asyncio.CancelledError:
         if answering is None or not answering.ended:
             raise
         _uncancel()
-        await send({"type": "http.response.body", "body": _SHUTTING_DOWN_EVENT})
+        if response.length is None:  # an SSE stream; a file cut short just ends
+            await send({"type": "http.response.body", "body": _SHUTTING_DOWN_EVENT})
     finally:
-        await response.stream.aclose()
+        await stream.aclose()
 
 
 _SHUTTING_DOWN_EVENT = encode(orjson.dumps(ShuttingDown().to_json()))

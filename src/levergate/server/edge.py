@@ -1,117 +1,77 @@
-"""The edge, independent of any HTTP framework: (method, path, headers, body) in, a `Response`
-out. The ASGI app and the in-process httpx transport are thin adapters over `Edge.handle`, so the
-proxy and the library share every behaviour, errors included.
+"""The edge, independent of any HTTP framework: (method, path, headers, body source) in, a
+`Response` out. The ASGI app and the in-process httpx transport are thin adapters over
+`Edge.handle`, so the proxy and the library share every behaviour, errors included.
 
-A stream is answered once its first generated token has arrived (or the stream has ended
-without one), with everything before it: the head, the role preamble and that first token leave
-in one write, the client reads them in one go, and a failure before the first token still
-becomes a proper HTTP error (below the edge, Retry and Fallback act on failures before the
-first event). After that, a failure becomes an OpenAI-style `error` event and the stream ends
-without `[DONE]`.
+`handle` matches the route (`server.routes`: 404 for an unknown path, 405 with `allow` for a
+wrong method), runs its guard, hands the body over the way the route wants it (whole under the
+route's limit, or as chunks for a streaming route; 413 beyond the limit) and runs the handler
+(`server.handlers`). Every error it answers carries `x-request-id`: the client's own when it is
+safe to echo (`gateway.request_id_for`), else a fresh one, the same id the call and its logs use.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from levergate.core.call import Call, Kind, Trace
-from levergate.core.reply import Completed, Event, Reply, Stream
-from levergate.errors import (
-    BadRequest,
-    LevergateError,
-    MethodNotAllowed,
-    NotFound,
-    error_payload,
-)
+from levergate.core.call import Trace
+from levergate.errors import LevergateError, error_payload
 from levergate.gateway import REQUEST_ID_HEADER, Gateway
-from levergate.protocol.openai import has_generated_token
-from levergate.protocol.sse import DONE_FRAME, encode
+from levergate.server.exchange import (
+    BodySource,
+    BytesBody,
+    Request,
+    Response,
+    declared_length,
+)
+from levergate.server.guards import Credentials
+from levergate.server.routes import ROUTES, Route, Router
 
 log = logging.getLogger("levergate.edge")
 
 JSON = "application/json"
-SSE_HEADERS = (
-    ("content-type", "text/event-stream; charset=utf-8"),
-    ("cache-control", "no-cache"),
-    ("x-accel-buffering", "no"),
-)
-CALLS: dict[str, Kind] = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completion",
-    "/v1/embeddings": "embedding",
-}
-_GETS = frozenset({"/v1/models", "/healthz", "/readyz", "/metrics"})
 
-
-@dataclass(slots=True)
-class Response:
-    status: int
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    body: bytes = b""
-    stream: AsyncGenerator[bytes, None] | None = None
+__all__ = ["Edge", "Response", "error_response"]
 
 
 class Edge:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, *, routes: tuple[Route, ...] = ROUTES) -> None:
         self.gateway = gateway
+        self.credentials = Credentials(gateway)
+        settings = gateway.settings
+        served = tuple(r for r in routes if r.enabled is None or r.enabled(settings))
+        self._router = Router(served, settings=settings.server)
 
     async def handle(
-        self, method: str, path: str, headers: Mapping[str, str], body: bytes, *, trace: Trace
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        body: BodySource | bytes,
+        *,
+        trace: Trace,
     ) -> Response:
+        """Answer one request. `body` is the adapter's source of the body's bytes (or the whole
+        body already in memory); headers are lower-cased."""
+        request = Request(method, path, headers, trace)
         try:
-            kind = CALLS.get(path)
-            if kind is not None:
-                if method != "POST":
-                    raise MethodNotAllowed(f"Use POST for {path}.")
-                return await self._call(kind, headers, body, trace)
-            if path in _GETS:
-                if method not in {"GET", "HEAD"}:
-                    raise MethodNotAllowed(f"Use GET for {path}.")
-                return await self._get(path)
-            if path.startswith("/admin/"):
-                # Until the route table holds server/admin.py's ROUTES (imported here: it
-                # imports this module).
-                from levergate.server.admin import dispatch
-
-                return await dispatch(self.gateway, method, path, headers, body)
-            raise NotFound(f"Unknown path: {path}", code="unknown_url")
-        except LevergateError as exc:
-            return error_response(exc)
-
-    async def _call(
-        self, kind: Kind, headers: Mapping[str, str], body: bytes, trace: Trace
-    ) -> Response:
-        try:
-            parsed = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(
-                f"We could not parse the JSON body of your request: {exc.msg}.",
-                code="invalid_json",
-            ) from None
-        call = self.gateway.make_call(kind, parsed, headers=headers, trace=trace, raw=body)
-        try:
-            reply = await self.gateway.serve(call)
-            return await _respond(call, reply)
+            bound, request.params = self._router.match(method, path)
+            route = bound.route
+            if route.guard is not None:
+                await route.guard(self, request)
+            source = BytesBody(body) if isinstance(body, bytes) else body
+            if route.stream:
+                declared_length(headers, limit=bound.limit)
+                request.chunks = source.chunks(limit=bound.limit)
+            else:
+                request.body = await source.read(limit=bound.limit)
+            return await route.handler(self, request)
         except LevergateError as exc:
             response = error_response(exc)
-            response.headers.append((REQUEST_ID_HEADER, call.ctx.request_id))
+            response.headers.append((REQUEST_ID_HEADER, request.request_id))
             return response
-
-    async def _get(self, path: str) -> Response:
-        if path == "/v1/models":
-            data = {"object": "list", "data": await self.gateway.models()}
-            return Response(200, [("content-type", JSON)], orjson.dumps(data))
-        if path == "/metrics":
-            body = generate_latest(self.gateway.pipeline.telemetry.registry)
-            return Response(200, [("content-type", CONTENT_TYPE_LATEST)], body)
-        if path == "/readyz" and not self.gateway.ready:
-            return Response(503, [("content-type", JSON)], b'{"status":"starting"}')
-        return Response(200, [("content-type", JSON)], b'{"status":"ok"}')
 
 
 def error_response(exc: LevergateError) -> Response:
@@ -119,40 +79,3 @@ def error_response(exc: LevergateError) -> Response:
     if status >= 500:
         log.warning("%s: %s", type(exc).__name__, exc.message)
     return Response(status, [("content-type", JSON), *extra.items()], orjson.dumps(payload))
-
-
-async def _respond(call: Call, reply: Reply) -> Response:
-    meta = [*reply.headers.items(), (REQUEST_ID_HEADER, call.ctx.request_id)]
-    if isinstance(reply, Completed):
-        return Response(reply.status, [("content-type", JSON), *meta], reply.raw)
-    try:
-        opening = await _opening(reply)
-    except BaseException:
-        await reply.aclose()
-        raise
-    return Response(200, [*SSE_HEADERS, *meta], stream=_frames(reply, opening))
-
-
-async def _opening(stream: Stream) -> list[Event]:
-    """The events up to and including the first one that carries a generated token (all of
-    them if none does)."""
-    events: list[Event] = []
-    async for event in stream:
-        events.append(event)
-        if has_generated_token(event.json()):
-            break
-    return events
-
-
-async def _frames(stream: Stream, opening: list[Event]) -> AsyncGenerator[bytes, None]:
-    try:
-        if opening:
-            yield b"".join([encode(event.data) for event in opening])
-        async for event in stream:
-            yield encode(event.data)
-        yield DONE_FRAME
-    except LevergateError as exc:
-        log.warning("stream ended by %s: %s", type(exc).__name__, exc.message)
-        yield encode(orjson.dumps(exc.to_json()))
-    finally:
-        await stream.aclose()

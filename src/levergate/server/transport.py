@@ -1,7 +1,9 @@
 """`GatewayTransport`: an httpx transport that hands requests to the gateway's `Edge` in-process,
 so `openai.AsyncOpenAI(http_client=httpx.AsyncClient(transport=gw.transport()))` runs the same
 pipeline as the proxy, with no socket in between. Streams stay streams: each SSE frame reaches
-the SDK as the pipeline produces it, and closing the response closes the upstream.
+the SDK as the pipeline produces it, and closing the response closes the upstream. Request
+bodies reach the edge as a source (`_Body`) it reads whole or in chunks under the route's limit,
+and a file response is read from disk as the client reads it.
 
 The client's timeout holds as it does over a socket: httpx's `read` timeout (the request's
 `timeout` extension, which `AsyncOpenAI(timeout=...)` sets) bounds the wait for the response
@@ -19,7 +21,9 @@ import httpx
 
 from levergate.core.call import Trace
 from levergate.errors import PayloadTooLarge
-from levergate.server.edge import Edge, error_response
+from levergate.server.edge import Edge
+from levergate.server.exchange import declared_length
+from levergate.server.routes import ROUTES, Route
 
 if TYPE_CHECKING:
     from levergate.gateway import Gateway
@@ -28,33 +32,67 @@ T = TypeVar("T")
 
 
 class GatewayTransport(httpx.AsyncBaseTransport):
-    def __init__(self, gateway: Gateway) -> None:
-        self._edge = Edge(gateway)
-        self._limit = gateway.settings.server.max_body_bytes
+    def __init__(self, gateway: Gateway, *, routes: tuple[Route, ...] = ROUTES) -> None:
+        self._edge = Edge(gateway, routes=routes)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         return await within(read_timeout(request), self._handle(request), request=request)
 
     async def _handle(self, request: httpx.Request) -> httpx.Response:
         trace = Trace()
-        body = await request.aread()
-        if len(body) > self._limit:
-            response = error_response(PayloadTooLarge.over(self._limit))
-        else:
-            headers = {k.lower(): v for k, v in request.headers.items()}
-            response = await self._edge.handle(
-                request.method, request.url.path, headers, body, trace=trace
-            )
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        response = await self._edge.handle(
+            request.method, request.url.path, headers, _Body(request, headers), trace=trace
+        )
         if response.stream is None:
             return httpx.Response(
                 response.status, headers=response.headers, content=response.body, request=request
             )
+        head = response.headers
+        if response.length is not None:
+            head = [*head, ("content-length", str(response.length))]
+        if request.method == "HEAD":
+            # The head only: the file (or stream) behind it is never read.
+            await response.stream.aclose()
+            return httpx.Response(response.status, headers=head, request=request)
         return httpx.Response(
             response.status,
-            headers=response.headers,
+            headers=head,
             stream=_Frames(response.stream, request=request, read=read_timeout(request)),
             request=request,
         )
+
+
+class _Body:
+    """The httpx request's body for the edge: the bytes httpx already holds when the caller
+    passed them (the SDK's JSON), else its stream, read under the route's limit either way."""
+
+    __slots__ = ("_headers", "_request")
+
+    def __init__(self, request: httpx.Request, headers: dict[str, str]) -> None:
+        self._request = request
+        self._headers = headers
+
+    async def read(self, *, limit: int) -> bytes:
+        declared_length(self._headers, limit=limit)
+        try:
+            body = self._request.content
+        except httpx.RequestNotRead:
+            body = b"".join([chunk async for chunk in self.chunks(limit=limit)])
+        if len(body) > limit:
+            raise PayloadTooLarge.over(limit)
+        return body
+
+    async def chunks(self, *, limit: int) -> AsyncIterator[bytes]:
+        size = 0
+        stream = self._request.stream
+        if not isinstance(stream, httpx.AsyncByteStream):
+            raise TypeError("an async transport needs an async request body")
+        async for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge.over(limit)
+            yield chunk
 
 
 def read_timeout(request: httpx.Request) -> float | None:

@@ -1,0 +1,117 @@
+"""The OpenAI protocol: chat completions, completions, embeddings (each a `Call` through the
+pipeline) and the model list.
+
+A stream is answered once its first generated token has arrived (or the stream has ended
+without one), with everything before it: the head, the role preamble and that first token leave
+in one write, the client reads them in one go, and a failure before the first token still
+becomes a proper HTTP error (below the edge, Retry and Fallback act on failures before the
+first event). After that, a failure becomes an OpenAI-style `error` event and the stream ends
+without `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator
+from functools import partial
+from typing import TYPE_CHECKING
+
+import orjson
+
+from levergate.core.call import Call, Kind
+from levergate.core.reply import Completed, Event, Reply, Stream
+from levergate.errors import BadRequest, LevergateError, ModelNotFound
+from levergate.gateway import REQUEST_ID_HEADER
+from levergate.protocol.openai import has_generated_token
+from levergate.protocol.sse import DONE_FRAME, encode
+from levergate.server.exchange import Request, Response
+
+if TYPE_CHECKING:
+    from levergate.server.edge import Edge
+
+log = logging.getLogger("levergate.edge")
+
+JSON = "application/json"
+SSE_HEADERS = (
+    ("content-type", "text/event-stream; charset=utf-8"),
+    ("cache-control", "no-cache"),
+    ("x-accel-buffering", "no"),
+)
+
+
+async def list_models(edge: Edge, _request: Request) -> Response:
+    data = {"object": "list", "data": await edge.gateway.models()}
+    return Response(200, [("content-type", JSON)], orjson.dumps(data))
+
+
+async def retrieve_model(edge: Edge, request: Request) -> Response:
+    """One model object, as `client.models.retrieve` expects; 404 `model_not_found` otherwise.
+    The same list as `/v1/models`: behind a `*` model, the upstream's own list decides."""
+    wanted = request.params["model"]
+    for model in await edge.gateway.models():
+        if model.get("id") == wanted:
+            return Response(200, [("content-type", JSON)], orjson.dumps(model))
+    raise ModelNotFound(wanted)
+
+
+async def _call(kind: Kind, edge: Edge, request: Request) -> Response:
+    """A request that runs through the pipeline as a `Call` of `kind`."""
+    try:
+        parsed = orjson.loads(request.body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(
+            f"We could not parse the JSON body of your request: {exc.msg}.", code="invalid_json"
+        ) from None
+    call = edge.gateway.make_call(
+        kind,
+        parsed,
+        headers=request.headers,
+        trace=request.trace,
+        raw=request.body,
+        request_id=request.request_id,
+    )
+    reply = await edge.gateway.serve(call)
+    return await _respond(call, reply)
+
+
+# Partials rather than wrappers: the hot path pays for no extra coroutine.
+chat_completions = partial(_call, "chat")
+completions = partial(_call, "completion")
+embeddings = partial(_call, "embedding")
+
+
+async def _respond(call: Call, reply: Reply) -> Response:
+    meta = [*reply.headers.items(), (REQUEST_ID_HEADER, call.ctx.request_id)]
+    if isinstance(reply, Completed):
+        return Response(reply.status, [("content-type", JSON), *meta], reply.raw)
+    try:
+        opening = await _opening(reply)
+    except BaseException:
+        await reply.aclose()
+        raise
+    return Response(200, [*SSE_HEADERS, *meta], stream=_frames(reply, opening))
+
+
+async def _opening(stream: Stream) -> list[Event]:
+    """The events up to and including the first one that carries a generated token (all of
+    them if none does)."""
+    events: list[Event] = []
+    async for event in stream:
+        events.append(event)
+        if has_generated_token(event.json()):
+            break
+    return events
+
+
+async def _frames(stream: Stream, opening: list[Event]) -> AsyncGenerator[bytes, None]:
+    try:
+        if opening:
+            yield b"".join([encode(event.data) for event in opening])
+        async for event in stream:
+            yield encode(event.data)
+        yield DONE_FRAME
+    except LevergateError as exc:
+        log.warning("stream ended by %s: %s", type(exc).__name__, exc.message)
+        yield encode(orjson.dumps(exc.to_json()))
+    finally:
+        await stream.aclose()

@@ -1,0 +1,143 @@
+"""The edge's route table: (method, path pattern) -> handler, one line per endpoint.
+
+Adding an endpoint is one line in `ROUTES` plus its handler (a module under `server/handlers/`).
+A line says, besides method, path and handler:
+
+- `guard`: who may call it (`server.guards`, `server.admin.admin_token`), checked before the
+  body is read. Routes that run a `Call` leave it to the pipeline's `Authenticate` layer, which
+  also counts refused requests; the others need one.
+- `enabled`: whether the gateway serves the route at all, decided from the settings at start
+  (the admin API is off by default: then its paths are 404s like any unknown one).
+- `stream`: the handler gets the body as an async iterator of chunks (`Request.chunks`: uploads
+  written to disk as they arrive) instead of whole (`Request.body`).
+- `max_body_bytes`: the route's own body limit; by default `server.max_body_bytes` for whole
+  bodies and `server.max_upload_bytes` for streamed ones (config.py).
+
+Matching (`Router.match`) looks static paths up in a dict first — the hot path, POST
+/v1/chat/completions, costs two dict lookups — and tries the precompiled patterns only for the
+paths with parameters (`/v1/models/{id}`, `/v1/batches/{id}/cancel`). A path no route knows is a
+404; a known path with a method it does not take is a 405 with an `allow` header. HEAD is
+allowed wherever GET is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING
+
+from levergate.errors import MethodNotAllowed, NotFound
+from levergate.server import admin, guards
+from levergate.server.exchange import NO_PARAMS, Request, Response
+from levergate.server.handlers import openai, ops
+
+if TYPE_CHECKING:
+    from levergate.config import Server, Settings
+    from levergate.server.edge import Edge
+
+Handler = Callable[["Edge", Request], Awaitable[Response]]
+Guard = Callable[["Edge", Request], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    _: KW_ONLY
+    guard: Guard | None = None
+    stream: bool = False
+    max_body_bytes: int | None = None
+    enabled: Callable[[Settings], bool] | None = None
+
+
+def _admin(method: str, path: str, handler: Handler) -> Route:
+    """An admin API route: on its own credential, and absent unless `admin.enabled`."""
+    return Route(method, path, handler, guard=admin.admin_token, enabled=admin.enabled)
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/v1/chat/completions", openai.chat_completions),
+    Route("POST", "/v1/completions", openai.completions),
+    Route("POST", "/v1/embeddings", openai.embeddings),
+    Route("GET", "/v1/models", openai.list_models, guard=guards.client_key),
+    Route("GET", "/v1/models/{model:path}", openai.retrieve_model, guard=guards.client_key),
+    Route("GET", "/healthz", ops.healthz),
+    Route("GET", "/readyz", ops.readyz),
+    Route("GET", "/metrics", ops.metrics, guard=guards.metrics_token),
+    # The admin API (server/admin.py), on its own credential; absent unless admin.enabled.
+    _admin("POST", "/admin/keys", admin.create_key),
+    _admin("GET", "/admin/keys", admin.list_keys),
+    _admin("GET", "/admin/tenants/{tenant}/keys", admin.list_keys),
+    _admin("GET", "/admin/keys/{id}", admin.show_key),
+    _admin("POST", "/admin/keys/{id}", admin.update_key),
+    _admin("DELETE", "/admin/keys/{id}", admin.revoke_key),
+    _admin("POST", "/admin/keys/{id}/rotate", admin.rotate_key),
+    _admin("POST", "/admin/keys/{id}/revoke", admin.revoke_key),
+    _admin("GET", "/admin/keys/{id}/spend", admin.key_spend),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """A route with its body limit resolved against the settings."""
+
+    route: Route
+    limit: int
+
+
+Methods = dict[str, Bound]
+# `{name}` is one non-empty path segment; `{name:path}` is the rest of the path, slashes
+# included (model ids such as `org/model`: the SDKs percent-encode the slash, servers decode it).
+_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(:path)?\}")
+
+
+class Router:
+    def __init__(self, routes: tuple[Route, ...], *, settings: Server) -> None:
+        self._static: dict[str, Methods] = {}
+        self._patterns: list[tuple[re.Pattern[str], Methods]] = []
+        by_pattern: dict[str, Methods] = {}
+        for route in routes:
+            default = settings.max_upload_bytes if route.stream else settings.max_body_bytes
+            limit = default if route.max_body_bytes is None else route.max_body_bytes
+            bound = Bound(route, limit)
+            if _PARAM.search(route.path) is None:
+                methods = self._static.setdefault(route.path, {})
+            else:
+                methods = by_pattern.setdefault(route.path, {})
+            if route.method in methods:
+                raise ValueError(f"two routes for {route.method} {route.path}")
+            methods[route.method] = bound
+            if route.method == "GET" and "HEAD" not in methods:
+                methods["HEAD"] = bound
+        self._patterns = [(_compile(path), methods) for path, methods in by_pattern.items()]
+
+    def match(self, method: str, path: str) -> tuple[Bound, Mapping[str, str]]:
+        """The route for (method, path) and its path parameters; NotFound or MethodNotAllowed."""
+        methods = self._static.get(path)
+        params = NO_PARAMS
+        if methods is None:
+            for pattern, candidates in self._patterns:
+                found = pattern.fullmatch(path)
+                if found is not None:
+                    methods, params = candidates, found.groupdict()
+                    break
+            else:
+                raise NotFound(f"Unknown path: {path}", code="unknown_url")
+        bound = methods.get(method)
+        if bound is None:
+            allow = ", ".join(sorted(methods))
+            raise MethodNotAllowed(f"{path} does not take {method}; use {allow}.", allow=allow)
+        return bound, params
+
+
+def _compile(path: str) -> re.Pattern[str]:
+    """`/v1/batches/{id}/cancel` -> a pattern whose named groups are the parameters."""
+    regex, at = [], 0
+    for param in _PARAM.finditer(path):
+        regex.append(re.escape(path[at : param.start()]))
+        regex.append(f"(?P<{param[1]}>{'.+' if param[2] else '[^/]+'})")
+        at = param.end()
+    regex.append(re.escape(path[at:]))
+    return re.compile("".join(regex))
