@@ -1,59 +1,21 @@
 """The load generator on a virtual clock: a fake server that stalls, and schedules checked exactly.
 
-Time is simulated by an event loop whose clock jumps to the next timer whenever nothing is
-ready, so a three-second run takes milliseconds and every number below is deterministic.
+Time is simulated by `levergate.testing.VirtualTimeLoop` (through `run_virtual`), whose clock
+jumps to the next timer whenever nothing is ready, so a three-second run takes milliseconds and
+every number below is deterministic.
 """
 
 from __future__ import annotations
 
 import asyncio
-import selectors
-from collections.abc import Coroutine
-from typing import Any, TypeVar
 
 import pytest
 
 from levergate.bench import BenchConfig, BenchResult, Outcome, TraceRecord, run_bench
+from levergate.testing import LoopClock, run_virtual
 
-T = TypeVar("T")
 SERVICE_S = 0.010
 URL = "http://bench.invalid"
-
-
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """`time()` is virtual; a select that would block instead advances time to the next timer."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._virtual_now = 0.0
-        select = self._selector.select
-
-        def advance(timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-            if timeout is None:
-                raise RuntimeError("deadlock: nothing scheduled and nothing ready")
-            self._virtual_now += timeout
-            return select(0)
-
-        self._selector.select = advance  # type: ignore[method-assign]
-
-    def time(self) -> float:
-        return self._virtual_now
-
-
-def run_virtual(coro: Coroutine[Any, Any, T]) -> T:
-    loop = VirtualTimeLoop()
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        loop.close()
-
-
-class LoopClock:
-    def now(self) -> float:
-        return asyncio.get_running_loop().time()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds))
 
 
 class StallingServer:

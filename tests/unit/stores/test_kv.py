@@ -18,9 +18,9 @@ from levergate.stores.kv import KV, SafeKV, StoreError, TieredKV
 from levergate.stores.kv_memory import ENTRY_OVERHEAD, MemoryKV
 from levergate.stores.kv_redis import RedisKV
 from levergate.stores.kv_sqlite import SqliteKV
-from levergate.testing import ManualClock
+from levergate.testing import FakeUpstream, ManualClock
 from tests.redis_required import require_redis, swallowed_cancellations
-from tests.unit.layers.cache.helpers import FakeUpstream, chat, exact_cache
+from tests.unit.layers.cache.helpers import chat, exact_cache
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

@@ -9,8 +9,8 @@ from levergate.config import Cache
 from levergate.errors import BadRequest
 from levergate.layers.cache.entries import CACHE_HEADER
 from levergate.stores.kv_memory import MemoryKV
-from levergate.testing import ManualClock
-from tests.unit.layers.cache.helpers import FakeUpstream, chat, exact_cache
+from levergate.testing import FakeUpstream, ManualClock
+from tests.unit.layers.cache.helpers import chat, exact_cache
 from tests.unit.layers.cache.test_embeddings import Embeddings, embed, layer
 
 

@@ -9,8 +9,8 @@ import pytest
 from levergate.core.reply import Completed, Stream
 from levergate.errors import UpstreamUnavailable
 from levergate.layers.cache.entries import CACHE_HEADER
-from levergate.testing import ManualClock
-from tests.unit.layers.cache.helpers import FakeUpstream, chat, drain, exact_cache, text_of
+from levergate.testing import FakeUpstream, ManualClock
+from tests.unit.layers.cache.helpers import chat, drain, exact_cache, text_of
 
 
 async def settle() -> None:
@@ -73,7 +73,7 @@ async def _started(cache: object, gate: asyncio.Event) -> object:
 
 async def test_a_failure_reaches_every_waiter_once_and_is_not_retried() -> None:
     gate = asyncio.Event()
-    upstream = FakeUpstream(gate=gate, fail=UpstreamUnavailable("boom"))
+    upstream = FakeUpstream(gate=gate, default=UpstreamUnavailable("boom"))
     cache, _ = exact_cache(upstream)
     tasks = [asyncio.create_task(cache(chat())) for _ in range(5)]
     await settle()

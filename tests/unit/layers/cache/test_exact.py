@@ -12,8 +12,8 @@ from levergate.layers.cache.entries import AGE_HEADER, CACHE_HEADER
 from levergate.layers.cache.exact import ExactCache
 from levergate.stores.entry import encode
 from levergate.stores.kv_memory import MemoryKV
-from levergate.testing import ManualClock
-from tests.unit.layers.cache.helpers import FakeUpstream, chat, drain, exact_cache, text_of
+from levergate.testing import FakeUpstream, ManualClock
+from tests.unit.layers.cache.helpers import chat, drain, exact_cache, text_of
 
 
 async def test_second_identical_request_is_a_hit_with_age_and_same_bytes() -> None:
@@ -84,7 +84,7 @@ async def test_a_whole_answer_replays_as_a_well_formed_stream() -> None:
 
 
 async def test_errors_cut_streams_and_filtered_answers_are_never_stored() -> None:
-    failing = FakeUpstream(fail=UpstreamUnavailable("down"))
+    failing = FakeUpstream(default=UpstreamUnavailable("down"))
     cache, _ = exact_cache(failing)
     for _ in range(2):
         with pytest.raises(UpstreamUnavailable):
@@ -214,21 +214,13 @@ async def test_max_age_refuses_older_entries_and_age_is_reported() -> None:
 
 
 async def test_completions_are_cached_and_replayed_in_both_shapes() -> None:
-    class Completions:
-        def __init__(self) -> None:
-            self.calls = 0
-
-        async def __call__(self, call: Call) -> Reply:
-            self.calls += 1
-            answer = {
-                "id": "c", "object": "text_completion", "created": 1, "model": "m",
-                "choices": [{"index": 0, "text": "once upon", "logprobs": None,
-                             "finish_reason": "length"}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
-            }  # fmt: skip
-            return Completed(data=answer)
-
-    upstream = Completions()
+    answer = {
+        "id": "c", "object": "text_completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "text": "once upon", "logprobs": None,
+                     "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+    }  # fmt: skip
+    upstream = FakeUpstream(default=lambda: Completed(data=answer))
     cache, _ = exact_cache(upstream)
     body = {"model": "m", "prompt": "Once", "max_tokens": 2, "temperature": 0}
     await cache(Call(kind="completion", body=body, ctx=Context("r")))
@@ -236,7 +228,7 @@ async def test_completions_are_cached_and_replayed_in_both_shapes() -> None:
     chunks = await drain(streamed)
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == "once upon"
     assert chunks[-1]["usage"]["completion_tokens"] == 2
-    assert upstream.calls == 1
+    assert len(upstream.calls) == 1
 
 
 async def test_the_record_says_hit_or_miss_and_what_a_hit_saved() -> None:

@@ -10,14 +10,14 @@ import pytest
 
 from levergate.config import Cache
 from levergate.core.call import Call
-from levergate.core.reply import Completed, Reply
+from levergate.core.reply import Completed
 from levergate.layers.cache.entries import CACHE_HEADER, Entries
 from levergate.layers.cache.semantic import SIMILARITY_HEADER, SemanticCache
 from levergate.layers.cache.stats import CacheStats
 from levergate.stores.kv_memory import MemoryKV
 from levergate.stores.vector import PartitionedIndex
-from levergate.testing import ManualClock
-from tests.unit.layers.cache.helpers import FakeUpstream, chat, drain
+from levergate.testing import FakeUpstream, ManualClock
+from tests.unit.layers.cache.helpers import chat, drain
 
 ON = Cache(default={"semantic": True}, semantic={"threshold": 0.8})
 _SYNONYMS = {"whats": "what", "is": "", "the": "", "of": "", "a": ""}
@@ -157,25 +157,17 @@ async def test_streamed_answers_are_stored_on_clean_completion_and_replayed() ->
 
 
 async def test_a_verifier_can_refuse_a_hit() -> None:
-    class Verifier:
-        def __init__(self, word: str) -> None:
-            self.word = word
-            self.calls = 0
-
-        async def __call__(self, call: Call) -> Reply:
-            self.calls += 1
-            return Completed(data={"choices": [{"message": {"content": self.word}}]})
-
     for word, expected_calls in (("no", 2), ("yes", 1)):
         upstream = FakeUpstream()
         settings = Cache(default={"semantic": True},
                          semantic={"threshold": 0.8, "verify_model": "judge"})  # fmt: skip
         cache, _, _ = semantic(upstream, settings=settings)
-        verifier = Verifier(word)
+        verdict = Completed(data={"choices": [{"message": {"content": word}}]})
+        verifier = FakeUpstream(default=verdict)
         cache._verify = verifier
         await cache(ask("What is the capital of France?"))
         await cache(ask("what's the capital of France"))
-        assert verifier.calls == 1
+        assert len(verifier.calls) == 1
         assert len(upstream.calls) == expected_calls
 
 

@@ -1,12 +1,11 @@
-"""Test doubles for the traffic levers: scripted endpoints, a balanced pool of them, calls, and
-a loop-settling helper."""
+"""Test vocabulary for the traffic levers: calls, scripted outcomes (ok, errors, streams) for
+`levergate.testing.FakeUpstream`, a balanced pool of such endpoints, and a loop-settling helper."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from levergate.core.call import Call, Context, Priority
@@ -20,9 +19,7 @@ from levergate.layers.traffic.waiting import WaitingRoom
 from levergate.policies.balancing import strategy_named
 from levergate.policies.ejection import Ejection, EjectionPolicy
 from levergate.stores.limits import MemoryLimitStore
-from levergate.testing import ManualClock
-
-Outcome = Completed | Exception | Callable[[], Reply]
+from levergate.testing import FakeUpstream, ManualClock
 
 
 def call(
@@ -75,30 +72,6 @@ def stream_of(*chunks: str, fail_after: int | None = None) -> Callable[[], Reply
     return lambda: Stream(events())
 
 
-@dataclass
-class Scripted:
-    """An endpoint answering from a script, then `default` forever; it records every call."""
-
-    script: list[Outcome] = field(default_factory=list)
-    default: Outcome | None = None
-    calls: list[Call] = field(default_factory=list)
-    name: str = "up"
-    # Upstream seconds each call reports in its trace (what the balancer measures as latency).
-    seconds: float = 0.0
-
-    async def __call__(self, call: Call) -> Reply:
-        self.calls.append(call)
-        call.ctx.trace.upstream_seconds += self.seconds
-        outcome = self.script.pop(0) if self.script else self.default
-        if outcome is None:
-            outcome = ok()
-        if isinstance(outcome, Exception):
-            raise outcome
-        if isinstance(outcome, Completed):
-            return outcome
-        return outcome()
-
-
 async def settle(rounds: int = 20) -> None:
     """Let every runnable task run until it blocks again."""
     for _ in range(rounds):
@@ -130,7 +103,7 @@ class Pool:
 
     def __init__(
         self,
-        endpoints: Sequence[Scripted],
+        endpoints: Sequence[FakeUpstream],
         *,
         strategy: str = "p2c",
         weights: list[float] | None = None,

@@ -21,11 +21,11 @@ from levergate.policies.balancing import STRATEGIES
 from levergate.policies.budget import RetryBudget
 from levergate.policies.ejection import State
 from levergate.policies.ewma import Ewma
+from levergate.testing import FakeUpstream
 from tests.unit.layers.cache.helpers import drain
 from tests.unit.layers.traffic.fakes import (
     AutoClock,
     Pool,
-    Scripted,
     call,
     ok,
     server_error,
@@ -34,8 +34,8 @@ from tests.unit.layers.traffic.fakes import (
 )
 
 
-def named(*names: str) -> list[Scripted]:
-    return [Scripted(name=n) for n in names]
+def named(*names: str) -> list[FakeUpstream]:
+    return [FakeUpstream(name=n, default=ok) for n in names]
 
 
 def measured(average: Ewma, value: float, *, now: float = 0.0) -> None:
@@ -54,7 +54,7 @@ async def test_weighted_choice_follows_the_weights() -> None:
 
 
 async def test_least_outstanding_prefers_the_idle_endpoint() -> None:
-    endpoints = [Scripted(name="a", default=stream_of("x")), Scripted(name="b")]
+    endpoints = [FakeUpstream(name="a", default=stream_of("x")), FakeUpstream(name="b", default=ok)]
     pool = Pool(endpoints, strategy="least_outstanding")
     busy = await pool.balance(call(stream=True))  # lands somewhere; keep it open
     loaded = pool.states[0] if pool.states[0].outstanding else pool.states[1]
@@ -75,7 +75,7 @@ async def test_p2c_prefers_the_endpoint_predicted_to_finish_first() -> None:
 
 
 async def test_a_failing_endpoint_is_ejected_then_readmitted_by_a_probe() -> None:
-    a, b = Scripted(name="a", default=server_error("a")), Scripted(name="b")
+    a, b = FakeUpstream(name="a", default=server_error("a")), FakeUpstream(name="b", default=ok)
     pool = Pool([a, b], strategy="weighted")
     state_a = pool.states[0]
     while state_a.health.state(pool.clock.now()) is not State.EJECTED:
@@ -104,7 +104,7 @@ async def test_a_failing_endpoint_is_ejected_then_readmitted_by_a_probe() -> Non
 
 
 async def test_the_last_endpoints_are_never_all_ejected() -> None:
-    endpoints = [Scripted(name=n, default=server_error(n)) for n in ("a", "b")]
+    endpoints = [FakeUpstream(name=n, default=server_error(n)) for n in ("a", "b")]
     pool = Pool(endpoints, max_share=0.5)
     for _ in range(30):
         with pytest.raises(LevergateError):
@@ -115,7 +115,7 @@ async def test_the_last_endpoints_are_never_all_ejected() -> None:
 
 
 async def test_a_lone_ejected_endpoint_still_serves() -> None:
-    only = Scripted(name="a", script=[server_error("a")] * 3)
+    only = FakeUpstream(name="a", script=[server_error("a")] * 3, default=ok)
     pool = Pool([only])
     for _ in range(3):
         with pytest.raises(LevergateError):
@@ -141,8 +141,8 @@ async def test_an_endpoint_known_from_one_slow_sample_is_tried_again() -> None:
 
 
 async def test_a_429_cools_its_key_down_and_the_retry_goes_to_another_at_once() -> None:
-    a = Scripted(name="a", script=[throttled(retry_after=30.0)])
-    b = Scripted(name="b")
+    a = FakeUpstream(name="a", script=[throttled(retry_after=30.0)], default=ok)
+    b = FakeUpstream(name="b", default=ok)
     pool = Pool([a, b])
     measured(pool.states[0].speed, 1000.0)  # "a" is the first choice...
     measured(pool.states[1].speed, 100.0)  # ...but "b" beats a 30-second cooldown
@@ -154,8 +154,8 @@ async def test_a_429_cools_its_key_down_and_the_retry_goes_to_another_at_once() 
 
 
 async def test_retry_over_balance_lands_on_the_other_endpoint() -> None:
-    a = Scripted(name="a", default=server_error("a"))
-    b = Scripted(name="b")
+    a = FakeUpstream(name="a", default=server_error("a"))
+    b = FakeUpstream(name="b", default=ok)
     pool = Pool([a, b], strategy="weighted", weights=[1000, 1], clock=AutoClock())
     retry = Retry(
         pool.balance,
@@ -190,7 +190,7 @@ async def test_an_exhausted_quota_cools_the_key_until_its_reset() -> None:
 
 
 async def test_a_stream_keeps_its_endpoint_busy_until_it_closes() -> None:
-    pool = Pool([Scripted(name="a", default=stream_of("x", "y"))])
+    pool = Pool([FakeUpstream(name="a", default=stream_of("x", "y"))])
     reply = await pool.balance(call(stream=True, max_tokens=40))
     state = pool.states[0]
     assert state.outstanding == 1

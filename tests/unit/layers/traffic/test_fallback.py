@@ -9,14 +9,15 @@ from levergate.core.reply import Completed, Reply
 from levergate.errors import Overloaded, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from levergate.layers.traffic.fallback import Fallback, failure_kind
 from levergate.layers.traffic.metrics import TrafficMetrics
+from levergate.testing import FakeUpstream
 from tests.unit.layers.cache.helpers import drain
-from tests.unit.layers.traffic.fakes import Scripted, call, ok, server_error, stream_of, throttled
+from tests.unit.layers.traffic.fakes import call, ok, server_error, stream_of, throttled
 
 
 class ByModel:
     """A Dispatch stand-in: one scripted endpoint per alias."""
 
-    def __init__(self, **aliases: Scripted) -> None:
+    def __init__(self, **aliases: FakeUpstream) -> None:
         self.aliases = aliases
         self.order: list[str] = []
 
@@ -43,10 +44,10 @@ def _context_error() -> UpstreamRejected:
 
 async def test_failures_walk_the_list_in_order() -> None:
     inner = ByModel(
-        big=Scripted(default=server_error()),
-        other=Scripted(default=throttled()),
-        local=Scripted(default=ok("local")),
-        long=Scripted(),
+        big=FakeUpstream(default=server_error()),
+        other=FakeUpstream(default=throttled()),
+        local=FakeUpstream(default=ok("local")),
+        long=FakeUpstream(default=ok),
     )
     metrics = TrafficMetrics()
     reply = await _fallback(inner, metrics)(call(model="big"))
@@ -57,10 +58,10 @@ async def test_failures_walk_the_list_in_order() -> None:
 
 async def test_a_prompt_too_long_goes_to_the_larger_context_model() -> None:
     inner = ByModel(
-        big=Scripted(default=_context_error()),
-        other=Scripted(),
-        local=Scripted(),
-        long=Scripted(default=ok("long")),
+        big=FakeUpstream(default=_context_error()),
+        other=FakeUpstream(default=ok),
+        local=FakeUpstream(default=ok),
+        long=FakeUpstream(default=ok("long")),
     )
     await _fallback(inner)(call(model="big"))
     assert inner.order == ["big", "long"]
@@ -68,7 +69,12 @@ async def test_a_prompt_too_long_goes_to_the_larger_context_model() -> None:
 
 async def test_the_callers_own_errors_do_not_fall_back() -> None:
     bad = UpstreamRejected("bad", upstream="up", upstream_status=400, code="invalid_value")
-    inner = ByModel(big=Scripted(default=bad), other=Scripted(), local=Scripted(), long=Scripted())
+    inner = ByModel(
+        big=FakeUpstream(default=bad),
+        other=FakeUpstream(default=ok),
+        local=FakeUpstream(default=ok),
+        long=FakeUpstream(default=ok),
+    )
     with pytest.raises(UpstreamRejected):
         await _fallback(inner)(call(model="big"))
     assert inner.order == ["big"]
@@ -76,10 +82,10 @@ async def test_the_callers_own_errors_do_not_fall_back() -> None:
 
 async def test_a_stream_failing_before_its_first_byte_falls_back_but_not_after() -> None:
     inner = ByModel(
-        big=Scripted(default=stream_of("a", fail_after=0)),
-        other=Scripted(default=stream_of("b", "c")),
-        local=Scripted(),
-        long=Scripted(),
+        big=FakeUpstream(default=stream_of("a", fail_after=0)),
+        other=FakeUpstream(default=stream_of("b", "c")),
+        local=FakeUpstream(default=ok),
+        long=FakeUpstream(default=ok),
     )
     chunks = await drain(await _fallback(inner)(call(model="big", stream=True)))
     assert len(chunks) == 2

@@ -7,14 +7,14 @@ from __future__ import annotations
 import random
 
 from levergate.policies.ejection import State
-from levergate.testing import ManualClock
-from tests.unit.layers.traffic.fakes import Pool, Scripted, call
+from levergate.testing import FakeUpstream, ManualClock
+from tests.unit.layers.traffic.fakes import Pool, call, ok
 
 FACTOR = 3.0
 
 
-def pool_of(*seconds: float, min_requests: float = 5.0) -> tuple[Pool, list[Scripted]]:
-    endpoints = [Scripted(name=f"e{i}", seconds=s) for i, s in enumerate(seconds)]
+def pool_of(*seconds: float, min_requests: float = 5.0) -> tuple[Pool, list[FakeUpstream]]:
+    endpoints = [FakeUpstream(name=f"e{i}", seconds=s, default=ok) for i, s in enumerate(seconds)]
     pool = Pool(
         endpoints,
         strategy="weighted",

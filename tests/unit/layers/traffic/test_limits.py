@@ -18,9 +18,9 @@ from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.layers.traffic.waiting import Slots, WaitingRoom
 from levergate.policies.gcra import Rate
 from levergate.stores.limits import Charge, MemoryLimitStore
-from levergate.testing import ManualClock
+from levergate.testing import FakeUpstream, ManualClock
 from tests.unit.layers.cache.helpers import drain
-from tests.unit.layers.traffic.fakes import Scripted, call, ok, settle, stream_of
+from tests.unit.layers.traffic.fakes import call, ok, settle, stream_of
 
 ONE_PER_SECOND = Rate(limit=1, window=1.0)
 
@@ -109,7 +109,7 @@ async def test_a_full_queue_sheds_its_lowest_priority_waiter() -> None:
     await urgent
 
 
-def _limits(inner: Scripted, clock: ManualClock, *, limits: RateLimits) -> Limits:
+def _limits(inner: FakeUpstream, clock: ManualClock, *, limits: RateLimits) -> Limits:
     store = MemoryLimitStore(clock=clock)
     cap = limits.max_concurrency
     slots = [Slots(lambda: cap)] if cap else []
@@ -128,7 +128,7 @@ def _limits(inner: Scripted, clock: ManualClock, *, limits: RateLimits) -> Limit
 
 async def test_a_stream_holds_its_concurrency_permit_until_it_closes() -> None:
     clock = ManualClock()
-    inner = Scripted(default=stream_of("a", "b"))
+    inner = FakeUpstream(default=stream_of("a", "b"))
     limits = _limits(inner, clock, limits=RateLimits(max_concurrency=1))
     first = await limits(call(stream=True))
     second = asyncio.create_task(limits(call(stream=True)))
@@ -142,7 +142,7 @@ async def test_a_stream_holds_its_concurrency_permit_until_it_closes() -> None:
 
 async def test_tokens_are_reserved_up_front_and_corrected_by_usage() -> None:
     clock = ManualClock()
-    inner = Scripted(default=ok(prompt_tokens=10))
+    inner = FakeUpstream(default=ok(prompt_tokens=10))
     limits = RateLimits(tpm=1000, window_seconds=60, tpm_charge="reserved")
     layer = _limits(inner, clock, limits=limits)
     scope = LimitScope.of("key:x", limits)
@@ -157,7 +157,7 @@ async def test_tokens_are_reserved_up_front_and_corrected_by_usage() -> None:
 
 async def test_used_tokens_refund_what_was_reserved_but_not_generated() -> None:
     clock = ManualClock()
-    inner = Scripted(default=ok(prompt_tokens=10, completion_tokens=5))
+    inner = FakeUpstream(default=ok(prompt_tokens=10, completion_tokens=5))
     limits = RateLimits(tpm=1000, window_seconds=60, tpm_charge="used")
     layer = _limits(inner, clock, limits=limits)
     scope = LimitScope.of("key:x", limits)
@@ -176,7 +176,7 @@ async def test_a_streams_usage_corrects_the_charge_whatever_its_json_spacing() -
         yield Event(b'{"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5}}')
 
     clock = ManualClock()
-    inner = Scripted(default=lambda: Stream(spaced()))
+    inner = FakeUpstream(default=lambda: Stream(spaced()))
     limits = RateLimits(tpm=1000, window_seconds=60, tpm_charge="used")
     layer = _limits(inner, clock, limits=limits)
     scope = LimitScope.of("key:x", limits)
@@ -186,7 +186,7 @@ async def test_a_streams_usage_corrects_the_charge_whatever_its_json_spacing() -
     assert wait == pytest.approx(15 * scope.tpm.interval)
 
 
-def _admission(inner: Scripted, clock: ManualClock, **limits: int) -> Admission:
+def _admission(inner: FakeUpstream, clock: ManualClock, **limits: int) -> Admission:
     return Admission(
         inner,
         tenants={"acme": RateLimits(window_seconds=60, burst=0.5, **limits)},
@@ -201,7 +201,7 @@ def _admission(inner: Scripted, clock: ManualClock, **limits: int) -> Admission:
 
 async def test_a_tenant_over_its_rate_gets_429_with_retry_after() -> None:
     clock = ManualClock()
-    inner = Scripted()
+    inner = FakeUpstream(default=ok)
     admission = _admission(inner, clock, rpm=4)  # a burst of 2, then one per 20 seconds
     await admission(call(tenant="acme"))
     await admission(call(tenant="acme"))
@@ -216,7 +216,7 @@ async def test_a_tenant_over_its_rate_gets_429_with_retry_after() -> None:
 
 async def test_an_expired_deadline_is_refused_before_any_work() -> None:
     clock = ManualClock(start=10.0)
-    inner = Scripted()
+    inner = FakeUpstream(default=ok)
     admission = _admission(inner, clock, rpm=100)
     with pytest.raises(RateLimited):
         await admission(call(tenant="acme", deadline=5.0))

@@ -14,19 +14,13 @@ from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.layers.traffic.retry import Retry
 from levergate.policies.backoff import FullJitter
 from levergate.policies.budget import RetryBudget
+from levergate.testing import FakeUpstream
 from tests.unit.layers.cache.helpers import drain
-from tests.unit.layers.traffic.fakes import (
-    AutoClock,
-    Scripted,
-    call,
-    server_error,
-    stream_of,
-    throttled,
-)
+from tests.unit.layers.traffic.fakes import AutoClock, call, ok, server_error, stream_of, throttled
 
 
 def _retry(
-    inner: Scripted,
+    inner: FakeUpstream,
     clock: AutoClock,
     *,
     budget: RetryBudget | None = None,
@@ -47,7 +41,7 @@ def _retry(
 
 async def test_a_5xx_is_retried_until_an_answer_comes() -> None:
     clock = AutoClock()
-    inner = Scripted([server_error(), server_error()])
+    inner = FakeUpstream(script=[server_error(), server_error()], default=ok)
     reply = await _retry(inner, clock)(call())
     assert isinstance(reply, Completed)
     assert len(inner.calls) == 3
@@ -57,10 +51,10 @@ async def test_a_5xx_is_retried_until_an_answer_comes() -> None:
 async def test_the_callers_own_mistakes_are_never_retried() -> None:
     clock = AutoClock()
     bad = UpstreamRejected("bad", upstream="up", upstream_status=400)
-    inner = Scripted([bad])
+    inner = FakeUpstream(script=[bad], default=ok)
     with pytest.raises(UpstreamRejected):
         await _retry(inner, clock)(call())
-    inner = Scripted([BadRequest("no")])
+    inner = FakeUpstream(script=[BadRequest("no")], default=ok)
     with pytest.raises(BadRequest):
         await _retry(inner, clock)(call())
     assert clock.slept == []
@@ -68,14 +62,14 @@ async def test_the_callers_own_mistakes_are_never_retried() -> None:
 
 async def test_the_wait_is_never_shorter_than_retry_after() -> None:
     clock = AutoClock()
-    inner = Scripted([throttled(retry_after=3.0)])
+    inner = FakeUpstream(script=[throttled(retry_after=3.0)], default=ok)
     await _retry(inner, clock)(call())
     assert clock.slept[0] >= 3.0
 
 
 async def test_attempts_stop_at_the_hard_cap() -> None:
     clock = AutoClock()
-    inner = Scripted(default=server_error())
+    inner = FakeUpstream(default=server_error())
     with pytest.raises(UpstreamUnavailable):
         await _retry(inner, clock, max_attempts=3)(call())
     assert len(inner.calls) == 3
@@ -83,7 +77,7 @@ async def test_attempts_stop_at_the_hard_cap() -> None:
 
 async def test_retries_stay_within_the_budget_across_requests() -> None:
     clock = AutoClock()
-    inner = Scripted(default=server_error())
+    inner = FakeUpstream(default=server_error())
     metrics = TrafficMetrics()
     retry = _retry(inner, clock, budget=RetryBudget(ratio=0.2, min_per_second=0.0), metrics=metrics)
     requests = 50
@@ -99,7 +93,7 @@ async def test_retries_stay_within_the_budget_across_requests() -> None:
 
 async def test_a_stream_failing_before_its_first_event_is_retried() -> None:
     clock = AutoClock()
-    inner = Scripted([stream_of("a", "b", fail_after=0)], default=stream_of("a", "b"))
+    inner = FakeUpstream(script=[stream_of("a", "b", fail_after=0)], default=stream_of("a", "b"))
     reply = await _retry(inner, clock)(call(stream=True))
     chunks = await drain(reply)
     assert [c["choices"][0]["delta"]["content"] for c in chunks] == ["a", "b"]
@@ -108,7 +102,7 @@ async def test_a_stream_failing_before_its_first_event_is_retried() -> None:
 
 async def test_a_stream_cut_after_its_first_event_is_not_retried() -> None:
     clock = AutoClock()
-    inner = Scripted([stream_of("a", "b", fail_after=1)], default=stream_of("a", "b"))
+    inner = FakeUpstream(script=[stream_of("a", "b", fail_after=1)], default=stream_of("a", "b"))
     reply = await _retry(inner, clock)(call(stream=True))
     with pytest.raises(UpstreamUnavailable):
         await drain(reply)
@@ -117,7 +111,7 @@ async def test_a_stream_cut_after_its_first_event_is_not_retried() -> None:
 
 async def test_no_retry_is_scheduled_past_the_deadline() -> None:
     clock = AutoClock()
-    inner = Scripted([throttled(retry_after=5.0)])
+    inner = FakeUpstream(script=[throttled(retry_after=5.0)], default=ok)
     with pytest.raises(UpstreamRejected):
         await _retry(inner, clock)(call(deadline=2.0))
     assert clock.slept == []
@@ -126,7 +120,7 @@ async def test_no_retry_is_scheduled_past_the_deadline() -> None:
 async def test_an_expired_deadline_is_not_sent() -> None:
     clock = AutoClock()
     clock.t = 10.0
-    inner = Scripted()
+    inner = FakeUpstream(default=ok)
     with pytest.raises(UpstreamTimeout) as caught:
         await Deadline(inner, clock=clock)(call(deadline=5.0))
     assert caught.value.code == "deadline_exceeded"
