@@ -49,7 +49,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 class Redactor:
     """Replaces each of a fixed set of secrets with `[redacted]`. Immutable; one compiled
     alternation, so a text is scanned once however many secrets there are. Values shorter than
-    `SECRET_MIN_CHARS` are not treated as secrets (see config.py)."""
+    `SECRET_MIN_CHARS` are not treated as secrets (see config/base.py)."""
 
     __slots__ = ("__weakref__", "_pattern")
 

@@ -4,7 +4,7 @@ guarded by the pipeline's `Authenticate` layer instead, which also counts refuse
 - `client_key`: with auth on, a client key `Authenticate` would accept (listed in `auth.keys`
   or made through the admin API, not revoked): `/v1/models` names every configured alias.
 - `metrics_token`: with auth on, `metrics.token` and nothing else (`/metrics` names every
-  tenant's features, models and spend); no token configured means closed (config.py: Metrics).
+  tenant's features, models and spend); no token configured means closed (`config.Metrics`).
 
 Both are open with auth off. The admin API has its own (`server.admin.admin_token`). A guard
 raises `AuthenticationFailed` (401) or returns.

