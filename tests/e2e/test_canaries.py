@@ -22,7 +22,7 @@ from aiohttp import web
 
 from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
 
-SECRETS = ("env", "config", "list1", "list2", "url", "client", "dead_url", "dead_key")
+SECRETS = ("env", "config", "list1", "list2", "url", "client", "dead_url", "dead_key", "metrics")
 CANARIES = {name: f"cnry-{name}-{uuid.uuid4().hex}" for name in SECRETS}
 MODES = ("ok", "json400", "json500", "html502", "midstream", "malformed", "hang")
 STREAM_MODES = ("midstream", "malformed", "json500")
@@ -99,6 +99,7 @@ def _settings(echo: int, port: int) -> dict[str, object]:
         "upstreams": upstreams,
         "models": models,
         "auth": {"enabled": True, "keys": [{"key": c["client"], "tenant": "t"}]},
+        "metrics": {"token": c["metrics"]},
         "traffic": {"retry": {"max_attempts": 2}},
     }
 
@@ -137,9 +138,16 @@ async def test_no_canary_leaves_the_gateway(
         # A wrong client key that is itself a secret-looking canary, and the real one mangled.
         await send("env-ok", stream=False, headers={"authorization": "Bearer " + uuid.uuid4().hex})
         await send("env-ok", stream=False, headers={"authorization": CANARIES["client"]})
-        for path in ("/metrics", "/v1/models", "/healthz"):
+        for path in ("/v1/models", "/healthz"):
             response = await http.get(path, headers=client_auth)
+            assert response.status_code == 200
             seen.append(response.text)
+        metrics = await http.get(
+            "/metrics", headers={"authorization": f"Bearer {CANARIES['metrics']}"}
+        )
+        assert metrics.status_code == 200, "the /metrics check would prove nothing"
+        assert "levergate_requests" in metrics.text
+        seen.append(metrics.text)
     gateway.terminate()
     gateway.wait(timeout=15)
     logged = (tmp_path / "gateway.log").read_text(errors="replace")
