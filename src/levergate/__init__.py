@@ -10,6 +10,7 @@ from levergate.core.reply import Completed, Event, Reply, Stream
 from levergate.core.service import Layer, Service, stack
 from levergate.errors import LevergateError
 from levergate.gateway import Gateway
+from levergate.layers.measure.record import RequestRecord, Sink
 from levergate.pipeline import Deps, build_pipeline
 
 __all__ = [
@@ -24,8 +25,10 @@ __all__ = [
     "LevergateError",
     "Priority",
     "Reply",
+    "RequestRecord",
     "Service",
     "Settings",
+    "Sink",
     "Stream",
     "SystemClock",
     "Trace",

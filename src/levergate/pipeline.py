@@ -35,6 +35,7 @@ from levergate.layers.dispatch import Dispatch
 from levergate.layers.keys.build import KeyKit
 from levergate.layers.keys.quota import BudgetSink
 from levergate.layers.measure.measure import Measure, Telemetry
+from levergate.layers.measure.record import Sink
 from levergate.layers.shared import Shared
 from levergate.layers.traffic.admission import Admission
 from levergate.layers.traffic.balance import Balance, Member
@@ -60,6 +61,9 @@ class Deps:
     http_client: Callable[[Upstream], HttpClient] = client_for
     # The semantic cache's embedder; None builds the one `cache.semantic.embedder` names.
     embedder: Embedder | None = None
+    # More sinks for each finished request's record (a request log, a ledger, a dashboard),
+    # after Prometheus and key budgets; each gets every record once the answer has gone out.
+    sinks: Sequence[Sink] = ()
 
 
 @dataclass
@@ -134,7 +138,7 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     dispatch = Dispatch(routes, fallback=wildcard)
     service = stack(dispatch, [
         # Outermost: it must see every request, including the ones refused further down.
-        _measure(settings, telemetry, models, shared),
+        _measure(settings, telemetry, models, shared, deps.sinks),
         # Decides the tenant before anything keyed or limited by tenant; a key's own rates and
         # budgets apply here too, so a key over them is refused before any other work.
         Authenticate.layer(settings.auth, shared=shared),
@@ -173,11 +177,16 @@ def _members(model: Model, nodes: Mapping[str, Sequence[Node]]) -> list[Member]:
 
 
 def _measure(
-    settings: Settings, telemetry: Telemetry, models: Mapping[str, Model], shared: Shared
+    settings: Settings,
+    telemetry: Telemetry,
+    models: Mapping[str, Model],
+    shared: Shared,
+    extra: Sequence[Sink],
 ) -> Layer | None:
     """Measure, with the sinks of the finished-request record beside Prometheus: key budgets
-    are charged from it, so it is there whenever keys are, metrics on or off."""
-    sinks = [BudgetSink(shared.keys.budgets)] if shared.keys is not None else []
+    are charged from it, so it is there whenever keys or other sinks are, metrics on or off."""
+    sinks: list[Sink] = [BudgetSink(shared.keys.budgets)] if shared.keys is not None else []
+    sinks += extra
     if not settings.metrics.enabled and not sinks:
         return None
     prices = {n: m.price for n, m in models.items()}

@@ -99,9 +99,48 @@ def test_the_public_surface_is_pinned() -> None:
 
     assert sorted(levergate.__all__) == [
         "Call", "Clock", "Completed", "Context", "Deps", "Event", "Gateway", "Layer",
-        "LevergateError", "Priority", "Reply", "Service", "Settings", "Stream", "SystemClock",
-        "Trace", "build_pipeline", "stack",
+        "LevergateError", "Priority", "Reply", "RequestRecord", "Service", "Settings", "Sink",
+        "Stream", "SystemClock", "Trace", "build_pipeline", "stack",
     ]  # fmt: skip
+
+
+async def test_a_sink_given_in_deps_gets_each_finished_request_priced_at_the_model_that_answered(
+    sim: SimHandle,
+) -> None:
+    import asyncio
+
+    from levergate import Deps, RequestRecord
+
+    class Collect:
+        def __init__(self) -> None:
+            self.records: list[RequestRecord] = []
+
+        def emit(self, record: RequestRecord) -> None:
+            self.records.append(record)
+
+    collect = Collect()
+    settings = Settings.load(
+        upstreams=[{"name": "sim", "base_url": sim.base_url}],
+        models=[
+            {"name": "cheap", "upstream": "sim", "upstream_model": "sim-small",
+             "price": {"input": 1.0, "output": 2.0}},
+            {"name": "*", "upstream": "sim", "price": {"input": 100.0, "output": 100.0}},
+        ],
+    )  # fmt: skip
+    async with Gateway(settings, deps=Deps(sinks=[collect])) as gateway:
+        await gateway.chat(model="cheap", messages=USER, max_tokens=4)
+        for _ in range(5):  # the record leaves after the answer, on a later loop turn
+            await asyncio.sleep(0)
+    [record] = collect.records
+    assert (record.model, record.alias, record.upstream, record.outcome) == (
+        "cheap",
+        "cheap",
+        "sim",
+        "ok",
+    )
+    tokens = record.tokens
+    assert tokens.output > 0
+    assert record.cost_usd == pytest.approx((tokens.input * 1.0 + tokens.output * 2.0) / 1e6)
 
 
 async def test_background_jobs_run_for_the_gateway_lifetime_and_stop_with_it(
