@@ -92,6 +92,27 @@ async def test_a_key_made_by_the_admin_api_may_list_models_until_revoked(
         assert revoked.json()["error"]["code"] == "invalid_api_key"
 
 
+async def test_a_key_limited_to_some_models_lists_and_retrieves_only_those(
+    sim: SimHandle, gateway_for: GatewayFactory
+) -> None:
+    keys = [
+        {"key": "lg-narrow", "tenant": "t", "models": ["small"]},
+        {"key": "lg-wide", "tenant": "t"},
+    ]
+    async with gateway_for(
+        upstreams=[{"name": "sim", "base_url": sim.base_url}],
+        models=[{"name": "small", "upstream": "sim"}, {"name": "large", "upstream": "sim"}],
+        auth={"enabled": True, "keys": keys},
+    ) as proxy:
+        async with openai.AsyncOpenAI(base_url=proxy, api_key="lg-narrow", max_retries=0) as sdk:
+            assert [m.id async for m in sdk.models.list()] == ["small"]
+            assert (await sdk.models.retrieve("small")).id == "small"
+            with pytest.raises(openai.NotFoundError):
+                await sdk.models.retrieve("large")
+        async with openai.AsyncOpenAI(base_url=proxy, api_key="lg-wide", max_retries=0) as sdk:
+            assert sorted([m.id async for m in sdk.models.list()]) == ["large", "small"]
+
+
 async def test_with_auth_on_metrics_needs_the_metrics_token_and_health_stays_open(
     sim: SimHandle, gateway_at: GatewayFactory
 ) -> None:

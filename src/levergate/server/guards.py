@@ -2,7 +2,8 @@
 guarded by the pipeline's `Authenticate` layer instead, which also counts refused requests.
 
 - `client_key`: with auth on, a client key `Authenticate` would accept (listed in `auth.keys`
-  or made through the admin API, not revoked): `/v1/models` names every configured alias.
+  or made through the admin API, not revoked); `/v1/models` then lists only the aliases
+  that key may use.
 - `metrics_token`: with auth on, `metrics.token` and nothing else (`/metrics` names every
   tenant's features, models and spend); no token configured means closed (`config.Metrics`).
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from levergate.gateway import Gateway
     from levergate.server.edge import Edge
     from levergate.server.exchange import Request
+    from levergate.stores.keys import KeyRecord
 
 
 class Credentials:
@@ -45,9 +47,14 @@ class Credentials:
 
 
 async def client_key(edge: Edge, request: Request) -> None:
+    await key_record(edge, request)
+
+
+async def key_record(edge: Edge, request: Request) -> KeyRecord | None:
+    """The caller's key record with auth on (401 without a valid one); None with auth off."""
     credentials = edge.credentials
     if not credentials.auth_on:
-        return
+        return None
     key = _bearer(request.headers.get("authorization", ""))
     if not key:
         raise AuthenticationFailed(
@@ -56,6 +63,7 @@ async def client_key(edge: Edge, request: Request) -> None:
     record = await credentials.keyring.resolve(key)
     if record is None or record.revoked is not None:
         raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
+    return record
 
 
 async def metrics_token(edge: Edge, request: Request) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -25,6 +25,7 @@ from levergate.gateway import REQUEST_ID_HEADER
 from levergate.protocol.openai import has_generated_token
 from levergate.protocol.sse import DONE_FRAME, encode
 from levergate.server.exchange import Request, Response
+from levergate.server.guards import key_record
 
 if TYPE_CHECKING:
     from levergate.server.edge import Edge
@@ -39,8 +40,15 @@ SSE_HEADERS = (
 )
 
 
-async def list_models(edge: Edge, _request: Request) -> Response:
-    data = {"object": "list", "data": await edge.gateway.models()}
+async def _models_for(edge: Edge, request: Request) -> list[dict[str, Any]]:
+    """The models the caller may name: every one, or with auth on those its key allows."""
+    record = await key_record(edge, request)
+    models = await edge.gateway.models()
+    return models if record is None else [m for m in models if record.allows(str(m.get("id")))]
+
+
+async def list_models(edge: Edge, request: Request) -> Response:
+    data = {"object": "list", "data": await _models_for(edge, request)}
     return Response(200, [("content-type", JSON)], orjson.dumps(data))
 
 
@@ -48,7 +56,7 @@ async def retrieve_model(edge: Edge, request: Request) -> Response:
     """One model object, as `client.models.retrieve` expects; 404 `model_not_found` otherwise.
     The same list as `/v1/models`: behind a `*` model, the upstream's own list decides."""
     wanted = request.params["model"]
-    for model in await edge.gateway.models():
+    for model in await _models_for(edge, request):
         if model.get("id") == wanted:
             return Response(200, [("content-type", JSON)], orjson.dumps(model))
     raise ModelNotFound(wanted)
