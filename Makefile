@@ -42,7 +42,7 @@ lint: $(VENV)/.installed-test
 	$(BIN)/python scripts/check_size.py src tests benchmarks scripts
 
 typecheck: $(VENV)/.installed-test $(VENV)/.installed-local
-	$(BIN)/mypy src
+	$(BIN)/mypy src tests
 
 pytest: $(VENV)/.installed-test $(VENV)/.installed-local
 	$(BIN)/pytest $(ARGS)

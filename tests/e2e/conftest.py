@@ -10,6 +10,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from levergate.config import Settings
 from levergate.gateway import Gateway
@@ -84,4 +85,4 @@ async def client(proxy: str) -> AsyncIterator[openai.AsyncOpenAI]:
         yield sdk
 
 
-USER = [{"role": "user", "content": "Say something simulated."}]
+USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say something simulated."}]

@@ -82,7 +82,7 @@ class FakeOpenAI:
         text = " ".join(["tok"] * count)
         choice = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
         usage = {"prompt_tokens": 11, "completion_tokens": count, "total_tokens": 11 + count}
-        usage["prompt_tokens_details"] = {"cached_tokens": 4}  # type: ignore[assignment]
+        usage["prompt_tokens_details"] = {"cached_tokens": 4}
         return {"choices": [{"index": 0, **choice, "finish_reason": "stop"}], "usage": usage}
 
     async def stream(

@@ -10,12 +10,15 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from levergate.upstreams.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 from tests.redis_required import require_redis
 
-QUESTION = [{"role": "user", "content": "Name the capital of France."}]
+QUESTION: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Name the capital of France."}
+]
 CACHE = "x-levergate-cache"
 
 

@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 from redis.asyncio import Redis
 
 from levergate.config import Settings
@@ -66,7 +67,9 @@ async def test_paraphrases_hit_and_near_misses_do_not(sim: SimHandle) -> None:
         await ask(client, "How do I cancel my subscription?")
         near_miss = await ask(client, "How do I change my subscription?")
         assert near_miss.headers["x-levergate-cache"] == "miss"
-        again = [{"role": "user", "content": "whats the capital of France"}]
+        again: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": "whats the capital of France"}
+        ]
         stream = await client.chat.completions.create(
             model="sim-small", messages=again, max_tokens=8, temperature=0, stream=True,
             extra_headers={"x-levergate-feature": "faq"},

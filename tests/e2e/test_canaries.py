@@ -50,8 +50,8 @@ async def _echo(request: web.Request) -> web.StreamResponse:
         chunk = {"choices": [{"index": 0, "delta": {"content": "hello"}}]}
         await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
         if mode == "midstream":
-            error = {"error": {"message": f"upstream broke: {seen}", "type": "server_error"}}
-            await response.write(f"data: {json.dumps(error)}\n\n".encode())
+            event = {"error": {"message": f"upstream broke: {seen}", "type": "server_error"}}
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
         else:
             await response.write(f"data: not json at all {seen}\n\n".encode())
         return response
@@ -81,7 +81,7 @@ def _settings(echo: int, port: int) -> dict[str, object]:
     c = CANARIES
     base = f"http://127.0.0.1:{echo}/v1"
     fast = {"connect": 1, "ttfb": 1, "idle": 1, "total": 2}
-    upstreams = [
+    upstreams: list[dict[str, object]] = [
         {"name": "env", "base_url": base, "api_key_env": "LG_CANARY_KEY"},
         {"name": "config", "base_url": base, "api_key": c["config"]},
         {"name": "list", "base_url": base, "api_keys": [c["list1"], c["list2"]]},

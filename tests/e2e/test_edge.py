@@ -213,7 +213,11 @@ async def test_the_request_id_is_sanitised_in_process_too(sim: SimHandle) -> Non
                 "/chat/completions", content=CHAT, headers={"x-request-id": "x" * 500}
             )
             assert FRESH_ID.fullmatch(response.headers["x-request-id"])
-            sdk = openai.AsyncOpenAI(base_url="http://lg/v1", api_key="-", http_client=http)
+            sdk = openai.AsyncOpenAI(
+                base_url="http://lg/v1", api_key="-",
+                # The SDK takes httpx clients too; its type hint names only httpx2's.
+                http_client=http,  # type: ignore[arg-type]
+            )  # fmt: skip
             assert (await sdk.models.retrieve("sim-small")).id == "sim-small"
             assert (await sdk.chat.completions.create(model="m", messages=USER)).choices
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Protocol
 
 import pytest
 
-from levergate.config import Upstream
+from levergate.config import Pool, Upstream
 from levergate.upstreams.h1 import H1Client
 from levergate.upstreams.wire import TransportFailed
 
@@ -53,24 +54,30 @@ class Server:
             writer.close()
 
 
+class Serve(Protocol):
+    """The `serve` fixture: starts a `Server` on a free port, returns it and its base URL."""
+
+    async def __call__(self, script: Script, *, delay: float = 0.0) -> tuple[Server, str]: ...
+
+
 @pytest.fixture
-async def serve() -> AsyncIterator[Callable[..., asyncio.Future[tuple[Server, str]]]]:
+async def serve() -> AsyncIterator[Serve]:
     servers: list[asyncio.Server] = []
 
-    async def start(script: Script, **kwargs: float) -> tuple[Server, str]:
-        state = Server(script, **kwargs)
+    async def start(script: Script, *, delay: float = 0.0) -> tuple[Server, str]:
+        state = Server(script, delay=delay)
         server = await asyncio.start_server(state.handle, "127.0.0.1", 0)
         servers.append(server)
         port = server.sockets[0].getsockname()[1]
         return state, f"http://127.0.0.1:{port}/v1"
 
-    yield start  # type: ignore[misc]
+    yield start
     for server in servers:
         server.close()
 
 
-def client_for(url: str, **pool: int) -> H1Client:
-    return H1Client(Upstream(name="t", base_url=url, pool=pool or {}))
+def client_for(url: str, *, pool: Pool | None = None) -> H1Client:
+    return H1Client(Upstream(name="t", base_url=url, pool=pool or Pool()))
 
 
 async def fetch(client: H1Client, url: str) -> tuple[int, bytes]:
@@ -78,8 +85,8 @@ async def fetch(client: H1Client, url: str) -> tuple[int, bytes]:
     return response.status, await response.read()
 
 
-async def test_keep_alive_connections_are_reused(serve: Callable[..., object]) -> None:
-    state, url = await serve(lambda c, r: OK)  # type: ignore[operator]
+async def test_keep_alive_connections_are_reused(serve: Serve) -> None:
+    state, url = await serve(lambda c, r: OK)
     client = client_for(url)
     for _ in range(5):
         assert await fetch(client, url) == (200, b'{"ok":true}')
@@ -88,14 +95,14 @@ async def test_keep_alive_connections_are_reused(serve: Callable[..., object]) -
 
 
 async def test_chunked_bodies_stream_and_close_delimited_bodies_end_with_the_socket(
-    serve: Callable[..., object],
+    serve: Serve,
 ) -> None:
     chunked = (
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n"
         b"5\r\ndata:\r\n3\r\n 1\n\r\n0\r\n\r\n"
     )
     closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nuntil the end"
-    state, url = await serve(lambda c, r: chunked if r == 0 else closing)  # type: ignore[operator]
+    state, url = await serve(lambda c, r: chunked if r == 0 else closing)
     client = client_for(url)
     response = await client.request("POST", url + "/x", body=b"{}", headers={})
     assert response.headers["content-type"] == "text/event-stream"
@@ -107,10 +114,10 @@ async def test_chunked_bodies_stream_and_close_delimited_bodies_end_with_the_soc
 
 
 async def test_a_pooled_connection_the_server_closed_is_replaced_transparently(
-    serve: Callable[..., object],
+    serve: Serve,
 ) -> None:
     # The first connection answers once, then closes instead of answering the second request.
-    state, url = await serve(lambda c, r: OK if (c, r) != (0, 1) else None)  # type: ignore[operator]
+    state, url = await serve(lambda c, r: OK if (c, r) != (0, 1) else None)
     client = client_for(url)
     assert (await fetch(client, url))[0] == 200
     assert (await fetch(client, url))[0] == 200
@@ -119,10 +126,10 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_transparently(
 
 
 async def test_a_cut_body_and_a_refused_connection_raise_transport_failed(
-    serve: Callable[..., object],
+    serve: Serve,
 ) -> None:
     cut = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\nconnection: close\r\n\r\nonly this"
-    _, url = await serve(lambda c, r: cut)  # type: ignore[operator]
+    _, url = await serve(lambda c, r: cut)
     client = client_for(url)
     with pytest.raises(TransportFailed):
         await fetch(client, url)
@@ -136,23 +143,24 @@ async def test_a_cut_body_and_a_refused_connection_raise_transport_failed(
     await refused.aclose()
 
 
-async def test_the_pool_never_opens_more_than_its_limit(serve: Callable[..., object]) -> None:
-    state, url = await serve(lambda c, r: OK, delay=0.02)  # type: ignore[operator]
-    client = client_for(url, max_connections=2)
+async def test_the_pool_never_opens_more_than_its_limit(serve: Serve) -> None:
+    state, url = await serve(lambda c, r: OK, delay=0.02)
+    client = client_for(url, pool=Pool(max_connections=2))
     results = await asyncio.gather(*(fetch(client, url) for _ in range(8)))
     assert all(status == 200 for status, _ in results)
     assert state.most_open <= 2
     await client.aclose()
 
 
-async def test_an_abandoned_body_closes_its_connection(serve: Callable[..., object]) -> None:
+async def test_an_abandoned_body_closes_its_connection(serve: Serve) -> None:
     endless = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"
-    state, url = await serve(lambda c, r: endless if c == 0 else OK)  # type: ignore[operator]
+    state, url = await serve(lambda c, r: endless if c == 0 else OK)
     client = client_for(url)
     response = await client.request("POST", url + "/x", body=b"{}", headers={})
     chunks = response.chunks()
+    assert isinstance(chunks, AsyncGenerator)  # so it can be closed before its end
     assert await anext(chunks) == b"hello"
-    await chunks.aclose()  # type: ignore[attr-defined]
+    await chunks.aclose()
     assert await fetch(client, url) == (200, b'{"ok":true}')
     assert state.connections == 2
     await client.aclose()

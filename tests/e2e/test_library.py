@@ -4,6 +4,7 @@ as the proxy, with no socket between the client and the gateway."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import openai
@@ -12,6 +13,9 @@ import pytest
 from levergate import Gateway, LevergateError, Settings
 from levergate.upstreams.simulator import SimHandle
 from tests.e2e.conftest import BOTH_JSON_STYLES, USER
+
+# `Gateway.chat` takes plain JSON dicts, not the SDK's message TypedDicts.
+MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "Say something simulated."}]
 
 
 @pytest.fixture
@@ -22,10 +26,10 @@ async def gateway(sim: SimHandle) -> AsyncIterator[Gateway]:
 
 @BOTH_JSON_STYLES
 async def test_chat_in_process_streaming_and_not(gateway: Gateway) -> None:
-    reply = await gateway.chat(model="m", messages=USER, max_tokens=4)
+    reply = await gateway.chat(model="m", messages=MESSAGES, max_tokens=4)
     assert isinstance(reply, dict)
     assert reply["usage"]["completion_tokens"] == 4
-    stream = await gateway.chat(model="m", messages=USER, max_tokens=4, stream=True)
+    stream = await gateway.chat(model="m", messages=MESSAGES, max_tokens=4, stream=True)
     assert not isinstance(stream, dict)
     chunks = [chunk async for chunk in stream]
     assert all(chunk["choices"] for chunk in chunks)  # no usage chunk unless asked
@@ -45,7 +49,8 @@ async def test_the_sdk_over_the_in_process_transport(gateway: Gateway, sim: SimH
         base_url="http://levergate.local/v1",
         api_key="unused",
         max_retries=0,
-        http_client=httpx.AsyncClient(transport=gateway.transport()),
+        # The SDK takes httpx clients too; its type hint names only httpx2's.
+        http_client=httpx.AsyncClient(transport=gateway.transport()),  # type: ignore[arg-type]
     ) as sdk:
         raw = await sdk.chat.completions.with_raw_response.create(
             model="m", messages=USER, max_tokens=3
@@ -77,7 +82,8 @@ async def test_closing_an_sdk_stream_over_the_transport_closes_the_upstream(
     sim.configure({"latency": {"tokens_per_second": 20}})
     async with openai.AsyncOpenAI(
         base_url="http://levergate.local/v1", api_key="unused", max_retries=0,
-        http_client=httpx.AsyncClient(transport=gateway.transport()),
+        # The SDK takes httpx clients too; its type hint names only httpx2's.
+        http_client=httpx.AsyncClient(transport=gateway.transport()),  # type: ignore[arg-type]
     ) as sdk:  # fmt: skip
         stream = await sdk.chat.completions.create(
             model="m", messages=USER, max_tokens=1000, stream=True

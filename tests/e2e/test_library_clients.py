@@ -24,7 +24,8 @@ async def gateway(sim: SimHandle) -> AsyncIterator[Gateway]:
 def sdk(gateway: Gateway, *, timeout: float) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
         base_url="http://levergate.local/v1", api_key="unused", max_retries=0, timeout=timeout,
-        http_client=httpx.AsyncClient(transport=gateway.transport()),
+        # The SDK takes httpx clients too; its type hint names only httpx2's.
+        http_client=httpx.AsyncClient(transport=gateway.transport()),  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -76,7 +77,8 @@ def sync_calls(gateway: Gateway) -> tuple[str, str]:
         httpx.Client(transport=gateway.sync_transport()) as http,
         openai.OpenAI(
             base_url="http://levergate.local/v1", api_key="unused", max_retries=0,
-            http_client=http,
+            # The SDK takes httpx clients too; its type hint names only httpx2's.
+            http_client=http,  # type: ignore[arg-type]
         ) as client,
     ):  # fmt: skip
         whole = client.chat.completions.create(model="m", messages=USER, max_tokens=4)
@@ -108,7 +110,8 @@ def sync_call_with_timeout(gateway: Gateway, *, timeout: float) -> None:
         httpx.Client(transport=gateway.sync_transport()) as http,
         openai.OpenAI(
             base_url="http://levergate.local/v1", api_key="unused", max_retries=0,
-            timeout=timeout, http_client=http,
+            # The SDK takes httpx clients too; its type hint names only httpx2's.
+            timeout=timeout, http_client=http,  # type: ignore[arg-type]
         ) as client,
     ):  # fmt: skip
         client.chat.completions.create(model="m", messages=USER, max_tokens=2)

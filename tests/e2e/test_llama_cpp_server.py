@@ -15,12 +15,15 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from levergate.config import LocalUpstream, RetrySettings
 from tests.e2e.conftest import GatewayFactory
 from tests.e2e.test_cli import free_port
 
-FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+FRANCE: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the capital of France?"}
+]
 STARTUP_SECONDS = 120.0
 FAILED_CALL = '"POST /v1/chat/completions HTTP/1.1" 500'
 
@@ -110,6 +113,8 @@ async def test_an_invalid_request_makes_a_bounded_number_of_upstream_calls(
 ) -> None:
     attempts = RetrySettings().max_attempts
     fast = {"traffic": {"retry": {"base_seconds": 0.01, "cap_seconds": 0.02}}}
+    # An unknown role: the SDK's types refuse it, llama.cpp's server answers it with a 500.
+    robot = [{"role": "robot", "content": "hi"}]
     before = llama.failed_calls()
     async with (
         gateway_at(llama.base_url, **fast) as url,
@@ -117,7 +122,9 @@ async def test_an_invalid_request_makes_a_bounded_number_of_upstream_calls(
     ):
         with pytest.raises(openai.InternalServerError) as caught:
             await sdk.chat.completions.create(
-                model="smollm2", messages=[{"role": "robot", "content": "hi"}], max_tokens=2
+                model="smollm2",
+                messages=robot,  # type: ignore[arg-type]  # an invalid role, on purpose
+                max_tokens=2,
             )
     assert caught.value.status_code == 502
     assert caught.value.response.headers["x-should-retry"] == "false"

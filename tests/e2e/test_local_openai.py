@@ -12,13 +12,16 @@ from pathlib import Path
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.run import serving
 from tests.e2e.test_cli import free_port, wait_for
 
-FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+FRANCE: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the capital of France?"}
+]
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import socket
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionChunk
 
 from levergate.config import Settings
 from levergate.gateway import Gateway
@@ -173,7 +174,7 @@ async def test_a_stream_cut_mid_way_ends_with_an_error_event(
     stream = await client.chat.completions.create(
         model="m", messages=USER, max_tokens=50, stream=True
     )
-    received: list[object] = []
+    received: list[ChatCompletionChunk] = []
     with pytest.raises(openai.APIError) as caught:
         await _drain(stream, received)
     assert len(received) >= 1
@@ -202,7 +203,9 @@ async def test_a_streams_head_preamble_and_first_token_arrive_together(sim: SimH
     assert first.count(b"data: ") == 2  # the preamble and the first token, nothing held back
 
 
-async def _drain(stream: openai.AsyncStream[object], into: list[object]) -> None:
+async def _drain(
+    stream: openai.AsyncStream[ChatCompletionChunk], into: list[ChatCompletionChunk]
+) -> None:
     async for chunk in stream:
         into.append(chunk)  # noqa: PERF401 - keep what arrived before the error
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.upstreams.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
 from tests.e2e.conftest import USER, GatewayFactory
 from tests.e2e.raw_http import BODY, MARGIN, connect, post_head, read_error
 from tests.e2e.test_cli import LEVERGATE, free_port, start, wait_for
@@ -70,7 +70,7 @@ async def test_a_request_not_yet_answered_at_the_end_of_the_grace_period_gets_a_
     gateway_at: GatewayFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
-    async with run_simulator(SimSettings(port=0, latency={"ttft_ms": 600_000})) as sim:
+    async with run_simulator(SimSettings(port=0, latency=LatencySettings(ttft_ms=600_000))) as sim:
         server = {"graceful_shutdown_seconds": 0.2}
         async with gateway_at(sim.base_url, server=server) as url:
             reader, writer = await connect(url)

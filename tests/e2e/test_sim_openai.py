@@ -9,10 +9,11 @@ from collections.abc import AsyncIterator
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionSystemMessageParam
 
 from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
 
-USER = [{"role": "user", "content": "Say something simulated."}]
+USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say something simulated."}]
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ async def test_chat_stream_with_usage(sdk: openai.AsyncOpenAI) -> None:
     )  # fmt: skip
     chunks = [chunk async for chunk in stream]
     assert chunks[0].choices[0].delta.role == "assistant"
-    content = [c.choices[0].delta.content for c in chunks[1:-2]]
+    content = [t for c in chunks[1:-2] if (t := c.choices[0].delta.content) is not None]
     assert len(content) == 5
     assert chunks[-2].choices[0].finish_reason == "length"
     assert chunks[-1].choices == []
@@ -191,7 +192,10 @@ async def test_configured_error_rate_applies_mid_test(
 async def test_prompt_cache_hit_on_a_repeated_long_prefix(
     sdk: openai.AsyncOpenAI, simulator: SimHandle
 ) -> None:
-    system = {"role": "system", "content": "You are a careful assistant. " * 200}  # ~1450 tokens
+    system: ChatCompletionSystemMessageParam = {
+        "role": "system",
+        "content": "You are a careful assistant. " * 200,
+    }  # ~1450 tokens
     first = await sdk.chat.completions.create(model="m", messages=[system, *USER])
     second = await sdk.chat.completions.create(
         model="m", messages=[system, {"role": "user", "content": "Something else entirely."}]

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.upstreams.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
 
 CHAT = orjson.dumps(
     {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
@@ -191,7 +191,7 @@ async def test_a_complete_stream_ends_with_done_and_the_last_chunk(simulator: Si
 
 
 async def test_closing_the_server_ends_hung_and_streaming_requests(simulator: SimHandle) -> None:
-    async with run_simulator(SimSettings(latency={"tokens_per_second": 1})) as other:
+    async with run_simulator(SimSettings(latency=LatencySettings(tokens_per_second=1))) as other:
         reader, writer = await connect(other)
         writer.write(request(CHAT, extra="x-sim-fault: hang\r\n"))
         reader2, writer2 = await connect(other)

@@ -13,9 +13,10 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 LEVERGATE = Path(sys.executable).parent / "levergate"
-USER = [{"role": "user", "content": "Hello from a subprocess."}]
+USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hello from a subprocess."}]
 
 
 @asynccontextmanager

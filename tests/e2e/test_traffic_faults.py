@@ -17,7 +17,13 @@ from levergate.config import Settings
 from levergate.errors import LevergateError
 from levergate.gateway import Gateway
 from levergate.policies.ejection import State
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.upstreams.simulator import (
+    FaultSettings,
+    LimitSettings,
+    SimHandle,
+    SimSettings,
+    run_simulator,
+)
 
 USER = [{"role": "user", "content": "Say something simulated."}]
 
@@ -35,7 +41,7 @@ async def gateway(
         yield gw
 
 
-async def ask(gw: Gateway, *, stream: bool = False, **headers: str) -> str:
+async def ask(gw: Gateway, *, stream: bool = False, headers: dict[str, str] | None = None) -> str:
     """One chat call; the outcome as the client sees it ("ok" or the error type)."""
     try:
         reply = await gw.chat(
@@ -64,7 +70,7 @@ def upstream(name: str, sim: SimHandle | str, **extra: Any) -> dict[str, Any]:
 async def limited() -> AsyncIterator[SimHandle]:
     """A provider allowing 10 requests per key in any one-second window."""
     async with run_simulator(
-        SimSettings(port=0, limits={"rpm": 10, "window_seconds": 1.0})
+        SimSettings(port=0, limits=LimitSettings(rpm=10, window_seconds=1.0))
     ) as handle:
         yield handle
 
@@ -102,7 +108,7 @@ async def test_three_keys_triple_the_throughput_without_a_429(limited: SimHandle
 
 
 async def test_a_5xx_burst_loses_nothing_and_retries_stay_in_budget() -> None:
-    faults = {"error_rate": 0.3}
+    faults = FaultSettings(error_rate=0.3)
     retry = {
         "budget_ratio": 0.2,
         "budget_min_per_second": 3,
@@ -123,7 +129,7 @@ async def test_a_5xx_burst_loses_nothing_and_retries_stay_in_budget() -> None:
 
 async def test_a_hang_becomes_a_timeout_and_is_retried() -> None:
     async with (
-        run_simulator(SimSettings(port=0, seed=5, faults={"hang_rate": 0.3})) as sim,
+        run_simulator(SimSettings(port=0, seed=5, faults=FaultSettings(hang_rate=0.3))) as sim,
         gateway([upstream("p", sim, timeouts={"ttfb": 0.3})]) as gw,
     ):
         outcomes = await asyncio.gather(*(ask(gw) for _ in range(10)))
@@ -132,7 +138,7 @@ async def test_a_hang_becomes_a_timeout_and_is_retried() -> None:
 
 
 async def test_a_stream_cut_midway_is_not_retried_but_a_cut_body_is() -> None:
-    faults = {"disconnect_rate": 1.0, "disconnect_after_chunks": 3}
+    faults = FaultSettings(disconnect_rate=1.0, disconnect_after_chunks=3)
     retry = {"budget_min_per_second": 5, "max_attempts": 8}
     async with (
         run_simulator(SimSettings(port=0, seed=2, faults=faults)) as sim,
@@ -151,7 +157,7 @@ async def test_a_dead_endpoint_is_ejected_and_readmitted_when_it_recovers() -> N
     async with (
         run_simulator(SimSettings(port=0)) as a,
         run_simulator(SimSettings(port=0)) as b,
-        run_simulator(SimSettings(port=0, faults={"error_rate": 1.0})) as dead,
+        run_simulator(SimSettings(port=0, faults=FaultSettings(error_rate=1.0))) as dead,
     ):
         ups = [upstream("a", a), upstream("b", b), upstream("dead", dead)]
         async with gateway(ups, traffic={"ejection": ejection, "retry": retry}) as gw:
@@ -174,7 +180,7 @@ async def test_interactive_requests_overtake_a_batch_flood(limited: SimHandle) -
     done: list[str] = []
 
     async def tagged(gw: Gateway, name: str, priority: str) -> None:
-        outcome = await ask(gw, **{"x-levergate-priority": priority})
+        outcome = await ask(gw, headers={"x-levergate-priority": priority})
         done.append(name if outcome == "ok" else outcome)
 
     async with (

@@ -17,7 +17,7 @@ import pytest
 from levergate.config import Settings
 from levergate.errors import LevergateError
 from levergate.gateway import Gateway
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.upstreams.simulator import LimitSettings, SimHandle, SimSettings, run_simulator
 from tests.redis_required import require_redis
 
 USER = [{"role": "user", "content": "Say something simulated."}]
@@ -53,7 +53,7 @@ async def ask(gw: Gateway, **params: Any) -> str:
 @pytest.fixture
 async def limited() -> AsyncIterator[SimHandle]:
     """A provider allowing 10 requests per key in any one-second window."""
-    settings = SimSettings(port=0, limits={"rpm": 10, "window_seconds": 1.0})
+    settings = SimSettings(port=0, limits=LimitSettings(rpm=10, window_seconds=1.0))
     async with run_simulator(settings) as handle:
         yield handle
 
@@ -79,7 +79,7 @@ async def test_per_process_limits_would_overrun_the_provider(limited: SimHandle)
 
 async def test_a_token_limit_is_reserved_up_front_and_never_overrun() -> None:
     # 2,000 tokens per second per key; each call reserves its prompt plus a 200-token cap.
-    settings = SimSettings(port=0, limits={"tpm": 2000, "window_seconds": 1.0})
+    settings = SimSettings(port=0, limits=LimitSettings(tpm=2000, window_seconds=1.0))
     async with run_simulator(settings) as sim:
         limits = {"tpm": 2000, "window_seconds": 1.0, "margin": 0.05, "token_burst": 0.25}
         async with replicas(sim, 1, traffic={}, limits=limits) as (gw,):

@@ -47,9 +47,14 @@ SHAPING_CHANGES: dict[str, Any] = {
 }
 
 
-def key(body: dict[str, Any], **overrides: str) -> str:
-    args = {"kind": "chat", "resolved_model": "m->up/m", "namespace": "t"} | overrides
-    return fingerprint(body, **args)
+def key(
+    body: dict[str, Any],
+    *,
+    kind: str = "chat",
+    resolved_model: str = "m->up/m",
+    namespace: str = "t",
+) -> str:
+    return fingerprint(body, kind=kind, resolved_model=resolved_model, namespace=namespace)
 
 
 @given(BODY)

@@ -28,7 +28,9 @@ def test_yaml_file_and_environment_merge_with_the_environment_winning(
     settings = Settings.load(path)
     assert settings.server.port == 9100
     assert settings.server.host == "0.0.0.0"
-    key = settings.upstreams[0].api_key
+    upstream = settings.upstreams[0]
+    assert isinstance(upstream, Upstream)
+    key = upstream.api_key
     assert key is not None
     assert key.get_secret_value() == "sk-secret"
     assert "sk-secret" not in repr(settings)
@@ -46,7 +48,9 @@ def test_code_values_merge_into_the_file_instead_of_replacing_sections(tmp_path:
 
 def test_for_upstream_routes_every_model_to_one_url() -> None:
     settings = Settings.for_upstream("http://127.0.0.1:8000/v1/")
-    assert settings.upstreams[0].base_url == "http://127.0.0.1:8000/v1"
+    upstream = settings.upstreams[0]
+    assert isinstance(upstream, Upstream)
+    assert upstream.base_url == "http://127.0.0.1:8000/v1"
     assert [m.name for m in settings.models] == [WILDCARD]
 
 
@@ -96,7 +100,7 @@ def test_the_admin_api_needs_a_real_token_and_config_keys_unique_names(
     values: dict[str, object], fragment: str
 ) -> None:
     with pytest.raises(ConfigError, match=fragment):
-        Settings.load(**values)
+        Settings.load(path=None, **values)
 
 
 def test_the_admin_token_comes_from_the_environment_and_never_prints(

@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from levergate.bench import BenchConfig, TraceRecord
+from levergate.bench.config import Endpoint
 from levergate.bench.workload import Arrival, BodyFactory, PromptFactory, arrivals
 from levergate.errors import ConfigError
 
@@ -99,13 +100,13 @@ def test_repeat_rate_resends_earlier_bodies_exactly() -> None:
         ("embeddings", False, {"input", "model", "seed"}),
     ],
 )
-def test_body_shape_per_endpoint(endpoint: str, stream: bool, expected: set[str]) -> None:
+def test_body_shape_per_endpoint(endpoint: Endpoint, stream: bool, expected: set[str]) -> None:
     config = BenchConfig(
         url=URL,
         endpoint=endpoint,
         stream=stream,
         model="m1",
-        extra_body={"seed": 1},  # type: ignore[arg-type]
+        extra_body={"seed": 1},
     )
     plan = next(arrivals(config))
     body = orjson.loads(BodyFactory(config=config, nonce="n").body(plan)[0])

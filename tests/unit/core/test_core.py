@@ -137,10 +137,12 @@ async def test_a_primed_stream_is_not_primed_again() -> None:
 async def test_a_stream_that_fails_before_its_first_event_fails_when_primed_and_is_closed() -> None:
     closed: list[bool] = []
 
+    async def first_event() -> Event:
+        raise RuntimeError("refused")
+
     async def events() -> EventSource:
         try:
-            raise RuntimeError("refused")
-            yield Event(b"{}")  # pragma: no cover
+            yield await first_event()
         finally:
             closed.append(True)
 

@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 from prometheus_client import generate_latest
+from pydantic import SecretStr
 
-from levergate.config import Auth, Metrics, Price
+from levergate.config import ApiKey, Auth, Metrics, Price
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import AuthenticationFailed, ModelNotFound, UpstreamUnavailable
@@ -16,11 +17,13 @@ from levergate.layers.dispatch import Dispatch
 from levergate.layers.measure.measure import OVERHEAD_HEADER, Measure, Telemetry
 
 
-def call_with(headers: dict[str, str] | None = None, model: str = "m", **ctx: str) -> Call:
+def call_with(
+    headers: dict[str, str] | None = None, model: str = "m", *, feature: str = ""
+) -> Call:
     """A call as it reaches Measure; its record says Authenticate established the tenant (as it
     would below), so its feature and model may be labels."""
     body = {"model": model, "messages": [{"role": "user", "content": "x"}]}
-    call = Call(kind="chat", body=body, ctx=Context("r", headers=headers or {}, **ctx))
+    call = Call(kind="chat", body=body, ctx=Context("r", headers=headers or {}, feature=feature))
     call.ctx.trace.tenant = call.ctx.tenant
     return call
 
@@ -37,7 +40,9 @@ class Recorder:
 
 async def test_auth_maps_keys_to_tenants_and_refuses_others() -> None:
     inner = Recorder()
-    auth = Authenticate(inner, settings=Auth(enabled=True, keys=[{"key": "k-1", "tenant": "acme"}]))
+    auth = Authenticate(
+        inner, settings=Auth(enabled=True, keys=[ApiKey(key=SecretStr("k-1"), tenant="acme")])
+    )
     await auth(call_with({"authorization": "Bearer k-1"}))
     assert inner.calls[-1].ctx.tenant == "acme"
     for headers in ({}, {"authorization": "Bearer nope"}, {"authorization": "Basic k-1"}):

@@ -12,7 +12,8 @@ from levergate.protocol.openai import (
     usage_tokens,
 )
 
-CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+MESSAGES = [{"role": "user", "content": "hi"}]
+CHAT = {"model": "m", "messages": MESSAGES}
 LIMITS = RequestLimits()
 
 
@@ -23,7 +24,7 @@ def test_a_valid_chat_body_passes_unchanged() -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"messages": CHAT["messages"]}, "model"),
+        ({"messages": MESSAGES}, "model"),
         ({"model": "m"}, "messages"),
         ({**CHAT, "model": 3}, "model"),
         ({**CHAT, "messages": "hi"}, "messages"),
@@ -44,7 +45,8 @@ def test_each_bad_field_is_named(body: dict[str, object], param: str) -> None:
 
 
 def test_non_objects_are_refused() -> None:
-    for body in ([], "x", 3, None):
+    bodies: tuple[object, ...] = ([], "x", 3, None)
+    for body in bodies:
         with pytest.raises(BadRequest):
             check_body("chat", body, limits=LIMITS)
 
@@ -79,7 +81,7 @@ def test_embeddings_and_completions_have_their_own_required_fields() -> None:
         ("embedding", {"model": "e", "input": ["a"] * 2049}, "input"),
         ("embedding", {"model": "e", "input": "a", "dimensions": 0}, "dimensions"),
         ("embedding", {"model": "e", "input": "a", "dimensions": 10**6}, "dimensions"),
-        ("chat", {**CHAT, "messages": CHAT["messages"] * 2049}, "messages"),
+        ("chat", {**CHAT, "messages": MESSAGES * 2049}, "messages"),
         ("chat", {**CHAT, "tools": [{"type": "function"}] * 129}, "tools"),
         ("chat", {**CHAT, "stop": ["a"] * 5}, "stop"),
         ("chat", {**CHAT, "stop": [1]}, "stop"),

@@ -13,19 +13,17 @@ from levergate.config import Server
 from levergate.errors import ConfigError
 from levergate.server.run import connection_cap, raise_open_files_limit, tune_process
 
-NO_GC = {"gc_freeze": False, "gc_gen0_threshold": 0}
-
 
 def test_pinning_to_the_cpus_already_allowed_keeps_them() -> None:
     allowed = sorted(os.sched_getaffinity(0))
-    tune_process(Server(cpus=allowed, **NO_GC))
+    tune_process(Server(cpus=allowed, gc_freeze=False, gc_gen0_threshold=0))
     assert sorted(os.sched_getaffinity(0)) == allowed
 
 
 def test_cpus_that_do_not_exist_are_a_config_error() -> None:
     allowed = os.sched_getaffinity(0)
     with pytest.raises(ConfigError, match=r"server\.cpus"):
-        tune_process(Server(cpus=[100_000], **NO_GC))
+        tune_process(Server(cpus=[100_000], gc_freeze=False, gc_gen0_threshold=0))
     assert os.sched_getaffinity(0) == allowed
 
 

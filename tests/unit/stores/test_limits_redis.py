@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 
 import pytest
 
@@ -110,14 +111,14 @@ async def test_the_shared_store_is_used_again_once_redis_answers(prefix: str) ->
             self.real = real
             self.up = False
 
-        async def acquire(self, charges: list[Charge], *, commit: bool = True) -> float:
+        async def acquire(self, charges: Sequence[Charge], *, commit: bool = True) -> float:
             if not self.up:
                 from levergate.stores.limits import StoreUnavailable
 
                 raise StoreUnavailable("down")
             return await self.real.acquire(charges, commit=commit)
 
-        async def adjust(self, charges: list[Charge]) -> None:
+        async def adjust(self, charges: Sequence[Charge]) -> None:
             await self.real.adjust(charges)
 
     real = connect(url=REDIS_URL, prefix=prefix, timeout=1.0)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from levergate.stores.vector import AdaptiveIndex, HnswIndex, NumpyIndex, PartitionedIndex
 
 
-def unit_vectors(count: int, dim: int = 16, seed: int = 0) -> np.ndarray:
+def unit_vectors(count: int, dim: int = 16, seed: int = 0) -> npt.NDArray[np.float32]:
     rng = np.random.default_rng(seed)
     v = rng.normal(size=(count, dim)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return v
 
 
 async def test_numpy_index_finds_exact_neighbours_and_removes() -> None:

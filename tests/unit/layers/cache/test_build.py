@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from levergate.config import Model, Settings
+from levergate.config import Model, Settings, Target
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed, Reply
 from levergate.errors import ConfigError, LevergateError
@@ -16,8 +16,8 @@ from tests.unit.layers.cache.test_semantic import BagOfWords
 def test_resolved_models_name_every_endpoint_and_the_alias() -> None:
     models = {
         "fast": Model(name="fast", upstream="a", upstream_model="tiny-1"),
-        "pair": Model(name="pair", endpoints=[{"upstream": "a"}, {"upstream": "b",
-                                                                  "upstream_model": "x"}]),
+        "pair": Model(name="pair", endpoints=[Target(upstream="a"),
+                                              Target(upstream="b", upstream_model="x")]),
         "*": Model(name="*", upstream="a"),
     }  # fmt: skip
     assert resolve_model(models, "fast") == "fast->a/tiny-1"
@@ -29,8 +29,8 @@ def test_resolved_models_name_every_endpoint_and_the_alias() -> None:
 def test_the_pipeline_stacks_the_caches_only_when_enabled() -> None:
     base = {"upstreams": [{"name": "u", "base_url": "http://127.0.0.1:9/v1"}],
             "models": [{"name": "*", "upstream": "u"}]}  # fmt: skip
-    assert build_pipeline(Settings.load(**base)).cache is not None
-    assert build_pipeline(Settings.load(**base, cache={"enabled": False})).cache is None
+    assert build_pipeline(Settings.load(path=None, **base)).cache is not None
+    assert build_pipeline(Settings.load(path=None, **base, cache={"enabled": False})).cache is None
 
 
 async def test_service_embedder_reads_vectors_in_index_order() -> None:
@@ -47,7 +47,7 @@ async def test_service_embedder_reads_vectors_in_index_order() -> None:
 async def test_semantic_layer_is_built_when_a_rule_opts_in() -> None:
     base = {"upstreams": [{"name": "u", "base_url": "http://127.0.0.1:9/v1"}],
             "models": [{"name": "*", "upstream": "u"}]}  # fmt: skip
-    settings = Settings.load(**base, cache={"models": {"m": {"semantic": True}}},
+    settings = Settings.load(path=None, **base, cache={"models": {"m": {"semantic": True}}},
                              traffic={"retry": {"enabled": False}})  # fmt: skip
     embedder = BagOfWords()
     pipeline = build_pipeline(settings, Deps(embedder=embedder))
@@ -64,8 +64,10 @@ async def test_a_shared_semantic_index_needs_entries_the_replicas_share() -> Non
             "models": [{"name": "*", "upstream": "u"}]}  # fmt: skip
     semantic = {"models": {"m": {"semantic": True}}, "semantic": {"index": "redis"}}
     with pytest.raises(ConfigError, match=r"cache\.store\.backend 'memory'"):
-        build_pipeline(Settings.load(**base, cache=semantic), Deps(embedder=BagOfWords()))
-    shared = Settings.load(**base, cache={**semantic, "store": {"backend": "redis"}})
+        build_pipeline(
+            Settings.load(path=None, **base, cache=semantic), Deps(embedder=BagOfWords())
+        )
+    shared = Settings.load(path=None, **base, cache={**semantic, "store": {"backend": "redis"}})
     pipeline = build_pipeline(shared, Deps(embedder=BagOfWords()))
     assert len(pipeline.background) == 1  # the index follows its log off the request path
     await pipeline.aclose()  # nothing connected yet: building never touches Redis

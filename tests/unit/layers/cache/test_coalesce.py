@@ -124,7 +124,7 @@ async def test_when_every_reader_leaves_the_upstream_stream_is_closed() -> None:
     second = await cache(chat(stream=True))
     assert isinstance(first, Stream)
     assert isinstance(second, Stream)
-    reading = asyncio.create_task(anext(aiter(first)))
+    reading = asyncio.ensure_future(anext(aiter(first)))
     await settle()
     reading.cancel()
     await first.aclose()

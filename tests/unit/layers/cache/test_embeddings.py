@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from levergate.config import Cache
+from levergate.config import Cache, CacheRule
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed, Reply
 from levergate.errors import PayloadTooLarge
@@ -83,7 +83,7 @@ async def test_shaping_fields_and_controls_are_respected() -> None:
     assert len(upstream.inputs) == 3
     await cache(embed("apple", user="someone-else"))
     assert len(upstream.inputs) == 3
-    off = layer(upstream, Cache(models={"e": {"mode": "off"}}))
+    off = layer(upstream, Cache(models={"e": CacheRule(mode="off")}))
     assert (await off(embed("apple"))).headers[CACHE_HEADER] == "bypass"
     await cache(Call(kind="embedding", body={"model": "e", "input": "pear"},
                      ctx=Context("r", headers={"cache-control": "no-store"})))  # fmt: skip

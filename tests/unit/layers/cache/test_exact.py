@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from levergate.config import Cache
+from levergate.config import Cache, CacheRule
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.reply import Completed, Reply, Stream
 from levergate.errors import UpstreamUnavailable
@@ -40,15 +40,17 @@ async def test_sampled_requests_bypass_unless_the_rule_says_always() -> None:
     assert len(upstream.calls) == 2
     seeded = [await cache(chat(temperature=0.7, seed=3)) for _ in range(2)]
     assert [r.headers[CACHE_HEADER] for r in seeded] == ["miss", "hit"]
-    always, _ = exact_cache(FakeUpstream(), settings=Cache(default={"mode": "always"}))
+    always, _ = exact_cache(FakeUpstream(), settings=Cache(default=CacheRule(mode="always")))
     await always(chat(temperature=1.0))
     assert (await always(chat(temperature=1.0))).headers[CACHE_HEADER] == "hit"
-    off, _ = exact_cache(FakeUpstream(), settings=Cache(models={"m": {"mode": "off"}}))
+    off, _ = exact_cache(FakeUpstream(), settings=Cache(models={"m": CacheRule(mode="off")}))
     assert (await off(chat())).headers[CACHE_HEADER] == "bypass"
 
 
 async def test_feature_rule_wins_over_model_rule() -> None:
-    settings = Cache(models={"m": {"mode": "off"}}, features={"faq": {"mode": "deterministic"}})
+    settings = Cache(
+        models={"m": CacheRule(mode="off")}, features={"faq": CacheRule(mode="deterministic")}
+    )
     cache, _ = exact_cache(FakeUpstream(), settings=settings)
     await cache(chat(feature="faq"))
     assert (await cache(chat(feature="faq"))).headers[CACHE_HEADER] == "hit"
@@ -122,7 +124,7 @@ async def test_tool_calls_and_several_choices_only_when_configured() -> None:
     cache, _ = exact_cache(FakeUpstream(tool_call=True, finish="tool_calls"))
     await cache(chat())
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
-    allowed = Cache(default={"cache_tool_calls": True, "cache_n": True})
+    allowed = Cache(default=CacheRule(cache_tool_calls=True, cache_n=True))
     cache, _ = exact_cache(FakeUpstream(tool_call=True, finish="tool_calls"), settings=allowed)
     await drain(await cache(chat(stream=True)))
     hit = await cache(chat())

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from levergate.config import Cache
+from levergate.config import Cache, CacheRule, SemanticCacheSettings
 from levergate.core.call import Call
 from levergate.core.reply import Completed
 from levergate.layers.cache.entries import CACHE_HEADER, Entries
@@ -19,7 +19,7 @@ from levergate.stores.vector import PartitionedIndex
 from levergate.testing import FakeUpstream, ManualClock
 from tests.unit.layers.cache.helpers import chat, drain
 
-ON = Cache(default={"semantic": True}, semantic={"threshold": 0.8})
+ON = Cache(default=CacheRule(semantic=True), semantic=SemanticCacheSettings(threshold=0.8))
 _SYNONYMS = {"whats": "what", "is": "", "the": "", "of": "", "a": ""}
 
 
@@ -159,8 +159,10 @@ async def test_streamed_answers_are_stored_on_clean_completion_and_replayed() ->
 async def test_a_verifier_can_refuse_a_hit() -> None:
     for word, expected_calls in (("no", 2), ("yes", 1)):
         upstream = FakeUpstream()
-        settings = Cache(default={"semantic": True},
-                         semantic={"threshold": 0.8, "verify_model": "judge"})  # fmt: skip
+        settings = Cache(
+            default=CacheRule(semantic=True),
+            semantic=SemanticCacheSettings(threshold=0.8, verify_model="judge"),
+        )
         cache, _, _ = semantic(upstream, settings=settings)
         verdict = Completed(data={"choices": [{"message": {"content": word}}]})
         verifier = FakeUpstream(default=verdict)
@@ -176,6 +178,7 @@ async def test_the_index_is_bounded_oldest_out_first() -> None:
     cache, _, _ = semantic(upstream, max_entries=2)
     for city in ("Paris", "Rome", "Oslo"):
         await cache(ask(f"Tell me about {city} now"))
+    assert isinstance(cache._index, PartitionedIndex)
     assert len(cache._index) == 2
     again = await cache(ask(f"tell me about {'Paris'} now!"))
     assert again.headers.get(CACHE_HEADER) != "semantic"
@@ -185,8 +188,10 @@ async def test_the_index_is_bounded_oldest_out_first() -> None:
 
 async def test_the_configured_guard_set_decides_which_may_object() -> None:
     upstream = FakeUpstream()
-    no_order = Cache(default={"semantic": True},
-                     semantic={"threshold": 0.8, "guards": ["negation", "numbers"]})  # fmt: skip
+    no_order = Cache(
+        default=CacheRule(semantic=True),
+        semantic=SemanticCacheSettings(threshold=0.8, guards=("negation", "numbers")),
+    )
     cache, _, _ = semantic(upstream, settings=no_order)
     await cache(ask("Did Germany beat Brazil?"))
     swapped = await cache(ask("Did Brazil beat Germany?"))

@@ -9,6 +9,7 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from levergate.config import ApiKey, Auth, KeyPolicy, MaxWait, Metrics, Price
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
@@ -152,7 +153,9 @@ async def test_a_model_outside_the_keys_list_is_403_model_not_allowed() -> None:
 
 
 async def test_config_keys_work_with_their_policy_and_are_not_kept_in_plaintext() -> None:
-    listed = ApiKey(key="cfg-secret-value", tenant="ops", name="ops", rpm=1, models=("m",))
+    listed = ApiKey(
+        key=SecretStr("cfg-secret-value"), tenant="ops", name="ops", rpm=1, models=("m",)
+    )
     rig = Rig(config=[listed])
     await rig.call("cfg-secret-value")
     assert rig.upstream.calls[-1].ctx.tenant == "ops"

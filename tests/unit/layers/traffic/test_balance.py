@@ -21,7 +21,7 @@ from levergate.policies.balancing import STRATEGIES
 from levergate.policies.budget import RetryBudget
 from levergate.policies.ejection import State
 from levergate.policies.ewma import Ewma
-from levergate.testing import FakeUpstream
+from levergate.testing import FakeUpstream, ManualClock
 from tests.unit.layers.cache.helpers import drain
 from tests.unit.layers.traffic.fakes import (
     AutoClock,
@@ -87,6 +87,7 @@ async def test_a_failing_endpoint_is_ejected_then_readmitted_by_a_probe() -> Non
         await pool.balance(call())
     assert len(a.calls) == 3
     # After the ejection time, one probe; it fails, so the next ejection is twice as long.
+    assert isinstance(pool.clock, ManualClock)
     pool.clock.advance(10)
     while len(a.calls) == 3:
         with contextlib.suppress(LevergateError):

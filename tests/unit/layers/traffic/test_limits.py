@@ -186,10 +186,10 @@ async def test_a_streams_usage_corrects_the_charge_whatever_its_json_spacing() -
     assert wait == pytest.approx(15 * scope.tpm.interval)
 
 
-def _admission(inner: FakeUpstream, clock: ManualClock, **limits: int) -> Admission:
+def _admission(inner: FakeUpstream, clock: ManualClock, *, rpm: int) -> Admission:
     return Admission(
         inner,
-        tenants={"acme": RateLimits(window_seconds=60, burst=0.5, **limits)},
+        tenants={"acme": RateLimits(window_seconds=60, burst=0.5, rpm=rpm)},
         default=None,
         store=MemoryLimitStore(clock=clock),
         clock=clock,

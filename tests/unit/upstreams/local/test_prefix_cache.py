@@ -3,6 +3,8 @@ entries go, spilled entries come back. States are opaque bytes here: no model ne
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -130,7 +132,7 @@ def test_a_state_bigger_than_the_budget_is_not_kept() -> None:
     assert cache.ram_used == 0
 
 
-def test_the_directory_spill_round_trips_and_starts_empty(tmp_path) -> None:
+def test_the_directory_spill_round_trips_and_starts_empty(tmp_path: Path) -> None:
     folder = tmp_path / "kv"
     folder.mkdir()
     (folder / "99.kv").write_bytes(b"left over from a previous run")

@@ -32,7 +32,9 @@ def ticket(prompt: list[int], max_tokens: int = 4, draft: Draft | None = None) -
     return Ticket(request, sink=lambda item: None)
 
 
-def scheduler(*, slots: int = 4, n_ctx: int = 100, batch: int = 16, min_tokens: int = 3):
+def scheduler(
+    *, slots: int = 4, n_ctx: int = 100, batch: int = 16, min_tokens: int = 3
+) -> tuple[Scheduler, FakeKV, PrefixCache]:
     kv = FakeKV()
     cache = PrefixCache(ram_bytes=1000, min_tokens=min_tokens)
     return Scheduler(kv=kv, cache=cache, slots=slots, n_ctx=n_ctx, batch_tokens=batch), kv, cache

@@ -10,7 +10,7 @@ import pytest
 
 from levergate.errors import ConfigError
 from levergate.testing import ManualClock
-from levergate.upstreams.simulator import SimSettings, Simulator
+from levergate.upstreams.simulator import LatencySettings, SimSettings, Simulator
 
 
 def call(sim: Simulator, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -32,7 +32,7 @@ def test_models_and_health() -> None:
 
 
 def test_config_patch_is_deep_merged_and_validated() -> None:
-    sim = Simulator(settings=SimSettings(latency={"ttft_ms": 5}))
+    sim = Simulator(settings=SimSettings(latency=LatencySettings(ttft_ms=5)))
     status, body = call(sim, "POST", "/sim/config", {"faults": {"error_rate": 0.5}})
     assert status == 200
     assert body["faults"]["error_rate"] == 0.5
@@ -48,7 +48,7 @@ def test_config_patch_is_deep_merged_and_validated() -> None:
 
 
 def test_config_put_replaces_and_get_reads() -> None:
-    sim = Simulator(settings=SimSettings(latency={"ttft_ms": 5}, seed=3))
+    sim = Simulator(settings=SimSettings(latency=LatencySettings(ttft_ms=5), seed=3))
     status, body = call(sim, "PUT", "/sim/config", {"seed": 4})
     assert status == 200
     assert body["latency"]["ttft_ms"] == 0
