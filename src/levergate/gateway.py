@@ -21,7 +21,7 @@ import contextlib
 import math
 import os
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -159,13 +159,13 @@ class Gateway:
         self,
         *,
         model: str,
-        messages: list[dict[str, Any]],
+        messages: Sequence[Mapping[str, object]],
         stream: bool = False,
         headers: Mapping[str, str] | None = None,
         **params: Any,
     ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
         """`params` are further fields of the OpenAI request body (temperature, max_tokens...)."""
-        body = {**params, "model": model, "messages": messages, "stream": stream}
+        body = {**params, "model": model, "messages": list(messages), "stream": stream}
         return await self._library_call("chat", body, headers)
 
     async def complete(
