@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from levergate.policies.backoff import parse_duration
 
 DIMENSIONS = ("requests", "tokens")
+# The header names of each dimension, built once: this runs on every answer.
+_NAMES = {
+    d: (f"x-ratelimit-limit-{d}", f"x-ratelimit-remaining-{d}", f"x-ratelimit-reset-{d}")
+    for d in DIMENSIONS
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +49,10 @@ class Quota:
     @classmethod
     def from_headers(cls, headers: Mapping[str, str]) -> Quota | None:
         """The `x-ratelimit-*` headers of one answer, or None when it sent none."""
-        windows = {d: _window(headers, d) for d in DIMENSIONS}
-        if all(w == Window() for w in windows.values()):
+        requests, tokens = _window(headers, "requests"), _window(headers, "tokens")
+        if requests is None and tokens is None:
             return None
-        return cls(requests=windows["requests"], tokens=windows["tokens"])
+        return cls(requests=requests or Window(), tokens=tokens or Window())
 
     @property
     def headroom(self) -> float | None:
@@ -66,11 +71,19 @@ class Quota:
         return max(floors) if floors else None
 
 
-def _window(headers: Mapping[str, str], dimension: str) -> Window:
-    reset = headers.get(f"x-ratelimit-reset-{dimension}")
+def _window(headers: Mapping[str, str], dimension: str) -> Window | None:
+    """The dimension's window, or None when the answer sent none of its headers."""
+    limit_name, remaining_name, reset_name = _NAMES[dimension]
+    limit, remaining, reset = (
+        headers.get(limit_name),
+        headers.get(remaining_name),
+        headers.get(reset_name),
+    )
+    if limit is None and remaining is None and reset is None:
+        return None
     return Window(
-        limit=_number(headers.get(f"x-ratelimit-limit-{dimension}")),
-        remaining=_number(headers.get(f"x-ratelimit-remaining-{dimension}")),
+        limit=_number(limit),
+        remaining=_number(remaining),
         reset_seconds=None if reset is None else parse_duration(reset),
     )
 

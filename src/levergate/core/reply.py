@@ -64,8 +64,10 @@ class Event:
 
     def usage(self) -> dict[str, Any] | None:
         """The usage block this event carries, in any JSON spacing, or None. The bytes are
-        parsed only when they hold the key: the layers that count tokens ask on every event."""
-        if b'"usage"' not in self.data:
+        parsed only when the key holds an object (`"usage": null` rides on every chunk of some
+        upstreams): the layers that count tokens ask on every event."""
+        at = self.data.find(b'"usage"')
+        if at < 0 or not self.data[at + 7 : at + 16].lstrip(b" \t\r\n:").startswith(b"{"):
             return None
         found = self.json().get("usage")
         return found if isinstance(found, dict) else None

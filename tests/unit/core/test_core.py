@@ -163,3 +163,9 @@ def test_an_event_finds_its_usage_in_any_json_spacing() -> None:
     )
     assert Event(b'{"choices": [], "usage": null}').usage() is None
     assert Event(b'{"choices": [{"delta": {"content": "usage"}}]}').usage() is None
+
+
+def test_an_event_whose_usage_is_null_is_not_parsed_for_it() -> None:
+    event = Event(b'{"choices": [{"delta": {"content": "x"}}], "usage": null}')
+    assert event.usage() is None
+    assert event._json is None  # the bytes alone said no: nothing was parsed
