@@ -8,8 +8,8 @@ client each. Two changes, both measured:
 
 - The head is held until the first body message and sent with it. It costs the client nothing
   here (the ASGI app sends the two back to back; a stream is answered at its first generated
-  token, see `server.edge`), so a whole answer is one write. On cache hits under wrk at 64
-  connections, alternating builds: 67 vs 70.5 us of gateway CPU per request.
+  token, see `server.handlers.openai`), so a whole answer is one write. On cache hits under wrk
+  at 64 connections, alternating builds: 67 vs 70.5 us of gateway CPU per request.
 - Body writes after that are collected until the end of the current turn of the event loop and
   sent as one. An upstream that sends several events in one read (a fast model, a replayed
   cached stream) costs one write instead of one per event; events that arrive one by one still
