@@ -52,25 +52,32 @@ class Completed:
 class Event:
     """One server-sent event of a stream: its `data` field, raw, parsed on demand."""
 
-    __slots__ = ("_json", "data")
+    __slots__ = ("_json", "_usage", "data")
 
     def __init__(self, data: bytes, parsed: dict[str, Any] | None = None) -> None:
         self.data = data
         self._json = parsed
+        self._usage: tuple[dict[str, Any] | None] | None = None  # None: not looked for yet
 
     @classmethod
     def of(cls, obj: dict[str, Any]) -> Event:
         return cls(orjson.dumps(obj), obj)
 
     def usage(self) -> dict[str, Any] | None:
-        """The usage block this event carries, in any JSON spacing, or None. The bytes are
-        parsed only when the key holds an object (`"usage": null` rides on every chunk of some
-        upstreams): the layers that count tokens ask on every event."""
-        at = self.data.find(b'"usage"')
-        if at < 0 or not self.data[at + 7 : at + 16].lstrip(b" \t\r\n:").startswith(b"{"):
-            return None
-        found = self.json().get("usage")
-        return found if isinstance(found, dict) else None
+        """The usage block this event carries, in any JSON spacing, or None. Four layers ask on
+        every event, so the answer is kept, and the bytes are parsed only when the key holds an
+        object (`"usage": null` rides on every chunk of some upstreams)."""
+        if self._usage is not None:
+            return self._usage[0]
+        found: dict[str, Any] | None = None
+        data = self.data
+        if b'"usage"' in data:
+            at = data.find(b'"usage"')
+            if data[at + 7 : at + 16].lstrip(b" \t\r\n:").startswith(b"{"):
+                block = self.json().get("usage")
+                found = block if isinstance(block, dict) else None
+        self._usage = (found,)
+        return found
 
     def json(self) -> dict[str, Any]:
         if self._json is None:

@@ -172,7 +172,8 @@ class _Watch:
 
     def waiting(self) -> None:
         self.since = self._loop.time()
-        self._task = asyncio.current_task()
+        if self._task is None:  # a response is read by one task: found once
+            self._task = asyncio.current_task()
         if self._handle is None:
             self._handle = self._loop.call_at(self.since + self._seconds, self._due)
 

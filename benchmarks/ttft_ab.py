@@ -1,0 +1,92 @@
+"""Two checkouts of levergate side by side: TTFT at the socket through each, in front of one
+simulator, in alternating rounds, so both see the same machine at the same moments. The A/B
+for "did this change slow the first token?", which separate runs on a noisy host cannot settle.
+
+    python benchmarks/ttft_ab.py --old ../old-checkout/src [--new src] [--rounds 8]
+
+Writes benchmarks/results/ttft_ab.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness import free_port, stop, wait_port
+from overhead import socket_ttft
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _start(args: list[str], src: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": src}
+    return subprocess.Popen([sys.executable, "-m", "levergate.cli.main", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def compare(old: str, new: str, *, latency_ms: int, rounds: int) -> dict[str, list[float]]:
+    sim_port = free_port()
+    sim = _start(["sim", "--port", str(sim_port), "--ttft-ms", str(latency_ms)], new)
+    ports = {"old": free_port(), "new": free_port()}
+    upstream = f"http://127.0.0.1:{sim_port}/v1"
+    gateways: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        wait_port(sim_port, proc=sim)
+        for name, src in (("old", old), ("new", new)):
+            args = ["serve", "--upstream", upstream, "--port", str(ports[name])]
+            gateways[name] = _start(args, src)
+            wait_port(ports[name], proc=gateways[name])
+        seen: dict[str, list[float]] = {"old": [], "new": []}
+        for _ in range(rounds):
+            for name in ("old", "new"):
+                seen[name].append(socket_ttft(ports[name], requests=30))
+        return seen
+    finally:
+        for gateway in gateways.values():
+            stop(gateway)
+        stop(sim)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--old", required=True, help="the src/ folder of the other checkout")
+    parser.add_argument("--new", default=str(ROOT / "src"))
+    parser.add_argument("--rounds", type=int, default=8)
+    args = parser.parse_args()
+    rows = []
+    for latency in (0, 50):
+        seen = compare(args.old, args.new, latency_ms=latency, rounds=args.rounds)
+        old, new = statistics.median(seen["old"]), statistics.median(seen["new"])
+        wins = sum(n > o for o, n in zip(seen["old"], seen["new"], strict=True))
+        rows.append({"upstream_ms": latency, "old_p50_ms": old, "new_p50_ms": new,
+                     "new_minus_old_ms": new - old, "rounds_new_slower": wins, **seen})  # fmt: skip
+    date = datetime.now(UTC).isoformat(timespec="seconds")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "ttft_ab.json").write_text(json.dumps({"date": date, "rows": rows}, indent=2))
+    lines = [
+        f"# TTFT at the socket, two checkouts side by side ({date})",
+        "",
+        f"Median over {args.rounds} alternating rounds of 30 streamed requests (p50 of each), one",
+        "simulator behind both gateways; concurrency 1.",
+        "",
+        "| upstream | old p50 ms | new p50 ms | new - old | rounds where new was slower |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['upstream_ms']} ms | {r['old_p50_ms']:.3f} | {r['new_p50_ms']:.3f} | "
+        f"{r['new_minus_old_ms']:+.3f} | {r['rounds_new_slower']} of {args.rounds} |"
+        for r in rows
+    ]
+    (RESULTS / "ttft_ab.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
