@@ -8,23 +8,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
-from harness import free_port, stop, wait_port
+from harness import free_port, stamp, stop, wait_port, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.fuzzing import SIM_ARGS, fuzz, gateway_config, hostile_requests  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 KEY = "lg-fuzz-key"
 
@@ -73,14 +68,7 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp())
     rows = [run_seed(seed, args.count, tmp) for seed in range(1, args.seeds + 1)]
-    meta = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": (
-            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-        ),
-    }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "fuzz.json").write_text(json.dumps({**meta, "runs": rows}, indent=2))
+    meta = stamp()
     lines = [
         f"# Fuzz ({meta['date']}, {meta['machine']})",
         "",
@@ -96,8 +84,7 @@ def main() -> None:
         f"{r['tracebacks']} | {r['statuses']} |"
         for r in rows
     ]
-    (RESULTS / "fuzz.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("fuzz", {**meta, "runs": rows}, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

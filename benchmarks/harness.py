@@ -1,13 +1,38 @@
-"""What every benchmark here needs to run processes on loopback and read their CPU time."""
+"""What every benchmark here needs: run processes on loopback, read their CPU time, and write
+results/<name>.json + .md stamped with the date and the machine."""
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import socket
 import subprocess
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def stamp() -> dict[str, str]:
+    """When and where a run was made, for the head of its results."""
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        ),
+    }
+
+
+def write_results(name: str, data: dict[str, Any], markdown: str) -> None:
+    """results/<name>.json and results/<name>.md; the markdown is printed too."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    (RESULTS / f"{name}.md").write_text(markdown)
+    print(markdown)
 
 
 def free_port() -> int:

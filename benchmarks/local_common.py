@@ -7,23 +7,19 @@ and reports ratios measured within one run, plus the load average before and aft
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import statistics
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
+
+from harness import stamp, write_results
 
 from levergate.config import LocalUpstream
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed, Stream
 from levergate.upstreams.local import LocalEndpoint
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 # The tokens that end an answer (SmolLM2's <|endoftext|> and <|im_end|>): banned where a
 # benchmark needs every answer to run to max_tokens.
 END_TOKENS = {0: -100.0, 2: -100.0}
@@ -32,12 +28,9 @@ END_TOKENS = {0: -100.0, 2: -100.0}
 def environment() -> dict[str, Any]:
     import llama_cpp
 
-    return {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, llama-cpp-python {llama_cpp.__version__}",
-        "load_average_before": os.getloadavg()[0],
-    }
+    meta = stamp()
+    meta["machine"] += f", llama-cpp-python {llama_cpp.__version__}"
+    return {**meta, "load_average_before": os.getloadavg()[0]}
 
 
 def write(name: str, data: dict[str, Any], markdown: str, *, quick: bool) -> None:
@@ -46,11 +39,7 @@ def write(name: str, data: dict[str, Any], markdown: str, *, quick: bool) -> Non
         f"\nLoad average (1 min) before / after: {data['load_average_before']:.2f} / "
         f"{data['load_average_after']:.2f} on {data['machine']}; {data['date']}.\n"
     )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    suffix = "-quick" if quick else ""
-    (RESULTS / f"{name}{suffix}.json").write_text(json.dumps(data, indent=2) + "\n")
-    (RESULTS / f"{name}{suffix}.md").write_text(markdown)
-    print(markdown)
+    write_results(name + ("-quick" if quick else ""), data, markdown)
 
 
 def engine(**values: Any) -> LocalEndpoint:

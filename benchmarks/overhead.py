@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import re
 import shutil
 import socket
@@ -29,16 +28,14 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness import cpu_seconds, free_port, stop, wait_port
+from harness import cpu_seconds, free_port, stamp, stop, wait_port, write_results
 
 from levergate.bench import BenchConfig, run_bench
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 RELAY = [sys.executable, str(ROOT / "benchmarks" / "relay.py")]
 
@@ -274,19 +271,9 @@ def main() -> None:
     if args.pin:
         os.sched_setaffinity(0, {1})
     seconds = 1.5 if args.quick else args.seconds
-    data = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": (
-            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-        ),
-        "pinned": args.pin,
-        **run(seconds, args.quick, args.pin),
-    }
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    data = {**stamp(), "pinned": args.pin, **run(seconds, args.quick, args.pin)}
     suffix = ("-pinned" if args.pin else "") + ("-quick" if args.quick else "")
-    (RESULTS / f"overhead{suffix}.json").write_text(json.dumps(data, indent=2))
-    (RESULTS / f"overhead{suffix}.md").write_text(markdown(data))
-    print(markdown(data))
+    write_results(f"overhead{suffix}", data, markdown(data))
 
 
 if __name__ == "__main__":

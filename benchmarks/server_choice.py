@@ -18,19 +18,15 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness import cpu_seconds, free_port, stop, wait_port
+from harness import cpu_seconds, free_port, stamp, stop, wait_port, write_results
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 PY = sys.executable
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello there"}]})
 ANSWER = (
@@ -143,14 +139,7 @@ def measure(name: str, server: str, client: str, *, base: str, tmp: Path, lua: P
 
 
 def write_report(rows: list[dict[str, Any]]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": (
-            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-        ),
-    }
-    (RESULTS / "server_choice.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    meta = stamp()
     lines = [
         f"# Server and client choice ({meta['date']}, {meta['machine']})",
         "",
@@ -164,8 +153,7 @@ def write_report(rows: list[dict[str, Any]]) -> None:
         f"{r['gateway_cpu_ms_per_request']:.3f} |"
         for r in rows
     ]
-    (RESULTS / "server_choice.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("server_choice", {**meta, "rows": rows}, "\n".join(lines) + "\n")
 
 
 def main() -> None:

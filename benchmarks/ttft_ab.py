@@ -10,19 +10,16 @@ Writes benchmarks/results/ttft_ab.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
-from harness import free_port, stop, wait_port
+from harness import free_port, stamp, stop, wait_port, write_results
 from overhead import socket_ttft
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 
 
 def _start(args: list[str], src: str) -> subprocess.Popen[bytes]:
@@ -70,11 +67,9 @@ def main() -> None:
         wins = sum(n > o for o, n in zip(seen["old"], seen["new"], strict=True))
         rows.append({"upstream_ms": latency, "old_p50_ms": old, "new_p50_ms": new,
                      "new_minus_old_ms": new - old, "rounds_new_slower": wins, **seen})  # fmt: skip
-    date = datetime.now(UTC).isoformat(timespec="seconds")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "ttft_ab.json").write_text(json.dumps({"date": date, "rows": rows}, indent=2))
+    meta = stamp()
     lines = [
-        f"# TTFT at the socket, two checkouts side by side ({date})",
+        f"# TTFT at the socket, two checkouts side by side ({meta['date']}, {meta['machine']})",
         "",
         f"Median over {args.rounds} rounds of 30 streamed requests (p50 of each), one simulator",
         "behind both gateways, concurrency 1; which gateway goes first alternates by round.",
@@ -87,8 +82,7 @@ def main() -> None:
         f"{r['new_minus_old_ms']:+.3f} | {r['rounds_new_slower']} of {args.rounds} |"
         for r in rows
     ]
-    (RESULTS / "ttft_ab.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("ttft_ab", {**meta, "rows": rows}, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
