@@ -17,9 +17,7 @@ import hashlib
 import hmac
 from typing import TYPE_CHECKING
 
-from levergate.core.clock import SystemClock
 from levergate.errors import AuthenticationFailed
-from levergate.layers.keys.keyring import Keyring
 
 if TYPE_CHECKING:
     from levergate.gateway import Gateway
@@ -37,11 +35,10 @@ class Credentials:
     def __init__(self, gateway: Gateway) -> None:
         settings = gateway.settings
         self.auth_on = settings.auth.enabled
+        # With auth on the pipeline always has its keys (layers/keys/build.py); off, no guard
+        # asks for them.
         kit = gateway.pipeline.keys
-        self.keyring = kit.keyring if kit is not None else Keyring(
-            config_keys=settings.auth.keys, store=None, clock=SystemClock(),
-            cache_seconds=0.0, timeout=1.0,
-        )  # fmt: skip
+        self.keyring = kit.keyring if kit is not None else None
         token = settings.metrics.token
         self.metrics = None if token is None else _digest(token.get_secret_value())
 
@@ -60,6 +57,8 @@ async def key_record(edge: Edge, request: Request) -> KeyRecord | None:
         raise AuthenticationFailed(
             "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
         )
+    if credentials.keyring is None:  # auth on without keys: unreachable, refuse all the same
+        raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
     record = await credentials.keyring.resolve(key)
     if record is None or record.revoked is not None:
         raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
