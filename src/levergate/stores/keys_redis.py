@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from levergate.errors import ConfigError
 from levergate.stores.keys import KeyRecord, KeyStoreError
 from levergate.stores.redis_calls import cancellation_kept
 
@@ -79,15 +78,3 @@ class RedisKeyStore:
                 return await pending
         except self._errors as exc:
             raise KeyStoreError(f"redis key store: {type(exc).__name__}: {exc}") from exc
-
-
-def redis_client(*, url: str, timeout: float, what: str) -> Redis:
-    """A client on `url` that fails within `timeout`; `what` names the setting in the message
-    shown when the optional `redis` package is missing."""
-    try:
-        from redis.asyncio import Redis
-    except ImportError:
-        raise ConfigError(
-            f"{what} is 'redis' but the redis package is missing: pip install 'levergate[redis]'"
-        ) from None
-    return Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)

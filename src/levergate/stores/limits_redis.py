@@ -23,10 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from levergate.core.clock import Clock
-from levergate.errors import ConfigError
 from levergate.stores.circuit import Circuit
 from levergate.stores.limits import Charge, LimitStore, MemoryLimitStore, StoreUnavailable
-from levergate.stores.redis_calls import cancellation_kept
+from levergate.stores.redis_calls import cancellation_kept, redis_client
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -212,12 +211,5 @@ class FailoverLimitStore:
 
 def connect(*, url: str, prefix: str, timeout: float) -> RedisLimitStore:
     """A store on a Redis URL; the connection opens lazily on first use."""
-    try:
-        from redis.asyncio import Redis
-    except ImportError:
-        raise ConfigError(
-            "traffic.store is 'redis' but the redis package is missing: "
-            "pip install 'levergate[redis]'"
-        ) from None
-    client = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    client = redis_client(url=url, timeout=timeout, what="traffic.store")
     return RedisLimitStore(client, prefix=prefix, timeout=timeout)

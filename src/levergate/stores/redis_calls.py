@@ -1,4 +1,7 @@
-"""A guard every Redis-backed store puts around its redis-py calls.
+"""What every Redis-backed store shares: how its client is made, and a guard around its calls.
+
+`redis_client` makes a client that fails within the store's timeout (a dead server fails fast)
+and says which setting asked for Redis when the optional `redis` package is missing.
 
 With a socket timeout set (every levergate store sets one, so a dead server fails fast),
 redis-py 8.1 can swallow a cancellation that lands inside a command: the call returns, or
@@ -14,6 +17,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from levergate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+
+def redis_client(*, url: str, timeout: float, what: str) -> Redis:
+    """A client on `url` that fails within `timeout`; `what` names the setting in the message
+    shown when the optional `redis` package is missing."""
+    try:
+        from redis.asyncio import Redis
+    except ImportError:
+        raise ConfigError(
+            f"{what} is 'redis' but the redis package is missing: pip install 'levergate[redis]'"
+        ) from None
+    return Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
 @contextlib.contextmanager

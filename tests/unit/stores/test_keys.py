@@ -20,8 +20,9 @@ from levergate.stores.keys import (
     hash_key,
     new_key,
 )
-from levergate.stores.keys_redis import RedisKeyStore, redis_client
+from levergate.stores.keys_redis import RedisKeyStore
 from levergate.stores.keys_sqlite import SqliteKeyStore
+from levergate.stores.redis_calls import redis_client
 from levergate.testing import ManualClock
 from tests.redis_required import require_redis
 

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from levergate.stores.keys_redis import redis_client
+from levergate.stores.redis_calls import redis_client
 from levergate.stores.spend import MemorySpendStore, Periods, RedisSpendStore, SpendStore
 from levergate.stores.spend_sqlite import SqliteSpendStore
 from tests.redis_required import require_redis

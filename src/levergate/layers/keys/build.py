@@ -77,7 +77,8 @@ def _key_store(settings: Settings) -> KeyStore | None:
     if s.backend == "memory":
         return MemoryKeyStore()
     if s.backend == "redis":
-        from levergate.stores.keys_redis import RedisKeyStore, redis_client
+        from levergate.stores.keys_redis import RedisKeyStore
+        from levergate.stores.redis_calls import redis_client
 
         client = redis_client(url=s.redis_url, timeout=s.timeout_seconds, what="auth.store")
         return RedisKeyStore(client, prefix=s.redis_prefix)
@@ -101,7 +102,7 @@ def _spend_store(
     if backend == "sqlite":
         path = s.sqlite_path or settings.auth.store.sqlite_path
         return SqliteSpendStore(path, busy_timeout=s.timeout_seconds)
-    from levergate.stores.keys_redis import redis_client
+    from levergate.stores.redis_calls import redis_client
 
     client = redis_client(url=s.redis_url, timeout=s.timeout_seconds, what="auth.spend")
     return RedisSpendStore(client, prefix=s.redis_prefix)

@@ -28,9 +28,10 @@ from levergate.layers.keys.quota import Budgets, BudgetSink, KeyQuota
 from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.stores.keys import MemoryKeyStore
-from levergate.stores.keys_redis import RedisKeyStore, redis_client
+from levergate.stores.keys_redis import RedisKeyStore
 from levergate.stores.keys_sqlite import SqliteKeyStore
 from levergate.stores.limits import MemoryLimitStore
+from levergate.stores.redis_calls import redis_client
 from levergate.stores.spend import (
     MemorySpendStore,
     Periods,
