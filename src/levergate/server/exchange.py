@@ -19,11 +19,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from levergate.core.call import Trace
 from levergate.errors import BadRequest, PayloadTooLarge
 from levergate.gateway import request_id_for
+
+if TYPE_CHECKING:
+    from levergate.stores.keys import KeyRecord
 
 # The parameters of a static path: shared, and never written to.
 NO_PARAMS: Mapping[str, str] = MappingProxyType({})
@@ -42,7 +45,17 @@ class Request:
     """One request as a handler sees it. `request_id` is chosen on first use (most answers that
     run no call never need one) and is the same for the call, its logs and any error."""
 
-    __slots__ = ("_request_id", "body", "chunks", "headers", "method", "params", "path", "trace")
+    __slots__ = (
+        "_request_id",
+        "body",
+        "chunks",
+        "headers",
+        "key",
+        "method",
+        "params",
+        "path",
+        "trace",
+    )
 
     # Positional: built once per request on the hot path, where keyword arguments cost twice
     # as much (measured); only the edge builds one.
@@ -57,6 +70,8 @@ class Request:
         # PayloadTooLarge as soon as the chunks pass the route's limit.
         self.chunks: AsyncIterator[bytes] | None = None
         self._request_id: str | None = None
+        # The caller's key record once a `client_key` guard has checked it (None: auth off).
+        self.key: KeyRecord | None = None
 
     @property
     def request_id(self) -> str:

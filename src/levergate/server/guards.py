@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from levergate.gateway import Gateway
     from levergate.server.edge import Edge
     from levergate.server.exchange import Request
-    from levergate.stores.keys import KeyRecord
 
 
 class Credentials:
@@ -44,14 +43,10 @@ class Credentials:
 
 
 async def client_key(edge: Edge, request: Request) -> None:
-    await key_record(edge, request)
-
-
-async def key_record(edge: Edge, request: Request) -> KeyRecord | None:
-    """The caller's key record with auth on (401 without a valid one); None with auth off."""
+    """With auth on, a valid key (401 otherwise), kept on `request.key` for the handler."""
     credentials = edge.credentials
     if not credentials.auth_on:
-        return None
+        return
     key = _bearer(request.headers.get("authorization", ""))
     if not key:
         raise AuthenticationFailed(
@@ -62,7 +57,7 @@ async def key_record(edge: Edge, request: Request) -> KeyRecord | None:
     record = await credentials.keyring.resolve(key)
     if record is None or record.revoked is not None:
         raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
-    return record
+    request.key = record
 
 
 async def metrics_token(edge: Edge, request: Request) -> None:

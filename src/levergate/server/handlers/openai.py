@@ -25,7 +25,6 @@ from levergate.gateway import REQUEST_ID_HEADER
 from levergate.protocol.openai import has_generated_token
 from levergate.protocol.sse import DONE_FRAME, encode
 from levergate.server.exchange import Request, Response
-from levergate.server.guards import key_record
 
 if TYPE_CHECKING:
     from levergate.server.edge import Edge
@@ -41,10 +40,11 @@ SSE_HEADERS = (
 
 
 async def _models_for(edge: Edge, request: Request) -> list[dict[str, Any]]:
-    """The models the caller may name: every one, or with auth on those its key allows."""
-    record = await key_record(edge, request)
+    """The models the caller may name: every one, or with auth on those its key allows (the
+    route's `client_key` guard put the key on the request)."""
     models = await edge.gateway.models()
-    return models if record is None else [m for m in models if record.allows(str(m.get("id")))]
+    key = request.key
+    return models if key is None else [m for m in models if key.allows(str(m.get("id")))]
 
 
 async def list_models(edge: Edge, request: Request) -> Response:
