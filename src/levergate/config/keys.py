@@ -18,10 +18,12 @@ class KeyPolicy(_Strict):
     `traffic.store: redis`); budgets are US dollars per UTC day / calendar month (None = none)."""
 
     models: tuple[str, ...] = ()
-    rpm: int | None = Field(None, ge=1)
-    tpm: int | None = Field(None, ge=1)
-    daily_budget_usd: float | None = Field(None, ge=0)
-    monthly_budget_usd: float | None = Field(None, ge=0)
+    # Bounded like every number a client of the admin API sends: finite, and far above any
+    # real rate or budget (a budget of `Infinity` would be no budget, said in a misleading way).
+    rpm: int | None = Field(None, ge=1, le=1_000_000_000)
+    tpm: int | None = Field(None, ge=1, le=1_000_000_000_000)
+    daily_budget_usd: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
+    monthly_budget_usd: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
 
 
 class ApiKey(KeyPolicy):
