@@ -10,8 +10,8 @@ quota headroom, the fallback alias) and the layers above read them: the measurem
 learns what happened below it, the caches learn that another model answered, the balancer
 steers a retry away from an endpoint that failed it, without any layer returning extra values
 or reading a string another layer wrote. A new lever adds a field here (the route decision,
-escalations and trimmed tokens are next); `notes` holds free-form remarks for logs only —
-nothing decides on a note.
+escalations, trimmed tokens and side spends too); `notes` holds free-form remarks for logs
+only — nothing decides on a note.
 """
 
 from __future__ import annotations
@@ -76,6 +76,33 @@ class Note:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    """What a router or a cascade chose, and the counterfactual the ledger prices it against:
+    `default` is the alias that would have answered without it (the strong model)."""
+
+    router: str  # "rules", "learned", "cascade"
+    asked: str  # the alias the client named ("auto", "cascade:small>large", ...)
+    chosen: str  # the alias the request went to (for a cascade, the one that finally answered)
+    default: str
+    reason: str = ""  # the rule that matched, or the score against the threshold
+    score: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """Tokens paid for that are not in the answer the client got: a cascade's cheap answer
+    before it escalated, a summary of dropped history, a judge call. The ledger adds them to
+    the request's cost at `alias`'s price."""
+
+    alias: str
+    purpose: str  # "cascade", "summary", "judge"
+    input_uncached: int = 0
+    cached_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+
+
 @dataclass(slots=True)
 class Trace:
     """The call's record (see the module docstring). Times are `time.perf_counter()` seconds."""
@@ -101,6 +128,12 @@ class Trace:
     cache: CacheResult | None = None
     # The alias Fallback moved to when the one asked for failed; None when it answered itself.
     fallback: str | None = None
+    # What Route or Cascade decided (None: the alias asked for was served as it is).
+    route: RouteDecision | None = None
+    escalations: int = 0  # cascade steps taken beyond the first model
+    # Prompt tokens Trim did not send (counted with the target model's tokenizer).
+    trimmed_input: int = 0
+    side_spend: list[Spend] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
 
     def elapsed(self) -> float:
