@@ -131,7 +131,8 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
             # Each attempt gets only what is left of the request's deadline.
             Deadline.layer(shared=shared),
         ]
-        return stack(Balance.of(_members(model, nodes), settings=t, shared=shared), layers)
+        pool = _members(model, nodes)
+        return stack(Balance.of(pool, settings=t, shared=shared, strategy=model.balance), layers)
 
     routes = {name: per_model(m) for name, m in models.items() if name != WILDCARD}
     wildcard = per_model(models[WILDCARD]) if WILDCARD in models else None

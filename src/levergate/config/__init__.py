@@ -72,6 +72,7 @@ from levergate.config.local import (
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.settings import Settings
 from levergate.config.traffic import (
+    AffinitySettings,
     AimdSettings,
     BalanceSettings,
     EjectionSettings,
@@ -84,6 +85,7 @@ from levergate.config.traffic import (
 from levergate.config.upstreams import (
     PASSED_RESPONSE_HEADERS,
     AnyUpstream,
+    BalanceStrategy,
     Model,
     Pool,
     Price,
@@ -106,12 +108,14 @@ __all__ = [
     "SECRET_MIN_CHARS",
     "WILDCARD",
     "Admin",
+    "AffinitySettings",
     "AimdSettings",
     "AnyUpstream",
     "ApiKey",
     "Auth",
     "Background",
     "BalanceSettings",
+    "BalanceStrategy",
     "Cache",
     "CacheMode",
     "CacheRule",

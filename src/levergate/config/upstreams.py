@@ -172,6 +172,10 @@ class Price(_Strict):
         ) / 1e6
 
 
+# How a model alias chooses among its endpoint keys (policies/balancing.py STRATEGIES).
+BalanceStrategy = Literal["p2c", "least_outstanding", "weighted", "round_robin", "affinity"]
+
+
 class Target(_Strict):
     """One endpoint a model alias may be served by; `weight` biases the balancer."""
 
@@ -194,6 +198,9 @@ class Model(_Strict):
     # to use when a request exceeds this model's context window.
     fallbacks: list[str] = Field(default_factory=list)
     context_fallbacks: list[str] = Field(default_factory=list)
+    # This alias's balancing strategy (traffic.balance.strategy when unset): `affinity` for
+    # self-hosted replicas or API keys whose prompt caches should stay warm.
+    balance: BalanceStrategy | None = None
 
     @model_validator(mode="after")
     def _one_or_many(self) -> Model:

@@ -15,8 +15,9 @@ two are sampled. Everything here is pure; the caller passes `random.Random`.
 Each way of choosing is a `Strategy` — `choose(candidates, call=, rng=)` returns one of the
 candidates — registered by the name `traffic.balance.strategy` accepts (`STRATEGIES`). The
 balancer has already left out ejected endpoints and the ones that failed this request; a
-strategy sees only who is left, so a new one (prefix or cache affinity, which needs the call's
-prompt) is a class and a line in the registry.
+strategy sees only who is left, so a new one is a class and a line in the registry:
+`round_robin` (the baseline every comparison needs) and `affinity` (prefix-cache affinity,
+`policies/affinity.py`, which needs the call's prompt and the clock) are.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+import xxhash
+
+from levergate.config import BalanceSettings
 from levergate.core.call import Call
+from levergate.core.clock import Clock, SystemClock
+from levergate.policies import affinity
 from levergate.policies.estimate import output_cap
 
 
@@ -43,6 +49,7 @@ class Load:
     tokens_per_second: float = 0.0
     wait: float = 0.0
     headroom: float = 1.0
+    prefilling: int = 0  # requests sent that have not produced a first token yet
 
 
 def predicted_seconds(load: Load, *, own_tokens: float) -> float:
@@ -170,16 +177,95 @@ class PowerOfTwo:
         return candidates[index]
 
 
+class RoundRobin:
+    """Each candidate in turn, cooling ones only when all are: what a plain load balancer does,
+    and the baseline the others are measured against (weights are not looked at)."""
+
+    def __init__(self) -> None:
+        self._turn = 0
+
+    def choose(
+        self,
+        candidates: Sequence[C],
+        *,
+        call: Call,  # noqa: ARG002 - the Strategy signature; this one needs no call
+        rng: random.Random,  # noqa: ARG002 - nor chance
+    ) -> C:
+        pool = _ready(candidates)
+        self._turn += 1
+        return pool[self._turn % len(pool)]
+
+
+class PrefixAffinity:
+    """Requests that share a prompt prefix go where it is cached, weighed against the prefill
+    work already waiting there (see `policies/affinity.py`)."""
+
+    def __init__(self, settings: BalanceSettings, clock: Clock) -> None:
+        a = settings.affinity
+        self._block_bytes = a.block_bytes
+        self._max_blocks = a.max_blocks
+        self._load_factor = a.load_factor
+        self._owners = affinity.OwnerTable(ttl=a.ttl_seconds, capacity=a.capacity)
+        self._clock = clock
+        # The mean uncached prompt (bytes) of the requests sent, over about the last 100: what
+        # one request waiting for its first token is expected to hold up.
+        self._mean_uncached = 0.0
+        self._miss_weight = a.miss_weight
+
+    def choose(
+        self,
+        candidates: Sequence[C],
+        *,
+        call: Call,
+        rng: random.Random,  # noqa: ARG002 - ties go by rendezvous hashing, the same everywhere
+    ) -> C:
+        pool = _ready(candidates)
+        now = self._clock.now()
+        data = affinity.prompt_bytes(call.body)
+        digests = affinity.block_digests(
+            data, block_bytes=self._block_bytes, max_blocks=self._max_blocks
+        )
+        depths = self._owners.depths(digests, now=now)
+        loads = [c.load() for c in pool]
+        bound = affinity.load_bound([x.outstanding for x in loads], load_factor=self._load_factor)
+        # (score, uncached bytes, index) of each member under the bound; the least loaded one
+        # always is, so there is at least one.
+        scored = [
+            (x.prefilling * self._mean_uncached + miss * self._miss_weight, miss, i)
+            for i, (c, x) in enumerate(zip(pool, loads, strict=True))
+            if x.outstanding < bound
+            for miss in [len(data) - depths.get(c.name, 0) * self._block_bytes]
+        ]
+        lowest = min(scored)[0]
+        tied = [(miss, pool[i]) for score, miss, i in scored if score == lowest]
+        key = digests[0] if digests else xxhash.xxh3_64_intdigest(data)
+        miss, chosen = tied[affinity.rendezvous([c.name for _, c in tied], key)]
+        self._mean_uncached += (miss - self._mean_uncached) * 0.01
+        if digests:
+            self._owners.claim(digests, chosen.name, now=now)
+        return chosen
+
+
+def _plain(kind: Callable[[], Strategy]) -> Callable[[BalanceSettings, Clock], Strategy]:
+    return lambda _settings, _clock: kind()
+
+
 # The names `traffic.balance.strategy` accepts (its Literal is pinned to these keys by a test).
-STRATEGIES: Mapping[str, Callable[[], Strategy]] = {
-    "p2c": PowerOfTwo,
-    "least_outstanding": LeastOutstanding,
-    "weighted": Weighted,
+STRATEGIES: Mapping[str, Callable[[BalanceSettings, Clock], Strategy]] = {
+    "p2c": _plain(PowerOfTwo),
+    "least_outstanding": _plain(LeastOutstanding),
+    "weighted": _plain(Weighted),
+    "round_robin": _plain(RoundRobin),
+    "affinity": PrefixAffinity,
 }
 
 
-def strategy_named(name: str) -> Strategy:
+def strategy_named(
+    name: str, *, settings: BalanceSettings | None = None, clock: Clock | None = None
+) -> Strategy:
+    """A new strategy (each balancer has its own: round robin's turn, affinity's table)."""
     try:
-        return STRATEGIES[name]()
+        make = STRATEGIES[name]
     except KeyError:
         raise ValueError(f"unknown balancing strategy {name!r}") from None
+    return make(settings or BalanceSettings(), clock or SystemClock())

@@ -57,7 +57,7 @@ def test_the_registry_holds_every_name_the_config_accepts() -> None:
     assert set(typing.get_args(field)) == set(STRATEGIES)
     assert isinstance(strategy_named("p2c"), PowerOfTwo)
     with pytest.raises(ValueError, match="unknown balancing strategy"):
-        strategy_named("round_robin")
+        strategy_named("fastest_first")
 
 
 @settings(max_examples=200, deadline=None)

@@ -66,12 +66,22 @@ class Member:
 
 class Balance:
     @classmethod
-    def of(cls, members: Sequence[Member], *, settings: Traffic, shared: Shared) -> Balance:
-        """The balancer over one alias's pool, as `traffic.balance` and `traffic.ejection` say."""
-        e = settings.ejection
+    def of(
+        cls,
+        members: Sequence[Member],
+        *,
+        settings: Traffic,
+        shared: Shared,
+        strategy: str | None = None,
+    ) -> Balance:
+        """The balancer over one alias's pool, as `traffic.balance` and `traffic.ejection` say
+        (`strategy`: the alias's own, instead of `traffic.balance.strategy`)."""
+        e, b = settings.ejection, settings.balance
         return cls(
             members=members,
-            strategy=balancing.strategy_named(settings.balance.strategy),
+            strategy=balancing.strategy_named(
+                strategy or b.strategy, settings=b, clock=shared.clock
+            ),
             group=shared.traffic.group,
             clock=shared.clock,
             rng=shared.rng(),
@@ -115,10 +125,12 @@ class Balance:
         trace.quota = None  # what this attempt's answer says, not an earlier attempt's
         before = trace.upstream_seconds
         state.outstanding += 1
+        state.prefilling += 1
         state.queued_tokens += tokens
         try:
             reply = await member.node.service(call)
         except BaseException as exc:
+            state.prefilling -= 1
             self._release(state, tokens)
             if isinstance(exc, UpstreamError):
                 self._after_failure(member, exc, trace)
@@ -129,6 +141,7 @@ class Balance:
         state.latency.observe(head, now=now)
         self._check_latency(state, now)
         if isinstance(reply, Completed):
+            state.prefilling -= 1
             self._release(state, tokens)
             self._observe_speed(state, reply.usage, head)
             return reply
@@ -154,12 +167,15 @@ class Balance:
             async for event in events:
                 if first is None:
                     first = trace.upstream_seconds - before
+                    state.prefilling -= 1
                     state.ttft.observe(first, now=self._clock.now())
                 if (found := event.usage()) is not None:
                     usage = found
                 yield event
             clean = True
         finally:
+            if first is None:
+                state.prefilling -= 1
             self._release(state, tokens)
             if clean:
                 total = trace.upstream_seconds - before
@@ -259,6 +275,7 @@ class _Candidate:
             tokens_per_second=_trusted(state.speed, now),
             wait=max(0.0, wait),
             headroom=state.headroom,
+            prefilling=state.prefilling,
         )
 
 

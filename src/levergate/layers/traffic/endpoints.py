@@ -31,6 +31,7 @@ class EndpointState:
     latency: Ewma = field(default_factory=Ewma)  # upstream seconds to the reply (head or whole)
     speed: Ewma = field(default_factory=Ewma)  # output tokens per second of one request
     outstanding: int = 0
+    prefilling: int = 0  # of which not answered yet (no first token, no whole answer)
     queued_tokens: float = 0.0
     headroom: float = 1.0  # share of the provider's quota left, from x-ratelimit-* headers
     cooldown_until: float = 0.0  # no new request before this (after a 429 or an empty quota)

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import strategies as st
 
 from levergate.core.quota import Quota
-from levergate.core.reply import Completed
-from levergate.errors import LevergateError, UpstreamRejected
+from levergate.core.reply import Completed, Stream
+from levergate.errors import LevergateError, UpstreamRejected, UpstreamUnavailable
 from levergate.layers.traffic.retry import Retry
 from levergate.policies.backoff import FullJitter
 from levergate.policies.balancing import STRATEGIES
@@ -196,9 +196,28 @@ async def test_a_stream_keeps_its_endpoint_busy_until_it_closes() -> None:
     state = pool.states[0]
     assert state.outstanding == 1
     assert state.queued_tokens == 40
+    assert state.prefilling == 1  # no first token yet
     await drain(reply)
     assert state.outstanding == 0
     assert state.queued_tokens == 0
+    assert state.prefilling == 0
+
+
+async def test_requests_stop_prefilling_at_their_first_token_answer_or_failure() -> None:
+    pool = Pool([FakeUpstream(name="a", default=stream_of("x", "y"))])
+    state = pool.states[0]
+    reply = await pool.balance(call(stream=True))
+    assert isinstance(reply, Stream)
+    events = aiter(reply)
+    await anext(events)
+    assert (state.prefilling, state.outstanding) == (0, 1)  # decoding now
+    await reply.aclose()
+    whole = Pool([FakeUpstream(name="b", default=Completed(data={"choices": []}))])
+    await whole.balance(call())
+    failing = Pool([FakeUpstream(name="c", default=UpstreamUnavailable("down"))])
+    with pytest.raises(UpstreamUnavailable):
+        await failing.balance(call())
+    assert [p.states[0].prefilling for p in (pool, whole, failing)] == [0, 0, 0]
 
 
 @hypothesis.settings(max_examples=150, deadline=None)
