@@ -55,6 +55,7 @@ from levergate.config.cache import (
     GuardName,
     SemanticCacheSettings,
 )
+from levergate.config.cascade import CascadeSettings, NamedCascade
 from levergate.config.keys import Admin, ApiKey, Auth, KeyPolicy, KeyStoreSettings, SpendSettings
 from levergate.config.local import (
     BUNDLED_EMBEDDING_FILE,
@@ -116,6 +117,7 @@ __all__ = [
     "CacheMode",
     "CacheRule",
     "CacheStore",
+    "CascadeSettings",
     "EjectionSettings",
     "FallbackOn",
     "GuardName",
@@ -127,6 +129,7 @@ __all__ = [
     "MaxWait",
     "Metrics",
     "Model",
+    "NamedCascade",
     "Pool",
     "PrefixCacheSettings",
     "Price",
