@@ -22,31 +22,10 @@ from levergate.upstreams.simulator.settings import HardPromptSettings
 # OpenAI's bound on `top_logprobs`.
 MAX_TOP_LOGPROBS = 20
 _SPREAD = 1000
-_ALTERNATIVES = tuple(
-    " " + w
-    for w in [
-        "it",
-        "the",
-        "of",
-        "and",
-        "a",
-        "to",
-        "in",
-        "is",
-        "that",
-        "for",
-        "on",
-        "was",
-        "with",
-        "as",
-        "be",
-        "by",
-        "at",
-        "or",
-        "an",
-        "we",
-    ]
-)
+_ALTERNATIVES = (
+    " it", " the", " of", " and", " a", " to", " in", " is", " that", " for",
+    " on", " was", " with", " as", " be", " by", " at", " or", " an", " we",
+)  # fmt: skip
 
 
 def is_hard(settings: HardPromptSettings, *, model: str, text: str, seed: int) -> bool:
