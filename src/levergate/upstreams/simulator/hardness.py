@@ -49,7 +49,7 @@ def token_logprobs(count: int, *, mean: float, salt: int) -> list[float]:
     for i in range(count):
         spread = ((i * 2654435761 + salt) % _SPREAD) / _SPREAD  # Knuth's multiplicative hash
         values.append(round(mean * (0.25 + 1.5 * spread), 6))
-    if count > 1:  # rescale the drift of the hash so the mean is exactly the configured one
+    if count:  # shift by the drift of the hash so the mean is exactly the configured one
         drift = mean - math.fsum(values) / count
         values = [min(0.0, round(v + drift, 6)) for v in values]
     return values
