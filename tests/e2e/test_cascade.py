@@ -33,8 +33,10 @@ HARD: list[ChatCompletionMessageParam] = [{"role": "user", "content": "HARD: pro
 async def sims() -> AsyncIterator[tuple[SimHandle, SimHandle]]:
     """The provider, and a second one that fails every request (a strong model that is down)."""
     async with (
-        run_simulator(SimSettings(port=0, hard=HARD_SIM)) as good,
-        run_simulator(SimSettings(port=0, faults={"error_rate": 1.0})) as down,
+        run_simulator(SimSettings.model_validate({"port": 0, "hard": HARD_SIM})) as good,
+        run_simulator(
+            SimSettings.model_validate({"port": 0, "faults": {"error_rate": 1.0}})
+        ) as down,
     ):
         yield good, down
 

@@ -66,7 +66,9 @@ def test_logprob_verdicts_agree_with_the_arithmetic(values: list[float], thresho
 
 
 def test_must_parse_and_schema() -> None:
-    schema = compile_check(JsonSchema.model_validate({"schema": {"type": "object", "required": ["a"]}}))
+    schema = compile_check(
+        JsonSchema.model_validate({"schema": {"type": "object", "required": ["a"]}})
+    )
     assert ParseSignal()(answer('{"a": 1}')).passed
     assert ParseSignal()(answer('```json\n{"a": 1}\n```')).passed
     assert not ParseSignal()(answer('{"a": 1')).passed
@@ -111,7 +113,8 @@ def test_judge_score_and_prompt() -> None:
     assert judge_verdict("0.9", threshold=0.7).passed
     assert not judge_verdict("0.5", threshold=0.7).passed
     messages = judge_messages(
-        [{"role": "user", "content": "Q?"}, {"role": "user", "content": [{"type": "text", "text": "more"}]}],
+        [{"role": "user", "content": "Q?"},
+         {"role": "user", "content": [{"type": "text", "text": "more"}]}],
         "A.", max_chars=1000,
     )  # fmt: skip
     assert messages[0]["role"] == "system"

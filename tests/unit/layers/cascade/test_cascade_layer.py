@@ -66,7 +66,8 @@ def chat(model: str, kind: Kind = "chat", **body: Any) -> Call:
 
 steps_and_outcomes = st.integers(min_value=2, max_value=4).flatmap(
     lambda n: st.tuples(
-        st.just(ALIASES[:n]), st.lists(st.sampled_from(["pass", "fail", "error"]), min_size=n, max_size=n)
+        st.just(ALIASES[:n]),
+        st.lists(st.sampled_from(["pass", "fail", "error"]), min_size=n, max_size=n),
     )
 )
 
@@ -160,6 +161,8 @@ async def test_other_models_pass_through_and_bad_requests_are_refused() -> None:
         await layer(inner)(chat("cascade:a>b", kind="completion"))
     with pytest.raises(BadRequest, match="'n' must be 1"):
         await layer(inner)(chat("cascade:a>b", n=2))
+    only_named = layer(inner, ad_hoc=False, cascades=[
+        {"name": "x", "steps": ["a", "b"], "checks": [{"kind": "json"}]}
+    ])  # fmt: skip
     with pytest.raises(BadRequest, match="turned off"):
-        await layer(inner, ad_hoc=False, cascades=[
-            {"name": "x", "steps": ["a", "b"], "checks": [{"kind": "json"}]}])(chat("cascade:a>b"))  # fmt: skip
+        await only_named(chat("cascade:a>b"))

@@ -66,7 +66,7 @@ def test_bad_logprob_parameters_are_a_400(body: dict[str, Any], param: str) -> N
 
 
 def test_hard_prompts_get_low_logprobs_and_cut_json() -> None:
-    sim = Simulator(settings=SimSettings(hard=HARD))
+    sim = Simulator(settings=SimSettings.model_validate({"hard": HARD}))
     easy_msgs = [{"role": "user", "content": "easy"}]
     hard_msgs = [{"role": "user", "content": "a HARD one"}]
     _, easy = post(sim, messages=easy_msgs, logprobs=True)
@@ -74,7 +74,7 @@ def test_hard_prompts_get_low_logprobs_and_cut_json() -> None:
     _, strong = post(sim, model="big", messages=hard_msgs, logprobs=True)
 
     def mean(data: dict[str, Any]) -> float:
-        values = [e["logprob"] for e in data["choices"][0]["logprobs"]["content"]]
+        values = [float(e["logprob"]) for e in data["choices"][0]["logprobs"]["content"]]
         return sum(values) / len(values)
 
     assert mean(easy) == pytest.approx(-0.1, abs=1e-3)
@@ -87,7 +87,7 @@ def test_hard_prompts_get_low_logprobs_and_cut_json() -> None:
 
 
 def test_a_seeded_share_of_prompts_is_hard() -> None:
-    sim = Simulator(settings=SimSettings(hard={"share": 0.3}))
+    sim = Simulator(settings=SimSettings.model_validate({"hard": {"share": 0.3}}))
     hard = 0
     for i in range(400):
         _, data = post(sim, messages=[{"role": "user", "content": f"question {i}"}], logprobs=True)
