@@ -41,6 +41,8 @@ from levergate.core.call import Trace
 from levergate.gateway import Gateway
 from levergate.server.run import serving
 from levergate.upstreams.simulator import SimSettings, run_simulator
+from levergate.upstreams.simulator.hardness import is_hard
+from levergate.upstreams.simulator.tokens import chat_prompt
 
 LABELS = (
     Path(__file__).resolve().parents[1] / "../shared/data/routellm/mmlu_mixtral_vs_gpt4_dev.csv"
@@ -148,15 +150,20 @@ async def mechanism_section(requests: int) -> dict[str, Any]:
         run_simulator(SimSettings.model_validate({"port": 0, "hard": hard})) as sim,
         Gateway(Settings.load(**_gateway_settings(sim.base_url))) as gateway,
     ):
-        escalated = 0
+        escalated = agreed = hard_count = 0
         for i in range(requests):
             trace = Trace()
             body = {"model": "cascade:small>large", "max_tokens": 8,
                     "messages": [{"role": "user", "content": f"Question number {i}?"}]}  # fmt: skip
             await gateway.serve(gateway.make_call("chat", body, trace=trace))
+            hard = is_hard(sim.settings.hard, model="sim-small", text=chat_prompt(body), seed=0)
             escalated += trace.escalations
+            hard_count += hard
+            agreed += hard == (trace.escalations > 0)
     return {"requests": requests, "hard_share_configured": 0.3,
-            "escalation_rate": escalated / requests}  # fmt: skip
+            "hard_share_drawn": hard_count / requests,
+            "escalation_rate": escalated / requests,
+            "escalated_exactly_the_hard_ones": agreed / requests}  # fmt: skip
 
 
 async def overhead_section(requests: int) -> dict[str, Any]:
@@ -214,8 +221,10 @@ def markdown(data: dict[str, Any]) -> str:
             )
     mechanism = (
         f"{m['requests']} requests to `cascade:small>large` (mean-logprob check at -0.5), the "
-        f"simulator making a seeded {m['hard_share_configured']:.0%} of prompts hard: "
-        f"escalation rate {m['escalation_rate']:.1%}."
+        f"simulator making a seeded {m['hard_share_configured']:.0%} of prompts hard in "
+        f"expectation ({m['hard_share_drawn']:.1%} of these prompts by its hash): escalation "
+        f"rate {m['escalation_rate']:.1%}; escalated exactly when the prompt was hard in "
+        f"{m['escalated_exactly_the_hard_ones']:.1%} of requests."
     )
     med, over = o["median_ms"], o["median_gateway_overhead_ms"]
     ratio = (
@@ -239,7 +248,7 @@ def markdown(data: dict[str, Any]) -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--overhead-requests", type=int, default=400)
-    parser.add_argument("--mechanism-requests", type=int, default=300)
+    parser.add_argument("--mechanism-requests", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     data = {
