@@ -114,14 +114,26 @@ async def test_when_the_strong_model_fails_the_cheap_answer_is_returned_and_mark
 ) -> None:
     good, down = sims
     async with _proxy(good, down) as sdk:
+        # temperature 0: an answer the exact cache would keep, were it not a fallback.
         raw = await sdk.chat.completions.with_raw_response.create(
-            model="cascade:small>broken", messages=HARD
+            model="cascade:small>broken", messages=HARD, temperature=0
         )
         answer = raw.parse()
+        again = await sdk.chat.completions.with_raw_response.create(
+            model="cascade:small>broken", messages=HARD, temperature=0
+        )
+        easy = [await sdk.chat.completions.with_raw_response.create(
+            model="cascade:small>broken", messages=EASY, temperature=0
+        ) for _ in range(2)]  # fmt: skip
     assert raw.headers["x-levergate-cascade"] == "fallback-to-cheap"
     assert raw.headers["x-levergate-cascade-alias"] == "small"
     assert answer.model == "sim-small"
-    assert down.stats()["requests_by_endpoint"]["/v1/chat/completions"] == 1
+    # The rejected answer served in need is not cached: the next request tries again.
+    assert again.headers["x-levergate-cascade"] == "fallback-to-cheap"
+    assert down.stats()["requests_by_endpoint"]["/v1/chat/completions"] == 2
+    # ...while an accepted answer is cached like any other.
+    assert [r.headers["x-levergate-cache"] for r in easy] == ["miss", "hit"]
+    assert good.stats()["requests_by_endpoint"]["/v1/chat/completions"] == 3
 
 
 async def test_a_streaming_client_gets_the_final_models_stream(
