@@ -2,7 +2,7 @@
 each position. Reordering the levers is a one-line diff here and nowhere else; so is adding one.
 
     FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → Admission → caches →
-                          Fallback → Dispatch
+                          Cascade → Fallback → Dispatch
     PER MODEL:            Retry(budget) → Deadline → Balance(endpoint keys, renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)
@@ -31,6 +31,7 @@ from levergate.layers.auth import Authenticate
 from levergate.layers.cache.build import CacheState, semantic_layer
 from levergate.layers.cache.embeddings import EmbeddingsCache
 from levergate.layers.cache.exact import ExactCache
+from levergate.layers.cascade.layer import Cascade
 from levergate.layers.dispatch import Dispatch
 from levergate.layers.keys.build import KeyKit
 from levergate.layers.keys.quota import BudgetSink
@@ -152,6 +153,8 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         EmbeddingsCache.layer(settings.cache, shared=shared),
         # Fuzzy and opt-in: after the exact cache, so an exact hit never pays for an embedding.
         semantic_layer(settings.cache, shared=shared, routes=dispatch, embedder=deps.embedder),
+        # Under the caches (a hit skips every step), above Fallback: each step is an alias.
+        Cascade.layer(settings.cascade, aliases=models, shared=shared),
         # Right above Dispatch: a fallback is another alias, with its own retries and limits.
         Fallback.layer(settings.models, on=t.fallback_on, shared=shared),
     ])  # fmt: skip

@@ -55,6 +55,7 @@ from levergate.config.cache import (
     GuardName,
     SemanticCacheSettings,
 )
+from levergate.config.cascade import CascadeSettings, NamedCascade
 from levergate.config.keys import Admin, ApiKey, Auth, KeyPolicy, KeyStoreSettings, SpendSettings
 from levergate.config.local import (
     BUNDLED_EMBEDDING_FILE,
@@ -120,6 +121,7 @@ __all__ = [
     "CacheMode",
     "CacheRule",
     "CacheStore",
+    "CascadeSettings",
     "EjectionSettings",
     "FallbackOn",
     "GuardName",
@@ -131,6 +133,7 @@ __all__ = [
     "MaxWait",
     "Metrics",
     "Model",
+    "NamedCascade",
     "Pool",
     "PrefixCacheSettings",
     "Price",

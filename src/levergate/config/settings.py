@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from levergate.config.base import WILDCARD
 from levergate.config.cache import Cache
+from levergate.config.cascade import CascadeSettings, check_references
 from levergate.config.keys import Admin, Auth
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.traffic import Traffic
@@ -35,6 +36,7 @@ class Settings(BaseSettings):
     metrics: Metrics = Field(default_factory=Metrics)
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)
+    cascade: CascadeSettings = Field(default_factory=CascadeSettings)
     background: Background = Field(default_factory=Background)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -68,6 +70,7 @@ class Settings(BaseSettings):
             for alias in (*model.fallbacks, *model.context_fallbacks):
                 if alias not in aliases or alias == model.name:
                     raise ValueError(f"model {model.name!r}: unknown fallback {alias!r}")
+        check_references(self.cascade, aliases)
         return self
 
     @classmethod

@@ -134,6 +134,8 @@ class Trace:
     # Prompt tokens Trim did not send (counted with the target model's tokenizer).
     trimmed_input: int = 0
     side_spend: list[Spend] = field(default_factory=list)
+    # A cascade's last step failed, so an earlier step's (rejected) answer was returned instead.
+    cascade_fallback: bool = False
     notes: list[Note] = field(default_factory=list)
 
     def elapsed(self) -> float:

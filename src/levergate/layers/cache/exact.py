@@ -152,8 +152,9 @@ class ExactCache:
         below = call.ctx.trace.cache
         if not store or (below is not None and below.cache == SEMANTIC):
             return reply
-        if call.ctx.trace.fallback is not None:
-            # Another model answered: fine for this request, not the answer to cache for it.
+        if call.ctx.trace.fallback is not None or call.ctx.trace.cascade_fallback:
+            # Another model answered (a fallback, or a cascade's rejected cheap answer because
+            # its strong step failed): fine for this request, not the answer to cache for it.
             self._stats.not_stored.labels(NAME, "fallback").inc()
             return reply
         if isinstance(reply, Completed):

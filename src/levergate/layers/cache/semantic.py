@@ -84,7 +84,8 @@ class SemanticCache:
                 return hit
         self._stats.lookup(NAME, "miss")
         reply = await self._inner(call)
-        if not asked.store or call.ctx.trace.fallback is not None:
+        trace = call.ctx.trace
+        if not asked.store or trace.fallback is not None or trace.cascade_fallback:
             return reply
         store = _Store(self, partition, text, vector, rule, ttl=asked.ttl or rule.ttl_seconds)
         if isinstance(reply, Completed):

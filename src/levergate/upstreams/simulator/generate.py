@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from levergate.upstreams.simulator import responses, tokens
+from levergate.upstreams.simulator import hardness, responses, tokens
 from levergate.upstreams.simulator.faults import Fault, malformed_body, parse_forced
 from levergate.upstreams.simulator.latency import Timing
 from levergate.upstreams.simulator.responses import Answer, Reply, SimError
@@ -46,6 +46,12 @@ class Spec:
     salt: str
     # What TPM admission charges: the prompt plus every choice's output cap.
     reserved_tokens: int
+    # `top_logprobs` when the request asked for `logprobs: true` (chat only), else None.
+    logprobs: int | None = None
+    # The prompt is hard (settings.hard); the mean token logprob of the answer.
+    hard: bool = False
+    mean_logprob: float = 0.0
+    json_answers: bool = False
 
 
 _REQUIRED = {"chat": "messages", "completion": "prompt", "embedding": "input"}  # and "model"
@@ -118,7 +124,7 @@ def parse_spec(
             param="n",
         )
     model = body["model"]
-    return Spec(
+    spec = Spec(
         chat=chat,
         model=model,
         prompts=prompts,
@@ -131,6 +137,30 @@ def parse_spec(
         salt=f"{model}|{body.get('seed')}",
         reserved_tokens=prompt_tokens + output * n * len(prompts),
     )
+    if chat and (body.get("logprobs") is not None or body.get("top_logprobs") is not None):
+        spec.logprobs = _logprobs_asked(body)
+    if chat and settings.hard.enabled:
+        hard = settings.hard
+        spec.hard = hardness.is_hard(hard, model=model, text=prompts[0][0], seed=settings.seed)
+        spec.mean_logprob = hardness.mean_logprob(hard, hard=spec.hard)
+        spec.json_answers = hard.json_answers
+    elif spec.logprobs is not None:
+        spec.mean_logprob = settings.hard.easy_logprob
+    return spec
+
+
+def _logprobs_asked(body: Mapping[str, Any]) -> int | None:
+    """OpenAI's rules: `logprobs` a boolean, `top_logprobs` 0..20 and only with logprobs on."""
+    asked, top = body.get("logprobs"), body.get("top_logprobs")
+    if asked is not None and type(asked) is not bool:
+        raise SimError(400, "Invalid type for 'logprobs': expected a boolean.", param="logprobs")
+    if top is not None:
+        check_int("top_logprobs", top, high=hardness.MAX_TOP_LOGPROBS, low=0)
+        if asked is not True:
+            raise SimError(
+                400, "'logprobs' must be true when 'top_logprobs' is set.", param="top_logprobs"
+            )
+    return (top or 0) if asked else None
 
 
 def _check_stream_options(options: Any, *, stream: bool) -> None:
@@ -208,7 +238,7 @@ def answer(*, spec: Spec, seed: int, cached_tokens: int, id: str, created: int) 
             for text, _ in spec.prompts
             for index in range(spec.n)
         ]
-    return Answer(
+    result = Answer(
         id=id,
         created=created,
         model=spec.model,
@@ -218,6 +248,24 @@ def answer(*, spec: Spec, seed: int, cached_tokens: int, id: str, created: int) 
         cached_tokens=cached_tokens,
         completion_tokens=count * len(choices),
     )
+    if spec.json_answers or spec.logprobs is not None:
+        _add_confidence(result, spec)
+    return result
+
+
+def _add_confidence(answer: Answer, spec: Spec) -> None:
+    """Hard-prompt shaping (JSON answers) and token logprobs, only when configured or asked."""
+    mean = spec.mean_logprob
+    if spec.json_answers:
+        answer.choices = [
+            hardness.json_tokens(c, mean=mean, hard=spec.hard) for c in answer.choices
+        ]
+    if spec.logprobs is not None:
+        answer.top_logprobs = spec.logprobs
+        answer.logprobs = [
+            hardness.token_logprobs(len(c), mean=mean, salt=index)
+            for index, c in enumerate(answer.choices)
+        ]
 
 
 def generation_reply(

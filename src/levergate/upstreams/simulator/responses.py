@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from levergate.protocol.sse import DONE_FRAME, encode
+from levergate.upstreams.simulator import hardness
 from levergate.upstreams.simulator.settings import SYSTEM_FINGERPRINT
 
 
@@ -33,6 +34,15 @@ class Answer:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    # Per choice, each token's logprob, when the request asked for logprobs (chat only).
+    logprobs: Sequence[Sequence[float]] | None = None
+    top_logprobs: int = 0
+
+    def choice_logprobs(self, index: int) -> dict[str, Any] | None:
+        if self.logprobs is None:
+            return None
+        tokens = self.choices[index]
+        return hardness.choice_logprobs(tokens, self.logprobs[index], top=self.top_logprobs)
 
 
 Dumps = Callable[[Any], bytes]
@@ -76,7 +86,7 @@ def chat_body(answer: Answer, *, dumps: Dumps = orjson.dumps) -> bytes:
         choice = {
             "index": index,
             "message": message,
-            "logprobs": None,
+            "logprobs": None if answer.logprobs is None else answer.choice_logprobs(index),
             "finish_reason": answer.finish,
         }
         choices.append(choice)
@@ -134,9 +144,11 @@ def stream_events(
     events: list[bytes] = []
     steps: list[int] = []
 
-    def emit(step: int, index: int, delta: dict[str, Any] | str, finish: str | None) -> None:
+    def emit(
+        step: int, index: int, delta: dict[str, Any] | str, finish: str | None, lp: Any = None
+    ) -> None:
         if chat:
-            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice = {"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}
         else:
             choice = {"text": delta, "index": index, "logprobs": None, "finish_reason": finish}
         events.append(encode(dumps({**head, "choices": [choice]})))
@@ -149,7 +161,17 @@ def stream_events(
     for step in range(longest):
         for index, tokens in enumerate(answer.choices):
             if step < len(tokens):
-                emit(step, index, {"content": tokens[step]} if chat else tokens[step], None)
+                lp = None
+                if answer.logprobs is not None:
+                    lp = {
+                        "content": [
+                            hardness.content_entry(
+                                tokens[step], answer.logprobs[index][step], top=answer.top_logprobs
+                            )
+                        ],
+                        "refusal": None,
+                    }
+                emit(step, index, {"content": tokens[step]} if chat else tokens[step], None, lp)
     last = max(0, longest - 1)
     for index in range(len(answer.choices)):
         emit(last, index, {} if chat else "", answer.finish)

@@ -97,6 +97,27 @@ class PromptCacheSettings(_Frozen):
     max_entries: int = Field(100_000, ge=1)
 
 
+class HardPromptSettings(_Frozen):
+    """Which prompts the simulated model finds hard, so a cascade can be tested end to end: a
+    prompt containing `marker`, plus a seeded `share` of the others (chosen by a hash of the
+    prompt, so the same prompt is always hard or always easy). An answer's token logprobs
+    (sent when a request asks `logprobs: true`) average `easy_logprob` or `hard_logprob`;
+    with `json_answers`, chat answers are `{"answer": "...", "confidence": p}` with p the
+    geometric-mean token probability, and a hard answer's JSON is cut short (invalid).
+    Models in `strong_models` find nothing hard. Off by default: nothing is computed then."""
+
+    marker: str | None = Field(None, min_length=1, max_length=256)
+    share: float = Field(0.0, ge=0, le=1)
+    easy_logprob: float = Field(-0.1, le=0, ge=-20)
+    hard_logprob: float = Field(-2.0, le=0, ge=-20)
+    json_answers: bool = False
+    strong_models: tuple[str, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        return self.marker is not None or self.share > 0
+
+
 class SimSettings(_Frozen):
     host: str = DEFAULT_HOST
     port: int = Field(DEFAULT_SIM_PORT, ge=0, le=65535)
@@ -105,6 +126,7 @@ class SimSettings(_Frozen):
     limits: LimitSettings = Field(default_factory=LimitSettings)
     faults: FaultSettings = Field(default_factory=FaultSettings)
     prompt_cache: PromptCacheSettings = Field(default_factory=PromptCacheSettings)
+    hard: HardPromptSettings = Field(default_factory=HardPromptSettings)
     # Output tokens when the request sets no max_tokens / max_completion_tokens.
     max_tokens_default: int = Field(16, ge=1)
     # Largest output cap a request may ask for (400 above it, as providers do).
