@@ -69,6 +69,7 @@ from levergate.config.local import (
     cache_home,
     packaged_file,
 )
+from levergate.config.prompt_cache import Breakpoints, PrefixLint, PromptCache
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.settings import Settings
 from levergate.config.traffic import (
@@ -116,6 +117,7 @@ __all__ = [
     "Background",
     "BalanceSettings",
     "BalanceStrategy",
+    "Breakpoints",
     "Cache",
     "CacheMode",
     "CacheRule",
@@ -133,7 +135,9 @@ __all__ = [
     "Model",
     "Pool",
     "PrefixCacheSettings",
+    "PrefixLint",
     "Price",
+    "PromptCache",
     "Quantization",
     "RateLimits",
     "RequestLimits",

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from levergate.config.base import WILDCARD
 from levergate.config.cache import Cache
 from levergate.config.keys import Admin, Auth
+from levergate.config.prompt_cache import PromptCache
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.traffic import Traffic
 from levergate.config.upstreams import AnyUpstream, Model
@@ -35,6 +36,7 @@ class Settings(BaseSettings):
     metrics: Metrics = Field(default_factory=Metrics)
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)
+    prompt_cache: PromptCache = Field(default_factory=PromptCache)
     background: Background = Field(default_factory=Background)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

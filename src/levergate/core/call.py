@@ -134,6 +134,8 @@ class Trace:
     # Prompt tokens Trim did not send (counted with the target model's tokenizer).
     trimmed_input: int = 0
     side_spend: list[Spend] = field(default_factory=list)
+    # Prompt tokens the prompt-cache optimizer expects the provider to read from its cache.
+    expected_cached: int = 0
     notes: list[Note] = field(default_factory=list)
 
     def elapsed(self) -> float:
