@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from urllib.parse import urlsplit
 
-from levergate.config import WILDCARD, Model, Settings, Upstream
+from levergate.config import WILDCARD, LocalUpstream, Model, Settings, Upstream
 from levergate.core.clock import Clock, SystemClock
 from levergate.core.embedder import Embedder
 from levergate.core.jobs import Job, Supervisor
@@ -37,6 +38,7 @@ from levergate.layers.keys.build import KeyKit
 from levergate.layers.keys.quota import BudgetSink
 from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.measure.record import Sink
+from levergate.layers.prompt_cache import PromptCacheOptimizer, PromptCacheState, Provider
 from levergate.layers.shared import Shared
 from levergate.layers.traffic.admission import Admission
 from levergate.layers.traffic.balance import Balance, Member
@@ -75,6 +77,8 @@ class Pipeline:
     models: dict[str, Model]
     shared: Shared
     supervisor: Supervisor
+    # The prompt-cache optimizer's findings (prefix breakers) for the analyzer and the admin API.
+    prompt_cache: PromptCacheState
     # Jobs that run for the gateway's lifetime (health checks, index followers). `Gateway`
     # starts each one under `supervisor` when it opens, and cancels and awaits them when it
     # closes: no task outlives it.
@@ -125,15 +129,22 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
 
     nodes = {name: [per_endpoint(key) for key in found] for name, found in keys.items()}
 
+    prompt_cache = PromptCacheState(settings.prompt_cache, registry=shared.registry)
+    by_name = {u.name: u for u in settings.upstreams}
+
     def per_model(model: Model) -> Service:
         layers = [
+            # Above Retry, so every attempt sends the same cache-friendly prompt.
+            PromptCacheOptimizer.layer(settings.prompt_cache, model=model.name, shared=shared,
+                                       provider=_provider(model, by_name), state=prompt_cache),
             # Above Balance: each attempt chooses afresh; only before the first streamed byte.
             Retry.layer(t.retry, shared=shared),
             # Each attempt gets only what is left of the request's deadline.
             Deadline.layer(shared=shared),
-        ]
+        ]  # fmt: skip
         pool = _members(model, nodes)
-        return stack(Balance.of(pool, settings=t, shared=shared, strategy=model.balance), layers)
+        balance = Balance.of(pool, settings=t, shared=shared, strategy=model.balance)
+        return stack(balance, layers)
 
     routes = {name: per_model(m) for name, m in models.items() if name != WILDCARD}
     wildcard = per_model(models[WILDCARD]) if WILDCARD in models else None
@@ -164,6 +175,7 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
                               shared=shared, http_client=deps.http_client)  # fmt: skip
     return Pipeline(
         service=service, telemetry=telemetry, upstreams=upstreams, models=models, shared=shared,
+        prompt_cache=prompt_cache,
         # Every job restarted after a crash, counted in the gateway's own registry.
         supervisor=Supervisor.of(settings.background, clock=deps.clock, registry=shared.registry),
         background=[job for job in (checks, *shared.jobs) if job],
@@ -195,6 +207,21 @@ def _measure(
         return None
     prices = {n: m.price for n, m in models.items()}
     return partial(Measure, telemetry=telemetry, prices=prices, sinks=sinks)
+
+
+def _provider(model: Model, upstreams: Mapping[str, Upstream | LocalUpstream]) -> Provider:
+    """Whose prompt-cache conventions an alias's requests follow: every endpoint's provider."""
+    kinds = set()
+    for target in model.endpoints:
+        u = upstreams[target.upstream]
+        kind: str = u.kind
+        if kind == "anthropic":
+            kinds.add(Provider.ANTHROPIC)
+        elif isinstance(u, Upstream) and urlsplit(u.base_url).hostname == "api.openai.com":
+            kinds.add(Provider.OPENAI)
+        else:
+            kinds.add(Provider.OTHER)
+    return kinds.pop() if len(kinds) == 1 else Provider.OTHER
 
 
 def _renamed(model: Model, target_model: str | None) -> str | None:

@@ -70,6 +70,7 @@ from levergate.config.local import (
     cache_home,
     packaged_file,
 )
+from levergate.config.prompt_cache import Breakpoints, PrefixLint, PromptCache
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.settings import Settings
 from levergate.config.traffic import (
@@ -117,6 +118,7 @@ __all__ = [
     "Background",
     "BalanceSettings",
     "BalanceStrategy",
+    "Breakpoints",
     "Cache",
     "CacheMode",
     "CacheRule",
@@ -136,7 +138,9 @@ __all__ = [
     "NamedCascade",
     "Pool",
     "PrefixCacheSettings",
+    "PrefixLint",
     "Price",
+    "PromptCache",
     "Quantization",
     "RateLimits",
     "RequestLimits",

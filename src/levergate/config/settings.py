@@ -13,6 +13,7 @@ from levergate.config.base import WILDCARD
 from levergate.config.cache import Cache
 from levergate.config.cascade import CascadeSettings, check_references
 from levergate.config.keys import Admin, Auth
+from levergate.config.prompt_cache import PromptCache
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.traffic import Traffic
 from levergate.config.upstreams import AnyUpstream, Model
@@ -37,6 +38,7 @@ class Settings(BaseSettings):
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
+    prompt_cache: PromptCache = Field(default_factory=PromptCache)
     background: Background = Field(default_factory=Background)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -136,6 +136,8 @@ class Trace:
     side_spend: list[Spend] = field(default_factory=list)
     # A cascade's last step failed, so an earlier step's (rejected) answer was returned instead.
     cascade_fallback: bool = False
+    # Prompt tokens the prompt-cache optimizer expects the provider to read from its cache.
+    expected_cached: int = 0
     notes: list[Note] = field(default_factory=list)
 
     def elapsed(self) -> float:
