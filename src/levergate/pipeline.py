@@ -3,7 +3,8 @@ each position. Reordering the levers is a one-line diff here and nowhere else; s
 
     FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → Admission → caches →
                           Cascade → Fallback → Dispatch
-    PER MODEL:            Retry(budget) → Deadline → Balance(endpoint keys, renames the model)
+    PER MODEL:            PromptCacheOptimizer → Retry(budget) → Deadline →
+                          Balance(endpoint keys, p2c / affinity / ..., renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)
                           the shared semantic index following its Redis log
