@@ -69,6 +69,7 @@ from levergate.config.local import (
     cache_home,
     packaged_file,
 )
+from levergate.config.batch import Batch, BatchStore
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.settings import Settings
 from levergate.config.traffic import (
@@ -111,6 +112,8 @@ __all__ = [
     "ApiKey",
     "Auth",
     "Background",
+    "Batch",
+    "BatchStore",
     "BalanceSettings",
     "Cache",
     "CacheMode",

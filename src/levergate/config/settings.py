@@ -10,6 +10,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from levergate.config.base import WILDCARD
+from levergate.config.batch import Batch
 from levergate.config.cache import Cache
 from levergate.config.keys import Admin, Auth
 from levergate.config.server import Background, Metrics, RequestLimits, Server
@@ -36,6 +37,7 @@ class Settings(BaseSettings):
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)
     background: Background = Field(default_factory=Background)
+    batch: Batch = Field(default_factory=Batch)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod
