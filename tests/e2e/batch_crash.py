@@ -30,15 +30,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_config(path: Path, *, sim_url: str, port: int, store: dict[str, Any], files: Path,
-                 concurrency: int) -> Path:  # fmt: skip
+def write_config(
+    path: Path, *, sim_url: str, port: int, store: dict[str, Any], files: Path, concurrency: int
+) -> Path:
     config = {
         "server": {"port": port},
         "upstreams": [{"name": "sim", "base_url": sim_url}],
         "models": [{"name": "*", "upstream": "sim"}],
-        "batch": {"enabled": True, "dir": str(files), "store": store, "concurrency": concurrency,
-                  "lease_seconds": 1.0, "poll_seconds": 0.05, "retry_seconds": 0.1},
-    }  # fmt: skip
+        "batch": {
+            "enabled": True,
+            "dir": str(files),
+            "store": store,
+            "concurrency": concurrency,
+            "lease_seconds": 1.0,
+            "poll_seconds": 0.05,
+            "retry_seconds": 0.1,
+        },
+    }
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -53,8 +61,9 @@ class Gateway:
     async def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LEVERGATE_")}
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([*LEVERGATE, "serve", "--config", str(self.config)],
-                                         env=env, stdout=log, stderr=log)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [*LEVERGATE, "serve", "--config", str(self.config)], env=env, stdout=log, stderr=log
+            )
         for _ in range(600):
             if self.proc.poll() is not None:
                 raise AssertionError(f"gateway exited with {self.proc.returncode}: {self.log}")
@@ -84,10 +93,19 @@ class Gateway:
 
 
 def requests(n: int) -> list[dict[str, Any]]:
-    return [{"custom_id": f"line-{i}", "method": "POST", "url": "/v1/chat/completions",
-             "body": {"model": "m", "max_tokens": 1 + i % 7,
-                      "messages": [{"role": "user", "content": f"line {i}"}]}}
-            for i in range(n)]  # fmt: skip
+    return [
+        {
+            "custom_id": f"line-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": "m",
+                "max_tokens": 1 + i % 7,
+                "messages": [{"role": "user", "content": f"line {i}"}],
+            },
+        }
+        for i in range(n)
+    ]
 
 
 @dataclass
@@ -105,8 +123,9 @@ async def submit(url: str, lines: list[dict[str, Any]]) -> str:
     data = b"".join(orjson.dumps(item) + b"\n" for item in lines)
     async with openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=5) as client:
         uploaded = await client.files.create(file=("in.jsonl", data), purpose="batch")
-        batch = await client.batches.create(input_file_id=uploaded.id,
-                                            endpoint="/v1/chat/completions", completion_window="24h")  # fmt: skip
+        batch = await client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
         return batch.id
 
 
@@ -145,20 +164,32 @@ def check(lines: list[dict[str, Any]], found: list[Any], record: Record) -> None
         response = item.get("response") or {}
         body = response.get("body") or {}
         usage = body.get("usage") or {}
-        ok = (request is not None and response.get("status_code") == 200
-              and usage.get("completion_tokens") == request["body"]["max_tokens"])  # fmt: skip
+        ok = (
+            request is not None
+            and response.get("status_code") == 200
+            and usage.get("completion_tokens") == request["body"]["max_tokens"]
+        )
         record.mismatched += not ok
 
 
-async def kill_loop(gateways: list[Gateway], *, batch_id: str, kills: int, rng: random.Random,
-                    record: Record, restart: bool = True) -> None:  # fmt: skip
+async def kill_loop(
+    gateways: list[Gateway],
+    *,
+    batch_id: str,
+    kills: int,
+    rng: random.Random,
+    record: Record,
+    restart: bool = True,
+) -> None:
     """Kill a random one of `gateways` at a random moment, `kills` times, restarting it."""
     for _ in range(kills):
         await asyncio.sleep(rng.uniform(0.05, 0.8))
         victim = rng.choice(gateways)
         survivor = next((g for g in gateways if g is not victim), victim)
         if await status(survivor.url if survivor is not victim else victim.url, batch_id) in (
-            "validating", "in_progress", "finalizing"
+            "validating",
+            "in_progress",
+            "finalizing",
         ):
             record.kills_mid_batch += 1
         victim.kill()

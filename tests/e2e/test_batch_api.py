@@ -18,10 +18,14 @@ from tests.e2e.conftest import GatewayFactory
 SDK = openai.AsyncOpenAI
 
 
-def line(custom_id: str, *, max_tokens: int = 2, url: str = "/v1/chat/completions",
-         **extra: Any) -> dict[str, Any]:  # fmt: skip
-    body = {"model": "m", "messages": [{"role": "user", "content": custom_id}],
-            "max_tokens": max_tokens}  # fmt: skip
+def line(
+    custom_id: str, *, max_tokens: int = 2, url: str = "/v1/chat/completions", **extra: Any
+) -> dict[str, Any]:
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": custom_id}],
+        "max_tokens": max_tokens,
+    }
     return {"custom_id": custom_id, "method": "POST", "url": url, "body": body, **extra}
 
 
@@ -30,21 +34,25 @@ def jsonl(lines: list[dict[str, Any]]) -> bytes:
 
 
 def batch_settings(tmp: Path, **over: Any) -> dict[str, Any]:
-    return {"enabled": True, "dir": str(tmp / "files"), "poll_seconds": 0.05,
-            "store": {"sqlite_path": str(tmp / "batch.sqlite3")}, **over}  # fmt: skip
+    return {
+        "enabled": True,
+        "dir": str(tmp / "files"),
+        "poll_seconds": 0.05,
+        "store": {"sqlite_path": str(tmp / "batch.sqlite3")},
+        **over,
+    }
 
 
 @pytest.fixture
-async def gateway(
-    sim: SimHandle, gateway_at: GatewayFactory, tmp_path: Path
-) -> AsyncIterator[str]:
+async def gateway(sim: SimHandle, gateway_at: GatewayFactory, tmp_path: Path) -> AsyncIterator[str]:
     async with gateway_at(sim.base_url, batch=batch_settings(tmp_path)) as url:
         yield url
 
 
 def sdk(url: str, tenant: str = "acme") -> SDK:
-    return SDK(base_url=url, api_key="x", max_retries=0,
-               default_headers={"x-levergate-tenant": tenant})  # fmt: skip
+    return SDK(
+        base_url=url, api_key="x", max_retries=0, default_headers={"x-levergate-tenant": tenant}
+    )
 
 
 async def finished(client: SDK, batch_id: str) -> openai.types.Batch:
@@ -65,20 +73,32 @@ async def lines_of(client: SDK, file_id: str | None) -> list[dict[str, Any]]:
 
 async def test_a_batch_runs_to_completed_with_output_and_error_files(gateway: str) -> None:
     good = [line(f"req-{i}", max_tokens=1 + i % 4) for i in range(12)]
-    bad = [{"custom_id": "bad-url", "method": "POST", "url": "/v1/embeddings", "body": {}},
-           {"custom_id": "bad-method", "method": "GET", "url": "/v1/chat/completions",
-            "body": good[0]["body"]},
-           {"custom_id": "no-model", "method": "POST", "url": "/v1/chat/completions",
-            "body": {"messages": []}}]  # fmt: skip
+    bad = [
+        {"custom_id": "bad-url", "method": "POST", "url": "/v1/embeddings", "body": {}},
+        {
+            "custom_id": "bad-method",
+            "method": "GET",
+            "url": "/v1/chat/completions",
+            "body": good[0]["body"],
+        },
+        {
+            "custom_id": "no-model",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"messages": []},
+        },
+    ]
     async with sdk(gateway) as client:
         uploaded = await client.files.create(file=("in.jsonl", jsonl(good + bad)), purpose="batch")
         assert uploaded.purpose == "batch"
         assert uploaded.filename == "in.jsonl"
         assert (await client.files.retrieve(uploaded.id)).bytes == uploaded.bytes
         batch = await client.batches.create(
-            input_file_id=uploaded.id, endpoint="/v1/chat/completions",
-            completion_window="24h", metadata={"job": "nightly"},
-        )  # fmt: skip
+            input_file_id=uploaded.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            metadata={"job": "nightly"},
+        )
         assert batch.status == "validating"
         assert batch.metadata == {"job": "nightly"}
         done = await finished(client, batch.id)
@@ -86,7 +106,9 @@ async def test_a_batch_runs_to_completed_with_output_and_error_files(gateway: st
         assert done.request_counts is not None
         assert (done.request_counts.total, done.request_counts.completed) == (15, 12)
         assert done.request_counts.failed == 3
-        assert done.in_progress_at and done.finalizing_at and done.completed_at
+        assert done.in_progress_at
+        assert done.finalizing_at
+        assert done.completed_at
         output = await lines_of(client, done.output_file_id)
         errors = await lines_of(client, done.error_file_id)
     by_id = {item["custom_id"]: item for item in output}
@@ -133,17 +155,23 @@ async def test_bad_batch_parameters_and_unknown_ids(gateway: str) -> None:
     async with sdk(gateway) as client:
         uploaded = await client.files.create(file=("in.jsonl", jsonl([line("a")])), purpose="batch")
         with pytest.raises(openai.BadRequestError) as refused:
-            await client.batches.create(input_file_id=uploaded.id, endpoint="/v1/nope",  # type: ignore[arg-type]
-                                        completion_window="24h")  # fmt: skip
+            await client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/nope",  # type: ignore[arg-type]
+                completion_window="24h",
+            )
         assert refused.value.code == "invalid_endpoint"
         with pytest.raises(openai.BadRequestError):
             await client.batches.create(
-                input_file_id=uploaded.id, endpoint="/v1/chat/completions",
-                completion_window="24h", metadata={f"k{i}": "v" for i in range(17)},
-            )  # fmt: skip
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                metadata={f"k{i}": "v" for i in range(17)},
+            )
         with pytest.raises(openai.NotFoundError):
-            await client.batches.create(input_file_id="file-nope", endpoint="/v1/chat/completions",
-                                        completion_window="24h")  # fmt: skip
+            await client.batches.create(
+                input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h"
+            )
         with pytest.raises(openai.NotFoundError):
             await client.batches.retrieve("batch_nope")
         with pytest.raises(openai.NotFoundError):
@@ -153,15 +181,19 @@ async def test_bad_batch_parameters_and_unknown_ids(gateway: str) -> None:
 async def test_tenants_see_only_their_own_files_and_batches(gateway: str) -> None:
     async with sdk(gateway, "acme") as acme, sdk(gateway, "other") as other:
         uploaded = await acme.files.create(file=("in.jsonl", jsonl([line("a")])), purpose="batch")
-        batch = await acme.batches.create(input_file_id=uploaded.id,
-                                          endpoint="/v1/chat/completions", completion_window="24h")  # fmt: skip
+        batch = await acme.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
         for attempt in (
-            other.files.retrieve(uploaded.id), other.files.content(uploaded.id),
-            other.files.delete(uploaded.id), other.batches.retrieve(batch.id),
+            other.files.retrieve(uploaded.id),
+            other.files.content(uploaded.id),
+            other.files.delete(uploaded.id),
+            other.batches.retrieve(batch.id),
             other.batches.cancel(batch.id),
-            other.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
-                                 completion_window="24h"),
-        ):  # fmt: skip
+            other.batches.create(
+                input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+            ),
+        ):
             with pytest.raises(openai.NotFoundError):
                 await attempt
         assert (await other.batches.list()).data == []
@@ -173,11 +205,15 @@ async def test_list_pages_newest_first_with_has_more(gateway: str) -> None:
     async with sdk(gateway) as client:
         uploaded = await client.files.create(file=("in.jsonl", jsonl([line("a")])), purpose="batch")
         made = [
-            (await client.batches.create(input_file_id=uploaded.id,
-                                         endpoint="/v1/chat/completions",
-                                         completion_window="24h")).id
+            (
+                await client.batches.create(
+                    input_file_id=uploaded.id,
+                    endpoint="/v1/chat/completions",
+                    completion_window="24h",
+                )
+            ).id
             for _ in range(5)
-        ]  # fmt: skip
+        ]
         first = await client.batches.list(limit=2)
         assert [b.id for b in first.data] == made[::-1][:2]
         assert first.has_more
@@ -195,8 +231,9 @@ async def test_cancel_closes_the_lines_that_did_not_run(
     lines = [line(f"c-{i}", max_tokens=64) for i in range(40)]
     async with gateway_at(sim.base_url, batch=settings) as url, sdk(url) as client:
         uploaded = await client.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
-        batch = await client.batches.create(input_file_id=uploaded.id,
-                                            endpoint="/v1/chat/completions", completion_window="24h")  # fmt: skip
+        batch = await client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
         cancelling = await client.batches.cancel(batch.id)
         assert cancelling.status == "cancelling"
         done = await finished(client, batch.id)

@@ -11,10 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.upstreams.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
 from tests.e2e.batch_crash import (
-    Gateway, Record, check, finish, free_port, kill_loop, requests, submit, write_config,
-)  # fmt: skip
+    Gateway,
+    Record,
+    check,
+    finish,
+    free_port,
+    kill_loop,
+    requests,
+    submit,
+    write_config,
+)
 from tests.postgres_required import postgres_database
 
 KILLS = 20
@@ -25,7 +33,7 @@ pytestmark = pytest.mark.timeout(240)
 @pytest.fixture
 async def slow_sim() -> AsyncIterator[SimHandle]:
     # 60 ms a request: 4 at a time, the batch outlasts the kills.
-    async with run_simulator(SimSettings(port=0, latency={"ttft_ms": 60.0})) as handle:
+    async with run_simulator(SimSettings(port=0, latency=LatencySettings(ttft_ms=60.0))) as handle:
         yield handle
 
 
@@ -38,16 +46,23 @@ async def test_sqlite_gateway_killed_20_times_loses_no_line(
 ) -> None:
     port = free_port()
     store = {"backend": "sqlite", "sqlite_path": str(tmp_path / "batch.sqlite3")}
-    config = write_config(tmp_path / "gw.yaml", sim_url=slow_sim.base_url, port=port,
-                          store=store, files=tmp_path / "files", concurrency=CONCURRENCY)  # fmt: skip
+    config = write_config(
+        tmp_path / "gw.yaml",
+        sim_url=slow_sim.base_url,
+        port=port,
+        store=store,
+        files=tmp_path / "files",
+        concurrency=CONCURRENCY,
+    )
     gateway = Gateway(config, port, tmp_path / "gw.log")
     lines = requests(500)
     record = Record()
     await gateway.start()
     try:
         batch_id = await submit(gateway.url, lines)
-        await kill_loop([gateway], batch_id=batch_id, kills=KILLS, rng=random.Random(14),
-                        record=record)  # fmt: skip
+        await kill_loop(
+            [gateway], batch_id=batch_id, kills=KILLS, rng=random.Random(14), record=record
+        )
         batch, found = await finish(gateway.url, batch_id)
     finally:
         gateway.stop()
@@ -68,9 +83,14 @@ async def test_two_gateways_on_postgres_share_a_batch_and_survive_kills(
         gateways = []
         for name in ("a", "b"):
             port = free_port()
-            config = write_config(tmp_path / f"{name}.yaml", sim_url=slow_sim.base_url,
-                                  port=port, store=store, files=tmp_path / "files",
-                                  concurrency=CONCURRENCY)  # fmt: skip
+            config = write_config(
+                tmp_path / f"{name}.yaml",
+                sim_url=slow_sim.base_url,
+                port=port,
+                store=store,
+                files=tmp_path / "files",
+                concurrency=CONCURRENCY,
+            )
             gateways.append(Gateway(config, port, tmp_path / f"{name}.log"))
         lines = requests(500)
         record = Record()
@@ -78,8 +98,9 @@ async def test_two_gateways_on_postgres_share_a_batch_and_survive_kills(
             for gateway in gateways:
                 await gateway.start()
             batch_id = await submit(gateways[0].url, lines)
-            await kill_loop(gateways, batch_id=batch_id, kills=KILLS, rng=random.Random(15),
-                            record=record)  # fmt: skip
+            await kill_loop(
+                gateways, batch_id=batch_id, kills=KILLS, rng=random.Random(15), record=record
+            )
             # The last word goes to one process alone: the other's leases must pass to it.
             gateways[1].kill()
             batch, found = await finish(gateways[0].url, batch_id)

@@ -49,7 +49,7 @@ class LineExecutor:
             return Done(ok=False, result=line)
         if not isinstance(reply, Completed):  # lines are never streamed (lines.validate_line)
             await reply.aclose()
-            raise AssertionError("a batch line came back as a stream")
+            raise TypeError("a batch line came back as a stream")
         ok = 200 <= reply.status < 300
         line = output_line(claim.custom_id, request_id=request_id, status=reply.status,
                            body=reply.data, error=None)  # fmt: skip

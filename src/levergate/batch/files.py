@@ -239,7 +239,9 @@ async def _feed(
                 await flush()
         parser.finalize()
     except MultipartParseError as exc:
-        raise BadRequest(f"The multipart body is malformed: {exc}", code="invalid_multipart") from None
+        raise BadRequest(
+            f"The multipart body is malformed: {exc}", code="invalid_multipart"
+        ) from None
 
 
 async def _abandon(fd: int, temp: Path, disk: Disk) -> None:

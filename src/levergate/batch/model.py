@@ -120,8 +120,8 @@ class Job:
 
     @classmethod
     def from_row(
-        cls, *, id: str, tenant: str, status: str, kind: str, created_at: int, expires_at: int,
-        data: bytes | str,
+        cls, *, id: str, tenant: str, status: str, kind: str,  # noqa: A002 - the column
+        created_at: int, expires_at: int, data: bytes | str,
     ) -> Job:  # fmt: skip
         fields = orjson.loads(data)
         return cls(id=id, tenant=tenant, status=status, kind=kind, created_at=created_at,

@@ -191,10 +191,10 @@ class Runner:
             end = "expired" if expired else "completed"
             moved = job.moved("finalizing", now=now, end=end)
             return await self._store.save(moved, expect=job.status)
-        if job.status == "cancelling" and "in_progress_at" not in job.times:
-            # Cancelled while validating: every line still gets its (cancelled) error line.
-            if not await self._load(job):
-                return True
+        # Cancelled while validating: every line still gets its (cancelled) error line.
+        validated = job.status != "cancelling" or "in_progress_at" in job.times
+        if not validated and not await self._load(job):
+            return True
         return await self._finalize(job)
 
     async def _validate(self, job: Job) -> None:

@@ -74,14 +74,11 @@ class BatchService:
         upload = await receive(chunks, content_type=content_type, disk=self.disk,
                                max_file_bytes=self.settings.max_file_bytes)  # fmt: skip
         try:
-            if upload.purpose not in PURPOSES:
-                raise BadRequest(
-                    f"Unknown purpose {upload.purpose[:64]!r}: this gateway takes 'batch' files.",
-                    code="invalid_purpose", param="purpose",
-                )  # fmt: skip
+            _check_purpose(upload.purpose)
             lines = await asyncio.to_thread(scan_upload, upload.path, bounds=self._bounds)
-            record = FileRecord(new_id("file").replace("_", "-", 1), tenant, upload.filename,
-                                upload.purpose, upload.size, int(self.clock.now()), lines)  # fmt: skip
+            file_id = new_id("file").replace("_", "-", 1)
+            record = FileRecord(file_id, tenant, upload.filename, upload.purpose, upload.size,
+                                int(self.clock.now()), lines)  # fmt: skip
             await self.disk.keep(upload.path, record.id)
         except BaseException:
             await self.disk.discard(upload.path)
@@ -170,6 +167,14 @@ class BatchService:
                 self.runner.wake()
                 return moved, counts
         raise Overloaded("The batch kept changing; try cancelling again.", retry_after=1.0)
+
+
+def _check_purpose(purpose: str) -> None:
+    if purpose not in PURPOSES:
+        raise BadRequest(
+            f"Unknown purpose {purpose[:64]!r}: this gateway takes 'batch' files.",
+            code="invalid_purpose", param="purpose",
+        )  # fmt: skip
 
 
 def _metadata(value: Any) -> dict[str, str] | None:

@@ -47,6 +47,7 @@ from levergate.config.base import (
     SECRET_MIN_CHARS,
     WILDCARD,
 )
+from levergate.config.batch import Batch, BatchStore
 from levergate.config.cache import (
     Cache,
     CacheMode,
@@ -69,7 +70,6 @@ from levergate.config.local import (
     cache_home,
     packaged_file,
 )
-from levergate.config.batch import Batch, BatchStore
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.settings import Settings
 from levergate.config.traffic import (
@@ -112,9 +112,9 @@ __all__ = [
     "ApiKey",
     "Auth",
     "Background",
+    "BalanceSettings",
     "Batch",
     "BatchStore",
-    "BalanceSettings",
     "Cache",
     "CacheMode",
     "CacheRule",

@@ -13,7 +13,9 @@ def open_store(settings: BatchStore) -> Store:
         from levergate.errors import ConfigError
 
         if settings.postgres_dsn is None:
-            raise ConfigError("batch.store.backend is postgres but batch.store.postgres_dsn is unset")
+            raise ConfigError(
+                "batch.store.backend is postgres but batch.store.postgres_dsn is unset"
+            )
         return PostgresStore(
             settings.postgres_dsn.get_secret_value(), timeout=settings.timeout_seconds
         )

@@ -280,6 +280,6 @@ def _claim(row: tuple[object, ...]) -> Claim:
     extra = orjson.loads(data)  # type: ignore[arg-type]
     return Claim(
         job_id=str(job_id), idx=int(idx), custom_id=str(custom_id),  # type: ignore[call-overload]
-        request=bytes(request), attempts=int(attempts) + 1,  # type: ignore[arg-type, call-overload]
+        request=bytes(request), attempts=int(attempts) + 1,  # type: ignore[call-overload]
         tenant=str(tenant), endpoint=str(extra["endpoint"]), key_id=extra.get("key_id"),
     )  # fmt: skip

@@ -68,7 +68,8 @@ def page(data: list[dict[str, Any]], *, has_more: bool) -> Response:
 
 async def create_file(edge: Edge, request: Request) -> Response:
     tenant, _ = caller(request)
-    assert request.chunks is not None  # a streaming route
+    if request.chunks is None:  # a streaming route always has them
+        raise BadRequest("The upload has no body.")
     record = await service(edge).upload(
         request.chunks, content_type=request.headers.get("content-type", ""), tenant=tenant
     )
