@@ -244,3 +244,31 @@ async def test_cancel_closes_the_lines_that_did_not_run(
     seen = [item["custom_id"] for item in output + errors]
     assert sorted(seen) == sorted(f"c-{i}" for i in range(40))
     assert any(e["error"]["code"] == "batch_cancelled" for e in errors)
+
+
+async def test_with_auth_on_lines_run_as_the_key_that_made_the_batch(
+    sim: SimHandle, gateway_at: GatewayFactory, tmp_path: Path
+) -> None:
+    auth = {"enabled": True, "store": {"backend": "memory"},
+            "keys": [{"key": "sk-acme", "tenant": "acme", "models": ["m"]},
+                     {"key": "sk-other", "tenant": "other"}]}  # fmt: skip
+    lines = [line("allowed"), {**line("refused"), "body": {**line("x")["body"], "model": "big"}}]
+    async with gateway_at(sim.base_url, auth=auth, batch=batch_settings(tmp_path)) as url:
+        async with SDK(base_url=url, api_key="sk-nope", max_retries=0) as nobody:
+            with pytest.raises(openai.AuthenticationError):
+                await nobody.files.list()
+        other = SDK(base_url=url, api_key="sk-other", max_retries=0)
+        async with SDK(base_url=url, api_key="sk-acme", max_retries=0) as acme, other:
+            uploaded = await acme.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
+            batch = await acme.batches.create(
+                input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+            with pytest.raises(openai.NotFoundError):
+                await other.batches.retrieve(batch.id)
+            done = await finished(acme, batch.id)
+            output = await lines_of(acme, done.output_file_id)
+            errors = await lines_of(acme, done.error_file_id)
+    assert [item["custom_id"] for item in output] == ["allowed"]
+    assert [item["custom_id"] for item in errors] == ["refused"]
+    assert errors[0]["response"]["status_code"] == 403
+    assert errors[0]["error"]["code"] == "model_not_allowed"
