@@ -203,9 +203,9 @@ class PostgresStore:
         async def work(cur: Cursor) -> Job | None:
             await cur.execute(
                 f"SELECT {JOB_COLUMNS} FROM lg_jobs j WHERE (j.lease_until IS NULL OR "
-                f"j.lease_until < %(now)s OR j.holder = %(holder)s) AND ({NEEDS_WORK}) "
+                f"j.lease_until < %(now)s) AND ({NEEDS_WORK}) "
                 "ORDER BY j.seq LIMIT 1 FOR UPDATE SKIP LOCKED",
-                {"now": now, "holder": holder},
+                {"now": now},
             )
             row = await cur.fetchone()
             if row is None:

@@ -151,8 +151,8 @@ class SqliteStore:
             try:
                 row = c.execute(
                     f"SELECT {JOB_COLUMNS} FROM jobs WHERE (lease_until IS NULL OR lease_until < "
-                    f":now OR holder = :holder) AND ({NEEDS_WORK}) ORDER BY seq LIMIT 1",
-                    {"now": now, "holder": holder},
+                    f":now) AND ({NEEDS_WORK}) ORDER BY seq LIMIT 1",
+                    {"now": now},
                 ).fetchone()
                 if row is not None:
                     c.execute("UPDATE jobs SET holder = ?, lease_until = ? WHERE id = ?",
