@@ -38,6 +38,8 @@ from levergate.redact import install as install_redaction
 if TYPE_CHECKING:
     import httpx
 
+    from levergate.batch.service import BatchService
+
 FEATURE_HEADER = "x-levergate-feature"
 PRIORITY_HEADER = "x-levergate-priority"
 TIMEOUT_HEADER = "x-levergate-timeout"
@@ -57,6 +59,12 @@ class Gateway:
         install_redaction(self.redactor)
         self.ready = False
         self._jobs: list[asyncio.Future[None]] = []
+        # The Batch API and its runner (levergate/batch/), when `batch.enabled`.
+        self.batch: BatchService | None = None
+        if self.settings.batch.enabled:
+            from levergate.batch.service import BatchService
+
+            self.batch = BatchService(self)
 
     @classmethod
     def from_config(cls, path: str | Path) -> Gateway:
@@ -72,7 +80,8 @@ class Gateway:
         if self._jobs:
             return
         keep_running = self.pipeline.supervisor.keep_running
-        self._jobs = [asyncio.ensure_future(keep_running(job)) for job in self.pipeline.background]
+        background = [*self.pipeline.background, *([self.batch.job()] if self.batch else [])]
+        self._jobs = [asyncio.ensure_future(keep_running(job)) for job in background]
         self.ready = True
 
     async def __aexit__(
@@ -89,6 +98,8 @@ class Gateway:
         for job in jobs:
             job.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
+        if self.batch is not None:
+            await self.batch.aclose()
         await self.pipeline.aclose()
 
     # ---- the core, shared by every edge -------------------------------------------------

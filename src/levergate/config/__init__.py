@@ -47,6 +47,7 @@ from levergate.config.base import (
     SECRET_MIN_CHARS,
     WILDCARD,
 )
+from levergate.config.batch import Batch, BatchStore
 from levergate.config.cache import (
     Cache,
     CacheMode,
@@ -118,6 +119,8 @@ __all__ = [
     "Background",
     "BalanceSettings",
     "BalanceStrategy",
+    "Batch",
+    "BatchStore",
     "Breakpoints",
     "Cache",
     "CacheMode",

@@ -10,6 +10,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from levergate.config.base import WILDCARD
+from levergate.config.batch import Batch
 from levergate.config.cache import Cache
 from levergate.config.cascade import CascadeSettings, check_references
 from levergate.config.keys import Admin, Auth
@@ -40,6 +41,7 @@ class Settings(BaseSettings):
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
     prompt_cache: PromptCache = Field(default_factory=PromptCache)
     background: Background = Field(default_factory=Background)
+    batch: Batch = Field(default_factory=Batch)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod

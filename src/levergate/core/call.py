@@ -21,9 +21,12 @@ import enum
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from levergate.core.quota import Quota
+
+if TYPE_CHECKING:
+    from levergate.stores.keys import KeyRecord
 
 Kind = Literal["chat", "completion", "embedding"]
 
@@ -160,6 +163,10 @@ class Context:
     # (cache-control, x-levergate-*). Empty for library calls without headers.
     headers: Mapping[str, str] = field(default_factory=dict)
     trace: Trace = field(default_factory=Trace)
+    # A gateway key already established in-process (a batch line runs as the key that made
+    # its batch); Authenticate then checks it instead of an `authorization` header. Never set
+    # from a request: only code inside the gateway builds a Context.
+    key: KeyRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)

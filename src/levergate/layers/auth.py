@@ -25,6 +25,7 @@ from levergate.core.service import Layer, Service
 from levergate.errors import AuthenticationFailed, PermissionDenied
 from levergate.layers.keys.keyring import Keyring
 from levergate.layers.keys.quota import KeyQuota
+from levergate.stores.keys import KeyRecord
 
 if TYPE_CHECKING:
     from levergate.layers.shared import Shared
@@ -72,13 +73,7 @@ class Authenticate:
         return await self._inner(call)
 
     async def _authenticated(self, call: Call) -> Reply:
-        scheme, _, key = call.ctx.headers.get("authorization", "").partition(" ")
-        key = key.strip()
-        if scheme.lower() != "bearer" or not key:
-            raise AuthenticationFailed(
-                "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
-            )
-        record = await self._keyring.resolve(key)
+        record = call.ctx.key if call.ctx.key is not None else await self._presented(call)
         if record is None or record.revoked is not None:
             # One answer for both: a revoked key is no more a key than a made-up one.
             raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
@@ -93,3 +88,13 @@ class Authenticate:
         if self._quota is None:
             return await self._inner(call)
         return await self._quota.serve(record, call, self._inner)
+
+    async def _presented(self, call: Call) -> KeyRecord | None:
+        """The record of the bearer key the request carries (None: no such key)."""
+        scheme, _, key = call.ctx.headers.get("authorization", "").partition(" ")
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key:
+            raise AuthenticationFailed(
+                "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
+            )
+        return await self._keyring.resolve(key)

@@ -65,8 +65,9 @@ class App:
         self._running.add(answering)
         try:
             response = await self.edge.handle(
-                scope["method"], scope["path"], headers, body, trace=trace
-            )
+                scope["method"], scope["path"], headers, body, trace=trace,
+                query=scope.get("query_string", b"").decode("latin-1"),
+            )  # fmt: skip
             body.done = True
             answering.answered = True
             answering.streaming = response.stream is not None

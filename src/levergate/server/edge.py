@@ -52,10 +52,13 @@ class Edge:
         body: BodySource | bytes,
         *,
         trace: Trace,
+        query: str = "",
     ) -> Response:
         """Answer one request. `body` is the adapter's source of the body's bytes (or the whole
-        body already in memory); headers are lower-cased."""
+        body already in memory); headers are lower-cased; `query` is the raw query string."""
         request = Request(method, path, headers, trace)
+        if query:
+            request.query = query
         try:
             bound, request.params = self._router.match(method, path)
             route = bound.route

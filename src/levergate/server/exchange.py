@@ -54,6 +54,7 @@ class Request:
         "method",
         "params",
         "path",
+        "query",
         "trace",
     )
 
@@ -65,6 +66,8 @@ class Request:
         self.headers = headers
         self.trace = trace
         self.params = NO_PARAMS
+        # The raw query string ("" for none): list endpoints read their paging from it.
+        self.query = ""
         self.body = b""
         # Set instead of `body` on streaming routes: iterate it once; it raises
         # PayloadTooLarge as soon as the chunks pass the route's limit.

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from levergate.errors import MethodNotAllowed, NotFound
 from levergate.server import admin, guards
 from levergate.server.exchange import NO_PARAMS, Request, Response
-from levergate.server.handlers import openai, ops
+from levergate.server.handlers import batches, files, openai, ops
 
 if TYPE_CHECKING:
     from levergate.config import Server, Settings
@@ -57,6 +57,16 @@ def _admin(method: str, path: str, handler: Handler) -> Route:
     return Route(method, path, handler, guard=admin.admin_token, enabled=admin.enabled)
 
 
+def _batch(method: str, path: str, handler: Handler, *, stream: bool = False) -> Route:
+    """A Batch API route: a client key as for /v1/models, absent unless `batch.enabled`."""
+    return Route(method, path, handler, guard=guards.client_key, stream=stream,
+                 enabled=_batch_enabled)  # fmt: skip
+
+
+def _batch_enabled(settings: Settings) -> bool:
+    return settings.batch.enabled
+
+
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/chat/completions", openai.chat_completions),
     Route("POST", "/v1/completions", openai.completions),
@@ -66,6 +76,16 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/healthz", ops.healthz),
     Route("GET", "/readyz", ops.readyz),
     Route("GET", "/metrics", ops.metrics, guard=guards.metrics_token),
+    # The Batch API (batch/): the tenant's own files and batches; absent unless batch.enabled.
+    _batch("POST", "/v1/files", files.create_file, stream=True),
+    _batch("GET", "/v1/files", files.list_files),
+    _batch("GET", "/v1/files/{id}", files.retrieve_file),
+    _batch("DELETE", "/v1/files/{id}", files.delete_file),
+    _batch("GET", "/v1/files/{id}/content", files.file_content),
+    _batch("POST", "/v1/batches", batches.create_batch),
+    _batch("GET", "/v1/batches", batches.list_batches),
+    _batch("GET", "/v1/batches/{id}", batches.retrieve_batch),
+    _batch("POST", "/v1/batches/{id}/cancel", batches.cancel_batch),
     # The admin API (server/admin.py), on its own credential; absent unless admin.enabled.
     _admin("POST", "/admin/keys", admin.create_key),
     _admin("GET", "/admin/keys", admin.list_keys),

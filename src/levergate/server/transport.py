@@ -52,8 +52,9 @@ class GatewayTransport(httpx.AsyncBaseTransport):
         trace = Trace()
         headers = {k.lower(): v for k, v in request.headers.items()}
         response = await self._edge.handle(
-            request.method, request.url.path, headers, _Body(request, headers), trace=trace
-        )
+            request.method, request.url.path, headers, _Body(request, headers), trace=trace,
+            query=request.url.query.decode("latin-1"),
+        )  # fmt: skip
         if response.stream is None:
             return httpx.Response(
                 response.status, headers=response.headers, content=response.body, request=request

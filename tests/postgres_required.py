@@ -1,0 +1,35 @@
+"""The one rule for tests that need PostgreSQL (as tests/redis_required.py is for Redis):
+outside CI a missing server skips them with a reason; under CI=true (where .ci/run starts
+PostgreSQL) it fails them, so a skip never hides a lost test. Each test gets a database of its
+own, created here and dropped afterwards."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+import pytest
+
+SERVER = os.environ.get("LEVERGATE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+
+
+@asynccontextmanager
+async def postgres_database(name: str) -> AsyncIterator[str]:
+    """A fresh, empty database `name` on the test server; its DSN."""
+    try:
+        admin = await psycopg.AsyncConnection.connect(
+            f"{SERVER}/postgres", autocommit=True, connect_timeout=3
+        )
+    except psycopg.Error as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL is required under CI and is not reachable at {SERVER}: {exc}")
+        pytest.skip(f"PostgreSQL not reachable at {SERVER}: {exc}")
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield f"{SERVER}/{name}"
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()

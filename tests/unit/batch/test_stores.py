@@ -1,0 +1,120 @@
+"""The lease logic, the same for both job stores (SQLite here; PostgreSQL when it answers):
+times are given explicitly (a ManualClock's), so a lapse is a number, never a sleep."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from levergate.batch.model import Job, LineRow
+from levergate.batch.store import Store
+from levergate.batch.stores.postgres import PostgresStore
+from levergate.batch.stores.sqlite import SqliteStore
+from levergate.testing import ManualClock
+from tests.postgres_required import postgres_database
+
+LEASE = 30.0
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    if request.param == "sqlite":
+        sqlite = SqliteStore(tmp_path / "b.sqlite3", timeout=5)
+        yield sqlite
+        await sqlite.aclose()
+        return
+    async with postgres_database("levergate_batch_unit") as dsn:
+        pg = PostgresStore(dsn, timeout=5)
+        yield pg
+        await pg.aclose()
+
+
+async def running_job(store: Store, job_id: str, lines: int, *, refused: int = 0) -> Job:
+    job = Job(
+        id=job_id,
+        tenant="t",
+        status="validating",
+        endpoint="/v1/chat/completions",
+        input_file_id="f",
+        created_at=0,
+        expires_at=10**9,
+    )
+    await store.add_job(job)
+    rows = [LineRow(i, f"c{i}", b"{}") for i in range(lines)]
+    rows += [LineRow(lines + i, f"r{i}", None, b'{"refused":1}') for i in range(refused)]
+    await store.add_lines(job.id, rows)
+    running = job.moved("in_progress", now=1)
+    assert await store.save(running, expect="validating")
+    return running
+
+
+async def test_a_claimed_line_is_nobody_elses_until_its_lease_lapses(store: Store) -> None:
+    clock = ManualClock()
+    await running_job(store, "batch_a", 3)
+    now = clock.now()
+    first = await store.claim(holder="h1", now=now, until=now + LEASE, limit=2)
+    second = await store.claim(holder="h2", now=now, until=now + LEASE, limit=10)
+    assert [c.idx for c in first] == [0, 1]
+    assert [c.idx for c in second] == [2]
+    clock.advance(LEASE / 2)
+    await store.renew(holder="h2", until=clock.now() + LEASE)  # h2 lives; h1 died
+    clock.advance(LEASE / 2 + 1)  # h1's leases lapse, h2 takes them
+    now = clock.now()
+    taken = await store.claim(holder="h2", now=now, until=now + LEASE, limit=10)
+    assert [c.idx for c in taken] == [0, 1]
+    assert [c.attempts for c in taken] == [2, 2]
+
+
+async def test_renewal_keeps_a_live_holders_lines(store: Store) -> None:
+    clock = ManualClock()
+    await running_job(store, "batch_b", 2)
+    now = clock.now()
+    await store.claim(holder="h1", now=now, until=now + LEASE, limit=10)
+    clock.advance(LEASE * 0.9)
+    assert await store.renew(holder="h1", until=clock.now() + LEASE) == 2
+    clock.advance(LEASE * 0.9)
+    assert await store.claim(holder="h2", now=clock.now(), until=clock.now() + LEASE, limit=9) == []
+
+
+async def test_a_line_has_one_result_however_many_holders_finish_it(store: Store) -> None:
+    await running_job(store, "batch_c", 1)
+    await store.claim(holder="h1", now=0, until=1, limit=1)
+    await store.claim(holder="h2", now=2, until=40, limit=1)  # h1's lease lapsed
+    assert await store.finish("batch_c", [(0, True, b"from h2")]) == 1
+    assert await store.finish("batch_c", [(0, False, b"from h1, late")]) == 0
+    assert await store.results("batch_c", ok=True, after=-1, limit=10) == [(0, b"from h2")]
+    assert await store.results("batch_c", ok=False, after=-1, limit=10) == []
+
+
+async def test_retry_later_hides_a_line_until_its_time(store: Store) -> None:
+    await running_job(store, "batch_d", 1)
+    await store.claim(holder="h1", now=0, until=30, limit=1)
+    await store.retry_later("batch_d", 0, holder="h1", at=5)
+    assert await store.claim(holder="h1", now=4, until=30, limit=1) == []
+    assert len(await store.claim(holder="h1", now=6, until=30, limit=1)) == 1
+
+
+async def test_refused_lines_count_as_failed_and_jobs_lease_once(store: Store) -> None:
+    await running_job(store, "batch_e", 2, refused=1)
+    counts = await store.counts("batch_e")
+    assert (counts.total, counts.ok, counts.failed, counts.open) == (3, 0, 1, 2)
+    await store.finish("batch_e", [(0, True, b"a"), (1, True, b"b")])
+    leased = await store.lease(holder="h1", now=0, until=30)
+    assert leased is not None
+    assert leased.id == "batch_e"  # in_progress with nothing pending: it needs finalizing
+    assert await store.lease(holder="h2", now=1, until=31) is None
+    assert await store.lease(holder="h2", now=31, until=61) is not None
+
+
+async def test_save_is_a_compare_and_set_on_the_status(store: Store) -> None:
+    job = await running_job(store, "batch_f", 1)
+    cancelling = job.moved("cancelling", now=2)
+    finalizing = job.moved("finalizing", now=2, end="completed")
+    assert await store.save(cancelling, expect="in_progress")
+    assert not await store.save(finalizing, expect="in_progress")
+    found = await store.get_job("batch_f", tenant="t")
+    assert found is not None
+    assert found.status == "cancelling"
+    assert await store.get_job("batch_f", tenant="other") is None
