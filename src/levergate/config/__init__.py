@@ -55,6 +55,7 @@ from levergate.config.cache import (
     GuardName,
     SemanticCacheSettings,
 )
+from levergate.config.catalog import Capabilities, CatalogEntry, Ledger, Price
 from levergate.config.keys import Admin, ApiKey, Auth, KeyPolicy, KeyStoreSettings, SpendSettings
 from levergate.config.local import (
     BUNDLED_EMBEDDING_FILE,
@@ -86,7 +87,6 @@ from levergate.config.upstreams import (
     AnyUpstream,
     Model,
     Pool,
-    Price,
     RateLimits,
     ResponseLimits,
     Target,
@@ -116,12 +116,15 @@ __all__ = [
     "CacheMode",
     "CacheRule",
     "CacheStore",
+    "Capabilities",
+    "CatalogEntry",
     "EjectionSettings",
     "FallbackOn",
     "GuardName",
     "HealthCheckSettings",
     "KeyPolicy",
     "KeyStoreSettings",
+    "Ledger",
     "LocalEmbeddings",
     "LocalUpstream",
     "MaxWait",

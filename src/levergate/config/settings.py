@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from levergate.config.base import WILDCARD
 from levergate.config.cache import Cache
+from levergate.config.catalog import CatalogEntry, Ledger
 from levergate.config.keys import Admin, Auth
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.traffic import Traffic
@@ -36,6 +37,9 @@ class Settings(BaseSettings):
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)
     background: Background = Field(default_factory=Background)
+    # Models added to or overriding the built-in catalog (config/catalog.py), and the ledger.
+    catalog: dict[str, CatalogEntry] = Field(default_factory=dict)
+    ledger: Ledger = Field(default_factory=Ledger)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod

@@ -16,8 +16,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from levergate.config import Metrics
+from levergate.config import Ledger, Metrics
 from levergate.core.tokenizer import TokenSource
+from levergate.layers.measure.ledger import LedgerMetrics
 from levergate.layers.measure.record import RequestRecord
 
 OTHER = "other"
@@ -27,8 +28,11 @@ Labels = tuple[str, str, str, str]
 class Telemetry:
     """The Prometheus metrics of one gateway, in its own registry (no global state)."""
 
-    def __init__(self, settings: Metrics) -> None:
+    def __init__(self, settings: Metrics, *, ledger: Ledger | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # The cost ledger's dollars by lever, model, tenant and feature (None: `ledger` off).
+        ledger = Ledger() if ledger is None else ledger
+        self.ledger = LedgerMetrics(ledger, self.registry) if ledger.enabled else None
         labels = ("route", "model", "upstream", "feature")
         buckets = settings.latency_buckets
         reg = self.registry
@@ -71,7 +75,8 @@ class Telemetry:
         )
         self.cost = Counter(
             "levergate_cost_usd",
-            "Cost at the price of the model that answered.",
+            "Cost at the price of the model that answered, side spends (a cascade's cheap "
+            "attempt, summaries, judges) included.",
             ("model", "upstream", "feature"),
             registry=reg,
         )
