@@ -249,8 +249,12 @@ class Catalog:
         what = f"model {model.name!r}"
         entry = self._entry_for(model)
         if entry is None:
-            price = None if model.price.empty else _resolved(model.price, what=what)
-            return ModelSpec(price=price)
+            if model.price.empty:
+                return ModelSpec()
+            if model.name == WILDCARD:
+                # Partial is fine here: it is laid over each model's entry met behind `*`.
+                return ModelSpec(price=self._try(model.price))
+            return ModelSpec(price=_resolved(model.price, what=what))
         name, value = entry
         merged = model.price.over(value.price)
         if merged.empty:
