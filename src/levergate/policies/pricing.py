@@ -44,11 +44,13 @@ Negative savings cannot go into a Prometheus counter: `/metrics` puts the positi
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from levergate.core.tokenizer import TokenSource
 
 PER = 1e6  # prices are US dollars per million tokens
+NO_SAVINGS: Mapping[str, float] = MappingProxyType({})
 SIDE_FOR_LEVER = {"cascade": "route", "judge": "route", "summary": "trim"}
 
 
@@ -98,31 +100,36 @@ FREE = Rates()
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    # `type() is int` leaves out booleans (JSON true is not a count); usage comes from JSON.
+    return value if type(value) is int and value > 0 else 0
 
 
 def _detail(usage: Mapping[str, Any], block: str, key: str) -> int:
     details = usage.get(block)
-    return _int(details.get(key)) if isinstance(details, Mapping) else 0
+    return _int(details.get(key)) if isinstance(details, dict) else 0
 
 
 def _split_1h(usage: Mapping[str, Any], written: int) -> int:
     """The 1-hour part of the cache writes (Anthropic's `cache_creation` split), within them."""
+    if not written:
+        return 0
     return min(written, _detail(usage, "cache_creation", "ephemeral_1h_input_tokens"))
 
 
 def _source(value: Any) -> TokenSource:
-    reported = isinstance(value, int) and not isinstance(value, bool)
-    return TokenSource.REPORTED if reported else TokenSource.NONE
+    return TokenSource.REPORTED if type(value) is int else TokenSource.NONE
 
 
 def from_openai_chat(usage: Mapping[str, Any]) -> Tokens:
     """OpenAI chat/completions/embeddings usage (and the Anthropic upstream's translation)."""
     prompt = _int(usage.get("prompt_tokens"))
-    cached = _detail(usage, "prompt_tokens_details", "cached_tokens")
-    written = _detail(usage, "prompt_tokens_details", "cache_write_tokens") or _int(
-        usage.get("cache_creation_input_tokens")
-    )
+    details = usage.get("prompt_tokens_details")
+    cached = written = 0
+    if isinstance(details, dict):
+        cached = _int(details.get("cached_tokens"))
+        written = _int(details.get("cache_write_tokens"))
+    if not written:
+        written = _int(usage.get("cache_creation_input_tokens"))
     # Inside prompt_tokens by this convention: never more than it (a lying upstream included).
     cached = min(cached, prompt)
     written = min(written, prompt - cached)
@@ -224,6 +231,12 @@ def bill(
     tokens Trim removed, `side` the priced side spends."""
     paid = rates.batched() if batch and rates.batch_discount else rates
     answer = cost(tokens, paid)
+    if not (side or trimmed or default is not None or paid is not rates):
+        # The common request: no lever but perhaps the provider's prompt cache.
+        if not (tokens.cached_read or tokens.cache_write):
+            return Bill(answer, answer, (), NO_SAVINGS)
+        saved = prompt_cache_saving(tokens, paid)
+        return Bill(answer, answer, (), {"prompt_cache": saved} if saved else NO_SAVINGS)
     side_usd = {"route": 0.0, "trim": 0.0}
     for spend in side:
         lever = SIDE_FOR_LEVER.get(spend.purpose)

@@ -114,9 +114,16 @@ class LedgerMetrics:
         self._max_sets = settings.max_label_sets
         self._seen: dict[str, set[str]] = {"model": set(), "tenant": set(), "feature": set()}
         self._sets: set[tuple[str, str, str]] = set()
+        # Admitted combinations as they arrived (raw == bounded), for one dict look-up per
+        # request; never larger than `max_label_sets`.
+        self._admitted: dict[tuple[str, str, str], tuple[str, str, str]] = {}
         self._children: dict[tuple[Counter, tuple[str, ...]], Any] = {}
 
     def labels(self, *, model: str, tenant: str, feature: str) -> tuple[str, str, str]:
+        raw = (model, tenant, feature)
+        found = self._admitted.get(raw)
+        if found is not None:
+            return found
         wanted = (
             self._bounded("model", model),
             self._bounded("tenant", tenant),
@@ -126,6 +133,8 @@ class LedgerMetrics:
             return wanted
         if len(self._sets) < self._max_sets:
             self._sets.add(wanted)
+            if wanted == raw:
+                self._admitted[raw] = wanted
             return wanted
         return (OTHER, OTHER, OTHER)
 
@@ -160,7 +169,9 @@ class LedgerSink:
             return
         m = self._m
         labels = m.labels(model=record.answered_model, tenant=record.tenant, feature=record.feature)
-        answer = record.cost_usd - sum(side.usd for side in record.side)
+        answer = (
+            record.cost_usd - sum(s.usd for s in record.side) if record.side else record.cost_usd
+        )
         if answer > 0:
             m.inc(m.spend, (*labels, "answer"), answer)
         for side in record.side:

@@ -23,11 +23,10 @@ and saves what the answer cost when it was generated.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
 from levergate.core.call import CacheResult, Kind, Note
-from levergate.policies.pricing import Side, Tokens
+from levergate.policies.pricing import NO_SAVINGS, Side, Tokens
 
 __all__ = ["CANCELLED", "NO_SAVINGS", "OK", "RequestRecord", "Side", "Sink", "Timings", "Tokens"]
 
@@ -44,9 +43,6 @@ class Timings(NamedTuple):
     overhead: float
     ttft: float | None = None  # to the first generated token of a stream
     inter_token: float | None = None  # the mean gap between generated chunks of a stream
-
-
-NO_SAVINGS: Mapping[str, float] = MappingProxyType({})
 
 
 class RequestRecord(NamedTuple):
