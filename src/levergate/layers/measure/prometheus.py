@@ -69,7 +69,8 @@ class Telemetry:
         )
         self.tokens = Counter(
             "levergate_tokens",
-            "Tokens by kind: input (cached included, OpenAI convention), output, cached.",
+            "Tokens by kind: input (cached and cache writes included, OpenAI convention), "
+            "output, cached (prompt-cache reads), cache_write (prompt-cache writes).",
             ("model", "upstream", "feature", "kind"),
             registry=reg,
         )
@@ -165,6 +166,8 @@ class PrometheusSink:
             t.child(t.tokens, model, upstream, feature, "output").inc(tokens.output)
             if tokens.cached_read:
                 t.child(t.tokens, model, upstream, feature, "cached").inc(tokens.cached_read)
+            if tokens.cache_write:
+                t.child(t.tokens, model, upstream, feature, "cache_write").inc(tokens.cache_write)
             if tokens.output and tokens.output_source is not TokenSource.REPORTED:
                 how = tokens.output_source.value
                 t.child(t.unreported, model, upstream, feature, how).inc(tokens.output)
