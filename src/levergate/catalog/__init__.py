@@ -173,9 +173,11 @@ class Catalog:
             self._specs[model.name] = self._resolve(model)
         self._rates = {alias: spec.rates for alias, spec in self._specs.items()}
         self._fallback = self._specs.get(WILDCARD, UNKNOWN)
-        # Names met behind `*`, resolved once; only names of catalog entries are kept, so it
-        # stays as small as the catalog whatever clients send.
+        # Names met behind `*`, resolved once. Only names that find an entry are kept, and at
+        # most `_dynamic_cap` of them: clients can spell one entry many ways ("x/gpt-4o",
+        # dated suffixes), and a name past the cap is just looked up again.
         self._dynamic: dict[str, Rates] = {}
+        self._dynamic_cap = 4 * len(self._entries) + 64
 
     @classmethod
     def build(cls, settings: Settings) -> Catalog:
@@ -233,7 +235,9 @@ class Catalog:
             return cached
         if self.lookup(name) is None:
             return self._fallback.rates
-        rates = self._dynamic[name] = self.spec(name).rates
+        rates = self.spec(name).rates
+        if len(self._dynamic) < self._dynamic_cap:
+            self._dynamic[name] = rates
         return rates
 
     def table(self) -> list[tuple[str, CatalogEntry]]:

@@ -137,3 +137,10 @@ def test_the_builtin_table_can_be_turned_off() -> None:
     catalog = Catalog.build(settings({"name": "gpt-4o", "upstream": "up"},
                                      ledger={"builtin_catalog": False}))  # fmt: skip
     assert not catalog.spec("gpt-4o").priced
+
+
+def test_names_clients_invent_behind_the_wildcard_are_not_remembered_without_bound() -> None:
+    catalog = Catalog.build(settings({"name": "*", "upstream": "up"}))
+    for n in range(5000):
+        assert catalog.rates("*", f"vendor{n}/gpt-4o-2024-01-{n % 28 + 1:02d}").input == 2.5
+    assert len(catalog._dynamic) <= catalog._dynamic_cap < 5000
