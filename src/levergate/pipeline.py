@@ -111,7 +111,7 @@ class Pipeline:
 
 def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     deps = deps or Deps()
-    t, telemetry = settings.traffic, Telemetry(settings.metrics)
+    t, telemetry = settings.traffic, Telemetry(settings.metrics, ledger=settings.ledger)
     models = {m.name: m for m in settings.models}
     shared = Shared.build(settings, models=models, clock=deps.clock, registry=telemetry.registry)
     make = partial(make_endpoint, http_client=deps.http_client)
@@ -152,7 +152,7 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     dispatch = Dispatch(routes, fallback=wildcard)
     service = stack(dispatch, [
         # Outermost: it must see every request, including the ones refused further down.
-        _measure(settings, telemetry, models, shared, deps.sinks),
+        _measure(settings, telemetry, shared, deps.sinks),
         # Decides the tenant before anything keyed or limited by tenant; a key's own rates and
         # budgets apply here too, so a key over them is refused before any other work.
         Authenticate.layer(settings.auth, shared=shared),
@@ -196,7 +196,6 @@ def _members(model: Model, nodes: Mapping[str, Sequence[Node]]) -> list[Member]:
 def _measure(
     settings: Settings,
     telemetry: Telemetry,
-    models: Mapping[str, Model],
     shared: Shared,
     extra: Sequence[Sink],
 ) -> Layer | None:
@@ -206,8 +205,7 @@ def _measure(
     sinks += extra
     if not settings.metrics.enabled and not sinks:
         return None
-    prices = {n: m.price for n, m in models.items()}
-    return partial(Measure, telemetry=telemetry, prices=prices, sinks=sinks)
+    return partial(Measure, telemetry=telemetry, catalog=shared.catalog, sinks=sinks)
 
 
 def _provider(model: Model, upstreams: Mapping[str, Upstream | LocalUpstream]) -> Provider:

@@ -79,10 +79,11 @@ def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
         Settings.load(tmp_path / "absent.yaml")
 
 
-def test_price_counts_cached_tokens_at_their_own_rate() -> None:
-    price = Price(input=1.0, output=4.0, cached_input=0.1)
-    assert price.cost(2_000_000, 1_000_000, 1_000_000) == pytest.approx(1.0 + 0.1 + 4.0)
-    assert Price(input=2.0).cost(1_000_000, 0, 500_000) == pytest.approx(2.0)
+def test_price_takes_the_earlier_cached_input_name_and_overrides_field_by_field() -> None:
+    old = Price.model_validate({"input": 1.0, "output": 4.0, "cached_input": 0.1})
+    assert old.cache_read == 0.1
+    over = Price.model_validate({"input": 2.0}).over(old)
+    assert (over.input, over.output, over.cache_read) == (2.0, 4.0, 0.1)
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,7 @@ from levergate.config.cache import (
     SemanticCacheSettings,
 )
 from levergate.config.cascade import CascadeSettings, NamedCascade
+from levergate.config.catalog import Capabilities, CatalogEntry, Ledger, Price
 from levergate.config.keys import Admin, ApiKey, Auth, KeyPolicy, KeyStoreSettings, SpendSettings
 from levergate.config.local import (
     BUNDLED_EMBEDDING_FILE,
@@ -91,7 +92,6 @@ from levergate.config.upstreams import (
     BalanceStrategy,
     Model,
     Pool,
-    Price,
     RateLimits,
     ResponseLimits,
     Target,
@@ -126,13 +126,16 @@ __all__ = [
     "CacheMode",
     "CacheRule",
     "CacheStore",
+    "Capabilities",
     "CascadeSettings",
+    "CatalogEntry",
     "EjectionSettings",
     "FallbackOn",
     "GuardName",
     "HealthCheckSettings",
     "KeyPolicy",
     "KeyStoreSettings",
+    "Ledger",
     "LocalEmbeddings",
     "LocalUpstream",
     "MaxWait",

@@ -13,6 +13,7 @@ from levergate.config.base import WILDCARD
 from levergate.config.batch import Batch
 from levergate.config.cache import Cache
 from levergate.config.cascade import CascadeSettings, check_references
+from levergate.config.catalog import CatalogEntry, Ledger
 from levergate.config.keys import Admin, Auth
 from levergate.config.prompt_cache import PromptCache
 from levergate.config.server import Background, Metrics, RequestLimits, Server
@@ -42,6 +43,9 @@ class Settings(BaseSettings):
     prompt_cache: PromptCache = Field(default_factory=PromptCache)
     background: Background = Field(default_factory=Background)
     batch: Batch = Field(default_factory=Batch)
+    # Models added to or overriding the built-in catalog (config/catalog.py), and the ledger.
+    catalog: dict[str, CatalogEntry] = Field(default_factory=dict)
+    ledger: Ledger = Field(default_factory=Ledger)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod

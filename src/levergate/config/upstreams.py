@@ -1,5 +1,5 @@
 """Upstreams (OpenAI-compatible HTTP) and model aliases: timeouts, pools, limits per key and
-endpoint, answer caps, prices."""
+endpoint, answer caps, prices (`Price` lives with the catalog, `config.catalog`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, PrivateAttr, SecretStr, Tag, model_validator
 
 from levergate.config.base import _Strict
+from levergate.config.catalog import Price
 from levergate.config.local import LocalUpstream
 
 # Provider response headers passed on to the client (names, or prefixes ending in `*`): its
@@ -157,21 +158,6 @@ AnyUpstream = Annotated[
 ]
 
 
-class Price(_Strict):
-    """US dollars per million tokens."""
-
-    input: float = Field(0.0, ge=0)
-    output: float = Field(0.0, ge=0)
-    cached_input: float | None = Field(None, ge=0)  # defaults to `input` when unset
-
-    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int) -> float:
-        cached_price = self.input if self.cached_input is None else self.cached_input
-        fresh = max(0, input_tokens - cached_tokens)
-        return (
-            fresh * self.input + cached_tokens * cached_price + output_tokens * self.output
-        ) / 1e6
-
-
 # How a model alias chooses among its endpoint keys (policies/balancing.py STRATEGIES).
 BalanceStrategy = Literal["p2c", "least_outstanding", "weighted", "round_robin", "affinity"]
 
@@ -192,6 +178,10 @@ class Model(_Strict):
     name: str
     upstream: str = ""
     upstream_model: str | None = None
+    # Its catalog entry (levergate/catalog, `catalog:` in the settings): named here, or found
+    # by `upstream_model`, then by this alias's name. `price` overrides the entry's field by
+    # field; an alias with neither is unpriced (self-hosted: costs nothing, logged at start).
+    catalog: str | None = None
     price: Price = Field(default_factory=Price)
     endpoints: list[Target] = Field(default_factory=list)
     # Other aliases to try, in order, when this one fails (traffic.fallback_on), and the ones

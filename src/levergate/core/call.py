@@ -62,8 +62,13 @@ class CacheResult:
 
     cache: str  # which cache: "exact", "semantic"
     outcome: CacheOutcome
-    saved_input: int = 0
+    saved_input: int = 0  # the whole prompt, its cached parts included
     saved_output: int = 0
+    # Of `saved_input`: read from and written to the provider's prompt cache (of the writes,
+    # those with a 1-hour TTL), so the ledger prices the hit exactly as the miss was priced.
+    saved_cached: int = 0
+    saved_written: int = 0
+    saved_written_1h: int = 0
 
     @property
     def free(self) -> bool:
@@ -141,6 +146,8 @@ class Trace:
     cascade_fallback: bool = False
     # Prompt tokens the prompt-cache optimizer expects the provider to read from its cache.
     expected_cached: int = 0
+    # Answered through a provider's batch API, at its discount (the batch lever sets it).
+    batch: bool = False
     notes: list[Note] = field(default_factory=list)
 
     def elapsed(self) -> float:

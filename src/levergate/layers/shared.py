@@ -3,9 +3,9 @@
 `build_pipeline` calls `Shared.build` once; each layer's builder (`Retry.layer(settings, shared=
 shared)`, ...) takes what it needs from it and returns the layer, or None when its lever is off.
 So which layers exist, in what order, is written in `pipeline.py` alone, and what they share —
-the clock, the metrics registry, the seeded random sources, the traffic, cache and key state — is
-built in one place. The two lists collect what the built layers own: things to close when the
-pipeline closes, and background jobs for `Gateway.start`.
+the clock, the metrics registry, the seeded random sources, the traffic, cache and key state, the
+model catalog — is built in one place. The two lists collect what the built layers own: things to
+close when the pipeline closes, and background jobs for `Gateway.start`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
+from levergate.catalog import Catalog
 from levergate.config import Model, Settings
 from levergate.core.clock import Clock
 from levergate.core.jobs import Job
@@ -44,6 +45,8 @@ class Shared:
     traffic: TrafficState
     cache: CacheState | None  # None: `cache.enabled` is off
     keys: KeyKit | None  # None: neither auth nor the admin API is on
+    # Each alias's resolved model spec: prices, context window, output cap, tokenizer.
+    catalog: Catalog
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
 
@@ -56,6 +59,8 @@ class Shared:
         clock: Clock,
         registry: CollectorRegistry,
     ) -> Shared:
+        # First: a catalog error stops start-up before anything is opened.
+        catalog = Catalog.build(settings)
         closers: list[Callable[[], Awaitable[None]]] = []
         traffic = TrafficState.build(
             settings.traffic, clock=clock, registry=registry, closers=closers
@@ -75,6 +80,7 @@ class Shared:
             traffic=traffic,
             cache=cache,
             keys=keys,
+            catalog=catalog,
             closers=closers,
             jobs=jobs,
         )

@@ -141,21 +141,6 @@ def _in_range(body: dict[str, Any], param: str, lowest: int, highest: int) -> No
         )
 
 
-def usage_tokens(usage: Mapping[str, Any] | None) -> tuple[int, int, int]:
-    """(input, output, cached input) in the OpenAI convention: cached counted inside input."""
-    if not usage:
-        return 0, 0, 0
-    prompt = _int(usage.get("prompt_tokens"))
-    completion = _int(usage.get("completion_tokens"))
-    details = usage.get("prompt_tokens_details")
-    cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
-    return prompt, completion, cached
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def has_generated_token(chunk: Mapping[str, Any]) -> bool:
     """True when a stream chunk carries generated output (content, a tool call, or text) rather
     than only the role preamble or usage: the moment TTFT is measured at."""

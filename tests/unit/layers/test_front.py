@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import generate_latest
 from pydantic import SecretStr
 
+from levergate.catalog import Catalog
 from levergate.config import ApiKey, Auth, Metrics, Price
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
@@ -82,7 +83,7 @@ async def test_measure_counts_tokens_cost_and_sets_the_overhead_header() -> None
     measure = Measure(
         Recorder(Completed(data={"usage": usage})),
         telemetry=telemetry,
-        prices={"m": Price(input=1.0, output=2.0, cached_input=0.5)},
+        catalog=Catalog.of_prices({"m": Price(input=1.0, output=2.0, cache_read=0.5)}),
     )
     call = call_with({"x-levergate-feature": "search"}, feature="search")
     call.ctx.trace.upstream = "up"
@@ -108,7 +109,9 @@ async def test_measure_records_ttft_at_the_first_generated_token_when_a_stream_c
         yield Event(b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}')
 
     telemetry = Telemetry(Metrics())
-    measure = Measure(Recorder(Stream(events())), telemetry=telemetry, prices={})
+    measure = Measure(
+        Recorder(Stream(events())), telemetry=telemetry, catalog=Catalog.of_prices({})
+    )
     reply = await measure(call_with())
     assert isinstance(reply, Stream)
     assert metric(telemetry, "levergate_in_flight") == 1
@@ -130,13 +133,15 @@ async def test_measure_counts_failures_by_type_and_a_cut_stream_as_cancelled() -
 
     telemetry = Telemetry(Metrics())
     with pytest.raises(UpstreamUnavailable):
-        await Measure(Failing(), telemetry=telemetry, prices={})(call_with())
+        await Measure(Failing(), telemetry=telemetry, catalog=Catalog.of_prices({}))(call_with())
 
     async def endless() -> EventSource:
         while True:
             yield Event(b'{"choices":[{"delta":{"content":"x"}}]}')
 
-    reply = await Measure(Recorder(Stream(endless())), telemetry=telemetry, prices={})(call_with())
+    reply = await Measure(
+        Recorder(Stream(endless())), telemetry=telemetry, catalog=Catalog.of_prices({})
+    )(call_with())
     assert isinstance(reply, Stream)
     await anext(aiter(reply))
     await reply.aclose()
@@ -158,7 +163,7 @@ async def test_answers_served_from_a_cache_are_not_counted_as_spent() -> None:
     usage = {"prompt_tokens": 10, "completion_tokens": 5}
     measure = Measure(
         Recorder(Completed(data={"usage": usage})), telemetry=telemetry,
-        prices={"m": Price(input=1.0, output=1.0)},
+        catalog=Catalog.of_prices({"m": Price(input=1.0, output=1.0)}),
     )  # fmt: skip
     hit = call_with()
     hit.ctx.trace.cache = CacheResult("exact", CacheOutcome.HIT, 10, 5)

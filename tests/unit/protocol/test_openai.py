@@ -9,7 +9,6 @@ from levergate.protocol.openai import (
     check_body,
     has_generated_token,
     is_usage_only,
-    usage_tokens,
 )
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -116,14 +115,6 @@ def test_counts_at_their_bounds_pass() -> None:
 
 def test_floats_and_ints_are_both_numbers_but_null_is_allowed() -> None:
     check_body("chat", {**CHAT, "temperature": 0, "top_p": 0.5, "max_tokens": None}, limits=LIMITS)
-
-
-def test_usage_tokens_follow_the_openai_convention() -> None:
-    usage = {"prompt_tokens": 2000, "completion_tokens": 10,
-             "prompt_tokens_details": {"cached_tokens": 1536}}  # fmt: skip
-    assert usage_tokens(usage) == (2000, 10, 1536)
-    assert usage_tokens(None) == (0, 0, 0)
-    assert usage_tokens({"prompt_tokens": "x"}) == (0, 0, 0)
 
 
 def test_the_first_generated_token_is_not_the_role_preamble() -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from levergate.layers.cache.stats import CacheStats
-from levergate.protocol.openai import usage_tokens
+from levergate.policies.pricing import from_usage
 from levergate.stores.entry import CorruptEntry, Entry, Form, decode, encode
 from levergate.stores.kv import KV
 
@@ -62,17 +62,21 @@ class Entries:
 
 
 def usage_meta(usage: Any) -> bytes:
-    """An answer's token counts, as kept in its entry's meta: b"prompt,completion"."""
-    prompt, completion, _ = usage_tokens(usage if isinstance(usage, dict) else None)
-    return b"%d,%d" % (prompt, completion)
+    """An answer's token counts, as kept in its entry's meta:
+    b"prompt,completion,cached,written,written_1h" (the prompt includes the cached parts)."""
+    t = from_usage(usage if isinstance(usage, dict) else None)
+    return b"%d,%d,%d,%d,%d" % (t.input, t.output, t.cached_read, t.cache_write, t.cache_write_1h)
 
 
-def meta_usage(meta: bytes) -> tuple[int, int]:
-    prompt, _, completion = meta.partition(b",")
+def meta_usage(meta: bytes) -> tuple[int, int, int, int, int]:
+    """(prompt, completion, cached, written, written_1h); entries written before the prompt
+    cache was kept have the first two only."""
     try:
-        return int(prompt), int(completion)
+        values = [int(part) for part in meta.split(b",")]
     except ValueError:
-        return 0, 0
+        return 0, 0, 0, 0, 0
+    values = (values + [0] * 5)[:5]
+    return values[0], values[1], values[2], values[3], values[4]
 
 
 def hit_headers(outcome: str, entry: Entry, now: float) -> dict[str, str]:

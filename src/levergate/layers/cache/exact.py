@@ -106,9 +106,11 @@ class ExactCache:
             now = self._entries.wall()
             if entry is not None and (asked.max_age is None or entry.age(now) <= asked.max_age):
                 self._stats.lookup(NAME, "hit")
-                prompt, completion = meta_usage(entry.meta)
+                prompt, completion, *bucket = meta_usage(entry.meta)
                 self._stats.saved(NAME, prompt, completion)
-                call.ctx.trace.cache = CacheResult(NAME, CacheOutcome.HIT, prompt, completion)
+                call.ctx.trace.cache = CacheResult(
+                    NAME, CacheOutcome.HIT, prompt, completion, *bucket
+                )
                 headers = hit_headers("hit", entry, now)
                 return replay(entry, kind=call.kind, stream=call.stream, headers=headers)
         ttl = asked.ttl or rule.ttl_seconds

@@ -143,9 +143,9 @@ class SemanticCache:
                     self._stats.rejected.labels(guard).inc()
                 continue
             self._stats.lookup(NAME, "hit")
-            prompt, completion = meta_usage(record.meta)
+            prompt, completion, *bucket = meta_usage(record.meta)
             self._stats.saved(NAME, prompt, completion)
-            call.ctx.trace.cache = CacheResult(NAME, CacheOutcome.HIT, prompt, completion)
+            call.ctx.trace.cache = CacheResult(NAME, CacheOutcome.HIT, prompt, completion, *bucket)
             headers = hit_headers(NAME, record, self._entries.wall())
             headers[SIMILARITY_HEADER] = f"{score:.4f}"
             return replay(entry, kind=call.kind, stream=call.stream, headers=headers)

@@ -38,7 +38,7 @@ from levergate.layers.cache.replay import synthesize
 from levergate.layers.cascade.metrics import CascadeMetrics
 from levergate.layers.cascade.plan import Plan, Plans
 from levergate.policies.confidence import Verdict, answer_text, judge_messages, judge_verdict
-from levergate.protocol.openai import usage_tokens
+from levergate.policies.pricing import from_usage
 
 if TYPE_CHECKING:
     from levergate.core.reply import Event
@@ -59,9 +59,11 @@ class _Answer:
     upstream_model: str
 
     def spend(self, purpose: str) -> Spend:
-        prompt, output, cached = usage_tokens(self.reply.usage)
-        return Spend(self.alias, purpose, input_uncached=max(0, prompt - cached),
-                     cached_read=cached, output=output)  # fmt: skip
+        # Read in the provider's own convention, as the ledger reads the answer it prices.
+        t = from_usage(self.reply.usage)
+        return Spend(self.alias, purpose, input_uncached=t.input_uncached,
+                     cached_read=t.cached_read, cache_write=t.cache_write,
+                     output=t.output)  # fmt: skip
 
 
 class Cascade:

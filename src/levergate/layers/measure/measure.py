@@ -2,12 +2,13 @@
 
 Per request it builds one `RequestRecord` (`layers.measure.record`): total time, TTFT at the
 first *generated* token (not the first byte, not the role preamble), the mean inter-token gap,
-tokens in four buckets, cost at the price of the alias that answered (a fallback's, not the one
-asked for), what each lever saved, the outcome, and the gateway's own overhead: total time minus
+tokens in four buckets (each provider's usage convention, `policies.pricing`), cost at the rates
+of the alias that answered (a fallback's, not the one asked for) plus the side spends, what each
+lever saved (`layers.measure.ledger`), the outcome, and the gateway's own overhead: total time minus
 the time spent waiting on the upstream (and, for streams, minus the time the client took to
 accept each chunk). What the layers below did — the tenant, what answered, the cache outcome,
 attempts, the fallback — it reads from the call's typed record (`core.call.Trace`). The record
-goes to every sink in order (`Sink`); Prometheus is the first.
+goes to every sink in order (`Sink`); Prometheus and the ledger's dollar counters are first.
 
 When an upstream reported no usage (llama.cpp's server sends none in a stream) the output is
 counted here (`core.tokenizer.Tokenizer`) and the record says it was counted, not reported;
@@ -31,23 +32,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from levergate.config import WILDCARD, Price
+from levergate.catalog import Catalog
 from levergate.core.call import CacheOutcome, Call
 from levergate.core.reply import Completed, Event, EventSource, Reply
 from levergate.core.service import Service
 from levergate.core.tokenizer import Tokenizer, TokenSource
 from levergate.errors import LevergateError
+from levergate.layers.measure.ledger import Ledger, LedgerSink
 from levergate.layers.measure.prometheus import PrometheusSink, Telemetry
 from levergate.layers.measure.record import (
     CANCELLED,
-    NO_SAVINGS,
     OK,
     RequestRecord,
     Sink,
     Timings,
     Tokens,
 )
-from levergate.protocol.openai import generated_text, has_generated_token, usage_tokens
+from levergate.policies.pricing import from_usage
+from levergate.protocol.openai import generated_text, has_generated_token
 from levergate.protocol.tokens import TiktokenCounter
 
 __all__ = ["OVERHEAD_HEADER", "Measure", "Telemetry"]
@@ -91,16 +93,19 @@ class Measure:
         inner: Service,
         *,
         telemetry: Telemetry,
-        prices: Mapping[str, Price],
+        catalog: Catalog,
         sinks: Sequence[Sink] = (),
         tokenizer: Tokenizer | None = None,
     ) -> None:
         self._inner = inner
         self._t = telemetry
-        self._prices = prices
-        self._default_price = prices.get(WILDCARD, Price())
-        # Prometheus first: today's metrics; the request log, dashboard and ledger follow.
-        self._sinks: tuple[Sink, ...] = (PrometheusSink(telemetry), *sinks)
+        self._ledger = Ledger(catalog)
+        # Prometheus first (today's metrics and the ledger's dollars); the request log and
+        # the dashboard follow.
+        ours: tuple[Sink, ...] = (PrometheusSink(telemetry),)
+        if telemetry.ledger is not None:
+            ours += (LedgerSink(telemetry.ledger),)
+        self._sinks: tuple[Sink, ...] = (*ours, *sinks)
         self._tokenizer = tokenizer or TiktokenCounter()
         self._sink_failed: set[str] = set()
 
@@ -125,8 +130,8 @@ class Measure:
         self._t.in_flight.dec()
         seen = _Seen(status=reply.status, total=total)
         cache = call.ctx.trace.cache
-        # A cached answer's usage was not spent here: skip parsing it (a shared one's is parsed
-        # already, and tells what coalescing saved).
+        # A cached answer's usage was not spent here: skip parsing it (its buckets are in the
+        # cache's result; a shared one's is parsed already, and tells what coalescing saved).
         if cache is None or cache.outcome is not CacheOutcome.HIT:
             seen.usage = reply.usage
             if seen.usage is None and reply.status == 200:
@@ -198,7 +203,7 @@ class Measure:
         overhead = max(0.0, total - trace.upstream_seconds - seen.consumer_seconds)
         answered = trace.alias or call.model
         tokens = self._tokens(call, seen, answered)
-        price = self._price(answered)
+        bill = self._ledger.bill(call, tokens, seen.usage)
         return RequestRecord(
             request_id=call.ctx.request_id,
             route=call.kind,
@@ -219,15 +224,17 @@ class Measure:
                 inter_token=seen.inter_token,
             ),
             tokens=tokens,
-            cost_usd=price.cost(tokens.input, tokens.output, tokens.cached_read),
+            cost_usd=bill.cost_usd,
             cache=trace.cache,
             attempts=trace.attempts,
             retries=trace.retries,
             fallback=trace.fallback,
             failed_endpoints=frozenset(trace.failed_endpoints) if trace.failed_endpoints else NONE,
-            savings=self._savings(call, seen),
+            savings=bill.savings,
             notes=tuple(trace.notes) if trace.notes else (),
             key_id=trace.key_id,
+            side=bill.side,
+            batch=trace.batch,
         )
 
     def _tokens(self, call: Call, seen: _Seen, answered: str) -> Tokens:
@@ -236,32 +243,14 @@ class Measure:
             # Served by a cache or shared with an identical request in flight: nothing spent
             # here (the cache layers count what it saved), so nothing is counted twice.
             return Tokens()
-        prompt, completion, cached = usage_tokens(seen.usage)
-        written = _cache_write_tokens(seen.usage)
-        uncached = max(0, prompt - cached - written)
-        if seen.usage is not None and isinstance(seen.usage.get("completion_tokens"), int):
-            return Tokens(uncached, cached, written, completion, TokenSource.REPORTED)
+        tokens = from_usage(seen.usage)
+        if tokens.output_source is TokenSource.REPORTED:
+            return tokens
         chunks = [seen.answer] if seen.answer is not None else map(_parsed, seen.generated)
         text = "".join(generated_text(chunk) for chunk in chunks)
         model = call.ctx.trace.upstream_model or answered
         count = self._tokenizer.count(text, model=model)
-        return Tokens(uncached, cached, written, count.tokens, count.how)
-
-    def _savings(self, call: Call, seen: _Seen) -> Mapping[str, float]:
-        """What the cache saved: the price of the answer it served, at the model asked for."""
-        cache = call.ctx.trace.cache
-        if cache is None or not cache.free:
-            return NO_SAVINGS
-        price = self._price(call.ctx.trace.alias or call.model)
-        if cache.outcome is CacheOutcome.HIT:
-            saved = price.cost(cache.saved_input, cache.saved_output, 0)
-            return {cache.cache: saved} if saved else {}
-        prompt, completion, cached = usage_tokens(seen.usage)
-        saved = price.cost(prompt, completion, cached)
-        return {"coalesced": saved} if saved else {}
-
-    def _price(self, alias: str) -> Price:
-        return self._prices.get(alias, self._default_price)
+        return tokens._replace(output=count.tokens, output_source=count.how)
 
     def _emit(self, record: RequestRecord) -> None:
         for sink in self._sinks:
@@ -280,13 +269,6 @@ class Measure:
 
 def _parsed(data: bytes) -> Mapping[str, Any]:
     return Event(data).json()
-
-
-def _cache_write_tokens(usage: Mapping[str, Any] | None) -> int:
-    """Prompt tokens written to a provider's prompt cache (Anthropic's name, as OpenAI-shaped
-    usage carries it), counted inside `prompt_tokens`."""
-    value = (usage or {}).get("cache_creation_input_tokens")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _may_carry_token(data: bytes) -> bool:

@@ -16,8 +16,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from levergate.config import Metrics
+from levergate.config import Ledger, Metrics
 from levergate.core.tokenizer import TokenSource
+from levergate.layers.measure.ledger import LedgerMetrics
 from levergate.layers.measure.record import RequestRecord
 
 OTHER = "other"
@@ -27,8 +28,11 @@ Labels = tuple[str, str, str, str]
 class Telemetry:
     """The Prometheus metrics of one gateway, in its own registry (no global state)."""
 
-    def __init__(self, settings: Metrics) -> None:
+    def __init__(self, settings: Metrics, *, ledger: Ledger | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # The cost ledger's dollars by lever, model, tenant and feature (None: `ledger` off).
+        ledger = Ledger() if ledger is None else ledger
+        self.ledger = LedgerMetrics(ledger, self.registry) if ledger.enabled else None
         labels = ("route", "model", "upstream", "feature")
         buckets = settings.latency_buckets
         reg = self.registry
@@ -65,13 +69,15 @@ class Telemetry:
         )
         self.tokens = Counter(
             "levergate_tokens",
-            "Tokens by kind: input (cached included, OpenAI convention), output, cached.",
+            "Tokens by kind: input (cached and cache writes included, OpenAI convention), "
+            "output, cached (prompt-cache reads), cache_write (prompt-cache writes).",
             ("model", "upstream", "feature", "kind"),
             registry=reg,
         )
         self.cost = Counter(
             "levergate_cost_usd",
-            "Cost at the price of the model that answered.",
+            "Cost at the price of the model that answered, side spends (a cascade's cheap "
+            "attempt, summaries, judges) included.",
             ("model", "upstream", "feature"),
             registry=reg,
         )
@@ -160,6 +166,8 @@ class PrometheusSink:
             t.child(t.tokens, model, upstream, feature, "output").inc(tokens.output)
             if tokens.cached_read:
                 t.child(t.tokens, model, upstream, feature, "cached").inc(tokens.cached_read)
+            if tokens.cache_write:
+                t.child(t.tokens, model, upstream, feature, "cache_write").inc(tokens.cache_write)
             if tokens.output and tokens.output_source is not TokenSource.REPORTED:
                 how = tokens.output_source.value
                 t.child(t.unreported, model, upstream, feature, how).inc(tokens.output)

@@ -13,37 +13,25 @@ request made that a measurable share of the gateway's own time), and `_asdict()`
 request log its row.
 
 Money is in US dollars, at the price of the alias that answered (a fallback's, not the one
-asked for); a cache hit spends nothing and saves what the answer cost when it was generated.
+asked for), from its four token buckets (`policies.pricing.Tokens`), plus the side spends
+(a cascade's cheap attempt, summaries, judges) at their own aliases' prices. `savings` says
+what each lever saved against its stated counterfactual (`policies.pricing`'s docstring; a
+value may be negative: an escalated cascade, a prompt-cache write). A cache hit spends nothing
+and saves what the answer cost when it was generated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
 from levergate.core.call import CacheResult, Kind, Note
-from levergate.core.tokenizer import TokenSource
+from levergate.policies.pricing import NO_SAVINGS, Side, Tokens
+
+__all__ = ["CANCELLED", "NO_SAVINGS", "OK", "RequestRecord", "Side", "Sink", "Timings", "Tokens"]
 
 OK = "ok"
 CANCELLED = "cancelled"  # the client went away (or the server shut down) before the end
-
-
-class Tokens(NamedTuple):
-    """Tokens spent, in four buckets that are priced apart. `input_uncached + cached_read +
-    cache_write` is the prompt; `output_source` says whether the upstream reported `output`
-    or it was counted (or estimated) here because the upstream sent no usage."""
-
-    input_uncached: int = 0
-    cached_read: int = 0
-    cache_write: int = 0
-    output: int = 0
-    output_source: TokenSource = TokenSource.NONE
-
-    @property
-    def input(self) -> int:
-        """The prompt, cached parts included (the OpenAI convention for `prompt_tokens`)."""
-        return self.input_uncached + self.cached_read + self.cache_write
 
 
 class Timings(NamedTuple):
@@ -55,9 +43,6 @@ class Timings(NamedTuple):
     overhead: float
     ttft: float | None = None  # to the first generated token of a stream
     inter_token: float | None = None  # the mean gap between generated chunks of a stream
-
-
-NO_SAVINGS: Mapping[str, float] = MappingProxyType({})
 
 
 class RequestRecord(NamedTuple):
@@ -77,17 +62,21 @@ class RequestRecord(NamedTuple):
     error: str | None  # the exception class, for anything but "ok"
     timings: Timings
     tokens: Tokens
-    cost_usd: float
+    cost_usd: float  # the answer and the side spends
     cache: CacheResult | None = None
     attempts: int = 0
     retries: int = 0
     fallback: str | None = None
     failed_endpoints: frozenset[str] = frozenset()
-    # What each lever saved this request, in dollars ("exact", "semantic", "coalesced").
+    # What each lever saved this request, in dollars, by lever: "exact", "semantic",
+    # "coalesced", "route", "trim", "prompt_cache", "batch" (negative: it cost more).
     savings: Mapping[str, float] = NO_SAVINGS
     notes: tuple[Note, ...] = ()
     # The gateway API key that made the request (its id, never the key), for budgets.
     key_id: str | None = None
+    # Spends beside the answer, priced (their dollars are inside `cost_usd`).
+    side: tuple[Side, ...] = ()
+    batch: bool = False  # priced at the provider's batch discount
 
     @property
     def authenticated(self) -> bool:

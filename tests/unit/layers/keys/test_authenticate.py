@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from levergate.catalog import Catalog
 from levergate.config import ApiKey, Auth, KeyPolicy, MaxWait, Metrics, Price
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
@@ -44,7 +45,7 @@ from levergate.testing import ManualClock
 
 NOON = dt.datetime(2026, 3, 31, 12, 0, tzinfo=dt.UTC).timestamp()
 USAGE = {"prompt_tokens": 100, "completion_tokens": 50}  # $0.01 at the prices below
-PRICES = {"m": Price(input=50.0, output=100.0), "*": Price(input=1.0)}
+PRICES = {"m": Price(input=50.0, output=100.0), "*": Price(input=1.0, output=0.0)}
 
 
 class Upstream:
@@ -87,7 +88,8 @@ class Rig:
             self.upstream, settings=Auth(enabled=True), keyring=self.keyring, quota=quota
         )
         # Keys are charged from the finished-request record, as in the pipeline.
-        self.measured = Measure(self.auth, telemetry=Telemetry(Metrics()), prices=PRICES,
+        self.measured = Measure(self.auth, telemetry=Telemetry(Metrics()),
+                                catalog=Catalog.of_prices(PRICES),
                                 sinks=[BudgetSink(self.budgets)])  # fmt: skip
 
     async def call(

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import generate_latest
 from pydantic import SecretStr
 
+from levergate.catalog import Catalog
 from levergate.config import ApiKey, Auth, Metrics, Price
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
@@ -70,7 +71,9 @@ def measured(
     return Measure(
         Authenticate(inner, settings=auth or Auth()),
         telemetry=telemetry,
-        prices={"big": Price(input=10.0, output=30.0), "small": Price(input=1.0, output=2.0)},
+        catalog=Catalog.of_prices(
+            {"big": Price(input=10.0, output=30.0), "small": Price(input=1.0, output=2.0)}
+        ),
         **kw,  # type: ignore[arg-type]
     )
 

@@ -1,0 +1,185 @@
+"""The cost ledger: what each finished request cost and what each lever saved, from the call's
+`Trace` and the catalog, and the `/metrics` series of both.
+
+`Measure` asks `Ledger.bill` once per request, after the answer went out; the arithmetic and the
+counterfactual of every lever are in `policies.pricing` (pure), this module only reads the
+typed facts the layers left: what answered (`trace.alias`, and `trace.upstream_model` behind
+`*`), the cache outcome, the route decision, the trimmed tokens, the side spends, the batch flag.
+
+`LedgerSink` turns the record into dollars counters by lever, model, tenant and feature. Those
+labels are client-influenced (tenant names come from keys or headers, features from a header,
+models behind `*` from the body), so each keeps at most `ledger.max_label_values` values and the
+(model, tenant, feature) combinations at most `ledger.max_label_sets`; beyond, `other`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+
+from levergate.catalog import Catalog
+from levergate.config import Ledger as LedgerSettings
+from levergate.core.call import CacheOutcome, CacheResult, Call, Spend
+from levergate.core.tokenizer import TokenSource
+from levergate.layers.measure.record import NO_SAVINGS, RequestRecord
+from levergate.policies.pricing import Bill, Side, Tokens, bill, cost, from_usage
+
+__all__ = ["Ledger", "LedgerMetrics", "LedgerSink"]
+
+OTHER = "other"
+NOTHING = Bill(0.0, 0.0, (), NO_SAVINGS)
+
+
+class Ledger:
+    """Prices requests at the catalog's rates (`Shared.catalog`)."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+
+    def bill(self, call: Call, tokens: Tokens, usage: Mapping[str, Any] | None) -> Bill:
+        """The request's cost (answer plus side spends) and savings by lever."""
+        trace = call.ctx.trace
+        cache = trace.cache
+        if cache is not None and cache.free:
+            return self._served(call, cache, usage)
+        side = tuple(self._side(s) for s in trace.side_spend) if trace.side_spend else ()
+        route = trace.route
+        if not (tokens.input or tokens.output or side or route):
+            return NOTHING  # refused, failed before an answer, or nothing reported
+        rates = self._catalog.rates(trace.alias or call.model, trace.upstream_model)
+        default = self._catalog.rates(route.default) if route is not None else None
+        return bill(
+            tokens=tokens,
+            rates=rates,
+            batch=trace.batch,
+            default=default,
+            trimmed=trace.trimmed_input,
+            side=side,
+        )
+
+    def _served(self, call: Call, cache: CacheResult, usage: Mapping[str, Any] | None) -> Bill:
+        """A cache hit or a coalesced request spent nothing; it saved what the answer cost."""
+        trace = call.ctx.trace
+        rates = self._catalog.rates(trace.alias or call.model, trace.upstream_model)
+        if cache.outcome is CacheOutcome.HIT:
+            written = min(cache.saved_written, max(0, cache.saved_input - cache.saved_cached))
+            tokens = Tokens(
+                max(0, cache.saved_input - cache.saved_cached - written),
+                min(cache.saved_cached, cache.saved_input),
+                written,
+                cache.saved_output,
+                TokenSource.REPORTED,
+                min(cache.saved_written_1h, written),
+            )
+            lever = cache.cache
+        else:
+            tokens, lever = from_usage(usage), "coalesced"
+        saved = cost(tokens, rates)
+        return Bill(0.0, 0.0, (), {lever: saved} if saved else NO_SAVINGS)
+
+    def _side(self, spend: Spend) -> Side:
+        tokens = Tokens(spend.input_uncached, spend.cached_read, spend.cache_write, spend.output)
+        return Side(spend.alias, spend.purpose, cost(tokens, self._catalog.rates(spend.alias)))
+
+
+class LedgerMetrics:
+    """The ledger's counters, in the gateway's registry."""
+
+    def __init__(self, settings: LedgerSettings, registry: CollectorRegistry) -> None:
+        labels = ("model", "tenant", "feature")
+        self.spend = Counter(
+            "levergate_spend_usd",
+            "Dollars spent, at the price of the model that spent them: kind=answer for the "
+            "answer, or the side spend's purpose (cascade, summary, judge).",
+            (*labels, "kind"),
+            registry=registry,
+        )
+        self.savings = Counter(
+            "levergate_savings_usd",
+            "Dollars saved by lever against its counterfactual (policies/pricing.py); the "
+            "negative parts are in levergate_overspend_usd_total.",
+            ("lever", *labels),
+            registry=registry,
+        )
+        self.overspend = Counter(
+            "levergate_overspend_usd",
+            "Dollars a lever cost more than its counterfactual (an escalated cascade, a "
+            "prompt-cache write not yet read): net saving = savings - overspend.",
+            ("lever", *labels),
+            registry=registry,
+        )
+        self._max_values = settings.max_label_values
+        self._max_sets = settings.max_label_sets
+        self._seen: dict[str, set[str]] = {"model": set(), "tenant": set(), "feature": set()}
+        self._sets: set[tuple[str, str, str]] = set()
+        # Admitted combinations as they arrived (raw == bounded), for one dict look-up per
+        # request; never larger than `max_label_sets`.
+        self._admitted: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        self._children: dict[tuple[Counter, tuple[str, ...]], Any] = {}
+
+    def labels(self, *, model: str, tenant: str, feature: str) -> tuple[str, str, str]:
+        raw = (model, tenant, feature)
+        found = self._admitted.get(raw)
+        if found is not None:
+            return found
+        wanted = (
+            self._bounded("model", model),
+            self._bounded("tenant", tenant),
+            self._bounded("feature", feature),
+        )
+        if wanted in self._sets:
+            return wanted
+        if len(self._sets) < self._max_sets:
+            self._sets.add(wanted)
+            if wanted == raw:
+                self._admitted[raw] = wanted
+            return wanted
+        return (OTHER, OTHER, OTHER)
+
+    def inc(self, metric: Counter, labels: tuple[str, ...], value: float) -> None:
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        child.inc(value)
+
+    def _bounded(self, kind: str, value: str) -> str:
+        seen = self._seen[kind]
+        if value in seen or not value:
+            return value
+        if len(seen) >= self._max_values:
+            return OTHER
+        seen.add(value)
+        return value
+
+
+class LedgerSink:
+    """`Sink`: a record's spend and savings into `LedgerMetrics`. Authenticated requests only
+    (one refused before Authenticate spent nothing and takes no label slot)."""
+
+    name = "ledger"
+
+    def __init__(self, metrics: LedgerMetrics) -> None:
+        self._m = metrics
+
+    def emit(self, record: RequestRecord) -> None:
+        if record.tenant is None or not (record.cost_usd or record.savings):
+            return
+        m = self._m
+        labels = m.labels(model=record.answered_model, tenant=record.tenant, feature=record.feature)
+        answer = (
+            record.cost_usd - sum(s.usd for s in record.side) if record.side else record.cost_usd
+        )
+        if answer > 0:
+            m.inc(m.spend, (*labels, "answer"), answer)
+        for side in record.side:
+            if side.usd > 0:
+                where = m.labels(model=side.alias, tenant=record.tenant, feature=record.feature)
+                m.inc(m.spend, (*where, side.purpose), side.usd)
+        for lever, saved in record.savings.items():
+            if saved > 0:
+                m.inc(m.savings, (lever, *labels), saved)
+            elif saved < 0:
+                m.inc(m.overspend, (lever, *labels), -saved)
