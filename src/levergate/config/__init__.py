@@ -83,6 +83,7 @@ from levergate.config.traffic import (
 )
 from levergate.config.upstreams import (
     PASSED_RESPONSE_HEADERS,
+    AnthropicUpstream,
     AnyUpstream,
     Model,
     Pool,
@@ -107,6 +108,7 @@ __all__ = [
     "WILDCARD",
     "Admin",
     "AimdSettings",
+    "AnthropicUpstream",
     "AnyUpstream",
     "ApiKey",
     "Auth",
