@@ -20,7 +20,7 @@ from levergate.server.run import serving
 from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
 
 KEY = "sk-ant-sim-0123456789"
-WEATHER = {
+WEATHER: Any = {
     "type": "function",
     "function": {
         "name": "get_weather",

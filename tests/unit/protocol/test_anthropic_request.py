@@ -1,4 +1,4 @@
-"""Golden tests: OpenAI chat requests -> Anthropic Messages requests (protocol/anthropic_request.py).
+"""Golden tests: OpenAI chat requests -> Anthropic Messages requests (anthropic_request.py).
 
 The expected Anthropic payloads are in the shapes of Anthropic's Messages API reference and its
 tool-use guide (the `get_weather` round trip: a `tool_use` block answered by a `tool_result`
