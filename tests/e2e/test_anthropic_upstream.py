@@ -94,10 +94,12 @@ async def test_chat_and_stream_through_an_anthropic_upstream(
         assert reply.id.startswith("msg_")
         assert reply.usage is not None
         assert reply.usage.completion_tokens == len(choice.message.content.split())
-        capped = await client.chat.completions.create(
+        raw = await client.chat.completions.with_raw_response.create(
             model="claude", messages=[{"role": "user", "content": "Say more."}], max_tokens=3
         )
-        assert capped.choices[0].finish_reason == "length"
+        assert raw.parse().choices[0].finish_reason == "length"
+        # Anthropic's request id reaches the client renamed (x-request-id is levergate's).
+        assert raw.headers["x-upstream-request-id"].startswith("req_")
         stream = await client.chat.completions.create(
             model="claude",
             messages=[{"role": "user", "content": "Stream it."}],
@@ -180,10 +182,11 @@ async def test_a_429_is_retried_after_its_retry_after(proxy: Proxy, claude_sim: 
     retry = {"budget_min_per_second": 20, "max_attempts": 4}
     async with proxy(claude_sim, traffic={"retry": retry}) as client:
         for _ in range(2):
-            reply = await client.chat.completions.create(
+            raw = await client.chat.completions.with_raw_response.create(
                 model="claude", messages=[{"role": "user", "content": "hi"}], max_tokens=4
             )
-            assert reply.choices[0].message.content
+            assert raw.parse().choices[0].message.content
+            assert raw.headers["anthropic-ratelimit-requests-limit"] == "1"
     stats = claude_sim.stats()
     # The second call met the limit once, and its retry waited for the window: it was not
     # refused again.

@@ -31,9 +31,12 @@ async def gateway_to(root_url: str, **values: Any) -> AsyncIterator[openai.Async
         server={"port": 0},
         **values,
     )
-    async with Gateway(settings) as gateway, serving(gateway) as url:
-        async with openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0) as client:
-            yield client
+    async with (
+        Gateway(settings) as gateway,
+        serving(gateway) as url,
+        openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0) as client,
+    ):
+        yield client
 
 
 def _event(kind: str, data: dict[str, Any]) -> bytes:
@@ -66,39 +69,37 @@ async def _scripted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
 
 
 async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    if True:  # noqa: SIM108 - keeps the script's indentation readable
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        headers = {
-            k.strip().lower(): v.strip()
-            for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)
-        }
-        body = orjson.loads(await reader.readexactly(int(headers["content-length"])))
-        model = body["model"]
-        if model == "echo-key":
-            error = {"type": "invalid_request_error", "message": f"bad key {headers['x-api-key']}"}
-            payload = orjson.dumps({"type": "error", "error": error})
-            writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n")
-            writer.write(b"content-length: %d\r\n\r\n%s" % (len(payload), payload))
-        elif model == "not-a-message":
-            payload = b'{"type": "completion", "completion": "hi"}'
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
-            writer.write(b"content-length: %d\r\n\r\n%s" % (len(payload), payload))
-        else:  # a stream that fails after its first event
-            delta = {"index": 0, "delta": {"type": "text_delta", "text": "Hel"}}
-            error = {"error": {"type": "overloaded_error", "message": f"Overloaded {KEY}"}}
-            stream = (
-                START
-                + _event(
-                    "content_block_start",
-                    {"index": 0, "content_block": {"type": "text", "text": ""}},
-                )
-                + _event("content_block_delta", delta)
-                + _event("error", error)
-            )
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
-            writer.write(b"content-length: %d\r\n\r\n%s" % (len(stream), stream))
-        await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    pairs = (line.partition(":") for line in lines[1:] if line)
+    headers = {k.strip().lower(): v.strip() for k, _, v in pairs}
+    body = orjson.loads(await reader.readexactly(int(headers["content-length"])))
+    status, kind, payload = _script(body["model"], headers)
+    writer.write(b"HTTP/1.1 %d X\r\ncontent-type: %s\r\n" % (status, kind))
+    writer.write(b"content-length: %d\r\n\r\n%s" % (len(payload), payload))
+    await writer.drain()
+
+
+def _script(model: str, headers: dict[str, str]) -> tuple[int, bytes, bytes]:
+    """(status, content type, body) of the behaviour the model name asks for."""
+    if model == "echo-key":
+        error = {"type": "invalid_request_error", "message": f"bad key {headers['x-api-key']}"}
+        return 400, b"application/json", orjson.dumps({"type": "error", "error": error})
+    if model == "not-a-message":
+        return 200, b"application/json", b'{"type": "completion", "completion": "hi"}'
+    # A stream that fails after its first text delta.
+    text: dict[str, Any] = {"index": 0, "content_block": {"type": "text", "text": ""}}
+    delta = {"index": 0, "delta": {"type": "text_delta", "text": "Hel"}}
+    failure: dict[str, Any] = {
+        "error": {"type": "overloaded_error", "message": f"Overloaded {KEY}"}
+    }
+    stream = (
+        START
+        + _event("content_block_start", text)
+        + _event("content_block_delta", delta)
+        + _event("error", failure)
+    )
+    return 200, b"text/event-stream", stream
 
 
 @pytest.fixture
@@ -114,8 +115,7 @@ async def test_an_error_event_mid_stream_reaches_the_client_without_the_key(scri
         stream = await client.chat.completions.create(model="claude", messages=HELLO, stream=True)
         seen: list[str] = []
         with pytest.raises(openai.APIError) as caught:
-            async for chunk in stream:
-                seen.append(chunk.choices[0].delta.content or "")
+            await _drain(stream, seen)
         assert "Hel" in seen
         assert "Overloaded" in caught.value.message
         assert KEY not in caught.value.message
@@ -133,16 +133,24 @@ async def test_an_echoed_key_is_redacted_and_a_foreign_body_is_a_502(scripted: s
 
 
 async def test_a_cut_stream_ends_in_an_error() -> None:
-    async with run_simulator(SimSettings(port=0, faults={"disconnect_rate": 1.0})) as sim:
+    async with run_simulator(
+        SimSettings.model_validate({"port": 0, "faults": {"disconnect_rate": 1.0}})
+    ) as sim:
         retry = {"budget_min_per_second": 20, "max_attempts": 3, "base_seconds": 0.01}
         async with gateway_to(sim.root_url, traffic={"retry": retry}) as client:
             # Before the first byte a 502, after it an error event: an error either way.
             with pytest.raises(openai.APIError):
-                stream = await client.chat.completions.create(
-                    model="claude", messages=HELLO, stream=True, max_tokens=20
+                await _drain(
+                    await client.chat.completions.create(
+                        model="claude", messages=HELLO, stream=True, max_tokens=20
+                    ),
+                    [],
                 )
-                async for _ in stream:
-                    pass
         # Cut after `message_start`, whose role chunk had already passed Retry: the stream
         # had begun, so it is not started over (as for an OpenAI-compatible upstream).
         assert sim.stats()["faults_injected"] == {"disconnect": 1}
+
+
+async def _drain(stream: Any, seen: list[str]) -> None:
+    async for chunk in stream:
+        seen.append(chunk.choices[0].delta.content or "")  # noqa: PERF401 - until it fails

@@ -144,7 +144,7 @@ class Upstream(_Strict):
 
 
 # Anthropic's own response headers worth passing on: its rate limits (RFC 3339 reset times),
-# the wait it asks for, and its request id (arrives as `x-upstream-request-id`, as above).
+# the wait it asks for, and its `request-id` (arrives as `x-upstream-request-id`, as above).
 ANTHROPIC_RESPONSE_HEADERS = ("anthropic-ratelimit-*", "retry-after", "request-id")
 
 

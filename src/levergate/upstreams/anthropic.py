@@ -25,6 +25,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import orjson
+from pydantic import SecretStr
 
 from levergate.config import AnthropicUpstream as AnthropicSettings
 from levergate.core.call import Call, Trace
@@ -49,18 +50,8 @@ class AnthropicUpstream(OpenAIUpstream):
         wall: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(settings, client=client)
-        base = settings.base_url.rstrip("/")
-        self._base = base.removesuffix("/v1")  # the SDK's root; `/v1` tolerated
-        headers = {
-            "content-type": "application/json",
-            "anthropic-version": settings.anthropic_version,
-            **settings.headers,
-        }
-        if settings.anthropic_beta:
-            headers["anthropic-beta"] = ",".join(settings.anthropic_beta)
-        if settings.api_key is not None:
-            headers["x-api-key"] = settings.api_key.get_secret_value()
-        self._headers = headers
+        self._base = api_root(settings)
+        self._headers = {"content-type": "application/json", **auth_headers(settings)}
         self._default_max_tokens = settings.default_max_tokens
         self._wall = wall
 
@@ -169,6 +160,26 @@ class AnthropicUpstream(OpenAIUpstream):
             code="stream_error",
             provider_error={**provider, "code": "stream_error"},
         )
+
+
+def api_root(settings: AnthropicSettings) -> str:
+    """The API root requests are made under (`/v1/...` is appended): the SDK's `base_url`
+    convention, with a trailing `/v1` tolerated."""
+    return settings.base_url.rstrip("/").removesuffix("/v1")
+
+
+def auth_headers(
+    settings: AnthropicSettings, key: SecretStr | None = None, *, keyed: bool = False
+) -> dict[str, str]:
+    """Anthropic's request headers: `anthropic-version` (and `-beta`), the configured extra
+    headers, and the key in `x-api-key` (`key` when `keyed`, else the settings' own)."""
+    headers = {"anthropic-version": settings.anthropic_version, **settings.headers}
+    if settings.anthropic_beta:
+        headers["anthropic-beta"] = ",".join(settings.anthropic_beta)
+    secret = key if keyed else settings.api_key
+    if secret is not None:
+        headers["x-api-key"] = secret.get_secret_value()
+    return headers
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
