@@ -119,6 +119,45 @@ def test_images_become_base64_and_url_sources() -> None:
     ]
 
 
+# The Anthropic conversation the tool-use guide shows, as translated from the OpenAI one.
+ROUND_TRIP_MESSAGES = [
+    {
+        "role": "user",
+        "content": [{"type": "text", "text": "What's the weather in San Francisco and Paris?"}],
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "I'll check both."},
+            {
+                "type": "tool_use",
+                "id": "toolu_01A09q90qw90lq917835lq9",
+                "name": "get_weather",
+                "input": {"location": "San Francisco, CA"},
+            },
+            {
+                "type": "tool_use",
+                "id": "toolu_02",
+                "name": "get_weather",
+                "input": {"location": "Paris"},
+            },
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_01A09q90qw90lq917835lq9",
+                "content": "15 C",
+            },
+            {"type": "tool_result", "tool_use_id": "toolu_02", "content": "18 C"},
+            {"type": "text", "text": "Which is warmer?"},
+        ],
+    },
+]
+
+
 def test_tool_use_round_trip_request() -> None:
     """The tool-use guide's conversation, OpenAI-shaped: the assistant's tool call becomes a
     `tool_use` block, the two tool results (parallel calls) and the user's follow-up one user
@@ -175,42 +214,7 @@ def test_tool_use_round_trip_request() -> None:
         "name": "get_weather",
         "disable_parallel_tool_use": True,
     }
-    assert out["messages"] == [
-        {
-            "role": "user",
-            "content": [{"type": "text", "text": "What's the weather in San Francisco and Paris?"}],
-        },
-        {
-            "role": "assistant",
-            "content": [
-                {"type": "text", "text": "I'll check both."},
-                {
-                    "type": "tool_use",
-                    "id": "toolu_01A09q90qw90lq917835lq9",
-                    "name": "get_weather",
-                    "input": {"location": "San Francisco, CA"},
-                },
-                {
-                    "type": "tool_use",
-                    "id": "toolu_02",
-                    "name": "get_weather",
-                    "input": {"location": "Paris"},
-                },
-            ],
-        },
-        {
-            "role": "user",
-            "content": [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": "toolu_01A09q90qw90lq917835lq9",
-                    "content": "15 C",
-                },
-                {"type": "tool_result", "tool_use_id": "toolu_02", "content": "18 C"},
-                {"type": "text", "text": "Which is warmer?"},
-            ],
-        },
-    ]
+    assert out["messages"] == ROUND_TRIP_MESSAGES
 
 
 @pytest.mark.parametrize(
