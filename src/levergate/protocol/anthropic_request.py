@@ -5,7 +5,9 @@ Where in the stack: called by `upstreams/anthropic.py` at the very bottom, so ev
 protocol the client spoke. The inbound `/v1/messages` handler builds such Calls too and carries
 Anthropic-only features in the OpenAI body as extensions, which are translated here:
 `cache_control` on content parts, on system parts and on tools (beside `function`), `top_k`,
-`thinking`, and `metadata.user_id`.
+`thinking`, and `metadata.user_id`; also a top-level `cache_control` (Anthropic's automatic
+breakpoint on the last block) and `is_error: true` on a `tool` message (-> the tool_result's
+`is_error`).
 
 Wire format: Anthropic Messages API reference (`POST /v1/messages`: `system` as a string or text
 blocks, `messages` of `user`/`assistant` turns whose content is a string or blocks of `text`,
@@ -29,7 +31,7 @@ fields (`n: 1`, `logprobs: false`, penalties of 0, an empty `logit_bias`) pass.
     response_format              text: dropped; json_schema -> output_config.format;
                                  json_object: 400 (Anthropic needs a schema)
     reasoning_effort             low|medium|high -> output_config.effort; other values: 400
-    thinking                     passed as it is
+    thinking, cache_control      passed as they are (extensions, see above)
     metadata.user_id, user       -> metadata.user_id (other metadata keys only tag stored
                                  OpenAI completions: dropped)
     stream_options               consumed (the usage chunk is always produced; the edge drops it)
@@ -54,7 +56,7 @@ _TRANSLATED = frozenset(
         "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
         "top_k", "stop", "stream", "stream_options", "tools", "tool_choice",
         "parallel_tool_calls", "response_format", "reasoning_effort", "thinking", "metadata",
-        "user",
+        "user", "cache_control",
     }
 )  # fmt: skip
 _SAFE_TO_DROP = frozenset(
@@ -88,8 +90,9 @@ def to_messages_request(body: Mapping[str, Any], *, default_max_tokens: int) -> 
         out["stream"] = True
     _tools(body, out)
     _output(body, out)
-    if isinstance(body.get("thinking"), Mapping):
-        out["thinking"] = dict(body["thinking"])
+    for extension in ("thinking", "cache_control"):
+        if isinstance(body.get(extension), Mapping):
+            out[extension] = dict(body[extension])
     user_id = _user_id(body)
     if user_id is not None:
         out["metadata"] = {"user_id": user_id}
@@ -394,4 +397,6 @@ def _tool_result(message: Mapping[str, Any], *, where: str) -> dict[str, Any]:
         block["content"] = content
     elif content is not None:
         block["content"] = _text_blocks(content, where=where)
+    if message.get("is_error") is True:
+        block["is_error"] = True
     return block

@@ -323,3 +323,19 @@ def test_tool_call_arguments_must_be_a_json_object() -> None:
     with pytest.raises(BadRequest) as caught:
         translate({"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]})
     assert caught.value.param == "messages[0].tool_calls[0]"
+
+
+def test_top_level_cache_control_and_tool_errors_are_carried() -> None:
+    out = translate(
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "tool", "tool_call_id": "t1", "content": "boom", "is_error": True},
+            ],
+            "cache_control": {"type": "ephemeral", "ttl": "1h"},
+        }
+    )
+    assert out["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert out["messages"][1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "boom", "is_error": True}
+    ]
