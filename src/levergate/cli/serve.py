@@ -65,7 +65,7 @@ async def _serve(settings: Settings) -> None:
     gateway = Gateway(settings)
     async with serving(gateway, process_wide=True) as url:
         targets = ", ".join(
-            f"{u.name}={mask_url(u.base_url) if u.kind == 'openai' else f'local:{u.model_path}'}"
+            f"{u.name}={f'local:{u.model_path}' if u.kind == 'local' else mask_url(u.base_url)}"
             for u in settings.upstreams
         )
         print(f"levergate: serving on {url} (upstreams: {targets})", file=sys.stderr, flush=True)

@@ -88,6 +88,7 @@ from levergate.config.traffic import (
 )
 from levergate.config.upstreams import (
     PASSED_RESPONSE_HEADERS,
+    AnthropicUpstream,
     AnyUpstream,
     BalanceStrategy,
     Model,
@@ -113,6 +114,7 @@ __all__ = [
     "Admin",
     "AffinitySettings",
     "AimdSettings",
+    "AnthropicUpstream",
     "AnyUpstream",
     "ApiKey",
     "Auth",

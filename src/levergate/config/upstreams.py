@@ -144,6 +144,30 @@ class Upstream(_Strict):
         return self
 
 
+# Anthropic's own response headers worth passing on: its rate limits (RFC 3339 reset times),
+# the wait it asks for, and its `request-id` (arrives as `x-upstream-request-id`, as above).
+ANTHROPIC_RESPONSE_HEADERS = ("anthropic-ratelimit-*", "retry-after", "request-id")
+
+
+class AnthropicUpstream(Upstream):
+    """Anthropic's Messages API as an upstream (`kind: anthropic`). The pipeline stays
+    OpenAI-shaped: upstreams/anthropic.py translates each chat call to `POST /v1/messages` and
+    the answer back (protocol/anthropic_request.py, anthropic_response.py, anthropic_stream.py).
+
+    `base_url` is the API root without the version path (`/v1` at its end is tolerated), as
+    the `anthropic` SDK takes it. Keys go in `x-api-key`, every request carries
+    `anthropic-version` (and `anthropic-beta` when set). Anthropic requires `max_tokens`; a
+    request that sets neither `max_tokens` nor `max_completion_tokens` gets `default_max_tokens`
+    (4096: what every current Claude model can produce, and far above a typical chat answer)."""
+
+    kind: Literal["anthropic"] = "anthropic"  # type: ignore[assignment]  # the discriminator
+    base_url: str = "https://api.anthropic.com"
+    anthropic_version: str = "2023-06-01"
+    anthropic_beta: tuple[str, ...] = ()
+    default_max_tokens: int = Field(4096, ge=1)
+    response_headers: tuple[str, ...] = ANTHROPIC_RESPONSE_HEADERS
+
+
 def _upstream_kind(value: Any) -> str:
     """An upstream without `kind` is an OpenAI-compatible HTTP one."""
     if isinstance(value, dict):
@@ -153,7 +177,9 @@ def _upstream_kind(value: Any) -> str:
 
 
 AnyUpstream = Annotated[
-    Annotated[Upstream, Tag("openai")] | Annotated[LocalUpstream, Tag("local")],
+    Annotated[Upstream, Tag("openai")]
+    | Annotated[AnthropicUpstream, Tag("anthropic")]
+    | Annotated[LocalUpstream, Tag("local")],
     Discriminator(_upstream_kind),
 ]
 

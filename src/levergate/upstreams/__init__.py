@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from levergate.config import LocalUpstream, Upstream
+from levergate.config import AnthropicUpstream, LocalUpstream, Upstream
 from levergate.core.call import Call
 from levergate.core.reply import Reply
 from levergate.upstreams.client import client_for
@@ -36,6 +36,10 @@ def make_endpoint(
         from levergate.upstreams.local import LocalEndpoint
 
         return LocalEndpoint(settings)
+    if isinstance(settings, AnthropicUpstream):
+        from levergate.upstreams.anthropic import AnthropicUpstream as AnthropicEndpoint
+
+        return AnthropicEndpoint(settings, client=http_client(settings))
     from levergate.upstreams.http import OpenAIUpstream
 
     return OpenAIUpstream(settings, client=http_client(settings))

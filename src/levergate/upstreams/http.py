@@ -63,7 +63,9 @@ class OpenAIUpstream:
         self._redact = Redactor.of(settings)
         self._limits = settings.response_limits
 
-    async def __call__(self, call: Call) -> Reply:
+    def _request(self, call: Call) -> tuple[str, bytes]:
+        """The URL and body of the upstream request for `call` (a subclass speaking another
+        wire format translates here)."""
         payload = call.raw
         if call.stream and call.kind != "embedding" and not call.wants_usage_chunk:
             # Always ask for the usage chunk: the gateway measures tokens and cost on every
@@ -73,6 +75,17 @@ class OpenAIUpstream:
             payload = orjson.dumps({**call.body, "stream_options": include})
         elif payload is None:
             payload = orjson.dumps(call.body)
+        return self._base + PATHS[call.kind], payload
+
+    def _note_quota(self, headers: Mapping[str, str], trace: Trace) -> None:
+        note_ratelimit_headers(headers, trace)
+
+    def _completed(self, raw: bytes, data: dict[str, Any], *, headers: dict[str, str]) -> Completed:
+        # Parsed once here; the raw bytes still go to the client unchanged.
+        return Completed(raw, data=data, headers=headers)
+
+    async def __call__(self, call: Call) -> Reply:
+        url, payload = self._request(call)
         timeouts = self._settings.timeouts
         deadline = time.monotonic() + timeouts.total
         trace = call.ctx.trace
@@ -84,7 +97,7 @@ class OpenAIUpstream:
             async with asyncio.timeout(min(timeouts.ttfb, timeouts.total)):
                 response = await self._client.request(
                     "POST",
-                    self._base + PATHS[call.kind],
+                    url,
                     body=payload,
                     headers=self._headers,
                 )
@@ -101,14 +114,14 @@ class OpenAIUpstream:
                 f"cannot reach upstream '{self.name}': {self._redact(str(exc))}",
                 upstream=self.name,
             ) from None
-        note_ratelimit_headers(response.headers, trace)
+        self._note_quota(response.headers, trace)
         passed = self._passed.pick(response.headers, redact=self._redact)
         try:
             if response.status >= 400:
                 await self._raise_for(response, deadline)
             if call.stream and _is_event_stream(response.headers):
                 trace.upstream_seconds += time.perf_counter() - started
-                return Stream(self._events(response, trace, deadline), headers=passed)
+                return Stream(self._events(response, trace, deadline, call), headers=passed)
             raw = await self._read(response, deadline, limit=self._limits.body_bytes)
         except BaseException as exc:
             trace.upstream_seconds += time.perf_counter() - started
@@ -122,8 +135,7 @@ class OpenAIUpstream:
             raise UpstreamUnavailable(
                 f"upstream '{self.name}' returned a malformed body", upstream=self.name
             )
-        # Parsed once here; the raw bytes still go to the client unchanged.
-        return Completed(raw, data=data, headers=passed)
+        return self._completed(raw, data, headers=passed)
 
     async def models(self) -> list[dict[str, Any]]:
         """The upstream's own `/models` list, for `--upstream URL` mode."""
@@ -140,7 +152,13 @@ class OpenAIUpstream:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def _events(self, response: HttpResponse, trace: Trace, deadline: float) -> EventSource:
+    async def _events(
+        self,
+        response: HttpResponse,
+        trace: Trace,
+        deadline: float,
+        call: Call,  # noqa: ARG002 - a subclass translating the stream needs it
+    ) -> EventSource:
         decoder = SSEDecoder(max_event_bytes=self._limits.event_bytes)
         chunks = response.chunks()
         idle = self._settings.timeouts.idle

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-RENAMED = {"x-request-id": "x-upstream-request-id"}
+RENAMED = {"x-request-id": "x-upstream-request-id", "request-id": "x-upstream-request-id"}
 
 
 class HeaderAllowList:

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from pydantic import SecretStr
 
-from levergate.config import Pool, Upstream
+from levergate.config import AnthropicUpstream, Pool, Upstream
 from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 # Probes are sequential per endpoint key: one connection, kept alive between them, is enough.
@@ -62,8 +62,13 @@ class HttpProbe:
         headers = dict(upstream.headers)
         if key is not None:
             headers["authorization"] = f"Bearer {key.get_secret_value()}"
-        client = http_client(upstream.model_copy(update={"pool": _PROBE_POOL}))
         url = upstream.base_url.rstrip("/") + path
+        if isinstance(upstream, AnthropicUpstream):  # its own auth headers and version path
+            from levergate.upstreams.anthropic import api_root, auth_headers
+
+            headers = auth_headers(upstream, key, keyed=True)
+            url = api_root(upstream) + "/v1" + path
+        client = http_client(upstream.model_copy(update={"pool": _PROBE_POOL}))
         # A probe's answer is only looked at for its status: read no more of it than of an
         # error body.
         limit = upstream.response_limits.error_body_bytes

@@ -33,6 +33,9 @@ class Request:
     now: float
 
 
+_ERRORS = frozenset({Fault.ERROR_500, Fault.ERROR_503, Fault.OVERLOADED})
+
+
 def admit(
     *,
     settings: SimSettings,
@@ -68,9 +71,10 @@ def admit(
     if fault is None:
         return None, headers
     stats.faults[fault.value] += 1
-    if fault in (Fault.ERROR_500, Fault.ERROR_503):
+    if fault in _ERRORS:
         status = int(fault.value)
-        raise SimError(status, ERROR_MESSAGES[status], error_type="server_error")
+        kind = "overloaded_error" if fault is Fault.OVERLOADED else "server_error"
+        raise SimError(status, ERROR_MESSAGES[status], error_type=kind)
     if fault is Fault.RATE_LIMIT:
         stats.rate_limited += 1
         exhausted = limiter.exhausted_headers(key=request.key, now=request.now) if limiter else ()

@@ -2,7 +2,7 @@
 
 Faults come from two places. Configured rates draw from the simulator's seeded RNG, so a run
 with the same seed and the same request order fails the same way. A request header
-`x-sim-fault: 500|503|429|hang|disconnect|malformed|slow` forces one fault on that request only,
+`x-sim-fault: 500|503|529|429|hang|disconnect|malformed|slow` forces one fault on that request only,
 so a test can trigger exactly the failure it is about, independently of the rates.
 
 What each fault does on the wire is real at the socket level (see `server.py`): a hang never
@@ -24,6 +24,7 @@ FAULT_HEADER = "x-sim-fault"
 class Fault(enum.StrEnum):
     ERROR_500 = "500"
     ERROR_503 = "503"
+    OVERLOADED = "529"  # Anthropic's overloaded_error
     RATE_LIMIT = "429"
     HANG = "hang"
     DISCONNECT = "disconnect"
@@ -58,6 +59,7 @@ def draw(*, settings: FaultSettings, rng: random.Random) -> Fault | None:
         (Fault.DISCONNECT, settings.disconnect_rate),
         (Fault.MALFORMED, settings.malformed_rate),
         (Fault.SLOW, settings.slow_rate),
+        (Fault.OVERLOADED, settings.overloaded_rate),
     ):
         if roll < rate:
             if fault is Fault.ERROR_500 and rng.random() < 0.5:
@@ -71,6 +73,7 @@ def draw(*, settings: FaultSettings, rng: random.Random) -> Fault | None:
 ERROR_MESSAGES = {
     500: "The server had an error while processing your request. Sorry about that! (simulated)",
     503: "The engine is currently overloaded, please try again later. (simulated)",
+    529: "Overloaded (simulated)",
 }
 
 

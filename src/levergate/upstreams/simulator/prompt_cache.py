@@ -86,3 +86,17 @@ class PromptCache:
             self.stats.hits += 1
             self.stats.cached_tokens += cached
         return cached
+
+    # -- explicit breakpoints (Anthropic's convention, see anthropic_cache.py) -----------------
+    def live(self, digest: bytes, *, now: float) -> bool:
+        """Whether `digest` is remembered and not expired."""
+        expiry = self._entries.get(digest)
+        return expiry is not None and expiry > now
+
+    def put(self, digest: bytes, *, expiry: float) -> None:
+        """Remember (or refresh) one prefix until `expiry`, evicting the least recently used."""
+        entries = self._entries
+        entries[digest] = expiry
+        entries.move_to_end(digest)
+        while len(entries) > self.settings.max_entries:
+            entries.popitem(last=False)

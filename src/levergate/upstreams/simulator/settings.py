@@ -69,6 +69,8 @@ class FaultSettings(_Frozen):
     disconnect_rate: float = Field(0.0, ge=0, le=1)  # close the socket mid-body
     malformed_rate: float = Field(0.0, ge=0, le=1)  # 200 with a body that is not JSON
     slow_rate: float = Field(0.0, ge=0, le=1)  # add `slow_ms` before the first token
+    # 529 overloaded_error, Anthropic's "the API is temporarily overloaded" (on any route).
+    overloaded_rate: float = Field(0.0, ge=0, le=1)
     # A cut stream closes after this many SSE frames (the role frame counts).
     disconnect_after_chunks: int = Field(2, ge=0)
     slow_ms: float = Field(2000.0, ge=0)
@@ -81,9 +83,9 @@ class FaultSettings(_Frozen):
 
     @property
     def total_rate(self) -> float:
-        return (
-            self.error_rate + self.hang_rate + self.disconnect_rate + self.malformed_rate
-        ) + self.slow_rate
+        return (self.error_rate + self.hang_rate + self.disconnect_rate + self.malformed_rate) + (
+            self.slow_rate + self.overloaded_rate
+        )
 
 
 class PromptCacheSettings(_Frozen):
@@ -95,6 +97,10 @@ class PromptCacheSettings(_Frozen):
     increment: int = Field(128, ge=1)
     ttl_seconds: float = Field(600.0, gt=0)
     max_entries: int = Field(100_000, ge=1)
+    # Anthropic's convention on /v1/messages (anthropic_cache.py): explicit `cache_control`
+    # breakpoints, a prefix cacheable from this many tokens (1024: Sonnet and Opus; the Haiku
+    # models need 2048 or 4096), entries living 5 minutes or 1 hour as the breakpoint asks.
+    anthropic_min_tokens: int = Field(1024, ge=1)
 
 
 class HardPromptSettings(_Frozen):

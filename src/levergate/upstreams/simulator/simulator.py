@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from levergate.core.clock import Clock, SystemClock
-from levergate.upstreams.simulator import embeddings, generate
+from levergate.upstreams.simulator import anthropic, embeddings, generate
 from levergate.upstreams.simulator.admission import Request, admit
 from levergate.upstreams.simulator.control import control_reply
 from levergate.upstreams.simulator.faults import FAULT_HEADER, Fault
@@ -36,7 +36,15 @@ from levergate.upstreams.simulator.stats import Stats, key_label
 _log = logging.getLogger(__name__)
 
 # Only these request headers matter; servers may pass just these (lower-case names).
-RELEVANT_HEADERS = frozenset({"authorization", FAULT_HEADER, generate.OUTPUT_TOKENS_HEADER})
+RELEVANT_HEADERS = frozenset(
+    {
+        "authorization",
+        FAULT_HEADER,
+        generate.OUTPUT_TOKENS_HEADER,
+        anthropic.API_KEY_HEADER,
+        anthropic.VERSION_HEADER,
+    }
+)
 _GENERATION = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completion",
@@ -44,6 +52,7 @@ _GENERATION = {
 }
 _ROUTES: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(_GENERATION, ("POST",)),
+    **dict.fromkeys(anthropic.PATHS, ("POST",)),
     "/v1/models": ("GET",),
     "/sim/stats": ("GET",),
     "/sim/config": ("GET", "POST", "PUT"),
@@ -80,6 +89,8 @@ class Simulator:
             self._limiter = RateLimiter(settings=s.limits) if s.limits.any_rate else None
         if previous is None or previous.prompt_cache != s.prompt_cache:
             self._cache = PromptCache(settings=s.prompt_cache)
+            # Anthropic's explicit breakpoints (anthropic_cache.py) keep entries of their own.
+            self._anthropic_cache = PromptCache(settings=s.prompt_cache)
         # Nothing to check at admission unless a limit or a fault rate is set: the fast path.
         self._open_door = (
             self._limiter is None and s.limits.max_concurrency is None and s.faults.total_rate == 0
@@ -172,6 +183,8 @@ class Simulator:
         kind = _GENERATION.get(path)
         if kind is not None:
             return self._generate(kind, headers, body)
+        if path in anthropic.PATHS:
+            return anthropic.handle(self, path=path, headers=headers, raw=body)
         return control_reply(self, method=method, path=path, query=query, body=body)
 
     def _generate(self, kind: str, headers: Mapping[str, str], raw: bytes) -> Reply:
