@@ -213,8 +213,7 @@ def _provider(model: Model, upstreams: Mapping[str, Upstream | LocalUpstream]) -
     kinds = set()
     for target in model.endpoints:
         u = upstreams[target.upstream]
-        kind: str = u.kind
-        if kind == "anthropic":
+        if u.kind == "anthropic":
             kinds.add(Provider.ANTHROPIC)
         elif isinstance(u, Upstream) and urlsplit(u.base_url).hostname == "api.openai.com":
             kinds.add(Provider.OPENAI)

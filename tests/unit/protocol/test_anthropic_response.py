@@ -12,9 +12,9 @@ import orjson
 import pytest
 
 from levergate.core.quota import Quota
+from levergate.policies.pricing import from_usage
 from levergate.protocol.anthropic_response import anthropic_quota, chat_completion, openai_usage
 from levergate.protocol.anthropic_stream import StreamError, StreamTranslator
-from levergate.protocol.openai import usage_tokens
 
 TOOL_USE_MESSAGE = {
     "id": "msg_01Aq9w938a90dw8q",
@@ -80,8 +80,15 @@ def test_tool_use_message_becomes_a_tool_call_completion() -> None:
             "cache_creation": {"ephemeral_5m_input_tokens": 60, "ephemeral_1h_input_tokens": 40},
         },
     }
-    # What the rest of the gateway reads: prompt includes both cache buckets, cached = reads.
-    assert usage_tokens(out["usage"]) == (2572, 89, 2000)
+    # What the ledger reads: 2,572 = 472 uncached + 2,000 read + 100 written (40 of them 1h).
+    t = from_usage(out["usage"])
+    assert (t.input_uncached, t.cached_read, t.cache_write, t.cache_write_1h) == (
+        472,
+        2000,
+        100,
+        40,
+    )
+    assert (t.input, t.output) == (2572, 89)
 
 
 @pytest.mark.parametrize(
