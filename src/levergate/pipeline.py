@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from urllib.parse import urlsplit
 
-from levergate.config import WILDCARD, LocalUpstream, Model, Settings, Upstream
+from levergate.config import (
+    WILDCARD,
+    AnthropicUpstream,
+    LocalUpstream,
+    Model,
+    Settings,
+    Upstream,
+)
 from levergate.core.clock import Clock, SystemClock
 from levergate.core.embedder import Embedder
 from levergate.core.jobs import Job, Supervisor
@@ -213,7 +220,7 @@ def _provider(model: Model, upstreams: Mapping[str, Upstream | LocalUpstream]) -
     kinds = set()
     for target in model.endpoints:
         u = upstreams[target.upstream]
-        if u.kind == "anthropic":
+        if isinstance(u, AnthropicUpstream):
             kinds.add(Provider.ANTHROPIC)
         elif isinstance(u, Upstream) and urlsplit(u.base_url).hostname == "api.openai.com":
             kinds.add(Provider.OPENAI)
