@@ -156,6 +156,10 @@ class Context:
     # (cache-control, x-levergate-*). Empty for library calls without headers.
     headers: Mapping[str, str] = field(default_factory=dict)
     trace: Trace = field(default_factory=Trace)
+    # Features of another protocol the body carries beyond the OpenAI API (Anthropic's
+    # cache_control, thinking, document blocks...: protocol/extensions.py). Empty for plain
+    # OpenAI calls; an OpenAI-compatible upstream checks it with one attribute test.
+    extensions: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
