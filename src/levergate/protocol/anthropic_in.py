@@ -238,12 +238,16 @@ class _Translation:
         _known_keys(block, "tool_use", where)
         self._count()
         arguments = _typed(block.get("input"), dict, f"{where}.input", "a valid dictionary")
+        try:
+            encoded = orjson.dumps(arguments).decode()
+        except TypeError:  # not JSON: only a library caller can build one (big ints, objects)
+            raise _fail(f"{where}.input", "Input should be JSON") from None
         call: dict[str, Any] = {
             "id": _text(block.get("id"), f"{where}.id"),
             "type": "function",
             "function": {
                 "name": _text(block.get("name"), f"{where}.name"),
-                "arguments": orjson.dumps(arguments).decode(),
+                "arguments": encoded,
             },
         }
         self._hint(block, call, where)
