@@ -42,7 +42,8 @@ def check_grammar(frames: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
             open_block = dict(payload["content_block"])
             arguments = ""
         elif name == "content_block_delta":
-            assert open_block is not None and payload["index"] == len(message["content"])
+            assert open_block is not None
+            assert payload["index"] == len(message["content"])
             delta = payload["delta"]
             assert delta["type"] == _DELTA_FOR[open_block["type"]]
             if delta["type"] == "text_delta":
@@ -51,7 +52,8 @@ def check_grammar(frames: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
                 arguments += delta["partial_json"]
         else:
             assert name == "content_block_stop", name
-            assert open_block is not None and payload["index"] == len(message["content"])
+            assert open_block is not None
+            assert payload["index"] == len(message["content"])
             if open_block["type"] == "tool_use":
                 open_block["input"] = orjson.loads(arguments) if arguments else {}
             message["content"].append(open_block)

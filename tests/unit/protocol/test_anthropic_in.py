@@ -20,12 +20,16 @@ WEATHER_TOOL = {
     "input_schema": {
         "type": "object",
         "properties": {
-            "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"}
+            "location": {
+                "type": "string",
+                "description": "The city and state, e.g. San Francisco, CA",
+            }
         },
         "required": ["location"],
     },
 }
 TOOL_USE_ID = "toolu_01A09q90qw90lq917835lq9"
+ERROR_TEXT = "ConnectionError: the weather service API is not available (HTTP 500)"
 # The documentation's tool-use round trip: question, the model's tool_use, the tool's result.
 ROUND_TRIP: dict[str, Any] = {
     "model": "claude-opus-4-1-20250805",
@@ -47,7 +51,9 @@ ROUND_TRIP: dict[str, Any] = {
         },
         {
             "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": TOOL_USE_ID, "content": "15 degrees"}],
+            "content": [
+                {"type": "tool_result", "tool_use_id": TOOL_USE_ID, "content": "15 degrees"}
+            ],
         },
     ],
 }
@@ -98,24 +104,43 @@ def test_prompt_caching_breakpoints_ride_on_system_parts_tools_and_content_parts
         "model": "claude-sonnet-4-5",
         "max_tokens": 1024,
         "system": [
-            {"type": "text", "text": "You are an AI assistant tasked with analyzing literary works."},
-            {"type": "text", "text": "<the entire contents of Pride and Prejudice>", "cache_control": cached},
+            {
+                "type": "text",
+                "text": "You are an AI assistant tasked with analyzing literary works.",
+            },
+            {
+                "type": "text",
+                "text": "<the entire contents of Pride and Prejudice>",
+                "cache_control": cached,
+            },
         ],
         "tools": [{**WEATHER_TOOL, "cache_control": cached}],
         "messages": [
             {
                 "role": "user",
-                "content": [{"type": "text", "text": "Analyze the major themes.", "cache_control": cached}],
+                "content": [
+                    {"type": "text", "text": "Analyze the major themes.", "cache_control": cached}
+                ],
             }
         ],
     }
     translated = to_openai(body, limits=LIMITS)
     assert translated.extensions == {"cache_control"}
     system, user = translated.body["messages"]
-    assert system == {"role": "system", "content": [
-        {"type": "text", "text": "You are an AI assistant tasked with analyzing literary works."},
-        {"type": "text", "text": "<the entire contents of Pride and Prejudice>", "cache_control": cached},
-    ]}  # fmt: skip
+    assert system == {
+        "role": "system",
+        "content": [
+            {
+                "type": "text",
+                "text": "You are an AI assistant tasked with analyzing literary works.",
+            },
+            {
+                "type": "text",
+                "text": "<the entire contents of Pride and Prejudice>",
+                "cache_control": cached,
+            },
+        ],
+    }
     assert user["content"] == [
         {"type": "text", "text": "Analyze the major themes.", "cache_control": cached}
     ]
@@ -130,13 +155,23 @@ def test_images_become_image_url_parts_as_data_urls_or_urls() -> None:
             {
                 "role": "user",
                 "content": [
-                    {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}},
-                    {"type": "image", "source": {"type": "url", "url": "https://upload.wikimedia.org/a.jpg"}},
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "image/jpeg",
+                            "data": "/9j/4AAQ",
+                        },
+                    },
+                    {
+                        "type": "image",
+                        "source": {"type": "url", "url": "https://upload.wikimedia.org/a.jpg"},
+                    },
                     {"type": "text", "text": "Compare these two images."},
                 ],
             }
         ],
-    }  # fmt: skip
+    }
     content = to_openai(body, limits=LIMITS).body["messages"][0]["content"]
     assert content == [
         {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ"}},
@@ -151,29 +186,54 @@ def test_tool_results_come_first_with_is_error_and_block_content() -> None:
         "max_tokens": 10,
         "messages": [
             {"role": "user", "content": "go"},
-            {"role": "assistant", "content": [
-                {"type": "tool_use", "id": "a", "name": "f", "input": {}},
-                {"type": "tool_use", "id": "b", "name": "g", "input": {"x": 1}},
-            ]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "a", "content": "ConnectionError: the weather service API is not available (HTTP 500)", "is_error": True},
-                {"type": "tool_result", "tool_use_id": "b", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]},
-                {"type": "text", "text": "What now?"},
-            ]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "a", "name": "f", "input": {}},
+                    {"type": "tool_use", "id": "b", "name": "g", "input": {"x": 1}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "a",
+                        "content": ERROR_TEXT,
+                        "is_error": True,
+                    },
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "b",
+                        "content": [
+                            {"type": "text", "text": "one"},
+                            {"type": "text", "text": "two"},
+                        ],
+                    },
+                    {"type": "text", "text": "What now?"},
+                ],
+            },
         ],
-    }  # fmt: skip
+    }
     translated = to_openai(body, limits=LIMITS)
     assert translated.extensions == {"is_error"}
     messages = translated.body["messages"]
     assert messages[1]["content"] is None
     assert [c["function"]["arguments"] for c in messages[1]["tool_calls"]] == ["{}", '{"x":1}']
     assert messages[2:] == [
-        {"role": "tool", "tool_call_id": "a", "is_error": True,
-         "content": "ConnectionError: the weather service API is not available (HTTP 500)"},
-        {"role": "tool", "tool_call_id": "b",
-         "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]},
+        {
+            "role": "tool",
+            "tool_call_id": "a",
+            "is_error": True,
+            "content": ERROR_TEXT,
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "b",
+            "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}],
+        },
         {"role": "user", "content": "What now?"},
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize(
@@ -182,11 +242,14 @@ def test_tool_results_come_first_with_is_error_and_block_content() -> None:
         ({"type": "auto"}, "auto", None),
         ({"type": "any"}, "required", None),
         ({"type": "none"}, "none", None),
-        ({"type": "tool", "name": "get_weather"},
-         {"type": "function", "function": {"name": "get_weather"}}, None),
+        (
+            {"type": "tool", "name": "get_weather"},
+            {"type": "function", "function": {"name": "get_weather"}},
+            None,
+        ),
         ({"type": "auto", "disable_parallel_tool_use": True}, "auto", False),
     ],
-)  # fmt: skip
+)
 def test_tool_choice_maps_to_openai(choice: dict[str, Any], expected: Any, parallel: Any) -> None:
     body = {**ROUND_TRIP, "tool_choice": choice}
     out = to_openai(body, limits=LIMITS).body
@@ -229,8 +292,11 @@ def test_parameters_map_and_anthropic_only_ones_are_recorded() -> None:
 
 
 def test_blocks_openai_cannot_express_are_carried_verbatim_and_named() -> None:
-    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
-                                               "data": "JVBERi0x"}, "citations": {"enabled": True}}  # fmt: skip
+    document = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"},
+        "citations": {"enabled": True},
+    }
     thinking = {"type": "thinking", "thinking": "Let me think", "signature": "EqQBCgIYAhIM"}
     search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
     body = {
@@ -272,19 +338,49 @@ OK_MESSAGES = [{"role": "user", "content": "hi"}]
         ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
         ({"messages": [{"role": "user"}]}, "messages.0.content"),
         ({"messages": [{"role": "user", "content": []}]}, "messages.0.content"),
-        ({"messages": [{"role": "user", "content": [{"type": "video"}]}]}, "messages.0.content.0.type"),
-        ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, "messages.0.content.0.type"),
-        ({"messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]},
-         "messages.0.content.0.text"),
-        ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a", "colour": 1}]}]},
-         "messages.0.content.0.colour"),
-        ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "ftp"}}]}]},
-         "messages.0.content.0.source.type"),
-        ({"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f",
-                                                          "input": "x"}]}]},
-         "messages.0.content.0.input"),
-        ({"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
-         "messages.0.content.0.tool_use_id"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "video"}]}]},
+            "messages.0.content.0.type",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"text": "no type"}]}]},
+            "messages.0.content.0.type",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]},
+            "messages.0.content.0.text",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "a", "colour": 1}]}
+                ]
+            },
+            "messages.0.content.0.colour",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "image", "source": {"type": "ftp"}}]}
+                ]
+            },
+            "messages.0.content.0.source.type",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "a", "name": "f", "input": "x"}],
+                    }
+                ]
+            },
+            "messages.0.content.0.input",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
+            "messages.0.content.0.tool_use_id",
+        ),
         ({"max_tokens": 0}, "max_tokens"),
         ({"max_tokens": True}, "max_tokens"),
         ({"max_tokens": "10"}, "max_tokens"),
@@ -302,11 +398,21 @@ OK_MESSAGES = [{"role": "user", "content": "hi"}]
         ({"system": [{"type": "image"}]}, "system.0.type"),
         ({"mcp_servers": []}, "mcp_servers"),
         ({"container": "c"}, "container"),
-        ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a",
-                                                     "cache_control": {"type": "forever"}}]}]},
-         "messages.0.content.0.cache_control.type"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "a", "cache_control": {"type": "forever"}}
+                        ],
+                    }
+                ]
+            },
+            "messages.0.content.0.cache_control.type",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_requests_are_a_400_naming_the_field(change: dict[str, Any], param: str) -> None:
     body = {"model": "m", "max_tokens": 10, "messages": OK_MESSAGES, **change}
     with pytest.raises(BadRequest) as caught:
@@ -322,9 +428,12 @@ def test_counts_are_bounded_by_the_request_limits() -> None:
         to_openai({"model": "m", "max_tokens": 1, "messages": many}, limits=limits)
     tools = [WEATHER_TOOL, WEATHER_TOOL]
     with pytest.raises(BadRequest, match="at most 1 tools"):
-        to_openai({"model": "m", "max_tokens": 1, "messages": OK_MESSAGES, "tools": tools},
-                  limits=limits)  # fmt: skip
+        to_openai(
+            {"model": "m", "max_tokens": 1, "messages": OK_MESSAGES, "tools": tools}, limits=limits
+        )
     blocks = [{"type": "text", "text": "x"}] * 5
     with pytest.raises(BadRequest, match="4 content blocks"):
-        to_openai({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": blocks}]},
-                  limits=limits)  # fmt: skip
+        to_openai(
+            {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": blocks}]},
+            limits=limits,
+        )
