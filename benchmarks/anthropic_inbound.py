@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import httpx
-
 from benchmarks.harness import stamp, write_results
+
 from levergate import Gateway, Settings
 from levergate.upstreams.simulator import SimSettings, run_simulator
 
