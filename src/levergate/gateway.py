@@ -8,6 +8,8 @@ Both edges (the ASGI app and the httpx transport) and the library methods go thr
         async for chunk in await gw.chat(model="m", messages=[...], stream=True): ...
         client = openai.AsyncOpenAI(api_key="-", base_url="http://levergate/v1",
                                     http_client=httpx.AsyncClient(transport=gw.transport()))
+        claude = anthropic.AsyncAnthropic(api_key="-", base_url="http://levergate",
+                                          http_client=httpx2.AsyncClient(transport=gw.httpx2_transport()))
 
     gw = Gateway(settings)  # synchronous code: the gateway lives on the transport's loop thread
     with httpx.Client(transport=gw.sync_transport()) as http:
@@ -37,6 +39,7 @@ from levergate.redact import install as install_redaction
 
 if TYPE_CHECKING:
     import httpx
+    import httpx2
 
     from levergate.batch.service import BatchService
 
@@ -211,6 +214,12 @@ class Gateway:
         from levergate.server.transport import GatewayTransport
 
         return GatewayTransport(self)
+
+    def httpx2_transport(self) -> httpx2.AsyncBaseTransport:
+        """The same for clients on `httpx2` (the anthropic SDK's `http_client` must be one)."""
+        from levergate.server.httpx2_transport import Httpx2Transport
+
+        return Httpx2Transport(self)
 
     def sync_transport(self) -> httpx.BaseTransport:
         """The same for synchronous clients (`openai.OpenAI`, `httpx.Client`): the gateway runs

@@ -21,6 +21,7 @@ answer, is bounded (the same table is in the README):
     streamed upload               server.max_upload_bytes              200 MiB        413
     embedding inputs              limits.max_embedding_inputs          2,048          400
     messages, tools               limits.max_messages, max_tools       2,048, 128     400
+    Anthropic content blocks      limits.max_content_blocks            20,000         400
     stop, n, output tokens        limits.max_stop, max_n,              4, 128,        400
                                   limits.max_output_tokens             1,000,000
     x-levergate-timeout           limits.min/max_timeout_seconds       0.01 s, 1 h    400, clamped

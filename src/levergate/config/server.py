@@ -79,6 +79,10 @@ class RequestLimits(_Strict):
     max_embedding_dimensions: int = Field(65_536, ge=1)  # ours: above any model's width
     max_messages: int = Field(2048, ge=1)  # Azure OpenAI's "'$.messages' ... 2048 items"
     max_tools: int = Field(128, ge=1)  # OpenAI's bound
+    # Content blocks of an Anthropic Messages request, counted over every message, the system
+    # prompt and tool results (ours: a 2,048-message agent history of a few blocks each fits;
+    # the translation's work is linear in it).
+    max_content_blocks: int = Field(20_000, ge=1)
     max_stop: int = Field(4, ge=1)  # OpenAI's bound
     max_n: int = Field(128, ge=1)  # OpenAI's bound
     # A sanity bound on max_tokens / max_completion_tokens: no model writes more, and the rate

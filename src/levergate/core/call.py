@@ -174,6 +174,10 @@ class Context:
     # its batch); Authenticate then checks it instead of an `authorization` header. Never set
     # from a request: only code inside the gateway builds a Context.
     key: KeyRecord | None = None
+    # Features of another protocol the body carries beyond the OpenAI API (Anthropic's
+    # cache_control, thinking, document blocks...: protocol/extensions.py). Empty for plain
+    # OpenAI calls; an OpenAI-compatible upstream checks it with one attribute test.
+    extensions: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """Authenticate: decides the tenant. With auth on, the caller's bearer key must be one the
-`Keyring` knows (listed in `auth.keys`, or made through the admin API) and not revoked; the key
+`Keyring` knows (listed in `auth.keys`, or made through the admin API) and not revoked, sent as
+`Authorization: Bearer <key>` or (the anthropic SDK's way) `x-api-key: <key>`; the key
 names the tenant, the models it may ask for, and its rates and budgets (`KeyQuota`). With auth
 off, `x-levergate-tenant` may name one.
 
@@ -14,6 +15,7 @@ keyed or limited by tenant (caches, limits).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
     from levergate.layers.shared import Shared
 
 TENANT_HEADER = "x-levergate-tenant"
+# Where the anthropic SDK sends its key; accepted like `Authorization: Bearer` on every route.
+API_KEY_HEADER = "x-api-key"
+MISSING_KEY = "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
 
 
 class Authenticate:
@@ -90,11 +95,15 @@ class Authenticate:
         return await self._quota.serve(record, call, self._inner)
 
     async def _presented(self, call: Call) -> KeyRecord | None:
-        """The record of the bearer key the request carries (None: no such key)."""
-        scheme, _, key = call.ctx.headers.get("authorization", "").partition(" ")
-        key = key.strip()
-        if scheme.lower() != "bearer" or not key:
-            raise AuthenticationFailed(
-                "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
-            )
+        """The record of the key the request carries (None: no such key)."""
+        key = presented_key(call.ctx.headers)
+        if not key:
+            raise AuthenticationFailed(MISSING_KEY, code="missing_api_key")
         return await self._keyring.resolve(key)
+
+
+def presented_key(headers: Mapping[str, str]) -> str:
+    """The client's key: `Authorization: Bearer <key>`, else `x-api-key: <key>`; '' for none."""
+    scheme, _, key = headers.get("authorization", "").partition(" ")
+    key = key.strip() if scheme.lower() == "bearer" else ""
+    return key or headers.get(API_KEY_HEADER, "").strip()

@@ -17,8 +17,10 @@ from collections.abc import Mapping
 import orjson
 
 from levergate.core.call import Trace
+from levergate.core.tokenizer import Tokenizer
 from levergate.errors import LevergateError, error_payload
 from levergate.gateway import REQUEST_ID_HEADER, Gateway
+from levergate.protocol.tokens import TiktokenCounter
 from levergate.server.exchange import (
     BodySource,
     BytesBody,
@@ -27,7 +29,7 @@ from levergate.server.exchange import (
     declared_length,
 )
 from levergate.server.guards import Credentials
-from levergate.server.routes import ROUTES, Route, Router
+from levergate.server.routes import ROUTES, ErrorShape, Route, Router
 
 log = logging.getLogger("levergate.edge")
 
@@ -40,6 +42,8 @@ class Edge:
     def __init__(self, gateway: Gateway, *, routes: tuple[Route, ...] = ROUTES) -> None:
         self.gateway = gateway
         self.credentials = Credentials(gateway)
+        # Counts prompts for `/v1/messages/count_tokens` (encodings load on first use).
+        self.tokenizer: Tokenizer = TiktokenCounter()
         settings = gateway.settings
         served = tuple(r for r in routes if r.enabled is None or r.enabled(settings))
         self._router = Router(served, settings=settings.server)
@@ -59,9 +63,12 @@ class Edge:
         request = Request(method, path, headers, trace)
         if query:
             request.query = query
+        shape: ErrorShape = error_response
         try:
             bound, request.params = self._router.match(method, path)
             route = bound.route
+            if route.errors is not None:
+                shape = route.errors
             if route.guard is not None:
                 await route.guard(self, request)
             source = BytesBody(body) if isinstance(body, bytes) else body
@@ -72,7 +79,7 @@ class Edge:
                 request.body = await source.read(limit=bound.limit)
             return await route.handler(self, request)
         except LevergateError as exc:
-            response = error_response(exc)
+            response = shape(exc)
             response.headers.append((REQUEST_ID_HEADER, request.request_id))
             return response
 

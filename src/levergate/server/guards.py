@@ -2,8 +2,8 @@
 guarded by the pipeline's `Authenticate` layer instead, which also counts refused requests.
 
 - `client_key`: with auth on, a client key `Authenticate` would accept (listed in `auth.keys`
-  or made through the admin API, not revoked); `/v1/models` then lists only the aliases
-  that key may use.
+  or made through the admin API, not revoked; as a bearer token or in `x-api-key`);
+  `/v1/models` then lists only the aliases that key may use.
 - `metrics_token`: with auth on, `metrics.token` and nothing else (`/metrics` names every
   tenant's features, models and spend); no token configured means closed (`config.Metrics`).
 
@@ -18,6 +18,7 @@ import hmac
 from typing import TYPE_CHECKING
 
 from levergate.errors import AuthenticationFailed
+from levergate.layers.auth import MISSING_KEY, presented_key
 
 if TYPE_CHECKING:
     from levergate.gateway import Gateway
@@ -47,11 +48,9 @@ async def client_key(edge: Edge, request: Request) -> None:
     credentials = edge.credentials
     if not credentials.auth_on:
         return
-    key = _bearer(request.headers.get("authorization", ""))
+    key = presented_key(request.headers)
     if not key:
-        raise AuthenticationFailed(
-            "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
-        )
+        raise AuthenticationFailed(MISSING_KEY, code="missing_api_key")
     if credentials.keyring is None:  # auth on without keys: unreachable, refuse all the same
         raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
     record = await credentials.keyring.resolve(key)

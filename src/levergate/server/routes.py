@@ -12,6 +12,8 @@ A line says, besides method, path and handler:
   written to disk as they arrive) instead of whole (`Request.body`).
 - `max_body_bytes`: the route's own body limit; by default `server.max_body_bytes` for whole
   bodies and `server.max_upload_bytes` for streamed ones (config/server.py).
+- `errors`: how the route's errors are written, when not in OpenAI's envelope (the Anthropic
+  routes answer in Anthropic's, 413s and guard refusals included).
 
 Matching (`Router.match`) looks static paths up in a dict first — the hot path, POST
 /v1/chat/completions, costs two dict lookups — and tries the precompiled patterns only for the
@@ -27,10 +29,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING
 
-from levergate.errors import MethodNotAllowed, NotFound
+from levergate.errors import LevergateError, MethodNotAllowed, NotFound
 from levergate.server import admin, guards
 from levergate.server.exchange import NO_PARAMS, Request, Response
-from levergate.server.handlers import batches, files, openai, ops
+from levergate.server.handlers import anthropic, batches, files, openai, ops
 
 if TYPE_CHECKING:
     from levergate.config import Server, Settings
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 
 Handler = Callable[["Edge", Request], Awaitable[Response]]
 Guard = Callable[["Edge", Request], Awaitable[None]]
+ErrorShape = Callable[[LevergateError], Response]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,7 @@ class Route:
     stream: bool = False
     max_body_bytes: int | None = None
     enabled: Callable[[Settings], bool] | None = None
+    errors: ErrorShape | None = None
 
 
 def _admin(method: str, path: str, handler: Handler) -> Route:
@@ -67,12 +71,22 @@ def _batch_enabled(settings: Settings) -> bool:
     return settings.batch.enabled
 
 
+def _anthropic(method: str, path: str, handler: Handler, *, guard: Guard | None = None) -> Route:
+    """An Anthropic API route: its errors in Anthropic's envelope, so the SDK's classes apply."""
+    return Route(method, path, handler, guard=guard, errors=anthropic.error_response)
+
+
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/chat/completions", openai.chat_completions),
     Route("POST", "/v1/completions", openai.completions),
     Route("POST", "/v1/embeddings", openai.embeddings),
     Route("GET", "/v1/models", openai.list_models, guard=guards.client_key),
     Route("GET", "/v1/models/{model:path}", openai.retrieve_model, guard=guards.client_key),
+    # Anthropic's Messages API, translated to chat calls (server/handlers/anthropic.py).
+    _anthropic("POST", "/v1/messages", anthropic.messages),
+    _anthropic(
+        "POST", "/v1/messages/count_tokens", anthropic.count_tokens, guard=guards.client_key
+    ),
     Route("GET", "/healthz", ops.healthz),
     Route("GET", "/readyz", ops.readyz),
     Route("GET", "/metrics", ops.metrics, guard=guards.metrics_token),

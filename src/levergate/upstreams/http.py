@@ -33,6 +33,7 @@ from levergate.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from levergate.protocol.extensions import for_openai
 from levergate.protocol.sse import DONE, EventTooLarge, SSEDecoder
 from levergate.redact import Redactor
 from levergate.upstreams.passed_headers import HeaderAllowList
@@ -66,6 +67,10 @@ class OpenAIUpstream:
     def _request(self, call: Call) -> tuple[str, bytes]:
         """The URL and body of the upstream request for `call` (a subclass speaking another
         wire format translates here)."""
+        if call.ctx.extensions:
+            # Another protocol's features (an Anthropic request): hints dropped, a 400 for
+            # what the OpenAI API cannot express (protocol/extensions.py).
+            call = for_openai(call, upstream=self.name)
         payload = call.raw
         if call.stream and call.kind != "embedding" and not call.wants_usage_chunk:
             # Always ask for the usage chunk: the gateway measures tokens and cost on every
