@@ -69,6 +69,7 @@ from levergate.config.local import (
     cache_home,
     packaged_file,
 )
+from levergate.config.responses import ResponsesSettings, ResponseStoreSettings
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.settings import Settings
 from levergate.config.traffic import (
@@ -134,6 +135,8 @@ __all__ = [
     "RateLimits",
     "RequestLimits",
     "ResponseLimits",
+    "ResponseStoreSettings",
+    "ResponsesSettings",
     "RetrySettings",
     "SemanticCacheSettings",
     "Server",

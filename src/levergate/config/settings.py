@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from levergate.config.base import WILDCARD
 from levergate.config.cache import Cache
 from levergate.config.keys import Admin, Auth
+from levergate.config.responses import ResponsesSettings
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.traffic import Traffic
 from levergate.config.upstreams import AnyUpstream, Model
@@ -36,6 +37,8 @@ class Settings(BaseSettings):
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)
     background: Background = Field(default_factory=Background)
+    # The Responses API: its bounds and where translated conversations are kept.
+    responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod

@@ -25,7 +25,9 @@ from typing import Any, Literal
 
 from levergate.core.quota import Quota
 
-Kind = Literal["chat", "completion", "embedding"]
+# "response": an OpenAI Responses API request passed through to an upstream that serves
+# `/v1/responses` itself (layers/responses.py); translated ones become "chat" calls.
+Kind = Literal["chat", "completion", "embedding", "response"]
 
 
 class Priority(enum.IntEnum):

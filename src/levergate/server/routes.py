@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from levergate.errors import MethodNotAllowed, NotFound
 from levergate.server import admin, guards
 from levergate.server.exchange import NO_PARAMS, Request, Response
-from levergate.server.handlers import openai, ops
+from levergate.server.handlers import openai, ops, responses
 
 if TYPE_CHECKING:
     from levergate.config import Server, Settings
@@ -61,6 +61,10 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/chat/completions", openai.chat_completions),
     Route("POST", "/v1/completions", openai.completions),
     Route("POST", "/v1/embeddings", openai.embeddings),
+    Route("POST", "/v1/responses", responses.create),
+    Route("GET", "/v1/responses/{id}", responses.retrieve, guard=guards.client_key),
+    Route("DELETE", "/v1/responses/{id}", responses.delete, guard=guards.client_key),
+    Route("GET", "/v1/responses/{id}/input_items", responses.input_items, guard=guards.client_key),
     Route("GET", "/v1/models", openai.list_models, guard=guards.client_key),
     Route("GET", "/v1/models/{model:path}", openai.retrieve_model, guard=guards.client_key),
     Route("GET", "/healthz", ops.healthz),

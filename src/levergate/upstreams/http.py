@@ -44,7 +44,11 @@ PATHS: dict[Kind, str] = {
     "chat": "/chat/completions",
     "completion": "/completions",
     "embedding": "/embeddings",
+    "response": "/responses",
 }
+# Kinds whose streams take `stream_options.include_usage` (embeddings do not stream; a Responses
+# stream reports usage in its `response.completed` event).
+_USAGE_OPTION = frozenset({"chat", "completion"})
 
 
 class OpenAIUpstream:
@@ -65,7 +69,7 @@ class OpenAIUpstream:
 
     async def __call__(self, call: Call) -> Reply:
         payload = call.raw
-        if call.stream and call.kind != "embedding" and not call.wants_usage_chunk:
+        if call.stream and call.kind in _USAGE_OPTION and not call.wants_usage_chunk:
             # Always ask for the usage chunk: the gateway measures tokens and cost on every
             # stream. The edge drops it again when the client did not ask for it.
             options = call.body.get("stream_options")

@@ -239,7 +239,10 @@ class Measure:
         prompt, completion, cached = usage_tokens(seen.usage)
         written = _cache_write_tokens(seen.usage)
         uncached = max(0, prompt - cached - written)
-        if seen.usage is not None and isinstance(seen.usage.get("completion_tokens"), int):
+        reported = (seen.usage or {}).get(
+            "completion_tokens", (seen.usage or {}).get("output_tokens")
+        )
+        if seen.usage is not None and isinstance(reported, int):
             return Tokens(uncached, cached, written, completion, TokenSource.REPORTED)
         chunks = [seen.answer] if seen.answer is not None else map(_parsed, seen.generated)
         text = "".join(generated_text(chunk) for chunk in chunks)
@@ -292,4 +295,7 @@ def _cache_write_tokens(usage: Mapping[str, Any] | None) -> int:
 def _may_carry_token(data: bytes) -> bool:
     """A byte-level pre-check so most chunks are judged without parsing them twice. On the
     keys only: upstreams write JSON in every spacing (`"content": "` from Python servers)."""
-    return b'"content"' in data or b'"text"' in data or b'"tool_calls"' in data
+    return (
+        b'"content"' in data or b'"text"' in data or b'"tool_calls"' in data
+        or b'.delta"' in data  # a Responses delta event ("type":"response.output_text.delta")
+    )  # fmt: skip
