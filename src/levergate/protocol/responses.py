@@ -192,7 +192,8 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], *, where: st
 
 
 def _message(item: dict[str, Any], *, where: str) -> dict[str, Any]:
-    role = _ROLES.get(item.get("role"))
+    asked = item.get("role")
+    role = _ROLES.get(asked) if isinstance(asked, str) else None
     if role is None:
         raise BadRequest(
             f"Invalid '{where}.role': expected one of user, assistant, system, developer.",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 # Body fields echoed into the response object as the request set them (None when absent).
@@ -219,8 +219,12 @@ def output_text(response: Mapping[str, Any]) -> str:
     return "".join(texts)
 
 
-def events_of(response: Mapping[str, Any], *, pieces: int = 1) -> Iterator[dict[str, Any]]:
-    """The event stream that delivers `response` (text split into `pieces` deltas per part)."""
+def events_of(
+    response: Mapping[str, Any], *, split: Callable[[str], Sequence[str]] | None = None
+) -> Iterator[dict[str, Any]]:
+    """The event stream that delivers `response`; `split` cuts a text into its deltas (by
+    default one delta per part)."""
+    pieces = split or _whole
     seq = iter(range(1 << 62))
     opening = {
         **response,
@@ -242,7 +246,7 @@ def events_of(response: Mapping[str, Any], *, pieces: int = 1) -> Iterator[dict[
 
 
 def _item_events(
-    item: Mapping[str, Any], index: int, seq: Iterator[int], pieces: int
+    item: Mapping[str, Any], index: int, seq: Iterator[int], pieces: Callable[[str], Sequence[str]]
 ) -> Iterator[dict[str, Any]]:
     base = {"item_id": item.get("id"), "output_index": index}
     if item.get("type") == "message":
@@ -264,7 +268,7 @@ def _item_events(
             }
             whole = str(part.get(field, ""))
             extra: dict[str, Any] = {"logprobs": []} if kind == "output_text" else {}
-            for delta in _split(whole, pieces):
+            for delta in pieces(whole) if whole else ():
                 yield {
                     "type": f"response.{kind}.delta",
                     **base,
@@ -296,7 +300,7 @@ def _item_events(
             "sequence_number": next(seq),
         }
         arguments = str(item.get("arguments", ""))
-        for delta in _split(arguments, pieces):
+        for delta in pieces(arguments) if arguments else ():
             yield {
                 "type": "response.function_call_arguments.delta",
                 **base,
@@ -325,11 +329,8 @@ def _item_events(
     }
 
 
-def _split(text: str, pieces: int) -> list[str]:
-    if not text:
-        return []
-    size = max(1, -(-len(text) // max(1, pieces)))
-    return [text[i : i + size] for i in range(0, len(text), size)]
+def _whole(text: str) -> list[str]:
+    return [text]
 
 
 def _int(value: Any) -> int:

@@ -39,6 +39,7 @@ from levergate.upstreams.passed_headers import HeaderAllowList
 from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 T = TypeVar("T")
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 PATHS: dict[Kind, str] = {
     "chat": "/chat/completions",
@@ -112,7 +113,8 @@ class OpenAIUpstream:
                 await self._raise_for(response, deadline)
             if call.stream and _is_event_stream(response.headers):
                 trace.upstream_seconds += time.perf_counter() - started
-                return Stream(self._events(response, trace, deadline), headers=passed)
+                events = self._events(response, trace, deadline, responses=call.kind == "response")
+                return Stream(events, headers=passed)
             raw = await self._read(response, deadline, limit=self._limits.body_bytes)
         except BaseException as exc:
             trace.upstream_seconds += time.perf_counter() - started
@@ -144,7 +146,11 @@ class OpenAIUpstream:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def _events(self, response: HttpResponse, trace: Trace, deadline: float) -> EventSource:
+    async def _events(
+        self, response: HttpResponse, trace: Trace, deadline: float, *, responses: bool = False
+    ) -> EventSource:
+        """A chat or completions stream is complete at `[DONE]`; a Responses stream (which sends
+        none) at its terminal `response.completed|incomplete|failed` event."""
         decoder = SSEDecoder(max_event_bytes=self._limits.event_bytes)
         chunks = response.chunks()
         idle = self._settings.timeouts.idle
@@ -167,7 +173,10 @@ class OpenAIUpstream:
                         # The shape of a JSON object: passed on unparsed (a parse per event
                         # would cost ~2 us, a tenth of a stream's gateway CPU; the edge and
                         # the usage filter parse the few events they need).
-                        yield Event(data)
+                        event = Event(data)
+                        if responses and not done:
+                            done = _is_terminal(event)
+                        yield event
                         continue
                     parsed = _json_object(data)
                     if parsed is None:
@@ -178,6 +187,7 @@ class OpenAIUpstream:
                         )
                     if parsed.get("error") is not None:
                         raise self._stream_error(parsed)
+                    done = done or (responses and parsed.get("type") in _TERMINAL)
                     yield Event(data, parsed)
             if not done:
                 raise UpstreamUnavailable(
@@ -379,3 +389,15 @@ async def _close_quietly(chunks: AsyncIterator[bytes]) -> None:
     aclose = getattr(chunks, "aclose", None)
     if aclose is not None:
         await aclose()
+
+
+def _is_terminal(event: Event) -> bool:
+    """The last event of a Responses stream (checked on the bytes first: one parse per stream)."""
+    data = event.data
+    if (
+        b"response.completed" not in data
+        and b"response.incomplete" not in data
+        and (b"response.failed" not in data)
+    ):
+        return False
+    return event.json().get("type") in _TERMINAL
