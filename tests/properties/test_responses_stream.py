@@ -81,9 +81,7 @@ def test_any_chat_stream_becomes_a_well_formed_event_stream(
     events += writer.close()
     check_well_formed(events)
     pieces = "".join(d.get("content", "") for d in steps)
-    said = "".join(
-        e["delta"] for e in events if e["type"] == "response.output_text.delta"
-    )
+    said = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert said == pieces
 
 

@@ -74,6 +74,8 @@ def check(body: Mapping[str, Any], *, settings: ResponsesSettings) -> None:
             param="input",
             code="array_above_max_length",
         )
+    for index, item in enumerate(items if isinstance(items, list) else ()):
+        _check_item(item, f"input[{index}]")
     for name in ("instructions", "previous_response_id"):
         if (value := body.get(name)) is not None and not isinstance(value, str):
             raise BadRequest(f"Invalid type for '{name}': expected a string.", param=name)
@@ -85,6 +87,21 @@ def check(body: Mapping[str, Any], *, settings: ResponsesSettings) -> None:
             raise BadRequest(f"Invalid type for '{name}': expected a boolean.", param=name)
     if (text := body.get("text")) is not None and not isinstance(text, dict):
         raise BadRequest("Invalid type for 'text': expected an object.", param="text")
+
+
+def _check_item(item: Any, where: str) -> None:
+    """Every item an object with a type or a role, and a role the API knows: the shape both
+    paths rely on (a native upstream judges the rest)."""
+    if not isinstance(item, dict):
+        raise BadRequest(f"Invalid '{where}': each item must be an object.", param=where)
+    role, kind = item.get("role"), item.get("type")
+    if role is None and not isinstance(kind, str):
+        raise BadRequest(f"Invalid '{where}': an item needs a 'type' or a 'role'.", param=where)
+    if role is not None and role not in _ROLES:
+        raise BadRequest(
+            f"Invalid '{where}.role': expected one of user, assistant, system, developer.",
+            param=f"{where}.role",
+        )
 
 
 def to_chat(body: Mapping[str, Any], *, history: list[dict[str, Any]]) -> dict[str, Any]:

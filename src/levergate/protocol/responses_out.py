@@ -248,85 +248,53 @@ def events_of(
 def _item_events(
     item: Mapping[str, Any], index: int, seq: Iterator[int], pieces: Callable[[str], Sequence[str]]
 ) -> Iterator[dict[str, Any]]:
-    base = {"item_id": item.get("id"), "output_index": index}
     if item.get("type") == "message":
-        yield {
-            "type": "response.output_item.added",
-            "output_index": index,
-            "item": {**item, "status": "in_progress", "content": []},
-            "sequence_number": next(seq),
-        }
+        yield {"type": "response.output_item.added", "output_index": index,
+               "item": {**item, "status": "in_progress", "content": []},
+               "sequence_number": next(seq)}  # fmt: skip
         for c, part in enumerate(item.get("content") or ()):
-            field = "text" if part.get("type") == "output_text" else "refusal"
-            kind = "output_text" if field == "text" else "refusal"
-            yield {
-                "type": "response.content_part.added",
-                **base,
-                "content_index": c,
-                "part": {**part, field: ""},
-                "sequence_number": next(seq),
-            }
-            whole = str(part.get(field, ""))
-            extra: dict[str, Any] = {"logprobs": []} if kind == "output_text" else {}
-            for delta in pieces(whole) if whole else ():
-                yield {
-                    "type": f"response.{kind}.delta",
-                    **base,
-                    "content_index": c,
-                    "delta": delta,
-                    **extra,
-                    "sequence_number": next(seq),
-                }
-            yield {
-                "type": f"response.{kind}.done",
-                **base,
-                "content_index": c,
-                field: whole,
-                **extra,
-                "sequence_number": next(seq),
-            }
-            yield {
-                "type": "response.content_part.done",
-                **base,
-                "content_index": c,
-                "part": dict(part),
-                "sequence_number": next(seq),
-            }
+            yield from _part_events(item, index, c, part, seq=seq, pieces=pieces)
     elif item.get("type") == "function_call":
-        yield {
-            "type": "response.output_item.added",
-            "output_index": index,
-            "item": {**item, "status": "in_progress", "arguments": ""},
-            "sequence_number": next(seq),
-        }
+        base = {"item_id": item.get("id"), "output_index": index}
+        yield {"type": "response.output_item.added", "output_index": index,
+               "item": {**item, "status": "in_progress", "arguments": ""},
+               "sequence_number": next(seq)}  # fmt: skip
         arguments = str(item.get("arguments", ""))
         for delta in pieces(arguments) if arguments else ():
-            yield {
-                "type": "response.function_call_arguments.delta",
-                **base,
-                "delta": delta,
-                "sequence_number": next(seq),
-            }
-        yield {
-            "type": "response.function_call_arguments.done",
-            **base,
-            "name": item.get("name"),
-            "arguments": arguments,
-            "sequence_number": next(seq),
-        }
+            yield {"type": "response.function_call_arguments.delta", **base, "delta": delta,
+                   "sequence_number": next(seq)}  # fmt: skip
+        yield {"type": "response.function_call_arguments.done", **base, "name": item.get("name"),
+               "arguments": arguments, "sequence_number": next(seq)}  # fmt: skip
     else:
-        yield {
-            "type": "response.output_item.added",
-            "output_index": index,
-            "item": dict(item),
-            "sequence_number": next(seq),
-        }
-    yield {
-        "type": "response.output_item.done",
-        "output_index": index,
-        "item": dict(item),
-        "sequence_number": next(seq),
-    }
+        yield {"type": "response.output_item.added", "output_index": index, "item": dict(item),
+               "sequence_number": next(seq)}  # fmt: skip
+    yield {"type": "response.output_item.done", "output_index": index, "item": dict(item),
+           "sequence_number": next(seq)}  # fmt: skip
+
+
+def _part_events(
+    item: Mapping[str, Any],
+    index: int,
+    c: int,
+    part: Mapping[str, Any],
+    *,
+    seq: Iterator[int],
+    pieces: Callable[[str], Sequence[str]],
+) -> Iterator[dict[str, Any]]:
+    base = {"item_id": item.get("id"), "output_index": index, "content_index": c}
+    field = "text" if part.get("type") == "output_text" else "refusal"
+    kind = "output_text" if field == "text" else "refusal"
+    yield {"type": "response.content_part.added", **base, "part": {**part, field: ""},
+           "sequence_number": next(seq)}  # fmt: skip
+    whole = str(part.get(field, ""))
+    extra: dict[str, Any] = {"logprobs": []} if kind == "output_text" else {}
+    for delta in pieces(whole) if whole else ():
+        yield {"type": f"response.{kind}.delta", **base, "delta": delta, **extra,
+               "sequence_number": next(seq)}  # fmt: skip
+    yield {"type": f"response.{kind}.done", **base, field: whole, **extra,
+           "sequence_number": next(seq)}  # fmt: skip
+    yield {"type": "response.content_part.done", **base, "part": dict(part),
+           "sequence_number": next(seq)}  # fmt: skip
 
 
 def _whole(text: str) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 from levergate.config import ResponsesSettings
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed, Event, Reply, Stream
-from levergate.errors import BadRequest, NotFound
+from levergate.errors import BadRequest, NotFound, UpstreamUnavailable
 from levergate.layers.responses import ResponsesBridge
 from levergate.stores.kv_memory import MemoryKV
 from levergate.stores.responses import ResponseStore
@@ -74,7 +74,9 @@ async def test_a_streamed_answer_is_kept_and_continued() -> None:
     assert final["type"] == "response.completed"
     assert final["response"]["output"][0]["content"][0]["text"] == "hello world"
     assert final["response"]["usage"]["output_tokens"] == 2
-    await whole(await gate(call({"input": "again", "previous_response_id": final["response"]["id"]})))
+    await whole(
+        await gate(call({"input": "again", "previous_response_id": final["response"]["id"]}))
+    )
     assert [m["content"] for m in upstream.calls[1].body["messages"]] == [
         "hi", "hello world", "again"]  # fmt: skip
 
@@ -85,9 +87,13 @@ async def test_a_cut_stream_fails_the_response_and_keeps_nothing() -> None:
     reply = await gate(call({"input": "hi", "stream": True}))
     assert isinstance(reply, Stream)
     seen: list[dict[str, Any]] = []
-    with pytest.raises(Exception, match="cut"):
+
+    async def drain() -> None:
         async for event in reply:
-            seen.append(event.json())
+            seen.append(event.json())  # noqa: PERF401 - what came before the failure counts
+
+    with pytest.raises(UpstreamUnavailable, match="cut"):
+        await drain()
     await reply.aclose()
     assert seen[-1]["type"] == "response.failed"
     with pytest.raises(NotFound):
@@ -129,7 +135,7 @@ async def test_a_conversation_cannot_switch_between_native_and_translated() -> N
     store_side = bridge(FakeUpstream())
     kept = await whole(await store_side(call({"input": "hi"})))
     native = ResponsesBridge(
-        FakeUpstream(), settings=ResponsesSettings(), store=store_side._store,  # noqa: SLF001
+        FakeUpstream(), settings=ResponsesSettings(), store=store_side._store,
         native=lambda _: True,
     )  # fmt: skip
     with pytest.raises(BadRequest) as raised:
@@ -143,8 +149,8 @@ async def test_a_conversation_over_the_item_limit_is_refused() -> None:
                           timeout=1)  # fmt: skip
     gate = ResponsesBridge(FakeUpstream(), settings=settings, store=store, native=lambda _: False)
     first = await whole(await gate(call({"input": "one"})))
+    items = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
     with pytest.raises(BadRequest) as raised:
-        items = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
         await gate(call({"input": items, "previous_response_id": first["id"]}))
     assert raised.value.code == "conversation_too_long"
 

@@ -106,7 +106,7 @@ def test_a_function_call_round_trip_becomes_an_assistant_tool_call_and_a_tool_me
 
 
 def test_the_history_comes_before_this_turn_and_instructions_are_not_carried_over() -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"type": "message", "role": "user", "content": "tell me a joke"},
         {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
          "content": [{"type": "output_text", "text": "Why did...", "annotations": []}]},
@@ -166,7 +166,7 @@ def test_what_chat_cannot_express_is_a_400_naming_it(change: dict[str, Any], nam
     with pytest.raises(BadRequest) as raised:
         to_chat({"model": "m", "input": "x", **change}, history=[])
     assert raised.value.param == named
-    assert named.split(".")[0].split("[")[0] in raised.value.message
+    assert named.split(".", maxsplit=1)[0].split("[", maxsplit=1)[0] in raised.value.message
 
 
 @pytest.mark.parametrize(
@@ -241,8 +241,8 @@ def test_a_chat_answer_becomes_a_response_object() -> None:
 
 
 def test_an_answer_cut_at_the_cap_is_incomplete() -> None:
-    chat = {"model": "m", "choices": [{"index": 0, "finish_reason": "length",
-                                       "message": {"role": "assistant", "content": "half"}}]}  # fmt: skip
+    message = {"role": "assistant", "content": "half"}
+    chat = {"model": "m", "choices": [{"index": 0, "finish_reason": "length", "message": message}]}
     response = response_from_chat({"model": "m", "input": "x"}, chat, response_id="resp_2")
     assert response["status"] == "incomplete"
     assert response["incomplete_details"] == {"reason": "max_output_tokens"}
@@ -252,7 +252,7 @@ def test_an_answer_cut_at_the_cap_is_incomplete() -> None:
 def test_a_response_replayed_as_events_rebuilds_the_same_output() -> None:
     body = {"model": "m", "input": "x", "tools": [WEATHER_TOOL]}
     response = response_from_chat(body, CHAT_ANSWER, response_id="resp_3")
-    events = list(events_of(response, split=lambda text: list(text)))
+    events = list(events_of(response, split=list))
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[0]["type"] == "response.created"
     assert events[-1] == {"type": "response.completed", "response": response,

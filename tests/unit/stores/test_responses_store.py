@@ -106,7 +106,7 @@ async def test_garbage_in_the_store_reads_as_absent() -> None:
 def test_auto_follows_the_shared_stores() -> None:
     def backend(**values: Any) -> str:
         store = build_response_store(Settings.load(**values), clock=ManualClock())
-        return type(store._kv).__name__  # noqa: SLF001 - which backend was built
+        return type(store._kv).__name__
 
     assert backend() == "MemoryKV"
     assert backend(cache={"store": {"backend": "redis"}}) == "RedisKV"
