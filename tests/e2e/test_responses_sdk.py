@@ -5,6 +5,7 @@ paths (translated to the simulator's chat completions, and passed through to its
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -15,6 +16,8 @@ import pytest
 from pydantic import BaseModel
 
 from levergate import Gateway, Settings
+from levergate.layers.measure.record import RequestRecord
+from levergate.pipeline import Deps
 from levergate.server.run import serving
 from levergate.upstreams.simulator import SimHandle
 
@@ -237,3 +240,48 @@ async def test_the_simulator_speaks_the_responses_api_to_the_sdk(sim: SimHandle)
         async with other:
             with pytest.raises(openai.NotFoundError):
                 await other.responses.retrieve(first.id)
+
+
+class Records:
+    """A sink: every finished request's record."""
+
+    def __init__(self) -> None:
+        self.seen: list[RequestRecord] = []
+
+    def emit(self, record: RequestRecord) -> None:
+        self.seen.append(record)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_measure_reads_tokens_and_ttft_of_both_paths(
+    sim: SimHandle, way: str, stream: bool
+) -> None:
+    """Usage in the Responses convention (cached inside input) lands in the request record's
+    four buckets, from a whole answer and from a stream's final event, on both paths."""
+    records = Records()
+    settings = settings_for(sim, way)
+    async with Gateway(settings, deps=Deps(sinks=[records])) as gateway:
+        http = httpx.AsyncClient(transport=gateway.transport())
+        sdk = openai.AsyncOpenAI(base_url="http://levergate.local/v1", api_key="k", max_retries=0,
+                                 http_client=http)  # type: ignore[arg-type]  # fmt: skip
+        async with sdk:
+            for _ in range(2):  # the second is served from the simulator's prompt cache
+                if stream:
+                    async with sdk.responses.stream(model="m", input="hi", instructions=LONG) as s:
+                        answer = await s.get_final_response()
+                else:
+                    answer = await sdk.responses.create(model="m", input="hi", instructions=LONG)
+        for _ in range(50):
+            if len(records.seen) == 2:
+                break
+            await asyncio.sleep(0.01)
+    record = records.seen[-1]
+    assert record.route == "response"
+    assert record.outcome == "ok"
+    usage = answer.usage
+    assert usage is not None
+    assert record.tokens.output == usage.output_tokens
+    assert record.tokens.input == usage.input_tokens
+    assert record.tokens.cached_read == usage.input_tokens_details.cached_tokens > 0
+    if stream:
+        assert record.timings.ttft is not None
