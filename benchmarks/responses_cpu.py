@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 import httpx
-
 from benchmarks.harness import stamp, write_results
+
 from levergate import Gateway, Settings
 from levergate.upstreams.simulator import SimSettings, run_simulator
 

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.responses import Response
 from pydantic import BaseModel
 
 from levergate import Gateway, Settings
@@ -265,6 +266,7 @@ async def test_measure_reads_tokens_and_ttft_of_both_paths(
         sdk = openai.AsyncOpenAI(base_url="http://levergate.local/v1", api_key="k", max_retries=0,
                                  http_client=http)  # type: ignore[arg-type]  # fmt: skip
         async with sdk:
+            answer: Response
             for _ in range(2):  # the second is served from the simulator's prompt cache
                 if stream:
                     async with sdk.responses.stream(model="m", input="hi", instructions=LONG) as s:
