@@ -68,8 +68,8 @@ def main() -> None:
     medians = {key: statistics.median(values) for key, values in runs.items()}
     lines = [
         "# Responses API: gateway CPU per request, in-process", "",
-        f"{stamp()['date']}, {stamp()['machine']}; {args.requests} requests x {args.rounds} "
-        "rounds, median; process CPU of client + gateway + simulator.", "",
+        (f"{stamp()['date']}, {stamp()['machine']}; {args.requests} requests x {args.rounds} "
+         "rounds, median; process CPU of client + gateway + simulator."), "",
         "| case | us/request | vs chat |", "|---|---:|---:|",
     ]  # fmt: skip
     for key, value in medians.items():
