@@ -287,3 +287,35 @@ async def test_measure_reads_tokens_and_ttft_of_both_paths(
     assert record.tokens.cached_read == usage.input_tokens_details.cached_tokens > 0
     if stream:
         assert record.timings.ttft is not None
+
+
+@EDGES
+async def test_with_auth_on_a_response_belongs_to_the_keys_tenant(
+    sim: SimHandle, edge: str
+) -> None:
+    keys = [{"key": "sk-acme-0123456789abcdef", "tenant": "acme"},
+            {"key": "sk-globex-0123456789abcdef", "tenant": "globex"}]  # fmt: skip
+    settings = settings_for(sim, "translate", auth={"enabled": True, "keys": keys})
+    async with AsyncExitStack() as stack:
+        gateway = await stack.enter_async_context(Gateway(settings))
+
+        async def sdk(key: str) -> openai.AsyncOpenAI:
+            if edge == "proxy":
+                url = await stack.enter_async_context(serving(gateway))
+                return openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
+            http = httpx.AsyncClient(transport=gateway.transport())
+            return openai.AsyncOpenAI(base_url="http://levergate.local/v1", api_key=key,
+                                      max_retries=0, http_client=http)  # type: ignore[arg-type]  # fmt: skip
+
+        acme, globex = await sdk(keys[0]["key"]), await sdk(keys[1]["key"])
+        mine = await acme.responses.create(model="m", input="x")
+        assert (await acme.responses.retrieve(mine.id)).id == mine.id
+        with pytest.raises(openai.NotFoundError):
+            await globex.responses.retrieve(mine.id)
+        with pytest.raises(openai.NotFoundError):
+            await globex.responses.create(model="m", input="y", previous_response_id=mine.id)
+        nobody = await sdk("sk-nobody-0123456789abcdef")
+        with pytest.raises(openai.AuthenticationError):
+            await nobody.responses.retrieve(mine.id)
+        for client in (acme, globex, nobody):
+            await client.close()
