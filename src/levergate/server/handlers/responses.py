@@ -68,40 +68,45 @@ async def _opening(stream: Stream) -> list[Event]:
     return events
 
 
-def frame(data: dict[str, Any] | None, raw: bytes) -> bytes:
-    """One Responses SSE frame; the event name is the event's `type`."""
-    kind = data.get("type") if data is not None else None
-    name = kind.encode() if isinstance(kind, str) and kind.isascii() and "\n" not in kind else b""
+_TYPE_HEAD = b'{"type":"'
+
+
+def frame(event: Event) -> bytes:
+    """One Responses SSE frame; the event name is the event's `type`, read from the bytes when
+    the event starts with it (every OpenAI and simulator event does), else parsed."""
+    data = event.data
+    name = b""
+    if data.startswith(_TYPE_HEAD):
+        end = data.find(b'"', len(_TYPE_HEAD))
+        name = data[len(_TYPE_HEAD) : end] if end > 0 else b""
+    else:
+        kind = event.json().get("type")
+        name = kind.encode() if isinstance(kind, str) and kind.isascii() else b""
+    if b"\n" in name or b"\r" in name or b"\\" in name:
+        name = b""
     head = b"event: " + name + b"\n" if name else b""
-    return head + b"data: " + raw + b"\n\n"
+    if b"\n" in data or b"\r" in data:  # an upstream's multi-line data: one line on our wire
+        data = orjson.dumps(event.json())
+    return head + b"data: " + data + b"\n\n"
 
 
 async def _frames(stream: Stream, opening: list[Event]) -> AsyncGenerator[bytes, None]:
-    last = -1
+    last: Event | None = opening[-1] if opening else None
     try:
         if opening:
-            yield b"".join(frame(e.json(), e.data) for e in opening)
-            last = _sequence(opening[-1], last)
+            yield b"".join(frame(e) for e in opening)
         async for event in stream:
-            yield frame(event.json(), event.data)
-            last = _sequence(event, last)
+            yield frame(event)
+            last = event
     except LevergateError as exc:
         log.warning("responses stream ended by %s: %s", type(exc).__name__, exc.message)
-        error = {
-            "type": "error",
-            "code": exc.code or exc.type,
-            "message": exc.message,
-            "param": exc.param,
-            "sequence_number": last + 1,
-        }
-        yield frame(error, orjson.dumps(error))
+        number = last.json().get("sequence_number") if last is not None else None
+        error = {"type": "error", "code": exc.code or exc.type, "message": exc.message,
+                 "param": exc.param,
+                 "sequence_number": number + 1 if isinstance(number, int) else 0}  # fmt: skip
+        yield frame(Event.of(error))
     finally:
         await stream.aclose()
-
-
-def _sequence(event: Event, last: int) -> int:
-    number = event.json().get("sequence_number")
-    return number if isinstance(number, int) else last + 1
 
 
 # ---- the kept responses ------------------------------------------------------------------
