@@ -1,8 +1,8 @@
 """`build_pipeline`: the ONE place where the order of the layers is written, with the reason for
 each position. Reordering the levers is a one-line diff here and nowhere else; so is adding one.
 
-    FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → Admission → caches →
-                          Cascade → Fallback → Dispatch
+    FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → ResponsesBridge →
+                          Admission → caches → Cascade → Fallback → Dispatch
     PER MODEL:            PromptCacheOptimizer → Retry(budget) → Deadline →
                           Balance(endpoint keys, p2c / affinity / ..., renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
@@ -47,6 +47,7 @@ from levergate.layers.keys.quota import BudgetSink
 from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.measure.record import Sink
 from levergate.layers.prompt_cache import PromptCacheOptimizer, PromptCacheState, Provider
+from levergate.layers.responses import ResponsesBridge
 from levergate.layers.shared import Shared
 from levergate.layers.traffic.admission import Admission
 from levergate.layers.traffic.balance import Balance, Member
@@ -59,6 +60,7 @@ from levergate.layers.traffic.limits import Limits
 from levergate.layers.traffic.outlier import OutlierEjection
 from levergate.layers.traffic.retry import Retry
 from levergate.layers.traffic.state import TrafficState
+from levergate.stores.responses import ResponseStore, build_response_store
 from levergate.upstreams import Endpoint, make_endpoint
 from levergate.upstreams.client import client_for
 from levergate.upstreams.wire import HttpClient
@@ -91,6 +93,8 @@ class Pipeline:
     # starts each one under `supervisor` when it opens, and cancels and awaits them when it
     # closes: no task outlives it.
     background: list[Job] = field(default_factory=list)
+    # The responses `/v1/responses` kept (GET and DELETE /v1/responses/{id} read it).
+    responses: ResponseStore | None = None
 
     @property
     def clock(self) -> Clock:
@@ -154,6 +158,8 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         balance = Balance.of(pool, settings=t, shared=shared, strategy=model.balance)
         return stack(balance, layers)
 
+    responses = build_response_store(settings, clock=deps.clock)
+    shared.closers.append(responses.aclose)
     routes = {name: per_model(m) for name, m in models.items() if name != WILDCARD}
     wildcard = per_model(models[WILDCARD]) if WILDCARD in models else None
     dispatch = Dispatch(routes, fallback=wildcard)
@@ -163,6 +169,10 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         # Decides the tenant before anything keyed or limited by tenant; a key's own rates and
         # budgets apply here too, so a key over them is refused before any other work.
         Authenticate.layer(settings.auth, shared=shared),
+        # A response belongs to its tenant, so under Authenticate; above everything else, so a
+        # translated one meets every lever as the chat call it became.
+        ResponsesBridge.layer(settings.responses, store=responses, native=partial(
+            _serves_responses, _native_upstreams(settings), models)),
         # Tenant limits under Authenticate (which names the tenant), above the caches so a
         # tenant's quota means what it may ask, cached or not.
         Admission.layer(t, shared=shared),
@@ -186,7 +196,7 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         prompt_cache=prompt_cache,
         # Every job restarted after a crash, counted in the gateway's own registry.
         supervisor=Supervisor.of(settings.background, clock=deps.clock, registry=shared.registry),
-        background=[job for job in (checks, *shared.jobs) if job],
+        background=[job for job in (checks, *shared.jobs) if job], responses=responses,
     )  # fmt: skip
 
 
@@ -227,6 +237,18 @@ def _provider(model: Model, upstreams: Mapping[str, Upstream | LocalUpstream]) -
         else:
             kinds.add(Provider.OTHER)
     return kinds.pop() if len(kinds) == 1 else Provider.OTHER
+
+
+def _native_upstreams(settings: Settings) -> frozenset[str]:
+    return frozenset(u.name for u in settings.upstreams
+                     if getattr(u, "responses", "translate") == "native")  # fmt: skip
+
+
+def _serves_responses(native: frozenset[str], models: Mapping[str, Model], alias: str) -> bool:
+    """An alias's Responses calls pass through natively only when every upstream behind it
+    serves `/v1/responses` (`responses: native`); otherwise they are translated to chat."""
+    model = models.get(alias) or models.get(WILDCARD)
+    return model is not None and all(t.upstream in native for t in model.endpoints)
 
 
 def _renamed(model: Model, target_model: str | None) -> str | None:

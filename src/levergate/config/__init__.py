@@ -74,6 +74,7 @@ from levergate.config.local import (
     packaged_file,
 )
 from levergate.config.prompt_cache import Breakpoints, PrefixLint, PromptCache
+from levergate.config.responses import ResponsesSettings, ResponseStoreSettings
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.settings import Settings
 from levergate.config.traffic import (
@@ -154,6 +155,8 @@ __all__ = [
     "RateLimits",
     "RequestLimits",
     "ResponseLimits",
+    "ResponseStoreSettings",
+    "ResponsesSettings",
     "RetrySettings",
     "SemanticCacheSettings",
     "Server",

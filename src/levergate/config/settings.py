@@ -16,6 +16,7 @@ from levergate.config.cascade import CascadeSettings, check_references
 from levergate.config.catalog import CatalogEntry, Ledger
 from levergate.config.keys import Admin, Auth
 from levergate.config.prompt_cache import PromptCache
+from levergate.config.responses import ResponsesSettings
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.traffic import Traffic
 from levergate.config.upstreams import AnyUpstream, Model
@@ -46,6 +47,8 @@ class Settings(BaseSettings):
     # Models added to or overriding the built-in catalog (config/catalog.py), and the ledger.
     catalog: dict[str, CatalogEntry] = Field(default_factory=dict)
     ledger: Ledger = Field(default_factory=Ledger)
+    # The Responses API: its bounds and where translated conversations are kept.
+    responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod

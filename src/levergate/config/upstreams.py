@@ -118,6 +118,10 @@ class Upstream(_Strict):
     # its keys together, e.g. a self-hosted server's capacity).
     key_limits: RateLimits | None = None
     limits: RateLimits | None = None
+    # `/v1/responses`: "native" passes Responses requests through unchanged (the upstream
+    # serves the Responses API and keeps the conversation); "translate" turns them into chat
+    # completions, which every OpenAI-compatible server speaks (config/responses.py).
+    responses: Literal["native", "translate"] = "translate"
 
     # The keys `api_keys_env` named, read once at load (like `api_key_env`).
     _env_keys: list[SecretStr] = PrivateAttr(default_factory=list)

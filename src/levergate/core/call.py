@@ -28,7 +28,9 @@ from levergate.core.quota import Quota
 if TYPE_CHECKING:
     from levergate.stores.keys import KeyRecord
 
-Kind = Literal["chat", "completion", "embedding"]
+# "response": an OpenAI Responses API request passed through to an upstream that serves
+# `/v1/responses` itself (layers/responses.py); translated ones become "chat" calls.
+Kind = Literal["chat", "completion", "embedding", "response"]
 
 
 class Priority(enum.IntEnum):

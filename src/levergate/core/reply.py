@@ -74,7 +74,11 @@ class Event:
         if b'"usage"' in data:
             at = data.find(b'"usage"')
             if data[at + 7 : at + 16].lstrip(b" \t\r\n:").startswith(b"{"):
-                block = self.json().get("usage")
+                parsed = self.json()
+                block = parsed.get("usage")
+                if block is None and isinstance(response := parsed.get("response"), dict):
+                    # A Responses stream reports usage inside its final `response.*` event.
+                    block = response.get("usage")
                 found = block if isinstance(block, dict) else None
         self._usage = (found,)
         return found

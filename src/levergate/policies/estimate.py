@@ -34,13 +34,13 @@ def prompt_tokens(body: Mapping[str, Any], *, chars_per_token: float = 4.0) -> i
                     chars += len(orjson.dumps(message["tool_calls"]))
         if body.get("tools"):
             chars += len(orjson.dumps(body["tools"]))
-    for field in ("prompt", "input"):
+    for field in ("prompt", "input", "instructions"):  # input, instructions: a Responses body
         chars += _text_length(body.get(field))
     return max(1, -(-chars // max(1, int(chars_per_token))))
 
 
 def output_cap(body: Mapping[str, Any], *, default: int = DEFAULT_OUTPUT_TOKENS) -> int:
-    for field in ("max_completion_tokens", "max_tokens"):
+    for field in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = body.get(field)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value

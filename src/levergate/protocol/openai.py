@@ -13,6 +13,7 @@ from typing import Any
 from levergate.config import RequestLimits
 from levergate.core.call import Kind
 from levergate.errors import BadRequest
+from levergate.protocol.responses_out import RESPONSE_DELTAS, responses_generated_text
 
 _NUMBER = (int, float)
 # field -> accepted types (bool is excluded from numbers explicitly below)
@@ -36,6 +37,23 @@ _COMMON: dict[str, tuple[type, ...]] = {
 _BY_KIND: dict[Kind, dict[str, tuple[type, ...]]] = {
     "chat": {**_COMMON, "messages": (list,), "tools": (list,), "response_format": (dict,)},
     "completion": {**_COMMON, "prompt": (str, list)},
+    # A Responses body: the fields the gateway reads (layers/responses.py checks the items).
+    "response": {
+        "model": (str,),
+        "input": (str, list),
+        "instructions": (str,),
+        "stream": (bool,),
+        "store": (bool,),
+        "tools": (list,),
+        "text": (dict,),
+        "metadata": (dict,),
+        "max_output_tokens": (int,),
+        "temperature": _NUMBER,
+        "top_p": _NUMBER,
+        "previous_response_id": (str,),
+        "parallel_tool_calls": (bool,),
+        "user": (str,),
+    },
     "embedding": {
         "model": (str,),
         "input": (str, list),
@@ -48,6 +66,7 @@ _REQUIRED: dict[Kind, tuple[str, ...]] = {
     "chat": ("model", "messages"),
     "completion": ("model", "prompt"),
     "embedding": ("model", "input"),
+    "response": ("model", "input"),
 }
 
 
@@ -109,8 +128,8 @@ def _check_counts(kind: Kind, body: dict[str, Any], limits: RequestLimits) -> No
         return
     if kind == "chat":
         _at_most("messages", len(body["messages"]), limits.max_messages, what="messages")
-        if isinstance(tools := body.get("tools"), list):
-            _at_most("tools", len(tools), limits.max_tools, what="tools")
+    if kind in ("chat", "response") and isinstance(tools := body.get("tools"), list):
+        _at_most("tools", len(tools), limits.max_tools, what="tools")
     if isinstance(stop := body.get("stop"), list):
         _at_most("stop", len(stop), limits.max_stop, what="stop sequences")
         if not all(isinstance(s, str) for s in stop):
@@ -119,6 +138,7 @@ def _check_counts(kind: Kind, body: dict[str, Any], limits: RequestLimits) -> No
     lowest = 1 if kind == "chat" else 0  # a completion with max_tokens 0 echoes the prompt
     _in_range(body, "max_tokens", lowest, limits.max_output_tokens)
     _in_range(body, "max_completion_tokens", lowest, limits.max_output_tokens)
+    _in_range(body, "max_output_tokens", 16, limits.max_output_tokens)  # OpenAI's lowest: 16
 
 
 def _at_most(param: str, count: int, limit: int, *, what: str) -> None:
@@ -146,7 +166,7 @@ def has_generated_token(chunk: Mapping[str, Any]) -> bool:
     than only the role preamble or usage: the moment TTFT is measured at."""
     choices = chunk.get("choices")
     if not isinstance(choices, list):
-        return False
+        return chunk.get("type") in RESPONSE_DELTAS and bool(chunk.get("delta"))
     for choice in choices:
         if not isinstance(choice, Mapping):
             continue
@@ -170,7 +190,7 @@ def generated_text(data: Mapping[str, Any]) -> str:
     and arguments): what a tokenizer counts when the upstream reported no usage."""
     choices = data.get("choices")
     if not isinstance(choices, list):
-        return ""
+        return responses_generated_text(data)
     parts: list[str] = []
     for choice in choices:
         if not isinstance(choice, Mapping):

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from levergate.errors import LevergateError, MethodNotAllowed, NotFound
 from levergate.server import admin, guards
 from levergate.server.exchange import NO_PARAMS, Request, Response
-from levergate.server.handlers import anthropic, batches, files, openai, ops
+from levergate.server.handlers import anthropic, batches, files, openai, ops, responses
 
 if TYPE_CHECKING:
     from levergate.config import Server, Settings
@@ -80,6 +80,10 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/chat/completions", openai.chat_completions),
     Route("POST", "/v1/completions", openai.completions),
     Route("POST", "/v1/embeddings", openai.embeddings),
+    Route("POST", "/v1/responses", responses.create),
+    Route("GET", "/v1/responses/{id}", responses.retrieve, guard=guards.client_key),
+    Route("DELETE", "/v1/responses/{id}", responses.delete, guard=guards.client_key),
+    Route("GET", "/v1/responses/{id}/input_items", responses.input_items, guard=guards.client_key),
     Route("GET", "/v1/models", openai.list_models, guard=guards.client_key),
     Route("GET", "/v1/models/{model:path}", openai.retrieve_model, guard=guards.client_key),
     # Anthropic's Messages API, translated to chat calls (server/handlers/anthropic.py).

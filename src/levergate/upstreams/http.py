@@ -40,12 +40,17 @@ from levergate.upstreams.passed_headers import HeaderAllowList
 from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 T = TypeVar("T")
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 PATHS: dict[Kind, str] = {
     "chat": "/chat/completions",
     "completion": "/completions",
     "embedding": "/embeddings",
+    "response": "/responses",
 }
+# Kinds whose streams take `stream_options.include_usage` (embeddings do not stream; a Responses
+# stream reports usage in its `response.completed` event).
+_USAGE_OPTION = frozenset({"chat", "completion"})
 
 
 class OpenAIUpstream:
@@ -72,7 +77,7 @@ class OpenAIUpstream:
             # what the OpenAI API cannot express (protocol/extensions.py).
             call = for_openai(call, upstream=self.name)
         payload = call.raw
-        if call.stream and call.kind != "embedding" and not call.wants_usage_chunk:
+        if call.stream and call.kind in _USAGE_OPTION and not call.wants_usage_chunk:
             # Always ask for the usage chunk: the gateway measures tokens and cost on every
             # stream. The edge drops it again when the client did not ask for it.
             options = call.body.get("stream_options")
@@ -162,8 +167,11 @@ class OpenAIUpstream:
         response: HttpResponse,
         trace: Trace,
         deadline: float,
-        call: Call,  # noqa: ARG002 - a subclass translating the stream needs it
+        call: Call,
     ) -> EventSource:
+        """A chat or completions stream is complete at `[DONE]`; a Responses stream (which sends
+        none) at its terminal `response.completed|incomplete|failed` event."""
+        responses = call.kind == "response"
         decoder = SSEDecoder(max_event_bytes=self._limits.event_bytes)
         chunks = response.chunks()
         idle = self._settings.timeouts.idle
@@ -186,7 +194,10 @@ class OpenAIUpstream:
                         # The shape of a JSON object: passed on unparsed (a parse per event
                         # would cost ~2 us, a tenth of a stream's gateway CPU; the edge and
                         # the usage filter parse the few events they need).
-                        yield Event(data)
+                        event = Event(data)
+                        if responses and not done:
+                            done = _is_terminal(event)
+                        yield event
                         continue
                     parsed = _json_object(data)
                     if parsed is None:
@@ -197,6 +208,7 @@ class OpenAIUpstream:
                         )
                     if parsed.get("error") is not None:
                         raise self._stream_error(parsed)
+                    done = done or (responses and parsed.get("type") in _TERMINAL)
                     yield Event(data, parsed)
             if not done:
                 raise UpstreamUnavailable(
@@ -398,3 +410,15 @@ async def _close_quietly(chunks: AsyncIterator[bytes]) -> None:
     aclose = getattr(chunks, "aclose", None)
     if aclose is not None:
         await aclose()
+
+
+def _is_terminal(event: Event) -> bool:
+    """The last event of a Responses stream (checked on the bytes first: one parse per stream)."""
+    data = event.data
+    if (
+        b"response.completed" not in data
+        and b"response.incomplete" not in data
+        and (b"response.failed" not in data)
+    ):
+        return False
+    return event.json().get("type") in _TERMINAL

@@ -274,4 +274,7 @@ def _parsed(data: bytes) -> Mapping[str, Any]:
 def _may_carry_token(data: bytes) -> bool:
     """A byte-level pre-check so most chunks are judged without parsing them twice. On the
     keys only: upstreams write JSON in every spacing (`"content": "` from Python servers)."""
-    return b'"content"' in data or b'"text"' in data or b'"tool_calls"' in data
+    return (
+        b'"content"' in data or b'"text"' in data or b'"tool_calls"' in data
+        or b'.delta"' in data  # a Responses delta event ("type":"response.output_text.delta")
+    )  # fmt: skip

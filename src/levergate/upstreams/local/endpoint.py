@@ -109,6 +109,8 @@ class LocalEndpoint:
         trace.attempts += 1
         if call.kind == "embedding":
             return await self._embeddings(call)
+        if call.kind == "response":  # never sent here: a local upstream translates them
+            raise BadRequest("The embedded engine does not serve the Responses API natively.")
         prepared = await asyncio.to_thread(self._prepare, call)
         shape = Shape.new(call.kind, call.model or self.model_id)
         run = Run(self.engine, prepared.request, trace)

@@ -21,11 +21,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 from levergate.core.clock import Clock, SystemClock
-from levergate.upstreams.simulator import anthropic, embeddings, generate
+from levergate.upstreams.simulator import anthropic, embeddings, generate, responses_api
 from levergate.upstreams.simulator.admission import Request, admit
 from levergate.upstreams.simulator.control import control_reply
-from levergate.upstreams.simulator.faults import FAULT_HEADER, Fault
+from levergate.upstreams.simulator.faults import FAULT_HEADER, Fault, malformed_body
 from levergate.upstreams.simulator.latency import ZERO, plan_timing
 from levergate.upstreams.simulator.limits import RateLimiter
 from levergate.upstreams.simulator.prompt_cache import PromptCache
@@ -54,6 +56,7 @@ _ROUTES: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(_GENERATION, ("POST",)),
     **dict.fromkeys(anthropic.PATHS, ("POST",)),
     "/v1/models": ("GET",),
+    "/v1/responses": ("POST",),
     "/sim/stats": ("GET",),
     "/sim/config": ("GET", "POST", "PUT"),
     "/sim/reset": ("POST",),
@@ -82,6 +85,8 @@ class Simulator:
     def _rebuild(self, *, previous: SimSettings | None) -> None:
         """Recreate the state a settings change invalidates, and only that."""
         s = self._settings
+        if previous is None:
+            self._memory = responses_api.Memory()  # stored responses, for previous_response_id
         if previous is None or previous.seed != s.seed:
             self._rng = random.Random(s.seed * 1_000_003 + self._worker)
             self._id_prefix = f"sim{self._rng.getrandbits(32):08x}"
@@ -167,6 +172,8 @@ class Simulator:
         methods = _ROUTES.get(path)
         if methods is None and path.startswith("/v1/models/"):
             methods = ("GET",)
+        if methods is None and path.startswith("/v1/responses/"):
+            methods = ("GET", "DELETE")
         self.stats.requests[path if methods is not None else "(unknown)"] += 1
         if methods is None:
             raise SimError(
@@ -185,6 +192,10 @@ class Simulator:
             return self._generate(kind, headers, body)
         if path in anthropic.PATHS:
             return anthropic.handle(self, path=path, headers=headers, raw=body)
+        if path == "/v1/responses":
+            return self._respond(headers, body)
+        if path.startswith("/v1/responses/"):
+            return self._stored_response(method, path.removeprefix("/v1/responses/"), headers)
         return control_reply(self, method=method, path=path, query=query, body=body)
 
     def _generate(self, kind: str, headers: Mapping[str, str], raw: bytes) -> Reply:
@@ -300,3 +311,103 @@ class Simulator:
             cut_after=s.faults.disconnect_after_chunks,
             spaced_json=s.spaced_json,
         )
+
+    # ---- the Responses API (responses_api.py) --------------------------------------------
+
+    def _respond(self, headers: Mapping[str, str], raw: bytes) -> Reply:
+        s = self._settings
+        body = responses_api.check(generate.parse_json(raw))
+        if s.strict_models and body["model"] not in s.models:
+            raise SimError(404, f"The model '{body['model']}' does not exist",
+                           code="model_not_found", param="model")  # fmt: skip
+        key = generate.bearer_key(headers.get("authorization"))
+        self.stats.keys[key_label(key)] += 1
+        forced = generate.forced_fault(headers[FAULT_HEADER]) if FAULT_HEADER in headers else None
+        previous, history = body.get("previous_response_id"), ""
+        if previous is not None:
+            found = self._memory.get(previous, key=key) if isinstance(previous, str) else None
+            if found is None:
+                raise responses_api.not_found(str(previous), param="previous_response_id")
+            history = found.conversation
+        natural = headers.get(generate.OUTPUT_TOKENS_HEADER)
+        plan = responses_api.plan(
+            body, history=history, default_tokens=s.max_tokens_default,
+            max_tokens=s.max_output_tokens, natural=_natural(natural, s.max_output_tokens),
+        )  # fmt: skip
+        now = self.clock.now()
+        reserved = plan.prompt_tokens + plan.output_tokens
+        fault, limit_headers = self._admit(key, body["model"], reserved, forced, now)
+        if fault is Fault.HANG:
+            return Reply(status=200, hang=True, holds_slot=True)
+        cached = 0
+        if self._cache_from is not None and plan.prompt_tokens >= self._cache_from:
+            scope = f"{key}\x00{body['model']}"
+            cached = self._cache.lookup_and_store(scope=scope, text=plan.prompt, now=now)
+        response_id = f"resp_{self._id_prefix}{next(self._ids):010x}"
+        response, deltas = responses_api.respond(
+            plan, response_id=response_id, created=int(self._wall()), seed=s.seed, cached=cached,
+            previous=previous,
+        )  # fmt: skip
+        if body.get("store") is not False:
+            self._memory.put(response_id, responses_api.remembered(plan, response, key=key))
+        usage = response["usage"]
+        self.stats.prompt_tokens += usage["input_tokens"]
+        self.stats.completion_tokens += usage["output_tokens"]
+        self.stats.cached_tokens += cached
+        reply = self._responses_reply(response, deltas, plan, cached=cached, fault=fault)
+        reply.headers = limit_headers
+        reply.holds_slot = True
+        return reply
+
+    def _responses_reply(
+        self,
+        response: dict[str, Any],
+        deltas: list[str],
+        plan: responses_api.Plan,
+        *,
+        cached: int,
+        fault: Fault | None,
+    ) -> Reply:
+        s = self._settings
+        stream = plan.body.get("stream") is True
+        timing = ZERO
+        extra = s.faults.slow_ms / 1000.0 if fault is Fault.SLOW else 0.0
+        if not self._zero_latency or extra:
+            uncached = plan.prompt_tokens - cached
+            timing = plan_timing(
+                latency=s.latency, uncached_tokens=uncached, output_tokens=len(deltas),
+                rng=self._rng, extra_ttft=extra,
+            )  # fmt: skip
+        if fault is Fault.MALFORMED:
+            return Reply(status=200, body=malformed_body(stream=False), delay=timing.total)
+        delays = None if timing.is_zero else [timing.ttft, *timing.gaps]
+        reply = responses_api.layout(response, deltas, stream=stream, delays=delays)
+        if not stream:
+            reply.delay = timing.total
+            if fault is Fault.DISCONNECT:
+                reply.cut_after = len(reply.body) // 2
+        elif fault is Fault.DISCONNECT and reply.events:
+            reply.cut_after = min(s.faults.disconnect_after_chunks, len(reply.events) - 1)
+        return reply
+
+    def _stored_response(self, method: str, response_id: str, headers: Mapping[str, str]) -> Reply:
+        key = generate.bearer_key(headers.get("authorization"))
+        if method == "DELETE":
+            if not self._memory.pop(response_id, key=key):
+                raise responses_api.not_found(response_id)
+            body = {"id": response_id, "object": "response", "deleted": True}
+            return Reply(status=200, body=orjson.dumps(body))
+        found = self._memory.get(response_id, key=key)
+        if found is None:
+            raise responses_api.not_found(response_id)
+        return Reply(status=200, body=orjson.dumps(found.response))
+
+
+def _natural(value: str | None, highest: int) -> int | None:
+    """The `x-sim-output-tokens` header: the answer's natural length."""
+    if value is None:
+        return None
+    try:
+        return min(max(1, int(value)), highest)
+    except ValueError:
+        raise SimError(400, f"{generate.OUTPUT_TOKENS_HEADER} must be an integer.") from None

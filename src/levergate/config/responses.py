@@ -1,0 +1,57 @@
+"""The OpenAI Responses API (`POST /v1/responses`): its bounds and where levergate keeps the
+conversations it translates.
+
+A Responses request goes one of two ways (server/handlers/responses.py, layers/responses.py):
+
+- `native`: passed through unchanged to an upstream that serves `/v1/responses` itself (set
+  `responses: native` on the upstream: OpenAI does); the upstream keeps the conversation.
+- `translate` (every upstream's default): turned into a chat-completions call, so self-hosted
+  servers and the simulator's chat route serve it too, and the answer turned back. Then
+  levergate keeps each stored response (its input and output items) for `previous_response_id`
+  and `GET /v1/responses/{id}`, for `ttl_seconds` (OpenAI keeps them 30 days), in the store
+  `store.backend` names.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from levergate.config.base import _Strict
+
+DAY = 24 * 3600.0
+
+
+class ResponseStoreSettings(_Strict):
+    """Where translated responses live. `auto`: Redis when the cache store or the traffic store
+    is Redis (replicas then share conversations, as they share everything else), SQLite when
+    the cache store is SQLite (the embedded `levergate serve` default: conversations survive a
+    restart), else in memory — so gateways built in one process (tests, library users) never
+    see each other's conversations and nothing writes a file unasked, as with the cache."""
+
+    backend: Literal["auto", "memory", "sqlite", "redis"] = "auto"
+    # Bounds the in-memory store (its LRU evicts the oldest response first).
+    memory_bytes: int = Field(128 * 1024 * 1024, ge=0)
+    sqlite_path: str = "levergate-responses.sqlite3"
+    # None: the cache store's URL (or the traffic store's when only that one is Redis).
+    redis_url: str | None = None
+    redis_prefix: str = "levergate:responses:"
+    # A store slower than this fails the request that needed it (503), never hangs it.
+    timeout_seconds: float = Field(2.0, gt=0)
+
+
+class ResponsesSettings(_Strict):
+    # OpenAI keeps stored responses 30 days.
+    ttl_seconds: float = Field(30 * DAY, gt=0)
+    # Input items of one request (OpenAI documents no bound; this one is far above any agent's
+    # turn, and bounds the translation's work).
+    max_input_items: int = Field(2048, ge=1)
+    # Items of a whole conversation (all earlier turns through previous_response_id plus this
+    # one): past it the request is a 400, as a context window would refuse it.
+    max_conversation_items: int = Field(4096, ge=1)
+    # One stored response (its items, JSON): a larger one is refused at the turn that makes it.
+    max_stored_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    # Characters of a response id a client may send (OpenAI's are ~50).
+    max_id_chars: int = Field(128, ge=8)
+    store: ResponseStoreSettings = Field(default_factory=ResponseStoreSettings)

@@ -1,0 +1,169 @@
+"""The OpenAI Responses API at the edge: `POST /v1/responses` as a `response` call through the
+pipeline (the ResponsesBridge layer passes it through or translates it, layers/responses.py),
+and `GET` / `DELETE /v1/responses/{id}` and `GET /v1/responses/{id}/input_items` on the
+responses the gateway kept (stores/responses.py), each only for the tenant that made it.
+
+A stream is sent as the Responses API sends it: `event: <type>` and `data: <json>` per event,
+no `[DONE]`. As on the chat route, the head goes out with the first event that carries generated
+output, so a failure before it is still a proper HTTP error; a failure after it ends the stream
+with an `error` event (after the bridge's `response.failed`, on a translated stream).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from levergate.core.reply import Completed, Event, Stream
+from levergate.errors import BadRequest, LevergateError, NotFound
+from levergate.gateway import REQUEST_ID_HEADER
+from levergate.layers.auth import TENANT_HEADER
+from levergate.protocol.openai import has_generated_token
+from levergate.server.exchange import Request, Response
+from levergate.server.handlers.openai import JSON, SSE_HEADERS
+
+if TYPE_CHECKING:
+    from levergate.server.edge import Edge
+    from levergate.stores.responses import ResponseStore, StoredResponse
+
+log = logging.getLogger("levergate.edge")
+
+
+async def create(edge: Edge, request: Request) -> Response:
+    try:
+        parsed = orjson.loads(request.body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(
+            f"We could not parse the JSON body of your request: {exc.msg}.", code="invalid_json"
+        ) from None
+    call = edge.gateway.make_call(
+        "response",
+        parsed,
+        headers=request.headers,
+        trace=request.trace,
+        raw=request.body,
+        request_id=request.request_id,
+    )
+    reply = await edge.gateway.serve(call)
+    meta = [*reply.headers.items(), (REQUEST_ID_HEADER, call.ctx.request_id)]
+    if isinstance(reply, Completed):
+        return Response(reply.status, [("content-type", JSON), *meta], reply.raw)
+    try:
+        opening = await _opening(reply)
+    except BaseException:
+        await reply.aclose()
+        raise
+    return Response(200, [*SSE_HEADERS, *meta], stream=_frames(reply, opening))
+
+
+async def _opening(stream: Stream) -> list[Event]:
+    events: list[Event] = []
+    async for event in stream:
+        events.append(event)
+        if has_generated_token(event.json()):
+            break
+    return events
+
+
+_TYPE_HEAD = b'{"type":"'
+
+
+def frame(event: Event) -> bytes:
+    """One Responses SSE frame; the event name is the event's `type`, read from the bytes when
+    the event starts with it (every OpenAI and simulator event does), else parsed."""
+    data = event.data
+    name = b""
+    if data.startswith(_TYPE_HEAD):
+        end = data.find(b'"', len(_TYPE_HEAD))
+        name = data[len(_TYPE_HEAD) : end] if end > 0 else b""
+    else:
+        kind = event.json().get("type")
+        name = kind.encode() if isinstance(kind, str) and kind.isascii() else b""
+    if b"\n" in name or b"\r" in name or b"\\" in name:
+        name = b""
+    head = b"event: " + name + b"\n" if name else b""
+    if b"\n" in data or b"\r" in data:  # an upstream's multi-line data: one line on our wire
+        data = orjson.dumps(event.json())
+    return head + b"data: " + data + b"\n\n"
+
+
+async def _frames(stream: Stream, opening: list[Event]) -> AsyncGenerator[bytes, None]:
+    last: Event | None = opening[-1] if opening else None
+    try:
+        if opening:
+            yield b"".join(frame(e) for e in opening)
+        async for event in stream:
+            yield frame(event)
+            last = event
+    except LevergateError as exc:
+        log.warning("responses stream ended by %s: %s", type(exc).__name__, exc.message)
+        number = last.json().get("sequence_number") if last is not None else None
+        error = {"type": "error", "code": exc.code or exc.type, "message": exc.message,
+                 "param": exc.param,
+                 "sequence_number": number + 1 if isinstance(number, int) else 0}  # fmt: skip
+        yield frame(Event.of(error))
+    finally:
+        await stream.aclose()
+
+
+# ---- the kept responses ------------------------------------------------------------------
+
+
+def _tenant(request: Request) -> str:
+    """The tenant Authenticate would name: the key's (auth on, checked by the route's guard),
+    else `x-levergate-tenant`, else the default one."""
+    if request.key is not None:
+        return request.key.tenant
+    return request.headers.get(TENANT_HEADER) or "default"
+
+
+async def _found(edge: Edge, request: Request) -> tuple[ResponseStore, StoredResponse]:
+    store = edge.gateway.pipeline.responses
+    wanted = request.params["id"]
+    limit = edge.gateway.settings.responses.max_id_chars
+    found = None
+    if store is not None and len(wanted) <= limit:
+        found = await store.load(wanted, tenant=_tenant(request))
+    if store is None or found is None:
+        raise NotFound(f"Response with id '{wanted}' not found.", code="response_not_found")
+    return store, found
+
+
+async def retrieve(edge: Edge, request: Request) -> Response:
+    _, found = await _found(edge, request)
+    return Response(200, [("content-type", JSON)], orjson.dumps(found.response))
+
+
+async def delete(edge: Edge, request: Request) -> Response:
+    store, found = await _found(edge, request)
+    response_id = request.params["id"]
+    await store.delete(response_id, tenant=found.tenant)
+    body = {"id": response_id, "object": "response", "deleted": True}
+    return Response(200, [("content-type", JSON)], orjson.dumps(body))
+
+
+async def input_items(edge: Edge, request: Request) -> Response:
+    """This turn's input items, newest first (OpenAI's default order), all on one page: the
+    edge reads no query string, and a turn holds at most `responses.max_input_items`."""
+    _, found = await _found(edge, request)
+    items = [_with_id(item, index) for index, item in enumerate(found.input)]
+    items.reverse()
+    body = {
+        "object": "list",
+        "data": items,
+        "has_more": False,
+        "first_id": items[0]["id"] if items else None,
+        "last_id": items[-1]["id"] if items else None,
+    }
+    return Response(200, [("content-type", JSON)], orjson.dumps(body))
+
+
+def _with_id(item: dict[str, Any], index: int) -> dict[str, Any]:
+    shaped = {"type": "message", **item} if "type" not in item else dict(item)
+    shaped.setdefault("id", f"item_{index}")
+    if isinstance(shaped.get("content"), str):
+        shaped["content"] = [{"type": "input_text", "text": shaped["content"]}]
+    return shaped
