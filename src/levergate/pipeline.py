@@ -3,7 +3,8 @@ each position. Reordering the levers is a one-line diff here and nowhere else; s
 
     FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → Admission → caches →
                           Cascade → Fallback → Dispatch
-    PER MODEL:            Retry(budget) → Deadline → Balance(endpoint keys, renames the model)
+    PER MODEL:            MicroBatch(embeddings) → Retry(budget) → Deadline →
+                          Balance(endpoint keys, renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)
                           the shared semantic index following its Redis log
@@ -37,6 +38,7 @@ from levergate.layers.keys.build import KeyKit
 from levergate.layers.keys.quota import BudgetSink
 from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.measure.record import Sink
+from levergate.layers.microbatch import MicroBatch
 from levergate.layers.shared import Shared
 from levergate.layers.traffic.admission import Admission
 from levergate.layers.traffic.balance import Balance, Member
@@ -127,6 +129,9 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
 
     def per_model(model: Model) -> Service:
         layers = [
+            # Under the caches (a hit never waits), above Retry: a batch is one request, retried,
+            # limited and balanced as one.
+            MicroBatch.layer(settings.microbatch, model=model, shared=shared),
             # Above Balance: each attempt chooses afresh; only before the first streamed byte.
             Retry.layer(t.retry, shared=shared),
             # Each attempt gets only what is left of the request's deadline.

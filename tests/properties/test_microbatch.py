@@ -62,8 +62,10 @@ async def scenario(
         await asyncio.sleep(arrival / 1000)
         return await batcher.submit(item, key=item.key)
 
-    tasks = [asyncio.create_task(submitter(item, sub[3])) for item, sub in zip(items, subs)]
-    for task, sub in zip(tasks, subs):
+    tasks = [
+        asyncio.create_task(submitter(item, sub[3])) for item, sub in zip(items, subs, strict=True)
+    ]
+    for task, sub in zip(tasks, subs, strict=True):
         if sub[4] is not None:
             asyncio.get_running_loop().call_later((sub[3] + sub[4]) / 1000, task.cancel)
     await asyncio.wait(tasks)
@@ -77,7 +79,7 @@ async def scenario(
             assert sum(item.count for item in batch) <= limits.max_items
             if limits.max_bytes is not None:
                 assert sum(item.size for item in batch) <= limits.max_bytes
-    for item, task, sub in zip(items, tasks, subs):
+    for item, task, sub in zip(items, tasks, subs, strict=True):
         if task.cancelled():
             assert sub[4] is not None  # only the ones we cancelled
             continue

@@ -70,6 +70,7 @@ from levergate.config.local import (
     cache_home,
     packaged_file,
 )
+from levergate.config.microbatch import MicroBatchRule, MicroBatchSettings
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.settings import Settings
 from levergate.config.traffic import (
@@ -132,6 +133,8 @@ __all__ = [
     "LocalUpstream",
     "MaxWait",
     "Metrics",
+    "MicroBatchRule",
+    "MicroBatchSettings",
     "Model",
     "NamedCascade",
     "Pool",

@@ -13,6 +13,7 @@ from levergate.config.base import WILDCARD
 from levergate.config.cache import Cache
 from levergate.config.cascade import CascadeSettings, check_references
 from levergate.config.keys import Admin, Auth
+from levergate.config.microbatch import MicroBatchSettings
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.traffic import Traffic
 from levergate.config.upstreams import AnyUpstream, Model
@@ -37,6 +38,7 @@ class Settings(BaseSettings):
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
+    microbatch: MicroBatchSettings = Field(default_factory=MicroBatchSettings)
     background: Background = Field(default_factory=Background)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -71,6 +73,9 @@ class Settings(BaseSettings):
                 if alias not in aliases or alias == model.name:
                     raise ValueError(f"model {model.name!r}: unknown fallback {alias!r}")
         check_references(self.cascade, aliases)
+        for alias in self.microbatch.models:
+            if alias not in aliases:
+                raise ValueError(f"microbatch.models names unknown model {alias!r}")
         return self
 
     @classmethod

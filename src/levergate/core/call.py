@@ -103,6 +103,17 @@ class Spend:
     output: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class BatchShare:
+    """The request rode in a micro-batch (layers/microbatch.py): one upstream call carried
+    `requests` requests and `inputs` inputs. `prorated`: the request's usage is its share of
+    the batch's, split in proportion to its inputs' size, not a count of its own tokens."""
+
+    requests: int
+    inputs: int
+    prorated: bool
+
+
 @dataclass(slots=True)
 class Trace:
     """The call's record (see the module docstring). Times are `time.perf_counter()` seconds."""
@@ -136,6 +147,8 @@ class Trace:
     side_spend: list[Spend] = field(default_factory=list)
     # A cascade's last step failed, so an earlier step's (rejected) answer was returned instead.
     cascade_fallback: bool = False
+    # The micro-batch this request's upstream call was part of (None: it went alone).
+    microbatch: BatchShare | None = None
     notes: list[Note] = field(default_factory=list)
 
     def elapsed(self) -> float:

@@ -31,9 +31,13 @@ class Recorder:
         return [item.upper() for item in items]
 
 
-def batcher(run: Recorder, clock: ManualClock, **limits: int | float) -> MicroBatcher[str, str]:
-    values: dict[str, float] = {"max_wait": 0.01, "max_items": 100, "max_requests": 100}
-    return MicroBatcher(run, limits=BatchLimits(**{**values, **limits}), clock=clock)  # type: ignore[arg-type]
+def batcher(
+    run: Recorder, clock: ManualClock, *, max_requests: int = 100, max_running: int | None = None
+) -> MicroBatcher[str, str]:
+    limits = BatchLimits(
+        max_wait=0.01, max_items=100, max_requests=max_requests, max_running=max_running
+    )
+    return MicroBatcher(run, limits=limits, clock=clock)
 
 
 async def settle() -> None:
