@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import openai
+
 from levergate.upstreams.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 
@@ -61,7 +62,8 @@ async def test_one_bad_input_fails_only_its_own_request(
         )
     good, bad, also = results
     assert isinstance(bad, openai.BadRequestError)
-    assert not isinstance(good, BaseException) and not isinstance(also, BaseException)
+    assert not isinstance(good, BaseException)
+    assert not isinstance(also, BaseException)
     assert len(good.data[0].embedding) == len(also.data[0].embedding) > 0
 
 
