@@ -50,7 +50,7 @@ def engine(**values: Any) -> LocalEndpoint:
 def stop(endpoint: LocalEndpoint) -> None:
     endpoint.engine.stop()
     if endpoint.embedder is not None:
-        endpoint.embedder.batcher.close()
+        endpoint.embedder.close()
 
 
 def chat(content: str, *, system: str | None = None, **body: Any) -> Call:

@@ -3,8 +3,8 @@ each position. Reordering the levers is a one-line diff here and nowhere else; s
 
     FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → ResponsesBridge →
                           Admission → caches → Cascade → Fallback → Dispatch
-    PER MODEL:            PromptCacheOptimizer → Retry(budget) → Deadline →
-                          Balance(endpoint keys, p2c / affinity / ..., renames the model)
+    PER MODEL:            PromptCacheOptimizer → MicroBatch(embeddings) → Retry(budget) →
+                          Deadline → Balance(endpoint keys, p2c / affinity / ..., renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)
                           the shared semantic index following its Redis log
@@ -22,16 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from urllib.parse import urlsplit
 
-from levergate.config import (
-    WILDCARD,
-    AnthropicUpstream,
-    LocalUpstream,
-    Model,
-    Settings,
-    Upstream,
-)
+from levergate.config import WILDCARD, Model, Settings, Upstream
 from levergate.core.clock import Clock, SystemClock
 from levergate.core.embedder import Embedder
 from levergate.core.jobs import Job, Supervisor
@@ -46,7 +38,8 @@ from levergate.layers.keys.build import KeyKit
 from levergate.layers.keys.quota import BudgetSink
 from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.measure.record import Sink
-from levergate.layers.prompt_cache import PromptCacheOptimizer, PromptCacheState, Provider
+from levergate.layers.microbatch import MicroBatch
+from levergate.layers.prompt_cache import PromptCacheOptimizer, PromptCacheState
 from levergate.layers.responses import ResponsesBridge
 from levergate.layers.shared import Shared
 from levergate.layers.traffic.admission import Admission
@@ -87,8 +80,6 @@ class Pipeline:
     models: dict[str, Model]
     shared: Shared
     supervisor: Supervisor
-    # The prompt-cache optimizer's findings (prefix breakers) for the analyzer and the admin API.
-    prompt_cache: PromptCacheState
     # Jobs that run for the gateway's lifetime (health checks, index followers). `Gateway`
     # starts each one under `supervisor` when it opens, and cancels and awaits them when it
     # closes: no task outlives it.
@@ -108,6 +99,11 @@ class Pipeline:
     @property
     def cache(self) -> CacheState | None:
         return self.shared.cache
+
+    @property
+    def prompt_cache(self) -> PromptCacheState:
+        """The prompt-cache optimizer's findings (prefix breakers), for the analyzer."""
+        return self.shared.prompt_cache
 
     @property
     def keys(self) -> KeyKit | None:
@@ -141,14 +137,14 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
 
     nodes = {name: [per_endpoint(key) for key in found] for name, found in keys.items()}
 
-    prompt_cache = PromptCacheState(settings.prompt_cache, registry=shared.registry)
-    by_name = {u.name: u for u in settings.upstreams}
-
     def per_model(model: Model) -> Service:
         layers = [
             # Above Retry, so every attempt sends the same cache-friendly prompt.
-            PromptCacheOptimizer.layer(settings.prompt_cache, model=model.name, shared=shared,
-                                       provider=_provider(model, by_name), state=prompt_cache),
+            PromptCacheOptimizer.layer(settings.prompt_cache, model=model,
+                                       upstreams=settings.upstreams, shared=shared),
+            # Under the caches (a hit never waits), above Retry: a batch is one request, retried,
+            # limited and balanced as one.
+            MicroBatch.layer(settings.microbatch, model=model, shared=shared),
             # Above Balance: each attempt chooses afresh; only before the first streamed byte.
             Retry.layer(t.retry, shared=shared),
             # Each attempt gets only what is left of the request's deadline.
@@ -193,7 +189,6 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
                               shared=shared, http_client=deps.http_client)  # fmt: skip
     return Pipeline(
         service=service, telemetry=telemetry, upstreams=upstreams, models=models, shared=shared,
-        prompt_cache=prompt_cache,
         # Every job restarted after a crash, counted in the gateway's own registry.
         supervisor=Supervisor.of(settings.background, clock=deps.clock, registry=shared.registry),
         background=[job for job in (checks, *shared.jobs) if job], responses=responses,
@@ -223,20 +218,6 @@ def _measure(
     if not settings.metrics.enabled and not sinks:
         return None
     return partial(Measure, telemetry=telemetry, catalog=shared.catalog, sinks=sinks)
-
-
-def _provider(model: Model, upstreams: Mapping[str, Upstream | LocalUpstream]) -> Provider:
-    """Whose prompt-cache conventions an alias's requests follow: every endpoint's provider."""
-    kinds = set()
-    for target in model.endpoints:
-        u = upstreams[target.upstream]
-        if isinstance(u, AnthropicUpstream):
-            kinds.add(Provider.ANTHROPIC)
-        elif isinstance(u, Upstream) and urlsplit(u.base_url).hostname == "api.openai.com":
-            kinds.add(Provider.OPENAI)
-        else:
-            kinds.add(Provider.OTHER)
-    return kinds.pop() if len(kinds) == 1 else Provider.OTHER
 
 
 def _native_upstreams(settings: Settings) -> frozenset[str]:

@@ -73,6 +73,7 @@ from levergate.config.local import (
     cache_home,
     packaged_file,
 )
+from levergate.config.microbatch import MicroBatchRule, MicroBatchSettings
 from levergate.config.prompt_cache import Breakpoints, PrefixLint, PromptCache
 from levergate.config.responses import ResponsesSettings, ResponseStoreSettings
 from levergate.config.server import Background, Metrics, RequestLimits, Server
@@ -144,6 +145,8 @@ __all__ = [
     "LocalUpstream",
     "MaxWait",
     "Metrics",
+    "MicroBatchRule",
+    "MicroBatchSettings",
     "Model",
     "NamedCascade",
     "Pool",

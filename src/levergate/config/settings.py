@@ -15,6 +15,7 @@ from levergate.config.cache import Cache
 from levergate.config.cascade import CascadeSettings, check_references
 from levergate.config.catalog import CatalogEntry, Ledger
 from levergate.config.keys import Admin, Auth
+from levergate.config.microbatch import MicroBatchSettings
 from levergate.config.prompt_cache import PromptCache
 from levergate.config.responses import ResponsesSettings
 from levergate.config.server import Background, Metrics, RequestLimits, Server
@@ -42,6 +43,7 @@ class Settings(BaseSettings):
     traffic: Traffic = Field(default_factory=Traffic)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
     prompt_cache: PromptCache = Field(default_factory=PromptCache)
+    microbatch: MicroBatchSettings = Field(default_factory=MicroBatchSettings)
     background: Background = Field(default_factory=Background)
     batch: Batch = Field(default_factory=Batch)
     # Models added to or overriding the built-in catalog (config/catalog.py), and the ledger.
@@ -82,6 +84,9 @@ class Settings(BaseSettings):
                 if alias not in aliases or alias == model.name:
                     raise ValueError(f"model {model.name!r}: unknown fallback {alias!r}")
         check_references(self.cascade, aliases)
+        for alias in self.microbatch.models:
+            if alias not in aliases:
+                raise ValueError(f"microbatch.models names unknown model {alias!r}")
         return self
 
     @classmethod

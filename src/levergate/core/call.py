@@ -113,6 +113,17 @@ class Spend:
     output: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class BatchShare:
+    """The request rode in a micro-batch (layers/microbatch.py): one upstream call carried
+    `requests` requests and `inputs` inputs. `prorated`: the request's usage is its share of
+    the batch's, split in proportion to its inputs' size, not a count of its own tokens."""
+
+    requests: int
+    inputs: int
+    prorated: bool
+
+
 @dataclass(slots=True)
 class Trace:
     """The call's record (see the module docstring). Times are `time.perf_counter()` seconds."""
@@ -150,6 +161,8 @@ class Trace:
     expected_cached: int = 0
     # Answered through a provider's batch API, at its discount (the batch lever sets it).
     batch: bool = False
+    # The micro-batch this request's upstream call was part of (None: it went alone).
+    microbatch: BatchShare | None = None
     notes: list[Note] = field(default_factory=list)
 
     def elapsed(self) -> float:

@@ -22,6 +22,7 @@ from levergate.core.clock import Clock
 from levergate.core.jobs import Job
 from levergate.layers.cache.build import CacheState
 from levergate.layers.keys.build import KeyKit, build_keys
+from levergate.layers.prompt_cache.state import PromptCacheState
 from levergate.layers.traffic.state import TrafficState
 
 
@@ -47,6 +48,8 @@ class Shared:
     keys: KeyKit | None  # None: neither auth nor the admin API is on
     # Each alias's resolved model spec: prices, context window, output cap, tokenizer.
     catalog: Catalog
+    # The prompt-cache optimizers' findings and metrics, shared by every alias.
+    prompt_cache: PromptCacheState
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
 
@@ -81,6 +84,7 @@ class Shared:
             cache=cache,
             keys=keys,
             catalog=catalog,
+            prompt_cache=PromptCacheState(settings.prompt_cache, registry=registry),
             closers=closers,
             jobs=jobs,
         )

@@ -28,26 +28,26 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import xxhash
-from prometheus_client import Counter
 
+from levergate.config import AnthropicUpstream, AnyUpstream, Model, Upstream
 from levergate.config.prompt_cache import PromptCache
 from levergate.core.call import Call
 from levergate.core.clock import Clock
 from levergate.core.reply import Reply
 from levergate.core.service import Layer, Service
 from levergate.layers.prompt_cache.breakpoints import Placer
-from levergate.layers.prompt_cache.lint import Findings, Linter
+from levergate.layers.prompt_cache.lint import Linter
+from levergate.layers.prompt_cache.state import PromptCacheState
 from levergate.policies.affinity import block_digests, prompt_bytes
 from levergate.policies.prefix_lint import canonical_tools
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-
     from levergate.layers.shared import Shared
 
 ROUTING_BYTES = 1024  # about the 256 tokens OpenAI routes a prompt by
@@ -87,31 +87,17 @@ class Provider(enum.StrEnum):
     OTHER = "other"  # self-hosted or another OpenAI-compatible provider: linting only
 
 
-class PromptCacheState:
-    """What every alias's optimizer shares: the findings and the metrics."""
-
-    def __init__(self, settings: PromptCache, *, registry: CollectorRegistry) -> None:
-        self.findings = Findings(keep=settings.lint.keep_findings)
-        self.breaks = Counter(
-            "levergate_prefix_breaks", "Prompt-cache breakers found by comparing requests",
-            ["model", "kind"], registry=registry,
-        )  # fmt: skip
-        self.breakpoints = Counter(
-            "levergate_prompt_cache_breakpoints", "Anthropic cache breakpoints placed",
-            ["model", "boundary", "ttl"], registry=registry,
-        )  # fmt: skip
-
-
 class PromptCacheOptimizer:
     @classmethod
     def layer(
-        cls, settings: PromptCache, *, model: str, provider: Provider, shared: Shared,
-        state: PromptCacheState | None,
+        cls, settings: PromptCache, *, model: Model, upstreams: Sequence[AnyUpstream],
+        shared: Shared,
     ) -> Layer | None:  # fmt: skip
-        if not settings.enabled or state is None:
+        if not settings.enabled:
             return None
-        return partial(cls, settings=settings, model=model, provider=provider, state=state,
-                       clock=shared.clock)  # fmt: skip
+        provider = provider_of(model, {u.name: u for u in upstreams})
+        return partial(cls, settings=settings, model=model.name, provider=provider,
+                       state=shared.prompt_cache, clock=shared.clock)  # fmt: skip
 
     def __init__(
         self, inner: Service, *, settings: PromptCache, model: str, provider: Provider,
@@ -156,6 +142,21 @@ class PromptCacheOptimizer:
         if changes:
             call = call.with_body(**changes)
         return await self._inner(call)
+
+
+def provider_of(model: Model, upstreams: Mapping[str, AnyUpstream]) -> Provider:
+    """Whose prompt-cache conventions an alias's requests follow: its endpoints' provider
+    (OTHER when they differ)."""
+    kinds = set()
+    for target in model.endpoints:
+        u = upstreams[target.upstream]
+        if isinstance(u, AnthropicUpstream):
+            kinds.add(Provider.ANTHROPIC)
+        elif isinstance(u, Upstream) and urlsplit(u.base_url).hostname == "api.openai.com":
+            kinds.add(Provider.OPENAI)
+        else:
+            kinds.add(Provider.OTHER)
+    return kinds.pop() if len(kinds) == 1 else Provider.OTHER
 
 
 def cache_key(tenant: str, body: Mapping[str, Any]) -> str:

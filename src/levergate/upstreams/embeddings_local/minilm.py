@@ -48,7 +48,7 @@ def tokenizer_file() -> Path:
 
 
 class MiniLM:
-    """Not thread-safe by itself: one thread (the batcher's) calls `encode`."""
+    """Not thread-safe by itself: one thread (`LocalEmbedder`'s model thread) calls `encode`."""
 
     def __init__(self, settings: LocalEmbeddings) -> None:
         ort, tokenizers = _modules()

@@ -68,7 +68,7 @@ async def test_concurrent_single_text_calls_share_batches(embedder: LocalEmbedde
     texts = [f"question number {i} about bread" for i in range(32)]
     alone = np.array(await embedder.embed(texts[:1]))
     together = await asyncio.gather(*[embedder.embed([t]) for t in texts])
-    assert embedder.batcher.batches < 1 + 32
+    assert embedder.batcher.stats.batches < 1 + 32
     assert np.allclose(together[0], alone, atol=1e-4)  # padding in a batch changes nothing
 
 

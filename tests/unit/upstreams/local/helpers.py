@@ -47,7 +47,7 @@ def running(settings: LocalUpstream) -> Iterator[LocalEndpoint]:
     finally:
         endpoint.engine.stop()
         if endpoint.embedder is not None:
-            endpoint.embedder.batcher.close()
+            endpoint.embedder.close()
 
 
 def chat_call(content: str, *, system: str | None = None, headers: dict[str, str] | None = None,
