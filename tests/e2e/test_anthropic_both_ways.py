@@ -17,7 +17,6 @@ from levergate.server.run import serving
 from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
 from tests.e2e.test_anthropic_upstream import KEY, anthropic_requests
 
-UPSTREAM = {"kind": "anthropic", "name": "anthropic", "api_key": KEY}
 SYSTEM = "You answer questions about the handbook, briefly and exactly. " * 120  # >1,024 tokens
 
 
@@ -38,7 +37,7 @@ async def client(claude_sim: SimHandle) -> AsyncIterator[anthropic.AsyncAnthropi
                 "base_url": claude_sim.root_url,
                 "api_key": KEY,
             }
-        ],  # fmt: skip
+        ],
         models=[{"name": "claude", "upstream": "anthropic", "upstream_model": "claude-sim-4"}],
         prompt_cache={"breakpoints": {"enabled": False}},  # only the client's breakpoints
     )
@@ -61,7 +60,7 @@ async def test_a_client_breakpoint_reaches_the_provider_and_its_cache_usage_come
             system=system,
             stop_sequences=["\n\n"],
             messages=[{"role": "user", "content": f"Question {i}?"}],
-        )  # fmt: skip
+        )
         for i in range(2)
     ]
     assert anthropic_requests(claude_sim) == 2
