@@ -87,11 +87,6 @@ def usage_of(usage: Mapping[str, Any] | None) -> dict[str, int]:
     }
 
 
-def _count(block: Mapping[str, Any], key: str, *, default: int = 0) -> int:
-    value = block.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
 def to_message(
     data: Mapping[str, Any], *, stops: Sequence[str], fallback_id: str
 ) -> dict[str, Any]:
