@@ -3,7 +3,7 @@ each position. Reordering the levers is a one-line diff here and nowhere else; s
 
     FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → Admission → caches →
                           Fallback → Dispatch
-    PER MODEL:            Retry(budget) → Deadline → Balance(endpoint keys, renames the model)
+    PER MODEL:            Trim → Retry(budget) → Deadline → Balance(endpoint keys, renames model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)
                           the shared semantic index following its Redis log
@@ -48,6 +48,7 @@ from levergate.layers.traffic.limits import Limits
 from levergate.layers.traffic.outlier import OutlierEjection
 from levergate.layers.traffic.retry import Retry
 from levergate.layers.traffic.state import TrafficState
+from levergate.layers.trim import Deferred, Trim
 from levergate.upstreams import Endpoint, make_endpoint
 from levergate.upstreams.client import client_for
 from levergate.upstreams.wire import HttpClient
@@ -124,8 +125,13 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
 
     nodes = {name: [per_endpoint(key) for key in found] for name, found in keys.items()}
 
+    # Trim's summaries go through Dispatch, which is built from the per-model stacks.
+    summaries = Deferred()
+
     def per_model(model: Model) -> Service:
         layers = [
+            # Above Retry: each attempt resends the trimmed request, fitted to this alias's window.
+            Trim.layer(settings.trim, model=model, shared=shared, summarise_with=summaries),
             # Above Balance: each attempt chooses afresh; only before the first streamed byte.
             Retry.layer(t.retry, shared=shared),
             # Each attempt gets only what is left of the request's deadline.
@@ -136,6 +142,7 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     routes = {name: per_model(m) for name, m in models.items() if name != WILDCARD}
     wildcard = per_model(models[WILDCARD]) if WILDCARD in models else None
     dispatch = Dispatch(routes, fallback=wildcard)
+    summaries.bind(dispatch)
     service = stack(dispatch, [
         # Outermost: it must see every request, including the ones refused further down.
         _measure(settings, telemetry, models, shared, deps.sinks),

@@ -14,6 +14,7 @@ from levergate.config.cache import Cache
 from levergate.config.keys import Admin, Auth
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.traffic import Traffic
+from levergate.config.trim import Trim
 from levergate.config.upstreams import AnyUpstream, Model
 from levergate.errors import ConfigError
 
@@ -36,6 +37,7 @@ class Settings(BaseSettings):
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)
     background: Background = Field(default_factory=Background)
+    trim: Trim = Field(default_factory=Trim)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod
@@ -68,6 +70,7 @@ class Settings(BaseSettings):
             for alias in (*model.fallbacks, *model.context_fallbacks):
                 if alias not in aliases or alias == model.name:
                     raise ValueError(f"model {model.name!r}: unknown fallback {alias!r}")
+        self.trim.check_aliases(aliases)
         return self
 
     @classmethod

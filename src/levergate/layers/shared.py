@@ -22,6 +22,7 @@ from levergate.core.jobs import Job
 from levergate.layers.cache.build import CacheState
 from levergate.layers.keys.build import KeyKit, build_keys
 from levergate.layers.traffic.state import TrafficState
+from levergate.protocol.tokens import Tokenizers
 
 
 class Seeds:
@@ -46,6 +47,9 @@ class Shared:
     keys: KeyKit | None  # None: neither auth nor the admin API is on
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
+    # Tokenizers by name, each built once (tiktoken encodings, tokenizer.json files, GGUF
+    # vocabularies): every lever that counts tokens shares them.
+    tokenizers: Tokenizers = field(default_factory=Tokenizers)
 
     @classmethod
     def build(
