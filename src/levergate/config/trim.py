@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -64,6 +65,9 @@ class TrimRule(_Strict):
                 f"unknown tokenizer {value!r}: auto, estimate, o200k_base, cl100k_base, "
                 "minilm, bundled, hf:PATH or gguf:PATH"
             )
+        kind, _, path = value.partition(":")
+        if kind in ("hf", "gguf") and path and not Path(path).is_file():
+            raise ValueError(f"tokenizer {value!r}: no file at {path}")
         return value
 
     @model_validator(mode="after")

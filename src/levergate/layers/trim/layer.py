@@ -35,7 +35,7 @@ from levergate.core.call import Call
 from levergate.core.reply import Reply
 from levergate.core.service import Layer, Service
 from levergate.core.tokenizer import TextTokenizer, TokenSource
-from levergate.errors import BadRequest
+from levergate.errors import BadRequest, ConfigError
 from levergate.layers.trim.edit import output_budget, truncate
 from levergate.layers.trim.summary import PREFIX, summarise
 from levergate.policies.trim import PINNED_ROLES, TrimPlan, Turn, plan
@@ -68,7 +68,10 @@ class Trim:
         tokenizer = None
         if model.name != WILDCARD:  # "*" serves many names: resolve by each request's
             name = model.upstream_model or model.endpoints[0].upstream_model or model.name
-            tokenizer = shared.tokenizers.resolve(rule.tokenizer, model=name)
+            try:
+                tokenizer = shared.tokenizers.resolve(rule.tokenizer, model=name)
+            except (ImportError, OSError, ValueError) as exc:
+                raise ConfigError(f"trim.models.{model.name}: {exc}") from exc
         return partial(
             cls, rule=rule, settings=settings, window=rule.context_window,
             max_output=rule.max_output, tokenizer=tokenizer, tokenizers=shared.tokenizers,
