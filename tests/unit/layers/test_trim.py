@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from levergate.config import Model, TrimRule
+from levergate.config import TRIM_MARKER, Model, TrimRule
 from levergate.config import Trim as TrimSettings
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed
@@ -15,6 +17,7 @@ from levergate.core.tokenizer import TokenSource
 from levergate.errors import BadRequest, UpstreamUnavailable
 from levergate.layers.dispatch import Dispatch
 from levergate.layers.trim import Deferred, Trim
+from levergate.layers.trim.edit import truncate
 from levergate.policies.trim import TOOL_ROLES
 from levergate.protocol.prompt_tokens import Counter
 from levergate.protocol.tokens import Tiktoken, Tokenizers
@@ -230,3 +233,37 @@ async def test_a_model_without_a_public_tokenizer_is_trimmed_by_estimate() -> No
 def test_an_alias_without_a_rule_has_no_layer() -> None:
     settings = TrimSettings(models={"gpt-4o": TrimRule(budget=10)})
     assert Trim.layer(settings, model=Model(name="other", upstream="u"), shared=_shared()) is None
+
+
+async def test_a_large_prompt_counted_in_a_worker_thread_is_trimmed_alike() -> None:
+    inline, threaded = FakeUpstream(), FakeUpstream()
+    messages = conversation(10)
+    await trim(inline, budget=600)(chat(messages))
+    settings = TrimSettings(models={"gpt-4o": TrimRule(budget=600)}, thread_chars=1)
+    layer = Trim.layer(settings, model=Model(name="gpt-4o", upstream="u"), shared=_shared())
+    assert layer is not None
+    call = chat(messages)
+    await layer(threaded)(call)
+    assert threaded.calls[0].body["messages"] == inline.calls[0].body["messages"]
+    assert call.ctx.trace.trimmed_input > 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.text(min_size=0, max_size=3000),
+    limit=st.integers(min_value=16, max_value=600),
+)
+def test_a_cut_text_stays_within_its_limit_and_keeps_its_start(text: str, limit: int) -> None:
+    tokenizer = Tiktoken("o200k_base")
+    message = {"role": "tool", "tool_call_id": "c", "content": text}
+    cuts = truncate([message], tokenizer=tokenizer, tool_tokens=limit, document_tokens=None,
+                    marker=TRIM_MARKER)  # fmt: skip
+    out = cuts.messages[0]["content"]
+    if tokenizer.tokens(text) <= limit:
+        assert out == text
+        assert cuts.cut == 0
+    else:
+        head, _, marker = out.rpartition("\n")
+        assert text.startswith(head)
+        assert marker.endswith("tokens trimmed by levergate …]")
+        assert tokenizer.tokens(out) <= limit

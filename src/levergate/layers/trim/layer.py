@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -129,25 +130,26 @@ class Trim:
 
     def _rewrite_sync(self, call: Call, budget: int | None) -> Call:
         """The counting part, for a worker thread (no summary: that needs the event loop)."""
-        return self._apply(call, *self._plan(call, budget, summary=False))
+        return self._apply(call, self._plan(call, budget, summary=False))
 
     async def _rewrite(self, call: Call, budget: int | None) -> Call:
-        before, messages, trim, counter = self._plan(call, budget, summary=True)
+        fitted = self._plan(call, budget, summary=True)
+        trim = fitted.trim
         if trim is not None and trim.dropped and self._summarise is not None:
-            dropped = [messages[i] for i in trim.dropped]
+            dropped = [fitted.messages[i] for i in trim.dropped]
             text = await summarise(
                 call, dropped, service=self._summarise, alias=str(self._rule.summary_model),
                 max_tokens=self._rule.summary_tokens,
                 input_chars=self._rule.summary_input_tokens * 4,
             )  # fmt: skip
             if text is not None:
-                messages = _with_summary(messages, trim, PREFIX + text)
-                return self._finish(call, before, messages, counter)
-        return self._apply(call, before, messages, trim, counter)
+                summary = {"role": "system", "content": PREFIX + text}
+                messages = _with_summary(fitted.messages, trim, summary)
+                after = trim.tokens + fitted.counter.message(summary)[0]
+                return _finish(call, fitted.before, messages, after)
+        return self._apply(call, fitted)
 
-    def _plan(
-        self, call: Call, budget: int | None, *, summary: bool
-    ) -> tuple[PromptCount, list[Any], TrimPlan | None, Counter]:
+    def _plan(self, call: Call, budget: int | None, *, summary: bool) -> _Fitted:
         counter = self._counter(call.model)
         original: list[Any] = call.body["messages"]
         before = counter.prompt(call.body)
@@ -155,10 +157,16 @@ class Trim:
             original, tokenizer=counter.tokenizer, tool_tokens=self._rule.tool_result_tokens,
             document_tokens=self._rule.document_tokens, marker=self._settings.marker,
         )  # fmt: skip
-        messages = cuts.messages if cuts.cut else original
-        count = counter.prompt({**call.body, "messages": messages}) if cuts.cut else before
+        messages, count = original, before
+        if cuts.cut:  # recount only the messages that were cut
+            messages = cuts.messages
+            shares = tuple(
+                n if new is old else counter.message(new)[0]
+                for new, old, n in zip(messages, original, before.messages, strict=True)
+            )
+            count = PromptCount(shares, before.fixed, before.how)
         if budget is None or count.total <= budget:
-            return before, messages, None, counter
+            return _Fitted(before, count, messages, None, counter)
         roles = [m.get("role", "") if isinstance(m, dict) else "" for m in messages]
         turns = [Turn(r, t) for r, t in zip(roles, count.messages, strict=True)]
         start = self._rule.start_with_user
@@ -171,29 +179,15 @@ class Trim:
                 trim = plan(turns, budget=budget, fixed=count.fixed, start_with_user=start)
         if not trim.fits:
             raise _too_long(budget, trim.tokens, count)
-        return before, messages, trim, counter
+        return _Fitted(before, count, messages, trim, counter)
 
-    def _apply(
-        self, call: Call, before: PromptCount, messages: list[Any], trim: TrimPlan | None,
-        counter: Counter,
-    ) -> Call:  # fmt: skip
+    def _apply(self, call: Call, fitted: _Fitted) -> Call:
+        trim, messages = fitted.trim, fitted.messages
         if trim is not None and trim.dropped:
-            messages = [messages[i] for i in trim.kept]
+            return _finish(call, fitted.before, [messages[i] for i in trim.kept], trim.tokens)
         if messages is call.body["messages"]:
             return call
-        return self._finish(call, before, messages, counter)
-
-    def _finish(
-        self, call: Call, before: PromptCount, messages: list[Any], counter: Counter
-    ) -> Call:
-        after = counter.prompt({**call.body, "messages": messages})
-        trace = call.ctx.trace
-        trace.trimmed_input += max(0, before.total - after.total)
-        trace.trimmed_how = before.how
-        dropped = len(call.body["messages"]) - len(messages)
-        trace.note(layer="trim", text=f"{before.total} -> {after.total} prompt tokens, "
-                   f"{max(0, dropped)} messages fewer")  # fmt: skip
-        return call.with_body(messages=messages)
+        return _finish(call, fitted.before, messages, fitted.count.total)
 
     def _counter(self, model: str) -> Counter:
         tokenizer = self._tokenizer or self._tokenizers.resolve(self._rule.tokenizer, model=model)
@@ -204,13 +198,32 @@ class Trim:
         )
 
 
-def _with_summary(messages: Sequence[Any], trim: TrimPlan, summary: str) -> list[Any]:
+@dataclass(frozen=True, slots=True)
+class _Fitted:
+    before: PromptCount  # the request as it came
+    count: PromptCount  # after the cuts
+    messages: list[Any]  # after the cuts
+    trim: TrimPlan | None  # None: it fits
+    counter: Counter
+
+
+def _finish(call: Call, before: PromptCount, messages: list[Any], after: int) -> Call:
+    trace = call.ctx.trace
+    trace.trimmed_input += max(0, before.total - after)
+    trace.trimmed_how = before.how
+    dropped = max(0, len(call.body["messages"]) - len(messages))
+    trace.note(layer="trim", text=f"{before.total} -> {after} prompt tokens, "
+               f"{dropped} messages fewer")  # fmt: skip
+    return call.with_body(messages=messages)
+
+
+def _with_summary(messages: Sequence[Any], trim: TrimPlan, summary: dict[str, str]) -> list[Any]:
     """The kept messages with the summary after the leading system prompts."""
     kept = [messages[i] for i in trim.kept]
     at = 0
     while at < len(kept) and isinstance(kept[at], dict) and kept[at].get("role") in PINNED_ROLES:
         at += 1
-    return [*kept[:at], {"role": "system", "content": summary}, *kept[at:]]
+    return [*kept[:at], summary, *kept[at:]]
 
 
 def _byte_bound(call: Call, messages: Sequence[Any], tools: Any, settings: TrimSettings) -> int:
