@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import stamp, write_results  # noqa: E402
+from harness import stamp, write_results
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 SESSION_TURNS = 8
 MODEL = "gpt-4o"  # o200k_base
+HOT_MESSAGES = 10  # the hot-path request: the first HH request with this many messages
 
 
 def hh_requests() -> list[list[dict[str, Any]]]:
@@ -69,7 +70,8 @@ def sharegpt_requests() -> list[list[dict[str, Any]]]:
 
 async def savings(requests: list[list[dict[str, Any]]], budget: int) -> dict[str, Any]:
     """Every request through the real Trim layer at `budget` prompt tokens."""
-    from levergate.config import Model, Trim as TrimSettings, TrimRule
+    from levergate.config import Model, TrimRule
+    from levergate.config import Trim as TrimSettings
     from levergate.core.call import Call, Context
     from levergate.core.reply import Completed
     from levergate.errors import BadRequest
@@ -88,8 +90,9 @@ async def savings(requests: list[list[dict[str, Any]]], budget: int) -> dict[str
 
     settings = TrimSettings(models={MODEL: TrimRule(budget=budget)})
     layer = Trim.layer(settings, model=Model(name=MODEL, upstream="u"), shared=Shared())  # type: ignore[arg-type]
-    assert layer is not None
-    service = layer(inner)  # type: ignore[arg-type]
+    if layer is None:
+        raise RuntimeError("a configured alias builds a Trim layer")
+    service = layer(inner)
     counter = Counter(Tiktoken("o200k_base"))
     before = after = trimmed = refused = 0
     seconds: list[float] = []
@@ -144,8 +147,17 @@ async def child(mode: str, requests: int) -> float:
     from levergate import Gateway, Settings
     from levergate.upstreams.simulator import SimSettings, run_simulator
 
-    body = {"model": MODEL, "messages": hh_requests()[40], "max_tokens": 16}
-    trim = {"off": None, "bound": 100_000, "count": 400}[mode]
+    messages = next(m for m in hh_requests() if len(m) >= HOT_MESSAGES)
+    body = {"model": MODEL, "messages": messages, "max_tokens": 16}
+    trim = None
+    if mode != "off":  # the baseline tree has no trim modules: import them only when on
+        from levergate.protocol.prompt_tokens import Counter
+        from levergate.protocol.tokens import Tiktoken
+
+        tokens = Counter(Tiktoken("o200k_base")).prompt(body).total
+        # bound: far above the JSON size (no tokenizing); count: just above the prompt
+        # (tokenized, kept whole); trimmed: half the prompt (tokenized, windowed).
+        trim = {"bound": 100_000, "count": tokens + 8, "trimmed": tokens // 2}[mode]
     async with run_simulator(SimSettings(port=0)) as sim:
         values: dict[str, Any] = {}
         if trim is not None:
@@ -163,33 +175,60 @@ async def child(mode: str, requests: int) -> float:
             return (time.process_time() - started) / requests * 1e6
 
 
-def hot_path(baseline_src: str, rounds: int, requests: int) -> dict[str, Any]:
-    """Alternating child processes, so drift on the box hits every variant alike."""
+VARIANTS = {
+    "before": ("before (baseline src)", "off"),
+    "off": ("trim off", "off"),
+    "bound": ("trim on, within the byte bound", "bound"),
+    "count": ("trim on, counted (kept whole)", "count"),
+    "trimmed": ("trim on, trimmed to half", "trimmed"),
+}
+
+
+def hot_path(baseline_src: str, rounds: int, requests: int, keys: list[str]) -> dict[str, Any]:
+    """Child processes in a rotated order each round; each variant's ratio is taken against the
+    baseline of the same round (paired), then the median over rounds: drift on a shared box
+    hits both sides of a pair alike."""
     here = str(Path(__file__).resolve().parents[1] / "src")
-    variants = {"before (baseline src)": (baseline_src, "off"), "trim off": (here, "off"),
-                "trim on, within the byte bound": (here, "bound"),
-                "trim on, counted": (here, "count")}  # fmt: skip
-    found: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, (src, mode) in variants.items():
+    keys = ["before", *(k for k in keys if k != "before")]
+    found: dict[str, list[float]] = {key: [] for key in keys}
+    for turn in range(rounds):
+        for key in keys[turn % len(keys) :] + keys[: turn % len(keys)]:
+            src = baseline_src if key == "before" else here
             env = {**os.environ, "PYTHONPATH": src}
-            out = subprocess.run(  # noqa: S603 - this interpreter, this file
-                [sys.executable, __file__, "--child", mode, "--requests", str(requests)],
-                env=env, capture_output=True, text=True, check=True,
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", VARIANTS[key][1], "--requests",
+                 str(requests)], env=env, capture_output=True, text=True, check=False,
             )  # fmt: skip
-            found[name].append(float(out.stdout.strip().splitlines()[-1]))
-    base = statistics.median(found["before (baseline src)"])
-    return {name: {"us_per_request": statistics.median(v), "runs": v,
-                   "ratio_to_before": statistics.median(v) / base}
-            for name, v in found.items()}  # fmt: skip
+            if out.returncode != 0:
+                raise RuntimeError(f"{key} failed:\n{out.stderr[-2000:]}")
+            found[key].append(float(out.stdout.strip().splitlines()[-1]))
+    base = found["before"]
+    result = {}
+    for key, runs in found.items():
+        ratios = [x / b for x, b in zip(runs, base, strict=True)]
+        result[VARIANTS[key][0]] = {
+            "us_per_request": statistics.median(runs), "runs": runs, "paired_ratios": ratios,
+            "ratio_to_before": statistics.median(ratios),
+        }  # fmt: skip
+    return result
+
+
+SAVINGS_HEAD = (
+    "| budget | requests | trimmed | refused (400) | input tokens | sent | saved "
+    "| trim µs/request (mean, p50) |\n|---|---|---|---|---|---|---|---|"
+)
+COUNTING_HEAD = (
+    "| data | requests | tokens/request | tokens/s | µs/request |\n|---|---|---|---|---|"
+)
+HOT_HEAD = (
+    "| variant | µs/request (median) | ratio to before (median of paired rounds) |\n|---|---|---|"
+)
 
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [f"# Trim ({result['stamp']['date']}, {result['stamp']['machine']})", ""]
-    for name, rows in result["savings"].items():
-        lines += [f"## Input tokens saved: {name}", "",
-                  "| budget | requests | trimmed | refused (400) | input tokens | sent | saved "
-                  "| trim µs/request (mean, p50) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, rows in result.get("savings", {}).items():
+        lines += [f"## Input tokens saved: {name}", "", SAVINGS_HEAD]
         for r in rows:
             lines.append(
                 f"| {r['budget']:,} | {r['requests']:,} | {r['trimmed_share']:.1%} | "
@@ -198,14 +237,19 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{r['us_per_request_p50']:.0f} |"
             )
         lines.append("")
-    lines += ["## Counting cost (o200k_base, Counter.prompt)", "",
-              "| data | requests | tokens/request | tokens/s | µs/request |", "|---|---|---|---|---|"]  # fmt: skip
-    for name, c in result["counting"].items():
-        lines.append(f"| {name} | {c['requests']:,} | {c['tokens_per_request']:.0f} | "
-                     f"{c['tokens_per_second']:,.0f} | {c['us_per_request']:.1f} |")  # fmt: skip
+    if result.get("counting"):
+        lines += ["## Counting cost (o200k_base, Counter.prompt)", "", COUNTING_HEAD]
+    for name, c in result.get("counting", {}).items():
+        lines.append(
+            f"| {name} | {c['requests']:,} | {c['tokens_per_request']:.0f} | "
+            f"{c['tokens_per_second']:,.0f} | {c['us_per_request']:.1f} |"
+        )
     if "hot_path" in result:
-        lines += ["", "## Gateway CPU per request, in-process (one HH request, 10 messages)", "",
-                  "| variant | µs/request (median) | ratio to before |", "|---|---|---|"]  # fmt: skip
+        title = (
+            f"## Gateway CPU per request, in-process ({result['rounds']} rounds; one HH "
+            f"request of {HOT_MESSAGES} messages; gateway, simulator and client in one process)"
+        )
+        lines += ["", title, "", HOT_HEAD]
         for name, h in result["hot_path"].items():
             lines.append(f"| {name} | {h['us_per_request']:.0f} | {h['ratio_to_before']:.3f}x |")
     return "\n".join(lines) + "\n"
@@ -213,24 +257,31 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--child", choices=["off", "bound", "count"])
+    parser.add_argument("--child", choices=["off", "bound", "count", "trimmed"])
     parser.add_argument("--requests", type=int, default=1500)
     parser.add_argument("--hot-path", action="store_true")
     parser.add_argument("--baseline-src", default="/work/main/src")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--variants", default="off,bound,count,trimmed")
+    parser.add_argument("--name", default="trim", help="results/<name>.json and .md")
+    parser.add_argument("--no-savings", action="store_true")
     args = parser.parse_args()
     if args.child:
         print(asyncio.run(child(args.child, args.requests)))
         return
-    data = {"hh": hh_requests(), "sharegpt (built sessions)": sharegpt_requests()}
-    budgets = {"hh": [128, 256, 512, 1024], "sharegpt (built sessions)": [1024, 2048, 4096, 8192]}
     result: dict[str, Any] = {"stamp": stamp(), "savings": {}, "counting": {}}
-    for name, requests in data.items():
-        result["savings"][name] = [asyncio.run(savings(requests, b)) for b in budgets[name]]
-        result["counting"][name] = counting(requests)
+    if not args.no_savings:
+        data = {"hh": hh_requests(), "sharegpt (built sessions)": sharegpt_requests()}
+        budgets = {"hh": [128, 256, 512, 1024],
+                   "sharegpt (built sessions)": [1024, 2048, 4096, 8192]}  # fmt: skip
+        for name, requests in data.items():
+            result["savings"][name] = [asyncio.run(savings(requests, b)) for b in budgets[name]]
+            result["counting"][name] = counting(requests)
     if args.hot_path:
-        result["hot_path"] = hot_path(args.baseline_src, args.rounds, args.requests)
-    write_results("trim", result, markdown(result))
+        keys = args.variants.split(",")
+        result["rounds"] = args.rounds
+        result["hot_path"] = hot_path(args.baseline_src, args.rounds, args.requests, keys)
+    write_results(args.name, result, markdown(result))
 
 
 if __name__ == "__main__":

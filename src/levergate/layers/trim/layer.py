@@ -67,7 +67,8 @@ class Trim:
         if rule is None:
             return None
         tokenizer = None
-        if model.name != WILDCARD:  # "*" serves many names: resolve by each request's
+        # "*" serves many names: "auto" resolves by each request's; anything else is loaded now.
+        if model.name != WILDCARD or rule.tokenizer != "auto":
             name = model.upstream_model or model.endpoints[0].upstream_model or model.name
             try:
                 tokenizer = shared.tokenizers.resolve(rule.tokenizer, model=name)
@@ -146,7 +147,9 @@ class Trim:
                 summary = {"role": "system", "content": PREFIX + text}
                 messages = _with_summary(fitted.messages, trim, summary)
                 after = trim.tokens + fitted.counter.message(summary)[0]
-                return _finish(call, fitted.before, messages, after)
+                if budget is None or after <= budget:  # else the summary ran long: without it
+                    return _finish(call, fitted.before, messages, after)
+                call.ctx.trace.note(layer="trim", text="summary left out: over the budget")
         return self._apply(call, fitted)
 
     def _plan(self, call: Call, budget: int | None, *, summary: bool) -> _Fitted:
