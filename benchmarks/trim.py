@@ -25,6 +25,7 @@ import random
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -140,8 +141,9 @@ def counting(requests: list[list[dict[str, Any]]]) -> dict[str, Any]:
 CHILD_BODY: dict[str, Any] = {}
 
 
-async def child(mode: str, requests: int) -> float:
-    """CPU microseconds per request of the in-process gateway path against the simulator."""
+async def child(mode: str, requests: int, *, calls: bool = False) -> float:
+    """CPU microseconds per request of the in-process gateway path against the simulator, or
+    with `calls` the Python function calls per request (deterministic: no noise from the box)."""
     import httpx
 
     from levergate import Gateway, Settings
@@ -169,9 +171,22 @@ async def child(mode: str, requests: int) -> float:
         ):
             for _ in range(200):
                 (await http.post("/chat/completions", json=body)).raise_for_status()
+            counted = [0]
+
+            def profile(frame: Any, event: str, arg: Any) -> None:
+                del frame, arg
+                if event in ("call", "c_call"):
+                    counted[0] += 1
+
             started = time.process_time()
+            if calls:
+                sys.setprofile(profile)
+                threading.setprofile(profile)
             for _ in range(requests):
                 await (await http.post("/chat/completions", json=body)).aread()
+            sys.setprofile(None)
+            if calls:
+                return counted[0] / requests
             return (time.process_time() - started) / requests * 1e6
 
 
@@ -213,6 +228,22 @@ def hot_path(baseline_src: str, rounds: int, requests: int, keys: list[str]) -> 
     return result
 
 
+def calls_per_request(baseline_src: str, requests: int) -> dict[str, float]:
+    """Python calls per request: trim off makes exactly the calls the code before it made."""
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    found = {}
+    runs = (("before (baseline src)", baseline_src, "off"), ("trim off", here, "off"),
+            ("trim on, within the byte bound", here, "bound"))  # fmt: skip
+    for name, src, mode in runs:
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", mode, "--count-calls", "--requests",
+             str(requests)], env={**os.environ, "PYTHONPATH": src}, capture_output=True,
+            text=True, check=True,
+        )  # fmt: skip
+        found[name] = float(out.stdout.strip().splitlines()[-1])
+    return found
+
+
 SAVINGS_HEAD = (
     "| budget | requests | trimmed | refused (400) | input tokens | sent | saved "
     "| trim µs/request (mean, p50) |\n|---|---|---|---|---|---|---|---|"
@@ -252,6 +283,11 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["", title, "", HOT_HEAD]
         for name, h in result["hot_path"].items():
             lines.append(f"| {name} | {h['us_per_request']:.0f} | {h['ratio_to_before']:.3f}x |")
+        lines += [
+            "",
+            "Python function calls per request (sys.setprofile, deterministic): "
+            + ", ".join(f"{k} {v:,.1f}" for k, v in result["calls_per_request"].items()),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -265,9 +301,14 @@ def main() -> None:
     parser.add_argument("--variants", default="off,bound,count,trimmed")
     parser.add_argument("--name", default="trim", help="results/<name>.json and .md")
     parser.add_argument("--no-savings", action="store_true")
+    parser.add_argument("--count-calls", action="store_true", help="(child) calls, not time")
+    parser.add_argument("--calls-only", action="store_true", help="before vs off, calls")
     args = parser.parse_args()
     if args.child:
-        print(asyncio.run(child(args.child, args.requests)))
+        print(asyncio.run(child(args.child, args.requests, calls=args.count_calls)))
+        return
+    if args.calls_only:
+        print(calls_per_request(args.baseline_src, args.requests))
         return
     result: dict[str, Any] = {"stamp": stamp(), "savings": {}, "counting": {}}
     if not args.no_savings:
@@ -278,6 +319,7 @@ def main() -> None:
             result["savings"][name] = [asyncio.run(savings(requests, b)) for b in budgets[name]]
             result["counting"][name] = counting(requests)
     if args.hot_path:
+        result["calls_per_request"] = calls_per_request(args.baseline_src, 300)
         keys = args.variants.split(",")
         result["rounds"] = args.rounds
         result["hot_path"] = hot_path(args.baseline_src, args.rounds, args.requests, keys)

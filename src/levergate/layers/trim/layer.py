@@ -14,6 +14,9 @@ same trimmed request instead of trimming again. What it does, in order:
 4. `trace.trimmed_input` records the prompt tokens not sent (the ledger prices the saving) and
    `trace.trimmed_how` whether they were counted or estimated.
 
+Completions (`prompt`) get the output budget only; embeddings pass untouched. Streaming makes
+no difference: only the request is rewritten, nothing of the answer is buffered.
+
 When the pinned messages alone do not fit, the answer is a 400 with OpenAI's
 `context_length_exceeded` code. Counting costs nothing when it cannot matter: a prompt whose
 JSON bytes (plus framing) are within the budget cannot be over it, because no tokenizer here
