@@ -3,7 +3,7 @@ each position. Reordering the levers is a one-line diff here and nowhere else; s
 
     FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → ResponsesBridge →
                           Admission → caches → Cascade → Fallback → Dispatch
-    PER MODEL:            PromptCacheOptimizer → MicroBatch(embeddings) → Retry(budget) →
+    PER MODEL:            Trim → PromptCacheOptimizer → MicroBatch(embeddings) → Retry(budget) →
                           Deadline → Balance(endpoint keys, p2c / affinity / ..., renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)
@@ -53,7 +53,8 @@ from levergate.layers.traffic.limits import Limits
 from levergate.layers.traffic.outlier import OutlierEjection
 from levergate.layers.traffic.retry import Retry
 from levergate.layers.traffic.state import TrafficState
-from levergate.stores.responses import ResponseStore, build_response_store
+from levergate.layers.trim import Deferred, Trim
+from levergate.stores.responses import ResponseStore
 from levergate.upstreams import Endpoint, make_endpoint
 from levergate.upstreams.client import client_for
 from levergate.upstreams.wire import HttpClient
@@ -84,8 +85,6 @@ class Pipeline:
     # starts each one under `supervisor` when it opens, and cancels and awaits them when it
     # closes: no task outlives it.
     background: list[Job] = field(default_factory=list)
-    # The responses `/v1/responses` kept (GET and DELETE /v1/responses/{id} read it).
-    responses: ResponseStore | None = None
 
     @property
     def clock(self) -> Clock:
@@ -99,6 +98,11 @@ class Pipeline:
     @property
     def cache(self) -> CacheState | None:
         return self.shared.cache
+
+    @property
+    def responses(self) -> ResponseStore:
+        """The responses `/v1/responses` kept (GET and DELETE /v1/responses/{id} read it)."""
+        return self.shared.responses
 
     @property
     def prompt_cache(self) -> PromptCacheState:
@@ -137,8 +141,13 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
 
     nodes = {name: [per_endpoint(key) for key in found] for name, found in keys.items()}
 
+    # Trim's summaries go through Dispatch, which is built from the per-model stacks.
+    summaries = Deferred()
+
     def per_model(model: Model) -> Service:
         layers = [
+            # Above Retry: each attempt resends the trimmed request, fitted to this alias's window.
+            Trim.layer(settings.trim, model=model, shared=shared, summarise_with=summaries),
             # Above Retry, so every attempt sends the same cache-friendly prompt.
             PromptCacheOptimizer.layer(settings.prompt_cache, model=model,
                                        upstreams=settings.upstreams, shared=shared),
@@ -154,11 +163,10 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         balance = Balance.of(pool, settings=t, shared=shared, strategy=model.balance)
         return stack(balance, layers)
 
-    responses = build_response_store(settings, clock=deps.clock)
-    shared.closers.append(responses.aclose)
     routes = {name: per_model(m) for name, m in models.items() if name != WILDCARD}
     wildcard = per_model(models[WILDCARD]) if WILDCARD in models else None
     dispatch = Dispatch(routes, fallback=wildcard)
+    summaries.bind(dispatch)
     service = stack(dispatch, [
         # Outermost: it must see every request, including the ones refused further down.
         _measure(settings, telemetry, shared, deps.sinks),
@@ -167,8 +175,7 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         Authenticate.layer(settings.auth, shared=shared),
         # A response belongs to its tenant, so under Authenticate; above everything else, so a
         # translated one meets every lever as the chat call it became.
-        ResponsesBridge.layer(settings.responses, store=responses, native=partial(
-            _serves_responses, _native_upstreams(settings), models)),
+        ResponsesBridge.layer(settings, models=models, shared=shared),
         # Tenant limits under Authenticate (which names the tenant), above the caches so a
         # tenant's quota means what it may ask, cached or not.
         Admission.layer(t, shared=shared),
@@ -191,7 +198,7 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         service=service, telemetry=telemetry, upstreams=upstreams, models=models, shared=shared,
         # Every job restarted after a crash, counted in the gateway's own registry.
         supervisor=Supervisor.of(settings.background, clock=deps.clock, registry=shared.registry),
-        background=[job for job in (checks, *shared.jobs) if job], responses=responses,
+        background=[job for job in (checks, *shared.jobs) if job]
     )  # fmt: skip
 
 
@@ -218,18 +225,6 @@ def _measure(
     if not settings.metrics.enabled and not sinks:
         return None
     return partial(Measure, telemetry=telemetry, catalog=shared.catalog, sinks=sinks)
-
-
-def _native_upstreams(settings: Settings) -> frozenset[str]:
-    return frozenset(u.name for u in settings.upstreams
-                     if getattr(u, "responses", "translate") == "native")  # fmt: skip
-
-
-def _serves_responses(native: frozenset[str], models: Mapping[str, Model], alias: str) -> bool:
-    """An alias's Responses calls pass through natively only when every upstream behind it
-    serves `/v1/responses` (`responses: native`); otherwise they are translated to chat."""
-    model = models.get(alias) or models.get(WILDCARD)
-    return model is not None and all(t.upstream in native for t in model.endpoints)
 
 
 def _renamed(model: Model, target_model: str | None) -> str | None:

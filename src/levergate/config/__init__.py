@@ -89,6 +89,7 @@ from levergate.config.traffic import (
     RetrySettings,
     Traffic,
 )
+from levergate.config.trim import TRIM_MARKER, Trim, TrimRule
 from levergate.config.upstreams import (
     PASSED_RESPONSE_HEADERS,
     AnthropicUpstream,
@@ -113,6 +114,7 @@ __all__ = [
     "DEFAULT_SIM_PORT",
     "PASSED_RESPONSE_HEADERS",
     "SECRET_MIN_CHARS",
+    "TRIM_MARKER",
     "WILDCARD",
     "Admin",
     "AffinitySettings",
@@ -169,6 +171,8 @@ __all__ = [
     "Target",
     "Timeouts",
     "Traffic",
+    "Trim",
+    "TrimRule",
     "Upstream",
     "cache_home",
     "packaged_file",

@@ -20,6 +20,7 @@ from levergate.config.prompt_cache import PromptCache
 from levergate.config.responses import ResponsesSettings
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.traffic import Traffic
+from levergate.config.trim import Trim
 from levergate.config.upstreams import AnyUpstream, Model
 from levergate.errors import ConfigError
 
@@ -51,6 +52,7 @@ class Settings(BaseSettings):
     ledger: Ledger = Field(default_factory=Ledger)
     # The Responses API: its bounds and where translated conversations are kept.
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
+    trim: Trim = Field(default_factory=Trim)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod
@@ -87,6 +89,7 @@ class Settings(BaseSettings):
         for alias in self.microbatch.models:
             if alias not in aliases:
                 raise ValueError(f"microbatch.models names unknown model {alias!r}")
+        self.trim.check_aliases(aliases)
         return self
 
     @classmethod

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from levergate.core.quota import Quota
+from levergate.core.tokenizer import TokenSource
 
 if TYPE_CHECKING:
     from levergate.stores.keys import KeyRecord
@@ -154,6 +155,9 @@ class Trace:
     escalations: int = 0  # cascade steps taken beyond the first model
     # Prompt tokens Trim did not send (counted with the target model's tokenizer).
     trimmed_input: int = 0
+    # How `trimmed_input` was counted: COUNTED, or ESTIMATED when the model's tokenizer is not
+    # known here or the prompt had parts (images, files) whose size is a guess.
+    trimmed_how: TokenSource | None = None
     side_spend: list[Spend] = field(default_factory=list)
     # A cascade's last step failed, so an earlier step's (rejected) answer was returned instead.
     cascade_fallback: bool = False

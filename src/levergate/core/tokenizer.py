@@ -6,6 +6,10 @@ trimming will count prompts. `TokenCount.how` says how far to trust the figure: 
 the model's own tokenizer, `estimated` from the text's length when its tokenizer is unknown.
 The implementation (`protocol.tokens.TiktokenCounter`) lives outside `core/`; tests may pass
 `LengthEstimate`, which needs nothing.
+
+`TextTokenizer` is one model's tokenizer, resolved once (at start-up, for a configured alias):
+what Trim counts a prompt with and cuts an oversized tool result with. Its `how` is fixed per
+tokenizer, so a figure built from it carries where it came from (`weakest`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,32 @@ class Tokenizer(Protocol):
         ...
 
 
+class TextTokenizer(Protocol):
+    """One model's tokenizer: counts text and cuts it to a number of tokens."""
+
+    @property
+    def how(self) -> TokenSource:
+        """COUNTED for a real tokenizer, ESTIMATED for a length estimate."""
+        ...
+
+    def tokens(self, text: str) -> int:
+        """Tokens of `text`, without special tokens (a chat's overhead is counted apart)."""
+        ...
+
+    def head(self, text: str, tokens: int) -> str:
+        """The longest start of `text` that is at most `tokens` tokens (whole characters)."""
+        ...
+
+
+def weakest(first: TokenSource, second: TokenSource) -> TokenSource:
+    """The trust of a figure summed from two: an estimate anywhere makes the sum an estimate."""
+    if TokenSource.ESTIMATED in (first, second):
+        return TokenSource.ESTIMATED
+    if first is TokenSource.NONE:
+        return second
+    return first
+
+
 class LengthEstimate:
     """A token count from the text's length alone: for models whose tokenizer is not here."""
 
@@ -50,3 +80,13 @@ class LengthEstimate:
             return TokenCount(0, TokenSource.NONE)
         tokens = max(1, round(len(text) / self._chars_per_token))
         return TokenCount(tokens, TokenSource.ESTIMATED)
+
+    @property
+    def how(self) -> TokenSource:
+        return TokenSource.ESTIMATED
+
+    def tokens(self, text: str) -> int:
+        return self.count(text, model="").tokens
+
+    def head(self, text: str, tokens: int) -> str:
+        return text[: max(0, int(tokens * self._chars_per_token))]

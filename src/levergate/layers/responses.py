@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from levergate.config import ResponsesSettings
+from levergate.config import WILDCARD, Model, ResponsesSettings, Settings
 from levergate.core.call import Call
 from levergate.core.reply import Completed, Event, EventSource, Reply
 from levergate.core.service import Layer, Service
@@ -36,6 +36,9 @@ from levergate.protocol.responses_out import new_id, response_from_chat
 from levergate.protocol.responses_stream import EventWriter
 from levergate.stores.responses import ResponseStore, StoredResponse
 
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
+
 log = logging.getLogger("levergate.responses")
 
 _FINAL = frozenset({"response.completed", "response.incomplete"})
@@ -43,11 +46,12 @@ _FINAL = frozenset({"response.completed", "response.incomplete"})
 
 class ResponsesBridge:
     @classmethod
-    def layer(
-        cls, settings: ResponsesSettings, *, store: ResponseStore, native: Callable[[str], bool]
-    ) -> Layer:
+    def layer(cls, settings: Settings, *, models: Mapping[str, Model], shared: Shared) -> Layer:
         """Always present: it costs one comparison for every call that is not a response."""
-        return partial(cls, settings=settings, store=store, native=native)
+        native = frozenset(u.name for u in settings.upstreams
+                           if getattr(u, "responses", "translate") == "native")  # fmt: skip
+        return partial(cls, settings=settings.responses, store=shared.responses,
+                       native=partial(_serves_natively, native, models))  # fmt: skip
 
     def __init__(
         self,
@@ -206,3 +210,10 @@ class ResponsesBridge:
             await self._keep(call, response, conversation=conversation, native=native)
         except LevergateError as exc:
             log.warning("response %s not kept: %s", response.get("id"), exc.message)
+
+
+def _serves_natively(native: frozenset[str], models: Mapping[str, Model], alias: str) -> bool:
+    """An alias's Responses calls pass through natively only when every upstream behind it
+    serves `/v1/responses` (`responses: native`); otherwise they are translated to chat."""
+    model = models.get(alias) or models.get(WILDCARD)
+    return model is not None and all(t.upstream in native for t in model.endpoints)

@@ -24,6 +24,8 @@ from levergate.layers.cache.build import CacheState
 from levergate.layers.keys.build import KeyKit, build_keys
 from levergate.layers.prompt_cache.state import PromptCacheState
 from levergate.layers.traffic.state import TrafficState
+from levergate.protocol.tokens import Tokenizers
+from levergate.stores.responses import ResponseStore, build_response_store
 
 
 class Seeds:
@@ -50,8 +52,13 @@ class Shared:
     catalog: Catalog
     # The prompt-cache optimizers' findings and metrics, shared by every alias.
     prompt_cache: PromptCacheState
+    # The responses `/v1/responses` kept, for `previous_response_id` and GET/DELETE.
+    responses: ResponseStore
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
+    # Tokenizers by name, each built once (tiktoken encodings, tokenizer.json files, GGUF
+    # vocabularies): every lever that counts tokens shares them.
+    tokenizers: Tokenizers = field(default_factory=Tokenizers)
 
     @classmethod
     def build(
@@ -76,8 +83,11 @@ class Shared:
         jobs: list[Job] = []
         keys = build_keys(settings, clock=clock, limit_store=traffic.store,
                           metrics=traffic.metrics, closers=closers, jobs=jobs)  # fmt: skip
+        responses = build_response_store(settings, clock=clock)
+        closers.append(responses.aclose)
         return cls(
             clock=clock,
+            responses=responses,
             registry=registry,
             seeds=Seeds(settings.traffic.seed),
             traffic=traffic,
