@@ -2,7 +2,7 @@
 each position. Reordering the levers is a one-line diff here and nowhere else; so is adding one.
 
     FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → Admission → caches →
-                          Fallback → Dispatch
+                          Route → Fallback → Dispatch
     PER MODEL:            Retry(budget) → Deadline → Balance(endpoint keys, renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)
@@ -36,6 +36,7 @@ from levergate.layers.keys.build import KeyKit
 from levergate.layers.keys.quota import BudgetSink
 from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.measure.record import Sink
+from levergate.layers.route import Route
 from levergate.layers.shared import Shared
 from levergate.layers.traffic.admission import Admission
 from levergate.layers.traffic.balance import Balance, Member
@@ -151,6 +152,9 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         EmbeddingsCache.layer(settings.cache, shared=shared),
         # Fuzzy and opt-in: after the exact cache, so an exact hit never pays for an embedding.
         semantic_layer(settings.cache, shared=shared, routes=dispatch, embedder=deps.embedder),
+        # Under the caches (a hit skips the embedding), above Fallback: the chosen alias keeps
+        # its own fallbacks, retries and limits.
+        Route.layer(settings.routing, models=models, shared=shared),
         # Right above Dispatch: a fallback is another alias, with its own retries and limits.
         Fallback.layer(settings.models, on=t.fallback_on, shared=shared),
     ])  # fmt: skip

@@ -69,6 +69,7 @@ from levergate.config.local import (
     cache_home,
     packaged_file,
 )
+from levergate.config.routing import Learned, RouteSpec, Routing, Rule, When
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.settings import Settings
 from levergate.config.traffic import (
@@ -122,6 +123,7 @@ __all__ = [
     "HealthCheckSettings",
     "KeyPolicy",
     "KeyStoreSettings",
+    "Learned",
     "LocalEmbeddings",
     "LocalUpstream",
     "MaxWait",
@@ -135,6 +137,9 @@ __all__ = [
     "RequestLimits",
     "ResponseLimits",
     "RetrySettings",
+    "RouteSpec",
+    "Routing",
+    "Rule",
     "SemanticCacheSettings",
     "Server",
     "Settings",
@@ -144,6 +149,7 @@ __all__ = [
     "Timeouts",
     "Traffic",
     "Upstream",
+    "When",
     "cache_home",
     "packaged_file",
 ]

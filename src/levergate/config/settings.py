@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from levergate.config.base import WILDCARD
 from levergate.config.cache import Cache
 from levergate.config.keys import Admin, Auth
+from levergate.config.routing import Routing
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.traffic import Traffic
 from levergate.config.upstreams import AnyUpstream, Model
@@ -35,6 +36,7 @@ class Settings(BaseSettings):
     metrics: Metrics = Field(default_factory=Metrics)
     cache: Cache = Field(default_factory=Cache)
     traffic: Traffic = Field(default_factory=Traffic)
+    routing: Routing = Field(default_factory=Routing)
     background: Background = Field(default_factory=Background)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -68,6 +70,7 @@ class Settings(BaseSettings):
             for alias in (*model.fallbacks, *model.context_fallbacks):
                 if alias not in aliases or alias == model.name:
                     raise ValueError(f"model {model.name!r}: unknown fallback {alias!r}")
+        self.routing.check([a for a in aliases if a != WILDCARD])
         return self
 
     @classmethod
