@@ -62,7 +62,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     evaluate = commands.add_parser("eval", help="the cost-quality curve of a router file")
     _labels_arguments(evaluate)
     evaluate.add_argument("--router", required=True, metavar="FILE")
-    evaluate.add_argument("--threshold", type=float, help="evaluate this threshold instead")
+    pick = evaluate.add_mutually_exclusive_group()
+    pick.add_argument("--threshold", type=float, help="as learned.threshold: this threshold")
+    pick.add_argument("--target-quality", type=float,
+                      help="as learned.target_quality: the file's threshold for it")  # fmt: skip
     evaluate.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
     evaluate.set_defaults(func=run_eval)
 
@@ -123,6 +126,8 @@ def run_eval(args: argparse.Namespace) -> int:
     x = features(labels.prompts, embed=embedder(settings), text_chars=router.features.text_chars)
     scores = scorer.score(x)
     threshold = router.threshold if args.threshold is None else args.threshold
+    if args.target_quality is not None:
+        threshold = router.threshold_for(args.target_quality)[0]
     report = summary(curve(scores, labels.cheap, labels.strong), scores, labels,
                      threshold=threshold, target=router.target_quality)  # fmt: skip
     report["router"] = {"file": args.router, **router.models.model_dump()}

@@ -67,6 +67,12 @@ def test_train_then_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert len(numbers["curve"]) == 11
     assert main(["router", "eval", str(train_file), "--router", str(out), *COLUMNS]) == 0
     assert "trained on these very rows" in capsys.readouterr().out
+    # As `learned.target_quality` does: the file's own threshold for another target.
+    loose = tmp_path / "loose.json"
+    assert main(["router", "eval", str(test_file), "--router", str(out), *COLUMNS,
+                 "--target-quality", "0.5", "--json", str(loose)]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert json.loads(loose.read_text())["threshold"] == router.threshold_for(0.5)[0]
 
 
 def test_bad_input_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
