@@ -159,6 +159,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--quick", action="store_true", help="1,500 rows, 3 folds")
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--features", type=Path,
+                        help="an .npz keeping the feature rows between runs")  # fmt: skip
     parser.add_argument("--render", action="store_true",
                         help="rewrite results/routing.md from results/routing.json")  # fmt: skip
     args = parser.parse_args()
@@ -179,7 +181,12 @@ def main() -> None:
     embed = embedder(settings)
     spec = spec_for(settings, dimensions=384)
     t0 = time.perf_counter()
-    x = features(labels.prompts, embed=embed, text_chars=spec.text_chars)
+    if args.features and args.features.is_file():
+        x = np.load(args.features)["x"]
+    else:
+        x = features(labels.prompts, embed=embed, text_chars=spec.text_chars)
+        if args.features:
+            np.savez(args.features, x=x)
     embed_seconds = time.perf_counter() - t0
     routers: dict[str, Any] = {}
     for target in ("gain", "strong_needed", "cheap_wrong"):
@@ -198,7 +205,8 @@ def main() -> None:
             "strong_accuracy": float(labels.strong.mean()), "embed_seconds": embed_seconds,
             "published": PUBLISHED, "prices_per_million": PRICES, "routers": routers,
             "latency": speed}  # fmt: skip
-    write_results("routing", data, markdown(data))
+    name = "routing" if args.max_tokens == 128 else f"routing-{args.max_tokens}tok"
+    write_results(name, data, markdown(data))
 
 
 def markdown(d: dict[str, Any]) -> str:
