@@ -135,3 +135,33 @@ async def test_a_router_file_for_other_models_fails_start_up(
     with pytest.raises(Exception, match="trained for cheap model 'sim-mini'"):
         async with routed(sim, routing):
             pass
+
+
+async def test_the_chosen_alias_keeps_its_own_fallbacks(sim: SimHandle) -> None:
+    """Route sits above Fallback: the alias a rule chose fails over as if it had been asked."""
+    settings = Settings.load(
+        server={"port": 0},
+        upstreams=[{"name": "sim", "base_url": sim.base_url},
+                   {"name": "dead", "base_url": "http://127.0.0.1:9"}],
+        models=[{"name": "mini", "upstream": "dead", "fallbacks": ["big"]},
+                {"name": "big", "upstream": "sim", "upstream_model": "sim-big"}],
+        routing={"routes": [{"name": "auto", "default": "big", "rules": [
+            {"name": "long", "to": "big", "when": {"min_prompt_tokens": 50}},
+            {"name": "rest", "to": "mini"}]}]},
+        traffic={"retry": {"max_attempts": 1}},
+    )  # fmt: skip
+    async with (
+        Gateway(settings) as gateway,
+        serving(gateway) as url,
+        openai.AsyncOpenAI(base_url=url, api_key="sk", max_retries=0) as client,
+    ):
+        assert await ask(client, "short") == "sim-big"
+        assert await ask(client, "many words " * 40) == "sim-big"
+        root = url.removesuffix("/").removesuffix("/v1")
+        async with httpx.AsyncClient() as http:
+            metrics = (await http.get(f"{root}/metrics")).text
+    assert 'levergate_fallbacks_total{fallback="big",model="mini"} 1.0' in metrics
+    assert 'levergate_routed_requests_total{chosen="big",reason="long",route="auto"} 1.0' in metrics
+    assert (
+        'levergate_routed_requests_total{chosen="mini",reason="rest",route="auto"} 1.0' in metrics
+    )
