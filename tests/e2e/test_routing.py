@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from levergate.config import LocalEmbeddings, Settings
+from levergate.errors import ConfigError
 from levergate.gateway import Gateway
 from levergate.routing.labels import Labels
 from levergate.routing.model import Models
@@ -132,7 +133,7 @@ async def test_a_router_file_for_other_models_fails_start_up(
             }
         ]
     }
-    with pytest.raises(Exception, match="trained for cheap model 'sim-mini'"):
+    with pytest.raises(ConfigError, match="trained for cheap model 'sim-mini'"):
         async with routed(sim, routing):
             pass
 
