@@ -2,7 +2,7 @@
 each position. Reordering the levers is a one-line diff here and nowhere else; so is adding one.
 
     FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → ResponsesBridge →
-                          Admission → caches → Cascade → Fallback → Dispatch
+                          Admission → caches → Route → Cascade → Fallback → Dispatch
     PER MODEL:            Trim → PromptCacheOptimizer → MicroBatch(embeddings) → Retry(budget) →
                           Deadline → Balance(endpoint keys, p2c / affinity / ..., renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from levergate.config import WILDCARD, Model, Settings, Upstream
+from levergate.config import WILDCARD, Model, Settings, Traffic, Upstream
 from levergate.core.clock import Clock, SystemClock
 from levergate.core.embedder import Embedder
 from levergate.core.jobs import Job, Supervisor
@@ -41,6 +41,7 @@ from levergate.layers.measure.record import Sink
 from levergate.layers.microbatch import MicroBatch
 from levergate.layers.prompt_cache import PromptCacheOptimizer, PromptCacheState
 from levergate.layers.responses import ResponsesBridge
+from levergate.layers.route import Route
 from levergate.layers.shared import Shared
 from levergate.layers.traffic.admission import Admission
 from levergate.layers.traffic.balance import Balance, Member
@@ -130,16 +131,7 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     # Per upstream and API key: providers limit, throttle and fail each key on its own.
     keys = {u.name: endpoint_keys(u, upstreams[u.name], settings=t, shared=shared, make=make)
             for u in settings.upstreams}  # fmt: skip
-
-    def per_endpoint(key: EndpointKey) -> Node:
-        return Node(key.state, stack(key.transport, [
-            # Outermost per endpoint: it sees every outcome there; the limits below only delay.
-            OutlierEjection.layer(key, shared=shared),
-            # Right above the wire: permits cover only upstream time and count every attempt.
-            Limits.layer(t, key=key, shared=shared),
-        ]))  # fmt: skip
-
-    nodes = {name: [per_endpoint(key) for key in found] for name, found in keys.items()}
+    nodes = {name: [_per_endpoint(key, t, shared) for key in found] for name, found in keys.items()}
 
     # Trim's summaries go through Dispatch, which is built from the per-model stacks.
     summaries = Deferred()
@@ -185,6 +177,9 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         EmbeddingsCache.layer(settings.cache, shared=shared),
         # Fuzzy and opt-in: after the exact cache, so an exact hit never pays for an embedding.
         semantic_layer(settings.cache, shared=shared, routes=dispatch, embedder=deps.embedder),
+        # Under the caches (a hit skips the embedding), above Fallback: the chosen alias keeps
+        # its own fallbacks, retries and limits.
+        Route.layer(settings.routing, models=models, shared=shared),
         # Under the caches (a hit skips every step), above Fallback: each step is an alias.
         Cascade.layer(settings.cascade, aliases=models, shared=shared),
         # Right above Dispatch: a fallback is another alias, with its own retries and limits.
@@ -200,6 +195,16 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         supervisor=Supervisor.of(settings.background, clock=deps.clock, registry=shared.registry),
         background=[job for job in (checks, *shared.jobs) if job]
     )  # fmt: skip
+
+
+def _per_endpoint(key: EndpointKey, t: Traffic, shared: Shared) -> Node:
+    """PER ENDPOINT KEY: the layers between the balancer and one key's transport."""
+    return Node(key.state, stack(key.transport, [
+        # Outermost per endpoint: it sees every outcome there; the limits below only delay.
+        OutlierEjection.layer(key, shared=shared),
+        # Right above the wire: permits cover only upstream time and count every attempt.
+        Limits.layer(t, key=key, shared=shared),
+    ]))  # fmt: skip
 
 
 def _members(model: Model, nodes: Mapping[str, Sequence[Node]]) -> list[Member]:

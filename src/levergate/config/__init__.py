@@ -76,6 +76,7 @@ from levergate.config.local import (
 from levergate.config.microbatch import MicroBatchRule, MicroBatchSettings
 from levergate.config.prompt_cache import Breakpoints, PrefixLint, PromptCache
 from levergate.config.responses import ResponsesSettings, ResponseStoreSettings
+from levergate.config.routing import Learned, RouteSpec, Routing, Rule, When
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.settings import Settings
 from levergate.config.traffic import (
@@ -142,6 +143,7 @@ __all__ = [
     "HealthCheckSettings",
     "KeyPolicy",
     "KeyStoreSettings",
+    "Learned",
     "Ledger",
     "LocalEmbeddings",
     "LocalUpstream",
@@ -163,6 +165,9 @@ __all__ = [
     "ResponseStoreSettings",
     "ResponsesSettings",
     "RetrySettings",
+    "RouteSpec",
+    "Routing",
+    "Rule",
     "SemanticCacheSettings",
     "Server",
     "Settings",
@@ -174,6 +179,7 @@ __all__ = [
     "Trim",
     "TrimRule",
     "Upstream",
+    "When",
     "cache_home",
     "packaged_file",
 ]

@@ -18,6 +18,7 @@ from levergate.config.keys import Admin, Auth
 from levergate.config.microbatch import MicroBatchSettings
 from levergate.config.prompt_cache import PromptCache
 from levergate.config.responses import ResponsesSettings
+from levergate.config.routing import Routing
 from levergate.config.server import Background, Metrics, RequestLimits, Server
 from levergate.config.traffic import Traffic
 from levergate.config.trim import Trim
@@ -45,6 +46,7 @@ class Settings(BaseSettings):
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
     prompt_cache: PromptCache = Field(default_factory=PromptCache)
     microbatch: MicroBatchSettings = Field(default_factory=MicroBatchSettings)
+    routing: Routing = Field(default_factory=Routing)
     background: Background = Field(default_factory=Background)
     batch: Batch = Field(default_factory=Batch)
     # Models added to or overriding the built-in catalog (config/catalog.py), and the ledger.
@@ -90,6 +92,7 @@ class Settings(BaseSettings):
             if alias not in aliases:
                 raise ValueError(f"microbatch.models names unknown model {alias!r}")
         self.trim.check_aliases(aliases)
+        self.routing.check([a for a in aliases if a != WILDCARD])
         return self
 
     @classmethod

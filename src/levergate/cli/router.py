@@ -1,0 +1,209 @@
+"""`levergate router train | eval`: the learned router, offline.
+
+    levergate router train labels.csv -o router.json
+    levergate router eval labels.csv --router router.json
+
+Both read CSV or JSONL with the columns of RouteLLM's MMLU release by default (`prompt`,
+`mixtral_8x7b_correct`, `gpt4_1106_correct`), chosen with `--prompt-col / --cheap-col /
+--strong-col`, so they run unchanged on any labelled set of that shape. `eval` prints the
+cost-quality curve against random routing and the oracle, the saving at 95% of the strong
+model's quality, and what the router's configured threshold keeps and saves on these rows.
+Cost is the RouteLLM convention: the share of calls sent to the strong model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from levergate.config import LocalEmbeddings
+from levergate.config.routing import TRAIN_C, TRAIN_FOLDS, TRAIN_TARGET_QUALITY
+from levergate.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from levergate.routing.curve import Curve
+    from levergate.routing.labels import Labels
+
+SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "router", help="train and evaluate the learned router (model aliases routed by score)"
+    )
+    commands = parser.add_subparsers(dest="router_command", required=True)
+    train = commands.add_parser("train", help="train a router file from labelled prompts")
+    _labels_arguments(train)
+    add = train.add_argument
+    add("-o", "--output", required=True, metavar="FILE", help="the router file to write (JSON)")
+    add("--cheap-model", help="the cheap model's name, recorded in the file (default: the "
+        "cheap column without _correct)")  # fmt: skip
+    add("--strong-model", help="the strong model's name, recorded in the file")
+    add("--target", choices=("gain", "strong_needed", "cheap_wrong"), default="gain",
+        help="what the router learns (default gain: E[strong - cheap correct])")  # fmt: skip
+    add("--target-quality", type=float, default=TRAIN_TARGET_QUALITY,
+        help="share of strong quality the threshold must keep (default %(default)s)")  # fmt: skip
+    add("--c", type=float, default=TRAIN_C, help="inverse L2 regularisation (default %(default)s)")
+    add("--hidden", type=int, default=0, help="hidden ReLU units (default 0: linear)")
+    add(
+        "--folds",
+        type=int,
+        default=TRAIN_FOLDS,
+        help="folds for choosing the threshold (default %(default)s)",
+    )
+    add("--seed", type=int, default=0)
+    train.set_defaults(func=run_train)
+    evaluate = commands.add_parser("eval", help="the cost-quality curve of a router file")
+    _labels_arguments(evaluate)
+    evaluate.add_argument("--router", required=True, metavar="FILE")
+    pick = evaluate.add_mutually_exclusive_group()
+    pick.add_argument("--threshold", type=float, help="as learned.threshold: this threshold")
+    pick.add_argument("--target-quality", type=float,
+                      help="as learned.target_quality: the file's threshold for it")  # fmt: skip
+    evaluate.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
+    evaluate.set_defaults(func=run_eval)
+
+
+def _labels_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("labels", help="labelled prompts: .csv or .jsonl")
+    add("--prompt-col", default="prompt")
+    add(
+        "--cheap-col", default="mixtral_8x7b_correct", help="1/true where the cheap model was right"
+    )
+    add("--strong-col", default="gpt4_1106_correct", help="1/true where the strong one was right")
+    add("--max-tokens", type=int, default=128,
+        help="embedding tokens per prompt (default 128, as routing.embeddings)")  # fmt: skip
+
+
+def _read(args: argparse.Namespace) -> Labels:
+    from levergate.routing.labels import Columns, read_labels
+
+    columns = Columns(prompt=args.prompt_col, cheap=args.cheap_col, strong=args.strong_col)
+    return read_labels(args.labels, columns)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from levergate.routing.model import Models
+    from levergate.routing.train import Options, embedder, features, spec_for, train
+
+    if not 0 < args.target_quality <= 1 or args.c <= 0 or args.folds < 2 or args.hidden < 0:
+        raise ConfigError("need 0 < --target-quality <= 1, --c > 0, --folds >= 2, --hidden >= 0")
+    labels = _read(args)
+    settings = _embeddings(args.max_tokens)
+    embed = embedder(settings)
+    spec = spec_for(settings, dimensions=int(embed(["dimensions"]).shape[1]))
+    x = features(labels.prompts, embed=embed, text_chars=spec.text_chars)
+    models = Models(cheap=args.cheap_model or _bare(args.cheap_col),
+                    strong=args.strong_model or _bare(args.strong_col))  # fmt: skip
+    options = Options(target=args.target, c=args.c, hidden=args.hidden, folds=args.folds,
+                      target_quality=args.target_quality, seed=args.seed)  # fmt: skip
+    router = train(labels, x=x, spec=spec, models=models, options=options,
+                   labels_path=Path(args.labels))  # fmt: skip
+    router.save(args.output)
+    kept, share = router.measured_at(router.threshold)
+    print(f"trained on {len(labels)} rows: {models.cheap} {labels.cheap.mean():.1%} correct, "
+          f"{models.strong} {labels.strong.mean():.1%}")  # fmt: skip
+    print(f"threshold {router.threshold:.4f} (out of fold on the training rows: "
+          f"{kept:.1%} of strong quality, {1 - share:.1%} saved) -> {args.output}")  # fmt: skip
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from levergate.routing.curve import curve
+    from levergate.routing.model import load
+    from levergate.routing.train import embedder, features
+
+    router, scorer = load(args.router)
+    labels = _read(args)
+    settings = _embeddings(router.features.max_tokens)
+    x = features(labels.prompts, embed=embedder(settings), text_chars=router.features.text_chars)
+    scores = scorer.score(x)
+    threshold = router.threshold if args.threshold is None else args.threshold
+    if args.target_quality is not None:
+        threshold = router.threshold_for(args.target_quality)[0]
+    report = summary(curve(scores, labels.cheap, labels.strong), scores, labels,
+                     threshold=threshold, target=router.target_quality)  # fmt: skip
+    report["router"] = {"file": args.router, **router.models.model_dump()}
+    digest = hashlib.sha256(Path(args.labels).read_bytes()).hexdigest()
+    report["seen_in_training"] = digest == router.training.get("labels_sha256")
+    print(render(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    return 0
+
+
+def summary(
+    c: Curve, scores: npt.NDArray[np.float64], labels: Labels, *, threshold: float, target: float
+) -> dict[str, Any]:
+    """The numbers `eval` prints: the curve at fixed shares, the saving at `target`, and the
+    retention and saving at `threshold` (cost: share of strong calls)."""
+    import numpy as np
+
+    from levergate.routing.curve import curve, measured, random_saving
+
+    oracle = curve(labels.strong - labels.cheap, labels.cheap, labels.strong)
+    kept, share = measured(scores, labels.cheap, labels.strong, threshold)
+    points = []
+    for wanted in SHARES:
+        i = int(np.searchsorted(c.strong_share, wanted - 1e-12))
+        i = min(i, len(c.strong_share) - 1)
+        share_i = float(c.strong_share[i])
+        randomly = c.cheap_quality + share_i * (c.strong_quality - c.cheap_quality)
+        points.append({"strong_share": share_i, "retention": float(c.retention[i]),
+                       "random_retention": randomly / c.strong_quality})  # fmt: skip
+    return {
+        "rows": len(labels), "cheap_accuracy": c.cheap_quality,
+        "strong_accuracy": c.strong_quality, "target_quality": target,
+        "saving_at_target": c.saving_at(target),
+        "random_saving_at_target": random_saving(labels.cheap, labels.strong, target),
+        "oracle_saving_at_target": oracle.saving_at(target),
+        "threshold": threshold, "retention_at_threshold": kept, "saving_at_threshold": 1 - share,
+        "curve": points,
+    }  # fmt: skip
+
+
+def render(r: dict[str, Any]) -> str:
+    pct = "{:.1%}".format
+    lines = [
+        (
+            f"{r['rows']} rows: cheap {pct(r['cheap_accuracy'])} correct, strong "
+            f"{pct(r['strong_accuracy'])} (cost = share of calls to the strong model)"
+        ),
+        "",
+        "strong calls   quality kept (router)   quality kept (random)",
+    ]
+    lines += [f"{pct(p['strong_share']):>12}   {pct(p['retention']):>21}   "
+              f"{pct(p['random_retention']):>21}" for p in r["curve"]]  # fmt: skip
+    target = pct(r["target_quality"])
+    lines += [
+        "",
+        (
+            f"saving at {target} of strong quality: router {pct(r['saving_at_target'])}, random "
+            f"{pct(r['random_saving_at_target'])}, oracle {pct(r['oracle_saving_at_target'])}"
+        ),
+        (
+            f"at the configured threshold {r['threshold']:.4f}: {pct(r['retention_at_threshold'])} "
+            f"of strong quality kept, {pct(r['saving_at_threshold'])} saved"
+        ),
+    ]
+    if r.get("seen_in_training"):
+        lines.append("warning: the router was trained on these very rows; the figures are "
+                     "optimistic (evaluate on rows it never saw)")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _embeddings(max_tokens: int) -> LocalEmbeddings:
+    if not 8 <= max_tokens <= 512:
+        raise ConfigError("--max-tokens must be between 8 and 512")
+    return LocalEmbeddings(batch_wait_ms=0.0, max_tokens=max_tokens)
+
+
+def _bare(column: str) -> str:
+    return column.removesuffix("_correct") or column

