@@ -40,6 +40,7 @@ from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.measure.record import Sink
 from levergate.layers.microbatch import MicroBatch
 from levergate.layers.prompt_cache import PromptCacheOptimizer, PromptCacheState
+from levergate.layers.prompt_cache.sink import PromptCacheSink
 from levergate.layers.responses import ResponsesBridge
 from levergate.layers.route import Route
 from levergate.layers.shared import Shared
@@ -226,7 +227,9 @@ def _measure(
     """Measure, with the sinks of the finished-request record beside Prometheus: key budgets
     are charged from it, so it is there whenever keys or other sinks are, metrics on or off."""
     sinks: list[Sink] = [BudgetSink(shared.keys.budgets)] if shared.keys is not None else []
-    sinks += extra
+    # Expected against actual provider prompt-cache reads, by alias (metrics on only).
+    cached = PromptCacheSink.of(settings, registry=telemetry.registry)
+    sinks += [cached, *extra] if cached is not None else extra
     if not settings.metrics.enabled and not sinks:
         return None
     return partial(Measure, telemetry=telemetry, catalog=shared.catalog, sinks=sinks)

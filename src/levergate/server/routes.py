@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING
 from levergate.errors import LevergateError, MethodNotAllowed, NotFound
 from levergate.server import admin, guards
 from levergate.server.exchange import NO_PARAMS, Request, Response
-from levergate.server.handlers import anthropic, batches, files, openai, ops, responses
+from levergate.server.handlers import (
+    anthropic,
+    batches,
+    files,
+    openai,
+    ops,
+    prompt_cache,
+    responses,
+)
 
 if TYPE_CHECKING:
     from levergate.config import Server, Settings
@@ -114,6 +122,8 @@ ROUTES: tuple[Route, ...] = (
     _admin("POST", "/admin/keys/{id}/rotate", admin.rotate_key),
     _admin("POST", "/admin/keys/{id}/revoke", admin.revoke_key),
     _admin("GET", "/admin/keys/{id}/spend", admin.key_spend),
+    # The prompt-cache optimizer's prefix breakers (server/handlers/prompt_cache.py).
+    _admin("GET", "/admin/prompt-cache/findings", prompt_cache.findings),
 )
 
 

@@ -235,6 +235,7 @@ class Measure:
             key_id=trace.key_id,
             side=bill.side,
             batch=trace.batch,
+            expected_cached=trace.expected_cached,
         )
 
     def _tokens(self, call: Call, seen: _Seen, answered: str) -> Tokens:

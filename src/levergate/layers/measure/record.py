@@ -77,6 +77,9 @@ class RequestRecord(NamedTuple):
     # Spends beside the answer, priced (their dollars are inside `cost_usd`).
     side: tuple[Side, ...] = ()
     batch: bool = False  # priced at the provider's batch discount
+    # Prompt tokens the prompt-cache optimizer expected the provider to read from its cache
+    # (`trace.expected_cached`), beside `tokens.cached_read`, what it did read.
+    expected_cached: int = 0
 
     @property
     def authenticated(self) -> bool:

@@ -88,6 +88,16 @@ def check_request(kind: str, body: Any) -> dict[str, Any]:
     return body
 
 
+def prompt_cache_key(value: Any) -> str:
+    """OpenAI's `prompt_cache_key` (it steers which cache machine serves a prefix): a string,
+    accepted and counted in the stats; anything else is OpenAI's 400."""
+    if type(value) is not str:
+        raise SimError(
+            400, "Invalid type for 'prompt_cache_key': expected a string.", param="prompt_cache_key"
+        )
+    return value
+
+
 def parse_spec(
     *, chat: bool, body: Mapping[str, Any], settings: SimSettings, natural: str | None
 ) -> Spec:

@@ -210,6 +210,8 @@ class Simulator:
             )
         key = generate.bearer_key(headers.get("authorization"))
         self.stats.keys[key_label(key)] += 1
+        if "prompt_cache_key" in body:
+            self.stats.cache_key(generate.prompt_cache_key(body["prompt_cache_key"]))
         forced = generate.forced_fault(headers[FAULT_HEADER]) if FAULT_HEADER in headers else None
         if kind == "embedding":
             return self._embed(body, key=key, forced=forced)
@@ -322,6 +324,8 @@ class Simulator:
                            code="model_not_found", param="model")  # fmt: skip
         key = generate.bearer_key(headers.get("authorization"))
         self.stats.keys[key_label(key)] += 1
+        if "prompt_cache_key" in body:
+            self.stats.cache_key(generate.prompt_cache_key(body["prompt_cache_key"]))
         forced = generate.forced_fault(headers[FAULT_HEADER]) if FAULT_HEADER in headers else None
         previous, history = body.get("previous_response_id"), ""
         if previous is not None:

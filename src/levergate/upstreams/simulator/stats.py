@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 NO_KEY = "(none)"
+MAX_CACHE_KEYS = 10_000  # distinct `prompt_cache_key`s remembered (beyond: counted, not kept)
 
 
 def key_label(key: str | None) -> str:
@@ -35,6 +36,14 @@ class Stats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    # OpenAI's `prompt_cache_key` (chat and Responses): how many carried one; the distinct ones.
+    prompt_cache_keyed: int = 0
+    prompt_cache_keys: set[str] = field(default_factory=set)
+
+    def cache_key(self, key: str) -> None:
+        self.prompt_cache_keyed += 1
+        if len(self.prompt_cache_keys) < MAX_CACHE_KEYS:
+            self.prompt_cache_keys.add(key)
 
     def enter(self) -> None:
         self.in_flight += 1
@@ -56,6 +65,10 @@ class Stats:
                 "prompt": self.prompt_tokens,
                 "completion": self.completion_tokens,
                 "cached": self.cached_tokens,
+            },
+            "prompt_cache_keys": {
+                "requests": self.prompt_cache_keyed,
+                "distinct": len(self.prompt_cache_keys),
             },
             **extra,
         }

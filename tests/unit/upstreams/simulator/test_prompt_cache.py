@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
 from levergate.upstreams.simulator.prompt_cache import PromptCache, prefix_digests
 from levergate.upstreams.simulator.settings import PromptCacheSettings
+from tests.unit.upstreams.simulator.test_simulator import chat, make
 
 SETTINGS = PromptCacheSettings()
 
@@ -108,3 +110,13 @@ def _common_prefix(a: str, b: str) -> str:
 def test_digests_cover_every_whole_token_boundary() -> None:
     assert len(prefix_digests(scope="k", text=text_of(1024 + 3 * 128 + 5), settings=SETTINGS)) == 4
     assert prefix_digests(scope="k", text=text_of(1023) + "abc", settings=SETTINGS) == []
+
+
+def test_prompt_cache_key_is_accepted_counted_and_type_checked() -> None:
+    sim = make()
+    for key in ("lg-a", "lg-a", "lg-b"):
+        assert chat(sim, prompt_cache_key=key).status == 200
+    assert sim.snapshot()["prompt_cache_keys"] == {"requests": 3, "distinct": 2}
+    refused = chat(sim, prompt_cache_key=7)
+    assert refused.status == 400
+    assert orjson.loads(refused.body)["error"]["param"] == "prompt_cache_key"
