@@ -150,7 +150,7 @@ class _Translation:
                 continue
             _typed(content, list, f"{where}.content", "a valid string or list of blocks")
             if not content:
-                if role == "assistant" and i == last:
+                if role == "assistant" and i == last and i > 0:
                     continue  # an empty final assistant turn asks for nothing
                 raise _fail(f"{where}.content", "all messages must have non-empty content")
             if role == "user":

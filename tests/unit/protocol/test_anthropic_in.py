@@ -338,6 +338,9 @@ OK_MESSAGES = [{"role": "user", "content": "hi"}]
         ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
         ({"messages": [{"role": "user"}]}, "messages.0.content"),
         ({"messages": [{"role": "user", "content": []}]}, "messages.0.content"),
+        # An empty assistant turn as the only message leaves nothing to send (found by
+        # Hypothesis: it reached the chat checks as an empty list and named no field).
+        ({"messages": [{"role": "assistant", "content": []}]}, "messages.0.content"),
         (
             {"messages": [{"role": "user", "content": [{"type": "video"}]}]},
             "messages.0.content.0.type",

@@ -126,9 +126,15 @@ class Continuations:
     """How often an alias's prompts are continued by a next turn, and how soon: what a
     breakpoint at the end of a prompt is worth. Remembers the last `capacity` prompts."""
 
+    # The shares are recomputed at most this often: a walk over every remembered prompt per
+    # request cost ~400 us once thousands were remembered (measured, benchmarks/prompt_cache.py).
+    REFRESH_SECONDS = 1.0
+
     def __init__(self, *, capacity: int) -> None:
         self._capacity = capacity
         self._prompts: OrderedDict[int, list[float]] = OrderedDict()  # digest -> [at, gap]
+        self._shares = (0.0, 0.0)
+        self._computed: float | None = None
 
     def observe(self, body: Mapping[str, Any], whole: int, *, now: float) -> float | None:
         """Record this prompt; if it continues an earlier one, the gap since it (seconds)."""
@@ -147,7 +153,13 @@ class Continuations:
         return gap
 
     def shares(self, *, now: float) -> tuple[float, float]:
-        """(f5, f60) over the prompts old enough to know: continued, or older than the window."""
+        """(f5, f60) over the prompts old enough to know: continued, or older than the window
+        (as of at most `REFRESH_SECONDS` ago)."""
+        if self._computed is None or now - self._computed >= self.REFRESH_SECONDS:
+            self._shares, self._computed = self._count(now), now
+        return self._shares
+
+    def _count(self, now: float) -> tuple[float, float]:
         counted5 = counted60 = hit5 = hit60 = 0
         for at, gap in self._prompts.values():
             age = now - at
