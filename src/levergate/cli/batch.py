@@ -26,7 +26,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from levergate.cli import batch_run
 from levergate.cli.batch_summary import Tally, money, render
@@ -82,17 +82,17 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         batch, errors, prices = asyncio.run(_run(args, plan, state))
     except KeyboardInterrupt:
-        where = "on the gateway; " if args.url else ""
-        print(f"levergate: interrupted; batch {state.batch_id or '(not started)'} goes on "
-              f"{where}run the same command again to resume", file=sys.stderr)  # fmt: skip
-        return INTERRUPTED
+        what = "goes on on the gateway" if args.url else "stopped"
+        batch_id = state.batch_id or "(not started)"
+        return _fail(f"interrupted: batch {batch_id} {what}; run the same command to resume",
+                     INTERRUPTED)  # fmt: skip
     except _Failure as exc:
         return _fail(exc.message, exc.code)
     totals = batch_run.tally(plan)
     totals.lever_savings, totals.records = state.tally.lever_savings, state.tally.records
-    for line in render(totals, money(totals, prices), status=batch.status,
-                       output=str(plan.output), errors=errors, in_process=args.config is not None):  # fmt: skip
-        print(line)
+    shown = render(totals, money(totals, prices), status=batch.status, output=str(plan.output),
+                   errors=errors, in_process=args.config is not None)  # fmt: skip
+    print("\n".join(shown))
     return OK if batch.status == "completed" and totals.failed == 0 else FAILED_LINES
 
 
@@ -109,10 +109,11 @@ def _one_batch(args: argparse.Namespace, *, cancel: bool) -> int:
 
     async def work() -> Batch:
         async with _remote(args) as client:
-            return await _api(
+            batch: Batch = await _api(
                 client.batches.cancel(args.id) if cancel else client.batches.retrieve(args.id),
                 url=args.url,
             )
+            return batch
 
     try:
         batch = asyncio.run(work())
@@ -217,19 +218,26 @@ def _remote(args: argparse.Namespace) -> contextlib.AbstractAsyncContextManager[
 async def _client(
     args: argparse.Namespace, *, base_url: str, transport: Any
 ) -> AsyncIterator[openai.AsyncOpenAI]:
-    """An OpenAI SDK client over `transport` (in-process) or the network, closed on exit."""
+    """An OpenAI SDK client over the network, or over the in-process gateway's `transport`
+    (an httpx transport: the SDK's own HTTP client type differs, but takes an httpx client)."""
     import httpx
     import openai
 
-    async with httpx.AsyncClient(transport=transport, timeout=60.0) as http:
-        try:
-            sdk = openai.AsyncOpenAI(base_url=base_url, api_key=args.api_key or None,
-                                     http_client=http, max_retries=2)  # fmt: skip
-        except openai.OpenAIError:  # no key anywhere: a gateway without auth takes any
-            sdk = openai.AsyncOpenAI(base_url=base_url, api_key="levergate", http_client=http,
-                                     max_retries=2)  # fmt: skip
-        async with sdk:
-            yield sdk
+    async with contextlib.AsyncExitStack() as stack:
+        http = None
+        if transport is not None:
+            http = await stack.enter_async_context(httpx.AsyncClient(transport=transport))
+        key = args.api_key or None
+        for attempt in (key, "levergate"):  # no key anywhere: a gateway without auth takes any
+            try:
+                sdk = openai.AsyncOpenAI(
+                    base_url=base_url, api_key=attempt, timeout=60.0, max_retries=2,
+                    http_client=http,  # type: ignore[arg-type]
+                )  # fmt: skip
+                break
+            except openai.OpenAIError:
+                continue
+        yield await stack.enter_async_context(sdk)
 
 
 async def _api(work: Any, *, url: str) -> Any:
@@ -245,8 +253,9 @@ async def _api(work: Any, *, url: str) -> Any:
         inner = body.get("error", body)
         message = inner.get("message") if isinstance(inner, dict) else None
         code = BAD_INPUT if 400 <= exc.status_code < 500 else GATEWAY
-        raise _Failure(f"the gateway said {exc.status_code}: {message or exc.message}", code) \
-            from None
+        raise _Failure(
+            f"the gateway said {exc.status_code}: {message or exc.message}", code
+        ) from None
 
 
 class _Bar:
@@ -269,7 +278,7 @@ class _Bar:
         )  # fmt: skip
         self._task: Any = None
 
-    def __enter__(self) -> _Bar:
+    def __enter__(self) -> Self:
         self._progress.start()
         return self
 

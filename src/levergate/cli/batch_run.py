@@ -90,7 +90,7 @@ def _endpoint_of(raw: bytes, *, number: int, path: Path) -> str:
         ) from None
     url = line.get("url") if isinstance(line, dict) else None
     if not isinstance(url, str) or not url:
-        raise InputError(f"{path}: line {number} has no \"url\" (e.g. /v1/chat/completions)")
+        raise InputError(f'{path}: line {number} has no "url" (e.g. /v1/chat/completions)')
     return url
 
 

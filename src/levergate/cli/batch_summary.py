@@ -124,7 +124,7 @@ def render(
     in_process: bool,
 ) -> list[str]:
     """The summary as lines of plain text (the CLI prints them; tests read them)."""
-    tokens = [u for u in tally.by_model.values()]
+    tokens = list(tally.by_model.values())
     prompt = sum(u.prompt for u in tokens)
     completion = sum(u.completion for u in tokens)
     cached = sum(u.cached for u in tokens)
