@@ -100,6 +100,17 @@ def test_a_bad_config(tmp_path: Path) -> None:
     refused(result, 2, "invalid configuration", "concurrency")
 
 
+@pytest.mark.parametrize("poll", ["0", "-1", "nan", "1e9", "x"])
+def test_a_poll_interval_out_of_bounds(tmp_path: Path, poll: str) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text(LINE % "a")
+    result = run_cli("run", str(source), "-o", str(tmp_path / "o"), "--config",
+                     str(config(tmp_path)), "--poll", poll)  # fmt: skip
+    assert result.returncode == 2
+    assert "--poll: must be 0.05-60 seconds" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_no_target_is_a_usage_error(tmp_path: Path) -> None:
     result = run_cli("run", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "o"))
     assert result.returncode == 2

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 OK, FAILED_LINES, BAD_INPUT, GATEWAY, INTERRUPTED = 0, 1, 2, 3, 130
 IN_PROCESS_URL = "http://levergate.in-process/v1"
+MIN_POLL, MAX_POLL = 0.05, 60.0
 
 
 def register(subparsers: Any) -> None:
@@ -56,7 +57,7 @@ def register(subparsers: Any) -> None:
     target.add_argument("--config", help="run in-process with this levergate YAML config")
     run.add_argument("--api-key", help="gateway key (default: the SDK's OPENAI_API_KEY)")
     run.add_argument("--prices", help="with --url: a levergate config whose model prices apply")
-    run.add_argument("--poll", type=float, default=0.5, help="seconds between status checks")
+    run.add_argument("--poll", type=_poll, default=0.5, help="seconds between status checks")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=run_command)
     for name, what in (("status", "show"), ("cancel", "cancel")):
@@ -65,6 +66,16 @@ def register(subparsers: Any) -> None:
         command.add_argument("--url", required=True, help="the gateway's base URL (…/v1)")
         command.add_argument("--api-key", help="gateway key (default: OPENAI_API_KEY)")
         command.set_defaults(func=status_command if name == "status" else cancel_command)
+
+
+def _poll(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not MIN_POLL <= seconds <= MAX_POLL:
+        raise argparse.ArgumentTypeError(f"must be {MIN_POLL}-{MAX_POLL:g} seconds")
+    return seconds
 
 
 # ---- the sync edge ------------------------------------------------------------------------

@@ -62,6 +62,8 @@ def plan(input_path: Path, output: Path) -> Plan:
     """Check the input locally (the gateway checks every line again) and name the run."""
     if not input_path.is_file():
         raise InputError(f"input file not found: {input_path}")
+    if output.resolve() == input_path.resolve():
+        raise InputError(f"the output would overwrite the input: {output}")
     endpoint = _first_endpoint(input_path)
     digest = _sha256(input_path)
     where = hashlib.sha256(str(output.resolve()).encode()).hexdigest()[:16]

@@ -129,6 +129,13 @@ def test_plan_refuses_what_cannot_be_a_batch(tmp_path: Path, text: str, words: s
         plan(source, tmp_path / "out.jsonl")
 
 
+def test_plan_refuses_an_output_that_would_overwrite_the_input(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"custom_id": "a", "url": "/v1/embeddings", "body": {}}\n')
+    with pytest.raises(InputError, match="overwrite the input"):
+        plan(source, tmp_path / "." / "in.jsonl")
+
+
 def test_plan_refuses_a_missing_file_or_a_directory(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not found"):
         plan(tmp_path / "nope", tmp_path / "out.jsonl")
