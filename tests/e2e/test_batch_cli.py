@@ -203,3 +203,22 @@ async def test_status_and_cancel_of_a_batch_on_a_gateway(
         assert "Traceback" not in unknown.stderr
     finally:
         gateway.stop()
+
+
+async def test_in_process_summary_counts_the_exact_cache_savings(
+    slow_sim: SimHandle, tmp_path: Path
+) -> None:
+    config = in_process_config(tmp_path, slow_sim)
+    lines = requests(40)
+    for i, item in enumerate(lines):  # lines 20-39 ask what lines 0-19 asked: cache hits
+        item["body"]["temperature"] = 0
+        item["body"]["messages"][0]["content"] = f"line {i % 20}"
+        item["body"]["max_tokens"] = 1 + (i % 20) % 7
+    source, out = write_input(tmp_path / "in.jsonl", lines), tmp_path / "out.jsonl"
+    done = await asyncio.to_thread(run_cli, "run", str(source), "-o", str(out), "--config",
+                                   str(config), "--no-progress")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    check_output(out, lines)
+    assert upstream_calls(slow_sim) < len(lines)
+    assert "saved by exact: $" in done.stdout
+    assert "answered by the gateway's caches" in done.stdout

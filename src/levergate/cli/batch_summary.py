@@ -7,7 +7,8 @@ catches) — the same prices the gateway charges at. It covers every line of the
 many runs (or gateway processes) it took, because it is read from the results, not from the
 run that happens to be watching.
 
-Savings by lever come from two places:
+Savings by lever come from two places (and a cache hit's answer still carries the usage of
+the answer it replays, so what the gateway's levers saved comes off the cost):
 - `prompt_cache`: the provider's cached input tokens (`usage.prompt_tokens_details.
   cached_tokens`) at the difference between the input and cached-input prices — from the
   results, so for every line;
@@ -89,7 +90,8 @@ def price_of(model: str, models: Mapping[str, Model]) -> Model | None:
 
 @dataclass(frozen=True, slots=True)
 class Money:
-    cost: float
+    cost: float  # what was spent: `usage_cost` less what the gateway's levers answered free
+    usage_cost: float  # every result's usage at its alias's price (cached input at its price)
     savings: dict[str, float]
     priced: bool  # False: no prices known (over --url without --prices)
     unpriced: tuple[str, ...]  # models no alias prices
@@ -97,7 +99,7 @@ class Money:
 
 def money(tally: Tally, models: Mapping[str, Model] | None) -> Money:
     if models is None:
-        return Money(0.0, dict(tally.lever_savings), priced=False, unpriced=())
+        return Money(0.0, 0.0, dict(tally.lever_savings), priced=False, unpriced=())
     cost, cache_saved, unpriced = 0.0, 0.0, []
     for name, usage in tally.by_model.items():
         alias = price_of(name, models)
@@ -108,10 +110,13 @@ def money(tally: Tally, models: Mapping[str, Model] | None) -> Money:
         cost += price.cost(usage.prompt, usage.completion, usage.cached)
         full = price.cost(usage.prompt, usage.completion, 0)
         cache_saved += full - price.cost(usage.prompt, usage.completion, usage.cached)
+    # A cache hit's answer carries the usage of the answer it replays, which nobody paid for
+    # this time: what the gateway's levers saved comes off (prompt caching is in `cost` already).
+    spent = max(0.0, cost - sum(tally.lever_savings.values()))
     savings = dict(tally.lever_savings)
     if cache_saved > 0:
         savings["prompt_cache"] = savings.get("prompt_cache", 0.0) + cache_saved
-    return Money(cost, savings, priced=True, unpriced=tuple(sorted(unpriced)))
+    return Money(spent, cost, savings, priced=True, unpriced=tuple(sorted(unpriced)))
 
 
 def render(
@@ -133,7 +138,11 @@ def render(
         f"tokens: {prompt} prompt ({cached} cached), {completion} completion",
     ]
     if worth.priced:
-        lines.append(f"cost: ${worth.cost:.6f} (usage priced at the config's model prices)")
+        less = worth.usage_cost - worth.cost
+        lines.append(
+            f"cost: ${worth.cost:.6f} (usage priced at the config's model prices"
+            + (f", less ${less:.6f} answered by the gateway's caches)" if less > 0 else ")")
+        )
         if worth.unpriced:
             lines.append(f"  not priced (no alias matches): {', '.join(worth.unpriced)}")
     else:
@@ -146,7 +155,10 @@ def render(
     if in_process:
         lines.append(f"  (gateway levers: from {tally.records} requests this run handled)")
     else:
-        lines.append("  (gateway levers other than prompt_cache are not reported over --url)")
+        lines.append(
+            "  (over --url the gateway's own levers are not reported: a cache hit's usage is "
+            "counted as paid)"
+        )
     lines.append(f"output: {output}")
     lines.append(f"errors: {errors}" if errors else "errors: none")
     return lines

@@ -53,6 +53,20 @@ def test_an_error_line_without_a_response_is_failed_and_unpriced() -> None:
     assert (tally.ok, tally.failed, dict(tally.by_model)) == (0, 1, {})
 
 
+def test_what_the_gateway_caches_answered_comes_off_the_cost() -> None:
+    tally = Tally()
+    for custom_id in ("a", "b"):  # b was a cache hit: the same usage, nothing paid
+        tally.add_result(result(custom_id, prompt=1_000_000, completion=0), model="big")
+    tally.add_record({"exact": 2.0})
+    worth = money(tally, MODELS)
+    assert (worth.usage_cost, worth.cost) == (pytest.approx(4.0), pytest.approx(2.0))
+    assert worth.savings == {"exact": 2.0}
+    text = "\n".join(render(tally, worth, status="completed", output="o", errors=None,
+                            in_process=True))  # fmt: skip
+    assert "cost: $2.000000 (usage priced at the config's model prices, less $2.000000" in text
+    assert "saved by exact: $2.000000" in text
+
+
 def test_without_prices_the_summary_says_so_and_keeps_the_gateway_levers() -> None:
     tally = Tally()
     tally.add_result(result("a", prompt=10, completion=5), model="big")
