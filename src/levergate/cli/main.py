@@ -1,4 +1,5 @@
-"""`levergate serve | sim | bench | catalog | router`: one entry point, one module per subcommand.
+"""`levergate serve | sim | bench | batch | catalog | router`: one entry point, one module per
+subcommand.
 
 Each subcommand module exposes `register(subparsers)`, which adds its parser and sets
 `func` to a callable taking the parsed arguments and returning the process exit code.
@@ -10,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from levergate.cli import bench, catalog, router, serve, sim
+from levergate.cli import batch, bench, catalog, router, serve, sim
 from levergate.errors import ConfigError
 
 
@@ -20,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="LLM inference-optimization gateway: OpenAI-compatible proxy and library.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (serve, sim, bench, catalog, router):
+    for module in (serve, sim, bench, batch, catalog, router):
         module.register(subparsers)
     return parser
 
