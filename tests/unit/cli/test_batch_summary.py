@@ -62,7 +62,10 @@ def test_what_the_gateway_caches_answered_comes_off_the_cost() -> None:
     assert worth.savings == {"exact": 2.0}
     text = "\n".join(render(tally, worth, status="completed", output="o", errors=None,
                             in_process=True))  # fmt: skip
-    assert "cost: $2.000000 (usage priced by the ledger at the config's catalog, less $2.000000" in text
+    assert (
+        "cost: $2.000000 (usage priced by the ledger at the config's catalog, less $2.000000"
+        in text
+    )
     assert "saved by exact: $2.000000" in text
 
 
