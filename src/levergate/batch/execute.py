@@ -16,9 +16,9 @@ import orjson
 from levergate.batch.lines import output_line
 from levergate.batch.model import ENDPOINTS, Claim
 from levergate.batch.runner import Done, Later
-from levergate.core.call import Priority
-from levergate.core.reply import Completed
-from levergate.errors import BudgetExceeded, LevergateError, NotFound, error_payload
+from levergate.core.call import Call, Priority
+from levergate.core.reply import Completed, Reply
+from levergate.errors import BudgetExceeded, LevergateError, NotFound, Overloaded, error_payload
 
 if TYPE_CHECKING:
     from levergate.config.batch import Batch
@@ -38,7 +38,7 @@ class LineExecutor:
             call = self._gateway.make_call(
                 ENDPOINTS[claim.endpoint], orjson.loads(claim.request), request_id=request_id
             ).with_ctx(priority=Priority.BATCH, tenant=claim.tenant, key=key)
-            reply = await self._gateway.serve(call)
+            reply = await self._serve(call)
         except LevergateError as exc:
             if self._retryable(exc) and claim.attempts < self._settings.max_attempts:
                 return Later(max(exc.retry_after or 0.0, self._settings.retry_seconds))
@@ -54,6 +54,22 @@ class LineExecutor:
         line = output_line(claim.custom_id, request_id=request_id, status=reply.status,
                            body=reply.data, error=None)  # fmt: skip
         return Done(ok=ok, result=line)
+
+    async def _serve(self, call: Call) -> Reply:
+        """The line's answer. The gateway's own pacing (its limits shed a line that would wait
+        past the longest wait, `Overloaded` with a retry-after) is no refusal by the provider,
+        so it costs the line no attempt: it waits here, still claimed, and goes again — which
+        lets `concurrency` be as large as the provider's rate x answer time needs."""
+        waited, most = 0.0, float(self._settings.completion_window_seconds)
+        clock = self._gateway.pipeline.clock
+        while True:
+            try:
+                return await self._gateway.serve(call)
+            except Overloaded as exc:
+                if exc.retry_after is None or waited >= most:
+                    raise
+                await clock.sleep(exc.retry_after)
+                waited += exc.retry_after
 
     async def _key(self, claim: Claim) -> KeyRecord | None:
         kit = self._gateway.pipeline.keys

@@ -39,8 +39,12 @@ class Batch(_Strict):
     max_line_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_custom_id_chars: int = Field(512, ge=1)
     # Lines in flight per process. The Limits layer paces them under the provider's RPM/TPM
-    # at priority `batch` (interactive traffic first), so this only bounds memory and sockets.
-    concurrency: int = Field(16, ge=1, le=4096)
+    # at priority `batch` (interactive traffic first), so this only bounds memory and sockets;
+    # filling a limit takes rate x answer time lines in flight (Little's law): measured at
+    # 100 requests/s and 1 s answers, 16 used 16% of the limit and 128 used 94%
+    # (benchmarks/results/batch_throughput-slow-*.md). A line the gateway's own limits shed
+    # waits and goes again without spending an attempt (batch/execute.py).
+    concurrency: int = Field(128, ge=1, le=4096)
     # A claimed line (or a job being validated or finalized) belongs to its process for this
     # long; the holder renews it every third of it, so it lapses only when the holder is dead.
     # After a crash, lines come back this long after the last renewal.
