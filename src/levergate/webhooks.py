@@ -95,4 +95,7 @@ def backoff(attempt: int, *, base: float, factor: float, cap: float) -> float:
     """Seconds to wait before attempt `attempt` (0 = the first: no wait)."""
     if attempt <= 0:
         return 0.0
-    return min(cap, base * factor ** (attempt - 1))
+    try:
+        return min(cap, base * factor ** min(attempt - 1, 4096))
+    except OverflowError:  # factor ** n past a float: long past the cap
+        return cap
