@@ -13,13 +13,14 @@ import httpx
 import openai
 import orjson
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from levergate.upstreams.simulator import SimHandle
 from levergate.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, verify
 from tests.e2e.conftest import GatewayFactory
 from tests.e2e.test_defer import MODEL, defer_settings, stats
 
-SECRET = "whsec-simulated-0123456789abcdef"
+SECRET = "whsec-simulated-0123456789abcdef"  # noqa: S105 - a test receiver's
 
 
 class Receiver:
@@ -76,7 +77,7 @@ def sdk(url: str, tenant: str = "acme") -> openai.AsyncOpenAI:
                               default_headers={"x-levergate-tenant": tenant})  # fmt: skip
 
 
-QUESTION = [{"role": "user", "content": "Are you asynchronous?"}]
+QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Are you asynchronous?"}]
 
 
 async def until_done(url: str, request_id: str, tenant: str = "acme") -> dict[str, Any]:
@@ -94,8 +95,11 @@ async def test_an_async_request_answers_202_then_its_result_and_a_signed_webhook
 ) -> None:
     async with sdk(gateway) as client:
         raw = await client.chat.completions.with_raw_response.create(
-            model=MODEL, messages=QUESTION, max_tokens=4,  # type: ignore[arg-type]
-            extra_headers={"x-levergate-async": "true", "x-levergate-webhook": "ops"})
+            model=MODEL,
+            messages=QUESTION,
+            max_tokens=4,
+            extra_headers={"x-levergate-async": "true", "x-levergate-webhook": "ops"},
+        )
     assert raw.status_code == 202
     accepted = orjson.loads(raw.content)
     assert accepted["object"] == "async_request"

@@ -6,7 +6,6 @@ provider's batch discount as the `batch` lever's savings."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from levergate.upstreams.simulator import SimSettings, run_simulator
+from levergate.upstreams.simulator.settings import BatchApiSettings
 from tests.e2e.batch_crash import Gateway, free_port
 from tests.e2e.test_batch_api import finished, jsonl, lines_of
 from tests.e2e.test_defer import MODEL, line
@@ -45,7 +46,9 @@ async def created(root: str) -> int:
 async def test_killed_mid_deferral_the_gateway_resumes_polling_without_resubmitting(
     tmp_path: Path,
 ) -> None:
-    async with run_simulator(SimSettings(port=0, batch_api={"turnaround_seconds": 4.0})) as sim:
+    async with run_simulator(
+        SimSettings(port=0, batch_api=BatchApiSettings(turnaround_seconds=4.0))
+    ) as sim:
         port = free_port()
         gateway = Gateway(config(tmp_path, sim_url=sim.base_url, port=port), port,
                           tmp_path / "gateway.log")  # fmt: skip

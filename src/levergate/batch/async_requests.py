@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import orjson
 
-from levergate.batch.lines import check_body
 from levergate.batch.model import ENDPOINTS, Job, LineRow, new_id
 from levergate.config import AsyncRequests as AsyncSettings
 from levergate.config import Defer, Webhooks
 from levergate.errors import BadRequest, NotFound
+from levergate.protocol.openai import check_body
 from levergate.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, backoff, sign
 
 if TYPE_CHECKING:
@@ -83,13 +83,19 @@ def controls(headers: Mapping[str, str], *, now: float, defer: Defer, hooks: Web
         if "/" in webhook or ":" in webhook:
             raise BadRequest(
                 f"'{WEBHOOK_HEADER}' names a webhook target from the gateway's config; URLs "
-                "are not accepted.", code="webhook_url_not_allowed", param=WEBHOOK_HEADER)  # fmt: skip
+                "are not accepted.",
+                code="webhook_url_not_allowed",
+                param=WEBHOOK_HEADER,
+            )
         if not _NAME.fullmatch(webhook) or webhook not in hooks.targets:
             raise BadRequest(f"Unknown webhook target {webhook[:64]!r}.",
                              code="unknown_webhook_target", param=WEBHOOK_HEADER)  # fmt: skip
     if "x-levergate-webhook-url" in headers:
-        raise BadRequest("Webhook URLs are not accepted; name a configured target.",
-                         code="webhook_url_not_allowed", param="x-levergate-webhook-url")  # fmt: skip
+        raise BadRequest(
+            "Webhook URLs are not accepted; name a configured target.",
+            code="webhook_url_not_allowed",
+            param="x-levergate-webhook-url",
+        )
     asked = dedicated or deferred or (flag or "").lower() in ("true", "1")
     if not asked and webhook is not None:
         raise BadRequest(f"'{WEBHOOK_HEADER}' is for async requests.", param=WEBHOOK_HEADER)
@@ -151,8 +157,11 @@ class AsyncRequests:
         d = self._deferral
         route = d.route(body, endpoint=endpoint) if d is not None and d.settings.enabled else None
         if explicit and route is None:
-            why = "deferral is off (defer.enabled)" if d is None or not d.settings.enabled else (
-                "its model is not served by an upstream with a batch API for this endpoint")
+            why = (
+                "deferral is off (defer.enabled)"
+                if d is None or not d.settings.enabled
+                else ("its model is not served by an upstream with a batch API for this endpoint")
+            )
             raise BadRequest(f"This request cannot be deferred: {why}.", code="not_deferrable",
                              param=DEFER_HEADER)  # fmt: skip
         if explicit:
@@ -207,9 +216,9 @@ class AsyncRequests:
         if target is None or target.secret is None:  # removed from config since
             return {**hook, "state": "failed", "attempts": attempts, "reason": "unknown target"}
         now = int(self._clock.now())
+        data = await self.wire(job)
         event = {"id": hook["event"], "object": "event", "created": now,
-                 "type": f"async_request.{'completed' if (await self._store.counts(job.id)).ok else 'failed'}",
-                 "data": await self.wire(job)}  # fmt: skip
+                 "type": f"async_request.{data['status']}", "data": data}  # fmt: skip
         body = orjson.dumps(event)
         headers = {"content-type": "application/json", EVENT_ID_HEADER: hook["event"],
                    SIGNATURE_HEADER: sign(target.secret.get_secret_value(), timestamp=now,

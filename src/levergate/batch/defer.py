@@ -43,7 +43,8 @@ from levergate.batch.defer_results import Recorder, result_line
 from levergate.batch.defer_wire import ProviderBatches, ProviderDown, ProviderRefused, provider_for
 from levergate.batch.lines import FileBounds, error_line, read_rows
 from levergate.batch.model import Job, LineRow
-from levergate.config import WILDCARD, AnthropicUpstream, Defer
+from levergate.config import WILDCARD, AnthropicUpstream, Defer, Upstream
+from levergate.errors import LevergateError
 from levergate.protocol.anthropic_request import to_messages_request
 from levergate.webhooks import backoff
 
@@ -197,7 +198,8 @@ class Deferral:
             if part["state"] == "uploaded":
                 found = await provider.find(part["tag"])
                 batch_id = found or await provider.create(
-                    path=path, file_id=part["file"], endpoint=job.endpoint, tag=part["tag"])
+                    path=path, file_id=part["file"], endpoint=job.endpoint, tag=part["tag"]
+                )
                 return {**part, "state": "submitted", "batch": batch_id, "polls": 0,
                         "failures": 0, "next_at": self._clock.now() + self._poll(0)}  # fmt: skip
             if part["state"] == "submitted":
@@ -209,8 +211,6 @@ class Deferral:
                 return {**part, "state": "ended", "outputs": list(polled.outputs),
                         "provider_status": polled.status, "failures": 0}  # fmt: skip
             await self._collect(job, part, provider)
-            await asyncio.to_thread(path.unlink, missing_ok=True)
-            return {**part, "state": "done"}
         except ProviderRefused as exc:
             log.warning("defer %s: %s refused: %s (its lines run here)", job.id, part["upstream"],
                         exc)  # fmt: skip
@@ -222,6 +222,8 @@ class Deferral:
                 return {**part, "state": "failed", "reason": str(exc)[:300]}
             return {**part, "failures": failures,
                     "next_at": self._clock.now() + self._poll(failures)}  # fmt: skip
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        return {**part, "state": "done"}
 
     def _poll(self, n: int) -> float:
         s = self.settings
@@ -281,8 +283,11 @@ class Deferral:
     def _provider(self, upstream: str) -> ProviderBatches:
         if upstream not in self._providers:
             s = self.settings
+            settings = self._upstreams[upstream]
+            if not isinstance(settings, Upstream):  # route() admits HTTP upstreams only
+                raise ProviderRefused(f"upstream {upstream!r} has no batch API")
             self._providers[upstream] = provider_for(
-                self._upstreams[upstream], http=self._http,
+                settings, http=self._http,
                 max_result_bytes=s.max_result_bytes, timeout=s.timeout_seconds)  # fmt: skip
         return self._providers[upstream]
 
@@ -330,16 +335,16 @@ class _Writer:
             return orjson.dumps({"custom_id": f"l{idx}", "method": "POST",
                                  "url": self._job.endpoint, "body": body})  # fmt: skip
         upstream = self._d._upstreams[route.upstream]
-        assert isinstance(upstream, AnthropicUpstream)
+        most = upstream.default_max_tokens if isinstance(upstream, AnthropicUpstream) else 4096
         try:
-            params = to_messages_request(body, default_max_tokens=upstream.default_max_tokens)
-        except Exception:  # noqa: BLE001 - what Messages cannot say runs here, with its error
+            params = to_messages_request(body, default_max_tokens=most)
+        except LevergateError:  # what Messages cannot say runs here, and gets its error there
             return None
         return orjson.dumps({"custom_id": f"l{idx}", "params": params})
 
     def _part(self, route: Route) -> dict[str, Any]:
-        assert self.parts is not None
-        for part in self.parts:
+        parts = self.parts if self.parts is not None else []
+        for part in parts:
             if part["upstream"] == route.upstream:
                 return part
         path = self._d._root / f"{self._job.id}-{route.upstream}.jsonl"
@@ -347,8 +352,8 @@ class _Writer:
         self._files[route.upstream] = path.open("wb")
         part = {"upstream": route.upstream, "api": route.api, "model": route.model,
                 "path": str(path), "lines": 0, "state": "new",
-                "tag": f"{self._job.id}:{len(self.parts)}"}  # fmt: skip
-        self.parts.append(part)
+                "tag": f"{self._job.id}:{len(parts)}"}  # fmt: skip
+        parts.append(part)
         return part
 
     def close(self) -> None:

@@ -49,19 +49,19 @@ def result_line(
         return None
     name, request_id = names[idx], f"{job_id}-{idx}"
     if api == "openai":
-        response = line.get("response") if isinstance(line.get("response"), dict) else None
-        if response is None:
-            error = line.get("error") if isinstance(line.get("error"), dict) else {}
+        response = _obj(line.get("response"))
+        if not response:
+            error = _obj(line.get("error"))
             code = str(error.get("code") or "provider_error")
             message = str(error.get("message") or "The provider's batch failed this request.")
             return idx, False, error_line(name, code=code, message=message[:1000]), None
         status = int(response.get("status_code") or 500)
         body = response.get("body")
         ok = 200 <= status < 300 and isinstance(body, dict)
-        error = None if ok else _error_of(body)
-        text = output_line(name, request_id=request_id, status=status, body=body, error=error)
+        failure = None if ok else _error_of(body)
+        text = output_line(name, request_id=request_id, status=status, body=body, error=failure)
         return idx, ok, text, body if ok else None
-    result = line.get("result") if isinstance(line.get("result"), dict) else {}
+    result = _obj(line.get("result"))
     kind = result.get("type")
     if kind == "succeeded" and isinstance(result.get("message"), dict):
         body = chat_completion(result["message"], created=now)
@@ -70,14 +70,18 @@ def result_line(
     if kind in ENDED:
         code, message = ENDED[kind]
         return idx, False, error_line(name, code=code, message=message), None
-    envelope = result.get("error") if isinstance(result.get("error"), dict) else {}
-    inner = envelope.get("error") if isinstance(envelope.get("error"), dict) else envelope
+    envelope = _obj(result.get("error"))
+    inner = _obj(envelope.get("error")) or envelope
     status = ANTHROPIC_STATUS.get(str(inner.get("type")), 500)
     error = {"code": str(inner.get("type") or "provider_error"),
              "message": str(inner.get("message") or "")[:1000]}  # fmt: skip
     body = {"error": {**error, "type": error["code"], "param": None}}
     return idx, False, output_line(name, request_id=request_id, status=status, body=body,
                                    error=error), None  # fmt: skip
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _error_of(body: Any) -> dict[str, Any]:
@@ -103,13 +107,12 @@ class Recorder:
         request = job.extra.get("request") if job.kind == "async" else None
         kind = ENDPOINTS.get(job.endpoint, "chat")
         model = request.get("model") if isinstance(request, dict) else body.get("model")
-        call = self._gateway.make_call(kind, {"model": str(model or upstream_model),
-                                              **_minimal(kind)}, request_id=f"{job.id}-{idx}")  # fmt: skip
+        body_of_record = {"model": str(model or upstream_model), **_minimal(kind)}
+        call = self._gateway.make_call(kind, body_of_record, request_id=f"{job.id}-{idx}")
         trace = call.ctx.trace
         trace.tenant, trace.key_id, trace.batch = job.tenant, job.key_id, True
         trace.upstream, trace.upstream_model = upstream, upstream_model
         trace.alias = call.model if call.model in pipeline.models else ""
-        trace.notes.append("deferred")
         answer = Completed(data=body)
 
         async def answered(_: Call) -> Reply:
@@ -119,7 +122,7 @@ class Recorder:
                           sinks=self._sinks)  # fmt: skip
         try:
             await measure(call)
-        except Exception as exc:  # noqa: BLE001 - the ledger never fails a result being written
+        except Exception as exc:  # the ledger never fails a result being written
             log.warning("defer: cannot record %s-%d: %s", job.id, idx, exc)
 
 

@@ -132,9 +132,11 @@ class OpenAIBatches(_Client):
 
     async def upload(self, path: Path) -> str:
         boundary = secrets.token_hex(16)
-        head = (f'--{boundary}\r\ncontent-disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
-                f'--{boundary}\r\ncontent-disposition: form-data; name="file"; '
-                f'filename="{path.name}"\r\ncontent-type: application/jsonl\r\n\r\n').encode()  # fmt: skip
+        head = (
+            f'--{boundary}\r\ncontent-disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+            f'--{boundary}\r\ncontent-disposition: form-data; name="file"; '
+            f'filename="{path.name}"\r\ncontent-type: application/jsonl\r\n\r\n'
+        ).encode()
 
         async def body() -> AsyncIterator[bytes]:
             yield head
@@ -164,9 +166,9 @@ class OpenAIBatches(_Client):
         data = await self._json("GET", f"/batches/{batch_id}")
         status = str(data.get("status"))
         if status not in ("completed", "failed", "expired", "cancelled"):
-            return Polled(False, status=status)
+            return Polled(ended=False, status=status)
         outputs = tuple(str(data[k]) for k in ("output_file_id", "error_file_id") if data.get(k))
-        return Polled(True, outputs, status)
+        return Polled(ended=True, outputs=outputs, status=status)
 
     async def results(self, outputs: tuple[str, ...]) -> AsyncIterator[dict[str, Any]]:
         for file_id in outputs:
@@ -205,9 +207,10 @@ class AnthropicBatches(_Client):
         data = await self._json("GET", f"/v1/messages/batches/{batch_id}")
         status = str(data.get("processing_status"))
         if status != "ended":
-            return Polled(False, status=status)
+            return Polled(ended=False, status=status)
         url = data.get("results_url")
-        return Polled(True, (urljoin(self._root + "/", str(url)),) if url else (), status)
+        outputs = (urljoin(self._root + "/", str(url)),) if url else ()
+        return Polled(ended=True, outputs=outputs, status=status)
 
     async def results(self, outputs: tuple[str, ...]) -> AsyncIterator[dict[str, Any]]:
         for url in outputs:

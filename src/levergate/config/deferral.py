@@ -106,7 +106,9 @@ class AsyncRequests(_Strict):
     # lives in the job store as a batch does.
 
 
-def check_deferral(batch: Batch, defer: Defer, requests: AsyncRequests, aliases: Sequence[str]) -> None:
+def check_deferral(
+    batch: Batch, defer: Defer, requests: AsyncRequests, aliases: Sequence[str]
+) -> None:
     """Both ride on the Batch API's store and runner; a route names a configured alias."""
     if (defer.enabled or requests.enabled) and not batch.enabled:
         raise ValueError("defer and async_requests need batch.enabled (its job store and runner)")

@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING
 from levergate.errors import LevergateError, MethodNotAllowed, NotFound
 from levergate.server import admin, guards
 from levergate.server.exchange import NO_PARAMS, Request, Response
-from levergate.server.handlers import anthropic, async_requests, batches, files, openai, ops, responses
+from levergate.server.handlers import (
+    anthropic,
+    async_requests,
+    batches,
+    files,
+    openai,
+    ops,
+    responses,
+)
 
 if TYPE_CHECKING:
     from levergate.config import Server, Settings
@@ -69,6 +77,11 @@ def _batch(method: str, path: str, handler: Handler, *, stream: bool = False) ->
 
 def _batch_enabled(settings: Settings) -> bool:
     return settings.batch.enabled
+
+
+def _async(method: str, path: str, handler: Handler) -> Route:
+    """An async-request route: a client key as for /v1/batches, absent unless enabled."""
+    return Route(method, path, handler, guard=guards.client_key, enabled=_async_enabled)
 
 
 def _async_enabled(settings: Settings) -> bool:
@@ -109,10 +122,8 @@ ROUTES: tuple[Route, ...] = (
     _batch("GET", "/v1/batches/{id}", batches.retrieve_batch),
     _batch("POST", "/v1/batches/{id}/cancel", batches.cancel_batch),
     # Async single requests (batch/async_requests.py): submit, then read the result later.
-    Route("POST", "/v1/async/{rest:path}", async_requests.create, guard=guards.client_key,
-          enabled=_async_enabled),  # fmt: skip
-    Route("GET", "/v1/async/{rest:path}", async_requests.retrieve, guard=guards.client_key,
-          enabled=_async_enabled),  # fmt: skip
+    _async("POST", "/v1/async/{rest:path}", async_requests.create),
+    _async("GET", "/v1/async/{rest:path}", async_requests.retrieve),
     # The admin API (server/admin.py), on its own credential; absent unless admin.enabled.
     _admin("POST", "/admin/keys", admin.create_key),
     _admin("GET", "/admin/keys", admin.list_keys),

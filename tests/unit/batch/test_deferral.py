@@ -21,6 +21,7 @@ from levergate.errors import BadRequest
 from levergate.gateway import Gateway
 from levergate.testing import ManualClock
 from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.upstreams.simulator.settings import BatchApiSettings
 
 MODEL = "gpt-4o-mini"
 TURNAROUND = 200.0
@@ -34,7 +35,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 async def sim(clock: ManualClock) -> AsyncIterator[SimHandle]:
-    settings = SimSettings(port=0, batch_api={"turnaround_seconds": TURNAROUND})
+    settings = SimSettings(port=0, batch_api=BatchApiSettings(turnaround_seconds=TURNAROUND))
     async with run_simulator(settings, clock=clock) as handle:
         yield handle
 
@@ -112,7 +113,8 @@ async def test_the_deferral_walks_its_states_polls_with_backoff_and_resumes_afte
     for _ in range(4):
         clock.advance(part(job)["next_at"] - clock.now())
         done, job = await step(first, gateway, "areq_unit")
-        assert done is True and part(job)["state"] == "submitted"
+        assert done is True
+        assert part(job)["state"] == "submitted"
         waits.append(part(job)["next_at"] - clock.now())
     assert waits == [20, 40, 40, 40]  # 10, then doubling, capped at 40
     await first.aclose()
@@ -159,13 +161,16 @@ async def test_webhook_delivery_backs_off_on_the_clock_then_gives_up(
             assert await requests.step(after, gateway.batch.runner) is False  # not due yet
             clock.advance(waits[-1])
     assert waits == [3, 9, 20]  # base 3, x3, capped at 20; the 4th attempt is the last
+    assert after is not None
     assert after.status == "completed"
     assert after.extra["webhook"]["state"] == "failed"
     assert after.extra["webhook"]["attempts"] == 4
     await requests.aclose()
 
 
-HOOKS = Webhooks(targets={"ops": {"url": "https://hooks.example/x", "secret": "s" * 16}})
+HOOKS = Webhooks.model_validate(
+    {"targets": {"ops": {"url": "https://hooks.example/x", "secret": "s" * 16}}}
+)
 
 
 @pytest.mark.parametrize(

@@ -78,12 +78,12 @@ def handle(sim: Simulator, *, method: str, path: str, headers: Mapping[str, str]
     parts = path.strip("/").split("/")  # v1 files ... | v1 batches ... | v1 messages batches ...
     if parts[1] == "messages":
         sim.stats.requests["/v1/messages/batches"] += 1
-        return anthropic_reply(sim, api, method, parts[3:], headers, body)
+        return anthropic_reply(sim, api, method=method, rest=parts[3:], headers=headers, body=body)
     sim.stats.requests[f"/v1/{parts[1]}"] += 1
     key = generate.bearer_key(headers.get("authorization"))
     if parts[1] == "files":
         return _files(api, method, parts[2:], body)
-    return _openai_batches(sim, api, method, parts[2:], key, body)
+    return _openai_batches(sim, api, method=method, rest=parts[2:], key=key, body=body)
 
 
 def _json(data: Any, status: int = 200) -> Reply:
@@ -130,7 +130,7 @@ def _multipart(body: bytes) -> tuple[str, str, bytes]:
     boundary = body.split(b"\r\n", 1)[0].removeprefix(b"--").strip()
     if not boundary:
         raise SimError(400, "Expected a multipart/form-data body.")
-    head = b"Content-Type: multipart/form-data; boundary=\"" + boundary + b"\"\r\n\r\n"
+    head = b'Content-Type: multipart/form-data; boundary="' + boundary + b'"\r\n\r\n'
     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
     purpose, name, data = "", "upload.jsonl", b""
     for part in message.iter_parts():
@@ -150,7 +150,7 @@ def _multipart(body: bytes) -> tuple[str, str, bytes]:
 
 
 def _openai_batches(
-    sim: Simulator, api: BatchApi, method: str, rest: list[str], key: str, body: bytes
+    sim: Simulator, api: BatchApi, *, method: str, rest: list[str], key: str, body: bytes
 ) -> Reply:
     if not rest and method == "POST":
         return _json(_openai_wire(_create_openai(sim, api, key, generate.parse_json(body))))
@@ -184,11 +184,12 @@ def _create_openai(sim: Simulator, api: BatchApi, key: str, body: Any) -> SimBat
             if line.get("url") != endpoint:
                 raise SimError(400, "A line's url differs from the batch's endpoint.")
             lines.append((str(line["custom_id"]), orjson.dumps(line["body"])))
-    return _new(sim, api, "openai", endpoint, lines, key, body.get("metadata"))
+    return _new(sim, api, kind="openai", endpoint=endpoint, lines=lines, key=key,
+                metadata=body.get("metadata"))  # fmt: skip
 
 
-def _new(sim: Simulator, api: BatchApi, kind: str, endpoint: str, lines: list[tuple[str, bytes]],
-         key: str, metadata: Any) -> SimBatch:  # fmt: skip
+def _new(sim: Simulator, api: BatchApi, *, kind: str, endpoint: str,
+         lines: list[tuple[str, bytes]], key: str, metadata: Any) -> SimBatch:  # fmt: skip
     prefix = "batch_sim" if kind == "openai" else "msgbatch_sim"
     batch = SimBatch(f"{prefix}{next(api.ids):08x}", kind, endpoint, sim._wall(),
                      sim.clock.now() + sim.settings.batch_api.turnaround_seconds, lines, key,
@@ -202,7 +203,9 @@ def _settled(sim: Simulator, batch: SimBatch) -> SimBatch:
     """Answer the batch's lines once its turnaround has passed (or cancel them)."""
     if batch.status != "in_progress" or (sim.clock.now() < batch.ready_at and not batch.cancelling):
         return batch
-    answered = [] if batch.cancelling else [_answer(sim, batch, cid, raw) for cid, raw in batch.lines]
+    answered = (
+        [] if batch.cancelling else [_answer(sim, batch, cid, raw) for cid, raw in batch.lines]
+    )
     sim.batch_api.lines += len(answered)
     batch.ended = sim._wall()
     if batch.api == "openai":
@@ -214,12 +217,8 @@ def _settled(sim: Simulator, batch: SimBatch) -> SimBatch:
 
 def _answer(sim: Simulator, batch: SimBatch, custom_id: str, raw: bytes) -> tuple[str, int, bytes]:
     if batch.api == "openai":
-        headers = {"authorization": f"Bearer {batch.key}"}
         try:
-            body = generate.parse_json(raw)
-            if body.get("stream"):
-                raise SimError(400, "Streaming is not supported in a batch.", param="stream")
-            reply = sim._generate(_KINDS[batch.endpoint], headers, raw)
+            reply = _openai_line(sim, batch, raw)
         except SimError as exc:
             reply = exc.reply()
     else:
@@ -229,8 +228,16 @@ def _answer(sim: Simulator, batch: SimBatch, custom_id: str, raw: bytes) -> tupl
     return custom_id, reply.status, reply.body
 
 
+def _openai_line(sim: Simulator, batch: SimBatch, raw: bytes) -> Reply:
+    if generate.parse_json(raw).get("stream"):
+        raise SimError(400, "Streaming is not supported in a batch.", param="stream")
+    headers = {"authorization": f"Bearer {batch.key}"}
+    return sim._generate(_KINDS[batch.endpoint], headers, raw)
+
+
 def _openai_files(api: BatchApi, batch: SimBatch, answered: list[tuple[str, int, bytes]]) -> None:
-    out, err = [], []
+    out: list[bytes] = []
+    err: list[bytes] = []
     for n, (custom_id, status, body) in enumerate(answered):
         ok = 200 <= status < 300
         parsed = orjson.loads(body)
@@ -270,7 +277,7 @@ def _openai_wire(batch: SimBatch) -> dict[str, Any]:
 # ---- Anthropic Message Batches ----------------------------------------------------------
 
 
-def anthropic_reply(sim: Simulator, api: BatchApi, method: str, rest: list[str],
+def anthropic_reply(sim: Simulator, api: BatchApi, *, method: str, rest: list[str],
                     headers: Mapping[str, str], body: bytes) -> Reply:  # fmt: skip
     key, parsed = anthropic._authenticated(sim, headers, body if method == "POST" else b"{}")
     if not rest and method == "POST":
@@ -278,7 +285,9 @@ def anthropic_reply(sim: Simulator, api: BatchApi, method: str, rest: list[str],
         if not isinstance(requests, list) or not requests:
             raise SimError(400, "requests: at least one request is required")
         lines = [(str(r["custom_id"]), orjson.dumps(r["params"])) for r in requests]
-        return _json(_anthropic_wire(_new(sim, api, "anthropic", "/v1/messages", lines, key, None)))
+        made = _new(sim, api, kind="anthropic", endpoint="/v1/messages", lines=lines, key=key,
+                    metadata=None)  # fmt: skip
+        return _json(_anthropic_wire(made))
     if not rest and method == "GET":
         data = [_anthropic_wire(_settled(sim, b)) for b in api.batches.values()
                 if b.api == "anthropic"][::-1]  # fmt: skip
