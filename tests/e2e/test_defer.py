@@ -139,3 +139,4 @@ async def test_a_batch_with_a_line_that_cannot_be_deferred_runs_the_ordinary_way
     assert seen["batch_api"]["batches_created"] == 0
     assert seen["requests_by_endpoint"]["/v1/chat/completions"] == 1
     assert seen["requests_by_endpoint"]["/v1/messages"] == 1
+    assert not list((tmp_path / "files" / "defer").glob("*"))  # no provider file left behind

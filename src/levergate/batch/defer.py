@@ -157,6 +157,7 @@ class Deferral:
             writer.close()
         if writer.parts is None or not writer.parts:
             # Not deferrable: the lines are loaded, the runner runs them as any batch's.
+            await asyncio.to_thread(writer.discard)
             return await self._save(job, extra={**job.extra, "defer": None}, moved="in_progress")
         return await self._save(job, extra={**job.extra, "defer": {"parts": writer.parts}})
 
@@ -355,6 +356,11 @@ class _Writer:
                 "tag": f"{self._job.id}:{len(parts)}"}  # fmt: skip
         parts.append(part)
         return part
+
+    def discard(self) -> None:
+        """Remove the provider files begun for a job that runs the ordinary way after all."""
+        for handle in self._files.values():
+            Path(handle.name).unlink(missing_ok=True)
 
     def close(self) -> None:
         for handle in self._files.values():
