@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from levergate.config import Settings
@@ -26,7 +28,7 @@ SECRET = "whsec-config-0123456789abcdef"  # noqa: S105 - a test value
     ],
 )
 def test_bad_settings_fail_at_start_with_a_clear_message(
-    values: dict[str, object], message: str
+    values: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         Settings.load(upstreams=UPSTREAMS, models=MODELS, **values)
