@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from levergate.batch.files import Disk
@@ -55,6 +55,9 @@ class Later:
 
 
 Execute = Callable[[Claim], Awaitable[Done | Later]]
+# A job-level step of a later job kind (deferral, async requests): True/False as `advance`,
+# None when the job is not its to advance (then the next step, then the batch machine).
+Step = Callable[[Job, "Runner"], Awaitable[bool | None]]
 
 
 class Runner:
@@ -67,6 +70,7 @@ class Runner:
         disk: Disk,
         execute: Execute,
         clock: Clock,
+        steps: Sequence[Step] = (),
     ) -> None:
         self._s = settings
         self._limits = limits
@@ -74,6 +78,7 @@ class Runner:
         self._disk = disk
         self._execute = execute
         self._clock = clock
+        self.steps: list[Step] = list(steps)
         # A fresh holder per process start: a restarted gateway never mistakes its dead
         # predecessor's leases for its own, it waits for them to lapse like any replica.
         self.holder = f"{secrets.token_hex(6)}"
@@ -182,6 +187,9 @@ class Runner:
 
     async def advance(self, job: Job) -> bool:
         """One step of `job` through the machine; False when it must wait for lines in flight."""
+        for step in self.steps:
+            if (done := await step(job, self)) is not None:
+                return done
         now = self._clock.now()
         if job.status == "validating":
             await self._validate(job)
@@ -195,6 +203,10 @@ class Runner:
         validated = job.status != "cancelling" or "in_progress_at" in job.times
         if not validated and not await self._load(job):
             return True
+        return await self._finalize(job)
+
+    async def finalize(self, job: Job) -> bool:
+        """Close a finalizing or cancelling job: its open lines, its files, its end status."""
         return await self._finalize(job)
 
     async def _validate(self, job: Job) -> None:

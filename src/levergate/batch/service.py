@@ -59,11 +59,18 @@ class BatchService:
         )  # fmt: skip
         self._bounds = FileBounds(self.settings.max_lines, self.settings.max_line_bytes,
                                   self.settings.max_custom_id_chars)  # fmt: skip
+        # Deferral and async requests: job kinds on this store and runner (batch/extensions.py).
+        from levergate.batch.extensions import extend
+
+        self.deferral, self.async_requests = extend(gateway, self)
 
     def job(self) -> BackgroundJob:
         return BackgroundJob("batch-runner", self.runner.run)
 
     async def aclose(self) -> None:
+        for extension in (self.deferral, self.async_requests):
+            if extension is not None:
+                await extension.aclose()
         await self.store.aclose()
 
     # ---- files ----------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from levergate.config.cache import (
 )
 from levergate.config.cascade import CascadeSettings, NamedCascade
 from levergate.config.catalog import Capabilities, CatalogEntry, Ledger, Price
+from levergate.config.deferral import AsyncRequests, Defer, DeferRoute, Webhooks, WebhookTarget
 from levergate.config.keys import Admin, ApiKey, Auth, KeyPolicy, KeyStoreSettings, SpendSettings
 from levergate.config.local import (
     BUNDLED_EMBEDDING_FILE,
@@ -123,6 +124,7 @@ __all__ = [
     "AnthropicUpstream",
     "AnyUpstream",
     "ApiKey",
+    "AsyncRequests",
     "Auth",
     "Background",
     "BalanceSettings",
@@ -137,6 +139,8 @@ __all__ = [
     "Capabilities",
     "CascadeSettings",
     "CatalogEntry",
+    "Defer",
+    "DeferRoute",
     "EjectionSettings",
     "FallbackOn",
     "GuardName",
@@ -179,6 +183,8 @@ __all__ = [
     "Trim",
     "TrimRule",
     "Upstream",
+    "WebhookTarget",
+    "Webhooks",
     "When",
     "cache_home",
     "packaged_file",

@@ -14,6 +14,7 @@ from levergate.config.batch import Batch
 from levergate.config.cache import Cache
 from levergate.config.cascade import CascadeSettings, check_references
 from levergate.config.catalog import CatalogEntry, Ledger
+from levergate.config.deferral import AsyncRequests, Defer, Webhooks, check_deferral
 from levergate.config.keys import Admin, Auth
 from levergate.config.microbatch import MicroBatchSettings
 from levergate.config.prompt_cache import PromptCache
@@ -49,6 +50,10 @@ class Settings(BaseSettings):
     routing: Routing = Field(default_factory=Routing)
     background: Background = Field(default_factory=Background)
     batch: Batch = Field(default_factory=Batch)
+    # Deferral to provider batch APIs, async single requests, their webhooks (on `batch`).
+    defer: Defer = Field(default_factory=Defer)
+    async_requests: AsyncRequests = Field(default_factory=AsyncRequests)
+    webhooks: Webhooks = Field(default_factory=Webhooks)
     # Models added to or overriding the built-in catalog (config/catalog.py), and the ledger.
     catalog: dict[str, CatalogEntry] = Field(default_factory=dict)
     ledger: Ledger = Field(default_factory=Ledger)
@@ -93,6 +98,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"microbatch.models names unknown model {alias!r}")
         self.trim.check_aliases(aliases)
         self.routing.check([a for a in aliases if a != WILDCARD])
+        check_deferral(self.batch, self.defer, self.async_requests, aliases)
         return self
 
     @classmethod

@@ -34,6 +34,7 @@ from levergate.server import admin, guards
 from levergate.server.exchange import NO_PARAMS, Request, Response
 from levergate.server.handlers import (
     anthropic,
+    async_requests,
     batches,
     files,
     openai,
@@ -79,6 +80,15 @@ def _batch_enabled(settings: Settings) -> bool:
     return settings.batch.enabled
 
 
+def _async(method: str, path: str, handler: Handler) -> Route:
+    """An async-request route: a client key as for /v1/batches, absent unless enabled."""
+    return Route(method, path, handler, guard=guards.client_key, enabled=_async_enabled)
+
+
+def _async_enabled(settings: Settings) -> bool:
+    return settings.async_requests.enabled
+
+
 def _anthropic(method: str, path: str, handler: Handler, *, guard: Guard | None = None) -> Route:
     """An Anthropic API route: its errors in Anthropic's envelope, so the SDK's classes apply."""
     return Route(method, path, handler, guard=guard, errors=anthropic.error_response)
@@ -112,6 +122,9 @@ ROUTES: tuple[Route, ...] = (
     _batch("GET", "/v1/batches", batches.list_batches),
     _batch("GET", "/v1/batches/{id}", batches.retrieve_batch),
     _batch("POST", "/v1/batches/{id}/cancel", batches.cancel_batch),
+    # Async single requests (batch/async_requests.py): submit, then read the result later.
+    _async("POST", "/v1/async/{rest:path}", async_requests.create),
+    _async("GET", "/v1/async/{rest:path}", async_requests.retrieve),
     # The admin API (server/admin.py), on its own credential; absent unless admin.enabled.
     _admin("POST", "/admin/keys", admin.create_key),
     _admin("GET", "/admin/keys", admin.list_keys),

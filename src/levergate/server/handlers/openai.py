@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from levergate.batch.async_requests import asks_async
 from levergate.core.call import Call, Kind
 from levergate.core.reply import Completed, Event, Reply, Stream
 from levergate.errors import BadRequest, LevergateError, ModelNotFound
@@ -25,6 +26,7 @@ from levergate.gateway import REQUEST_ID_HEADER
 from levergate.protocol.openai import has_generated_token
 from levergate.protocol.sse import DONE_FRAME, encode
 from levergate.server.exchange import Request, Response
+from levergate.server.handlers import async_requests
 
 if TYPE_CHECKING:
     from levergate.server.edge import Edge
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("levergate.edge")
 
 JSON = "application/json"
+ENDPOINT_OF = {"chat": "/v1/chat/completions", "completion": "/v1/completions",
+               "embedding": "/v1/embeddings"}  # fmt: skip
 SSE_HEADERS = (
     ("content-type", "text/event-stream; charset=utf-8"),
     ("cache-control", "no-cache"),
@@ -64,6 +68,9 @@ async def retrieve_model(edge: Edge, request: Request) -> Response:
 
 async def _call(kind: Kind, edge: Edge, request: Request) -> Response:
     """A request that runs through the pipeline as a `Call` of `kind`."""
+    if asks_async(request.headers):  # x-levergate-async / -defer / -deadline / -webhook
+        return await async_requests.submit(edge, request, endpoint=ENDPOINT_OF[kind],
+                                           dedicated=False)  # fmt: skip
     try:
         parsed = orjson.loads(request.body)
     except orjson.JSONDecodeError as exc:

@@ -124,6 +124,13 @@ class HardPromptSettings(_Frozen):
         return self.marker is not None or self.share > 0
 
 
+class BatchApiSettings(_Frozen):
+    """The provider batch APIs (batch_api.py): a batch ends this long after it was created,
+    on the simulator's clock (virtual time under a ManualClock)."""
+
+    turnaround_seconds: float = Field(0.0, ge=0)
+
+
 class SimSettings(_Frozen):
     host: str = DEFAULT_HOST
     port: int = Field(DEFAULT_SIM_PORT, ge=0, le=65535)
@@ -133,6 +140,7 @@ class SimSettings(_Frozen):
     faults: FaultSettings = Field(default_factory=FaultSettings)
     prompt_cache: PromptCacheSettings = Field(default_factory=PromptCacheSettings)
     hard: HardPromptSettings = Field(default_factory=HardPromptSettings)
+    batch_api: BatchApiSettings = Field(default_factory=BatchApiSettings)
     # Output tokens when the request sets no max_tokens / max_completion_tokens.
     max_tokens_default: int = Field(16, ge=1)
     # Largest output cap a request may ask for (400 above it, as providers do).

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from levergate.core.clock import Clock, SystemClock
-from levergate.upstreams.simulator import anthropic, embeddings, generate, responses_api
+from levergate.upstreams.simulator import anthropic, batch_api, embeddings, generate, responses_api
 from levergate.upstreams.simulator.admission import Request, admit
 from levergate.upstreams.simulator.control import control_reply
 from levergate.upstreams.simulator.faults import FAULT_HEADER, Fault, malformed_body
@@ -87,6 +87,7 @@ class Simulator:
         s = self._settings
         if previous is None:
             self._memory = responses_api.Memory()  # stored responses, for previous_response_id
+            self.batch_api = batch_api.BatchApi()  # files and provider batches (batch_api.py)
         if previous is None or previous.seed != s.seed:
             self._rng = random.Random(s.seed * 1_000_003 + self._worker)
             self._id_prefix = f"sim{self._rng.getrandbits(32):08x}"
@@ -137,6 +138,7 @@ class Simulator:
                     "cached_tokens": cache.cached_tokens,
                     "entries": len(self._cache),
                 },
+                "batch_api": self.batch_api.stats(),
                 "worker": self._worker,
                 "uptime_seconds": round(self.clock.now() - self._started, 3),
             }
@@ -169,6 +171,8 @@ class Simulator:
         path, _, query = path.partition("?")
         if len(path) > 1 and path.endswith("/"):
             path = path[:-1]
+        if path.startswith(batch_api.PREFIXES):  # the provider batch APIs (batch_api.py)
+            return batch_api.handle(self, method=method, path=path, headers=headers, body=body)
         methods = _ROUTES.get(path)
         if methods is None and path.startswith("/v1/models/"):
             methods = ("GET",)
