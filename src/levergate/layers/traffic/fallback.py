@@ -4,7 +4,8 @@ FRONT, right above Dispatch (under routing and the caches): a fallback is anothe
 its own full stack — its own retries, balancing and limits — so "gpt-4o, else claude, else the
 local model" is just three aliases in order. It acts only on the failures listed in
 `traffic.fallback_on` (the provider's 429 once retries gave up, our own capacity shedding,
-5xx and unreachable endpoints, timeouts), and a request too long for the model's context goes
+5xx and unreachable endpoints, timeouts), and a request too long for the model's context (the
+provider said so, or Trim found the last turn alone over the window) goes
 to `context_fallbacks` (larger-context models) whatever that list says. Like retries, only
 before the first streamed byte: the first event is pulled before the stream is handed up.
 
@@ -22,6 +23,7 @@ from levergate.core.call import Call
 from levergate.core.reply import Completed, Reply
 from levergate.core.service import Layer, Service
 from levergate.errors import (
+    BadRequest,
     LevergateError,
     Overloaded,
     UpstreamRejected,
@@ -95,6 +97,10 @@ def failure_kind(exc: LevergateError) -> str | None:
         if exc.upstream_status == 429:
             return "rate_limited"
         return CONTEXT_LENGTH if _is_context_length(exc) else None
+    if isinstance(exc, BadRequest) and exc.code == "context_length_exceeded":
+        # Trim's own refusal (the last turn alone does not fit this alias's window): a
+        # larger-context alias may take it, as it would the provider's.
+        return CONTEXT_LENGTH
     if isinstance(exc, UpstreamTimeout):
         return None if exc.code == "deadline_exceeded" else "timeout"
     if isinstance(exc, UpstreamUnavailable):

@@ -6,7 +6,13 @@ import pytest
 
 from levergate.core.call import Call
 from levergate.core.reply import Completed, Reply
-from levergate.errors import Overloaded, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
+from levergate.errors import (
+    BadRequest,
+    Overloaded,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from levergate.layers.traffic.fallback import Fallback, failure_kind
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.testing import FakeUpstream
@@ -59,6 +65,18 @@ async def test_failures_walk_the_list_in_order() -> None:
 async def test_a_prompt_too_long_goes_to_the_larger_context_model() -> None:
     inner = ByModel(
         big=FakeUpstream(default=_context_error()),
+        other=FakeUpstream(default=ok),
+        local=FakeUpstream(default=ok),
+        long=FakeUpstream(default=ok("long")),
+    )
+    await _fallback(inner)(call(model="big"))
+    assert inner.order == ["big", "long"]
+
+
+async def test_trims_own_context_refusal_goes_to_the_larger_context_model_too() -> None:
+    refusal = BadRequest("too long even trimmed", param="messages", code="context_length_exceeded")
+    inner = ByModel(
+        big=FakeUpstream(default=refusal),
         other=FakeUpstream(default=ok),
         local=FakeUpstream(default=ok),
         long=FakeUpstream(default=ok("long")),
