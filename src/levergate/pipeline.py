@@ -141,7 +141,8 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         layers = [
             # Above Retry: each attempt resends the trimmed request, fitted to this alias's window.
             Trim.layer(settings.trim, model=model, shared=shared, summarise_with=summaries),
-            # Above Retry, so every attempt sends the same cache-friendly prompt.
+            # Under Trim (marks the prompt as it will be sent), above Retry (every attempt sends
+            # the same cache-friendly body).
             PromptCacheOptimizer.layer(settings.prompt_cache, model=model,
                                        upstreams=settings.upstreams, shared=shared),
             # Under the caches (a hit never waits), above Retry: a batch is one request, retried,
@@ -178,8 +179,8 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         EmbeddingsCache.layer(settings.cache, shared=shared),
         # Fuzzy and opt-in: after the exact cache, so an exact hit never pays for an embedding.
         semantic_layer(settings.cache, shared=shared, routes=dispatch, embedder=deps.embedder),
-        # Under the caches (a hit skips the embedding), above Fallback: the chosen alias keeps
-        # its own fallbacks, retries and limits.
+        # Under the caches (a hit skips the embedding), above Cascade (a route may choose one)
+        # and Fallback: the chosen alias keeps its own fallbacks, retries and limits.
         Route.layer(settings.routing, models=models, shared=shared),
         # Under the caches (a hit skips every step), above Fallback: each step is an alias.
         Cascade.layer(settings.cascade, aliases=models, shared=shared),
@@ -194,7 +195,7 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         service=service, telemetry=telemetry, upstreams=upstreams, models=models, shared=shared,
         # Every job restarted after a crash, counted in the gateway's own registry.
         supervisor=Supervisor.of(settings.background, clock=deps.clock, registry=shared.registry),
-        background=[job for job in (checks, *shared.jobs) if job]
+        background=[job for job in (checks, *shared.jobs) if job],
     )  # fmt: skip
 
 
