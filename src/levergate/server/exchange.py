@@ -19,7 +19,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
 
 from levergate.core.call import Trace
 from levergate.errors import BadRequest, PayloadTooLarge
@@ -81,6 +83,16 @@ class Request:
         if self._request_id is None:
             self._request_id = request_id_for(self.headers)
         return self._request_id
+
+    def json(self) -> Any:
+        """The body parsed as JSON; a 400 `invalid_json` when it is not."""
+        try:
+            return orjson.loads(self.body)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(
+                f"We could not parse the JSON body of your request: {exc.msg}.",
+                code="invalid_json",
+            ) from None
 
 
 @dataclass(slots=True)

@@ -33,7 +33,7 @@ import orjson
 from levergate.config import WILDCARD
 from levergate.core.reply import Completed, Stream
 from levergate.core.tokenizer import TokenCount, Tokenizer, TokenSource
-from levergate.errors import BadRequest, LevergateError, ModelNotFound, PermissionDenied
+from levergate.errors import LevergateError, ModelNotFound, PermissionDenied
 from levergate.gateway import REQUEST_ID_HEADER
 from levergate.protocol.anthropic_errors import anthropic_error
 from levergate.protocol.anthropic_in import to_openai
@@ -61,18 +61,9 @@ def error_response(exc: LevergateError) -> Response:
     return Response(status, [("content-type", JSON), *extra.items()], orjson.dumps(payload))
 
 
-def _parsed(request: Request) -> Any:
-    try:
-        return orjson.loads(request.body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(
-            f"We could not parse the JSON body of your request: {exc.msg}.", code="invalid_json"
-        ) from None
-
-
 async def messages(edge: Edge, request: Request) -> Response:
     gateway = edge.gateway
-    translated = to_openai(_parsed(request), limits=gateway.settings.limits)
+    translated = to_openai(request.json(), limits=gateway.settings.limits)
     call = gateway.make_call(
         "chat",
         translated.body,
@@ -134,7 +125,7 @@ async def _replayed(frames: list[Frame]) -> AsyncGenerator[bytes, None]:
 
 
 async def count_tokens(edge: Edge, request: Request) -> Response:
-    translated = to_openai(_parsed(request), limits=edge.gateway.settings.limits, counting=True)
+    translated = to_openai(request.json(), limits=edge.gateway.settings.limits, counting=True)
     body = translated.body
     alias = body["model"]
     if request.key is not None and not request.key.allows(alias):

@@ -44,12 +44,7 @@ async def submit(edge: Edge, request: Request, *, endpoint: str, dedicated: bool
     if request.key is None:
         await guards.client_key(edge, request)
     tenant, key_id = caller(request)
-    try:
-        body = orjson.loads(request.body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(
-            f"We could not parse the JSON body of your request: {exc.msg}.", code="invalid_json"
-        ) from None
+    body = request.json()
     job = await service.submit(endpoint, body, headers=request.headers, tenant=tenant,
                                key_id=key_id, dedicated=dedicated)  # fmt: skip
     data = await service.wire(job)

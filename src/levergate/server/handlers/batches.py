@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import orjson
-
-from levergate.errors import BadRequest
 from levergate.server.exchange import Request, Response
 from levergate.server.handlers.files import caller, json_response, limit_of, page, query, service
 
@@ -17,12 +14,7 @@ if TYPE_CHECKING:
 
 async def create_batch(edge: Edge, request: Request) -> Response:
     tenant, key_id = caller(request)
-    try:
-        body = orjson.loads(request.body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(
-            f"We could not parse the JSON body of your request: {exc.msg}.", code="invalid_json"
-        ) from None
+    body = request.json()
     batches = service(edge)
     job = await batches.create(body, tenant=tenant, key_id=key_id)
     _, counts = await batches.get(job.id, tenant=tenant)

@@ -12,7 +12,7 @@ without `[DONE]`.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ import orjson
 from levergate.batch.async_requests import asks_async
 from levergate.core.call import Call, Kind
 from levergate.core.reply import Completed, Event, Reply, Stream
-from levergate.errors import BadRequest, LevergateError, ModelNotFound
+from levergate.errors import LevergateError, ModelNotFound
 from levergate.gateway import REQUEST_ID_HEADER
 from levergate.protocol.openai import has_generated_token
 from levergate.protocol.sse import DONE_FRAME, encode
@@ -71,22 +71,16 @@ async def _call(kind: Kind, edge: Edge, request: Request) -> Response:
     if asks_async(request.headers):  # x-levergate-async / -defer / -deadline / -webhook
         return await async_requests.submit(edge, request, endpoint=ENDPOINT_OF[kind],
                                            dedicated=False)  # fmt: skip
-    try:
-        parsed = orjson.loads(request.body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(
-            f"We could not parse the JSON body of your request: {exc.msg}.", code="invalid_json"
-        ) from None
     call = edge.gateway.make_call(
         kind,
-        parsed,
+        request.json(),
         headers=request.headers,
         trace=request.trace,
         raw=request.body,
         request_id=request.request_id,
     )
     reply = await edge.gateway.serve(call)
-    return await _respond(call, reply)
+    return await respond(call, reply, frames=_frames)
 
 
 # Partials rather than wrappers: the hot path pays for no extra coroutine.
@@ -95,7 +89,13 @@ completions = partial(_call, "completion")
 embeddings = partial(_call, "embedding")
 
 
-async def _respond(call: Call, reply: Reply) -> Response:
+Frames = Callable[[Stream, list[Event]], AsyncGenerator[bytes, None]]
+
+
+async def respond(call: Call, reply: Reply, *, frames: Frames) -> Response:
+    """A whole answer as JSON, or a stream answered at its first generated token and framed by
+    `frames` (the protocol's SSE shape: chat's `data:` + `[DONE]`, the Responses API's
+    `event:` + `data:`)."""
     meta = [*reply.headers.items(), (REQUEST_ID_HEADER, call.ctx.request_id)]
     if isinstance(reply, Completed):
         return Response(reply.status, [("content-type", JSON), *meta], reply.raw)
@@ -104,7 +104,7 @@ async def _respond(call: Call, reply: Reply) -> Response:
     except BaseException:
         await reply.aclose()
         raise
-    return Response(200, [*SSE_HEADERS, *meta], stream=_frames(reply, opening))
+    return Response(200, [*SSE_HEADERS, *meta], stream=frames(reply, opening))
 
 
 async def _opening(stream: Stream) -> list[Event]:

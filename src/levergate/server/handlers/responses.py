@@ -17,13 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from levergate.core.reply import Completed, Event, Stream
-from levergate.errors import BadRequest, LevergateError, NotFound
-from levergate.gateway import REQUEST_ID_HEADER
+from levergate.core.reply import Event, Stream
+from levergate.errors import LevergateError, NotFound
 from levergate.layers.auth import TENANT_HEADER
-from levergate.protocol.openai import has_generated_token
 from levergate.server.exchange import Request, Response
-from levergate.server.handlers.openai import JSON, SSE_HEADERS
+from levergate.server.handlers.openai import JSON, respond
 
 if TYPE_CHECKING:
     from levergate.server.edge import Edge
@@ -33,39 +31,15 @@ log = logging.getLogger("levergate.edge")
 
 
 async def create(edge: Edge, request: Request) -> Response:
-    try:
-        parsed = orjson.loads(request.body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(
-            f"We could not parse the JSON body of your request: {exc.msg}.", code="invalid_json"
-        ) from None
     call = edge.gateway.make_call(
         "response",
-        parsed,
+        request.json(),
         headers=request.headers,
         trace=request.trace,
         raw=request.body,
         request_id=request.request_id,
     )
-    reply = await edge.gateway.serve(call)
-    meta = [*reply.headers.items(), (REQUEST_ID_HEADER, call.ctx.request_id)]
-    if isinstance(reply, Completed):
-        return Response(reply.status, [("content-type", JSON), *meta], reply.raw)
-    try:
-        opening = await _opening(reply)
-    except BaseException:
-        await reply.aclose()
-        raise
-    return Response(200, [*SSE_HEADERS, *meta], stream=_frames(reply, opening))
-
-
-async def _opening(stream: Stream) -> list[Event]:
-    events: list[Event] = []
-    async for event in stream:
-        events.append(event)
-        if has_generated_token(event.json()):
-            break
-    return events
+    return await respond(call, await edge.gateway.serve(call), frames=_frames)
 
 
 _TYPE_HEAD = b'{"type":"'
