@@ -45,6 +45,7 @@ from levergate.core.reply import Completed, Reply
 from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from levergate.policies.prorate import prorate
+from levergate.protocol.openai import embedding_inputs, is_token_ids
 
 if TYPE_CHECKING:
     from levergate.layers.shared import Shared
@@ -87,7 +88,7 @@ class MicroBatch:
         )  # fmt: skip
 
     async def __call__(self, call: Call) -> Reply:
-        inputs = _inputs(call.body.get("input")) if call.kind == "embedding" else []
+        inputs = embedding_inputs(call.body.get("input")) if call.kind == "embedding" else []
         key = _group(call) if inputs and not call.stream else None
         if key is None:
             return await self._inner(call)
@@ -145,26 +146,6 @@ def _expired() -> UpstreamTimeout:
     )
 
 
-def _inputs(value: Any) -> list[Any]:
-    """The request's inputs one by one (a string, a list of strings, one list of token ids, a
-    list of token-id lists); [] for anything else, which goes upstream alone to be judged."""
-    if isinstance(value, str):
-        return [value]
-    if not isinstance(value, list) or not value:
-        return []
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return [value]
-    if all(isinstance(v, str) for v in value) or all(_ids(v) for v in value):
-        return list(value)
-    return []
-
-
-def _ids(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    )
-
-
 def _size(inputs: list[Any]) -> int:
     return sum(len(v.encode()) if isinstance(v, str) else 4 * len(v) for v in inputs)
 
@@ -215,7 +196,7 @@ def _split(reply: Completed, batch: Sequence[Pending]) -> list[Reply]:
     usage = data.get("usage")
     billed = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     billed = billed if isinstance(billed, int) and billed >= 0 else 0
-    exact_ids = all(_ids(v) for p in batch for v in p.inputs)
+    exact_ids = all(is_token_ids(v) for p in batch for v in p.inputs)
     weights = [sum(len(v) for v in p.inputs) if exact_ids else p.size for p in batch]
     prorated = not (exact_ids and sum(weights) == billed)
     shares = prorate(billed, weights)

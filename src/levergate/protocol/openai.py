@@ -214,3 +214,24 @@ def generated_text(data: Mapping[str, Any]) -> str:
 def _add_text(parts: list[str], value: Any) -> None:
     if isinstance(value, str):
         parts.append(value)
+
+
+def embedding_inputs(value: Any) -> list[Any]:
+    """An embeddings request's inputs one by one (a string, a list of strings, one list of
+    token ids, a list of token-id lists); [] for anything else, which goes upstream as it is,
+    to be judged there. The embeddings cache and micro-batching split requests by it."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not value:
+        return []
+    if is_token_ids(value):
+        return [value]
+    if all(isinstance(v, str) for v in value) or all(is_token_ids(v) for v in value):
+        return list(value)
+    return []
+
+
+def is_token_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    )

@@ -29,6 +29,7 @@ from levergate.layers.cache.entries import CACHE_HEADER, Entries
 from levergate.layers.cache.stats import CacheStats
 from levergate.policies.cache_policy import controls, namespace, rule_for
 from levergate.policies.fingerprint import fingerprint
+from levergate.protocol.openai import embedding_inputs
 from levergate.stores.entry import Form
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class EmbeddingsCache:
         if call.kind != "embedding":
             return await self._inner(call)
         rule = rule_for(self._settings, model=call.model, feature=call.ctx.feature)
-        items = _items(call.body.get("input"))
+        items = embedding_inputs(call.body.get("input"))
         if rule.mode == "off" or not items:
             self._stats.lookup(NAME, "bypass")
             reply = await self._inner(call)
@@ -137,20 +138,6 @@ class EmbeddingsCache:
             _response(model if isinstance(model, str) else call.model, keys, found,
                       usage=reply.data.get("usage"))
         )  # fmt: skip
-
-
-def _items(value: Any) -> list[Any]:
-    """The request's inputs one by one: a string, a list of strings, one list of token ids, or
-    a list of token-id lists."""
-    if isinstance(value, str):
-        return [value]
-    if not isinstance(value, list) or not value:
-        return []
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return [value]
-    if all(isinstance(v, str | list) for v in value):
-        return list(value)
-    return []
 
 
 def _vectors(data: dict[str, Any], count: int) -> list[bytes]:
