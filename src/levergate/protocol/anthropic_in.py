@@ -102,6 +102,10 @@ class _Translation:
         out: dict[str, Any] = {"model": _text(_required(body, "model"), "model")}
         messages = self._system(body.get("system"))
         messages += self._messages(_required(body, "messages"))
+        limit = self._limits.max_messages
+        if len(messages) > limit:  # tool results and the system prompt become messages of their own
+            raise _fail("messages", f"{len(messages)} messages once translated (tool results and "
+                        f"the system prompt count) is more than the limit of {limit}")  # fmt: skip
         out["messages"] = messages
         if not counting:
             out["max_tokens"] = self._max_tokens(_required(body, "max_tokens"))

@@ -440,3 +440,19 @@ def test_counts_are_bounded_by_the_request_limits() -> None:
             {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": blocks}]},
             limits=limits,
         )
+
+
+def test_tool_results_that_push_the_translation_over_the_message_limit_are_a_400() -> None:
+    # Within the limit as sent, over it once each tool result becomes a message of its own
+    # (found by Hypothesis: it passed translation and then failed the chat checks unnamed).
+    turn = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "a"},
+            {"type": "tool_result", "tool_use_id": "t", "content": "r"},
+        ],
+    }
+    body = {"model": "m", "max_tokens": 8, "messages": [turn] * 8}
+    with pytest.raises(BadRequest) as caught:
+        to_openai(body, limits=RequestLimits(max_messages=8))
+    assert caught.value.param == "messages"
