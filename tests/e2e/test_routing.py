@@ -88,6 +88,21 @@ async def test_rules_route_by_feature_and_metadata(sim: SimHandle) -> None:
         assert "metadata" in str(raised.value)
 
 
+async def test_the_exact_cache_keeps_one_features_routed_answer_from_another(
+    sim: SimHandle,
+) -> None:
+    routing = {"routes": [{"name": "auto", "default": "big", "rules": [
+        {"name": "faq", "to": "mini", "when": {"feature": ["faq"]}},
+    ]}]}  # fmt: skip
+    async with routed(sim, routing) as client:
+        faq = {"x-levergate-feature": "faq"}
+        assert await ask(client, "hi", temperature=0, extra_headers=faq) == "sim-mini"
+        assert await ask(client, "hi", temperature=0, extra_headers=faq) == "sim-mini"  # a hit
+        # The same body under another feature routes to the strong model, not to faq's entry.
+        assert await ask(client, "hi", temperature=0) == "sim-big"
+    assert sim.stats()["requests_by_endpoint"]["/v1/chat/completions"] == 2
+
+
 async def test_the_learned_router_routes_unseen_prompts(sim: SimHandle, tmp_path: Path) -> None:
     path = router_file(tmp_path / "router.json")
     routing = {

@@ -78,7 +78,12 @@ class Shared:
         cache = None
         if settings.cache.enabled:
             cache = CacheState.build(
-                settings.cache, models=models, clock=clock, registry=registry, closers=closers
+                settings.cache,
+                models=models,
+                clock=clock,
+                registry=registry,
+                closers=closers,
+                routed=frozenset(r.name for r in settings.routing.routes),
             )
         jobs: list[Job] = []
         keys = build_keys(settings, clock=clock, limit_store=traffic.store,

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 class CacheState:
     stats: CacheStats
     store: KV
-    resolve: Callable[[str], str]
+    resolve: Callable[[str, str], str]  # (alias, feature tag) -> what answers it
 
     @classmethod
     def build(
@@ -48,11 +48,13 @@ class CacheState:
         clock: Clock,
         registry: CollectorRegistry,
         closers: list[Callable[[], Awaitable[None]]],
+        routed: frozenset[str] = frozenset(),
     ) -> CacheState:
         stats = CacheStats(registry)
         built = build_store(settings.store, clock=clock, on_fault=stats.fault)
         closers.extend(built.closers)
-        return cls(stats=stats, store=built.kv, resolve=partial(resolve_model, models))
+        resolve = partial(resolve_model, models, routed=routed)
+        return cls(stats=stats, store=built.kv, resolve=resolve)
 
     def entries(self, cache: str) -> Entries:
         """The store as one cache layer sees it (its name labels the counters)."""
@@ -140,9 +142,19 @@ def _default_embedder(
     return local
 
 
-def resolve_model(models: Mapping[str, Model], alias: str) -> str:
+def resolve_model(
+    models: Mapping[str, Model],
+    alias: str,
+    feature: str = "",
+    *,
+    routed: frozenset[str] = frozenset(),
+) -> str:
     """The alias and every endpoint that may answer it (`upstream/model`), for a configured alias
-    or the `*` catch-all; an unknown alias stands for itself."""
+    or the `*` catch-all; an unknown alias stands for itself. A routed alias (`routing.routes`)
+    also stands for the feature tag, which its rules may route by and the body does not carry:
+    one body sent under two features may be answered by two models."""
+    if alias in routed:
+        return f"{alias}->route(feature={feature})"
     model = models.get(alias) or models.get(WILDCARD)
     if model is None:
         return alias

@@ -59,7 +59,7 @@ class EmbeddingsCache:
         settings: Cache,
         entries: Entries,
         stats: CacheStats,
-        resolve: Callable[[str], str],
+        resolve: Callable[[str, str], str],
     ) -> None:
         self._inner = inner
         self._settings = settings
@@ -102,7 +102,7 @@ class EmbeddingsCache:
         return fingerprint(
             {**call.body, "input": item},
             kind="embedding",
-            resolved_model=self._resolve(call.model),
+            resolved_model=self._resolve(call.model, call.ctx.feature),
             namespace=namespace(self._settings, call.ctx.tenant),
         )
 

@@ -76,7 +76,7 @@ class ExactCache:
         settings: Cache,
         entries: Entries,
         stats: CacheStats,
-        resolve: Callable[[str], str],
+        resolve: Callable[[str, str], str],
         clock: Clock | None = None,
     ) -> None:
         self._inner = inner
@@ -98,7 +98,7 @@ class ExactCache:
         key = fingerprint(
             call.body,
             kind=call.kind,
-            resolved_model=self._resolve(call.model),
+            resolved_model=self._resolve(call.model, call.ctx.feature),
             namespace=namespace(self._settings, call.ctx.tenant),
         )
         if asked.lookup:

@@ -50,7 +50,7 @@ class SemanticCache:
         settings: Cache,
         entries: Entries,
         stats: CacheStats,
-        resolve: Callable[[str], str],
+        resolve: Callable[[str, str], str],
         embedder: Embedder,
         index: Partitions,
         verify: Service | None = None,
@@ -99,7 +99,7 @@ class SemanticCache:
         return fingerprint(
             {**call.body, "messages": messages},
             kind="chat:semantic",
-            resolved_model=self._resolve(call.model),
+            resolved_model=self._resolve(call.model, call.ctx.feature),
             namespace=namespace(self._settings, call.ctx.tenant),
         )
 

@@ -47,7 +47,7 @@ def exact_cache(
         settings=settings or Cache(),
         entries=Entries(kv, cache="exact", stats=stats),
         stats=stats,
-        resolve=lambda alias: alias,
+        resolve=lambda alias, _feature: alias,
         clock=clock,
     )
     return layer, stats

@@ -26,6 +26,16 @@ def test_resolved_models_name_every_endpoint_and_the_alias() -> None:
     assert resolve_model({}, "ghost") == "ghost"
 
 
+def test_a_routed_alias_stands_for_its_feature_tag_too() -> None:
+    # A route may send one body to two models by the feature tag, which the body lacks: the
+    # cache must not hand one feature's answer (from the cheap model) to the other.
+    routed = frozenset({"auto"})
+    faq = resolve_model({}, "auto", "faq", routed=routed)
+    legal = resolve_model({}, "auto", "legal", routed=routed)
+    assert faq != legal
+    assert resolve_model({}, "fast", "faq", routed=routed) == "fast"  # not routed: no change
+
+
 def test_the_pipeline_stacks_the_caches_only_when_enabled() -> None:
     base = {"upstreams": [{"name": "u", "base_url": "http://127.0.0.1:9/v1"}],
             "models": [{"name": "*", "upstream": "u"}]}  # fmt: skip

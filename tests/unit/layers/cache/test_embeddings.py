@@ -47,7 +47,7 @@ def layer(upstream: Embeddings, settings: Cache | None = None) -> EmbeddingsCach
     entries = Entries(MemoryKV(max_bytes=1_000_000, clock=ManualClock()), cache="embeddings",
                       stats=stats)  # fmt: skip
     return EmbeddingsCache(upstream, settings=settings or Cache(), entries=entries, stats=stats,
-                           resolve=lambda a: a)  # fmt: skip
+                           resolve=lambda a, _feature: a)  # fmt: skip
 
 
 def vectors(reply: Reply) -> list[list[float]]:

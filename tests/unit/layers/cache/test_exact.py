@@ -199,7 +199,7 @@ async def test_max_age_refuses_older_entries_and_age_is_reported() -> None:
     store = MemoryKV(max_bytes=1_000_000, clock=ManualClock())
     upstream = FakeUpstream()
     cache = ExactCache(
-        upstream, settings=Cache(), stats=stats, resolve=lambda a: a,
+        upstream, settings=Cache(), stats=stats, resolve=lambda a, _feature: a,
         entries=Entries(store, cache="exact", stats=stats, wall=lambda: wall[0]),
     )  # fmt: skip
     await cache(chat())

@@ -58,7 +58,7 @@ def semantic(
         entries=Entries(MemoryKV(max_bytes=10_000_000, clock=ManualClock()), cache="semantic",
                         stats=stats),
         stats=stats,
-        resolve=lambda alias: alias,
+        resolve=lambda alias, _feature: alias,
         embedder=embedder,
         index=PartitionedIndex(max_entries=max_entries, hnsw_above=1000),
     )  # fmt: skip
