@@ -35,7 +35,7 @@ from levergate.protocol.anthropic_request import to_messages_request
 from levergate.protocol.anthropic_response import anthropic_quota, chat_completion, provider_error
 from levergate.protocol.anthropic_stream import StreamError, StreamTranslator
 from levergate.protocol.sse import SSEDecoder
-from levergate.upstreams.http import OpenAIUpstream
+from levergate.upstreams.http import OpenAIUpstream, close_chunks
 from levergate.upstreams.wire import HttpClient, HttpResponse
 
 MESSAGES_PATH = "/v1/messages"
@@ -136,21 +136,11 @@ class AnthropicUpstream(OpenAIUpstream):
         chunks = response.chunks()
         idle = self._settings.timeouts.idle
         try:
-            while True:
-                waited = time.perf_counter()
-                try:
-                    chunk = await self._bounded(anext(chunks, None), deadline, limit=idle)
-                finally:
-                    trace.upstream_seconds += time.perf_counter() - waited
-                if chunk is None:
-                    return
-                self._check_deadline(deadline)
+            while (chunk := await self._next_chunk(chunks, trace, deadline, idle=idle)) is not None:
                 for data in self._decoded(decoder, chunk):
                     yield data
         finally:
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await close_chunks(chunks)
 
     def _anthropic_stream_error(self, error: Mapping[str, Any]) -> UpstreamError:
         provider = self._redact.scrub(provider_error(error))

@@ -177,15 +177,7 @@ class OpenAIUpstream:
         idle = self._settings.timeouts.idle
         done = False
         try:
-            while True:
-                waited = time.perf_counter()
-                try:
-                    chunk = await self._bounded(anext(chunks, None), deadline, limit=idle)
-                finally:
-                    trace.upstream_seconds += time.perf_counter() - waited
-                if chunk is None:
-                    break
-                self._check_deadline(deadline)
+            while (chunk := await self._next_chunk(chunks, trace, deadline, idle=idle)) is not None:
                 for data in self._decoded(decoder, chunk):
                     if data == DONE:
                         done = True
@@ -217,8 +209,22 @@ class OpenAIUpstream:
                     code="stream_interrupted",
                 )
         finally:
-            await _close_quietly(chunks)
+            await close_chunks(chunks)
             await response.aclose()
+
+    async def _next_chunk(
+        self, chunks: AsyncIterator[bytes], trace: Trace, deadline: float, *, idle: float
+    ) -> bytes | None:
+        """A stream body's next chunk (None at its end) under the idle and total timeouts,
+        the wait counted as upstream time."""
+        waited = time.perf_counter()
+        try:
+            chunk = await self._bounded(anext(chunks, None), deadline, limit=idle)
+        finally:
+            trace.upstream_seconds += time.perf_counter() - waited
+        if chunk is not None:
+            self._check_deadline(deadline)
+        return chunk
 
     def _decoded(self, decoder: SSEDecoder, chunk: bytes) -> list[bytes]:
         try:
@@ -266,7 +272,7 @@ class OpenAIUpstream:
                 parts.append(chunk)
                 size += len(chunk)
         finally:
-            await _close_quietly(chunks)
+            await close_chunks(chunks)
             await response.aclose()
         return (parts[0] if len(parts) == 1 else b"".join(parts)), cut
 
@@ -406,7 +412,7 @@ def _error_code(raw: bytes) -> str | None:
     return code if isinstance(code, str) else None
 
 
-async def _close_quietly(chunks: AsyncIterator[bytes]) -> None:
+async def close_chunks(chunks: AsyncIterator[bytes]) -> None:
     aclose = getattr(chunks, "aclose", None)
     if aclose is not None:
         await aclose()
