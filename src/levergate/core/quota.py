@@ -82,13 +82,14 @@ def _window(headers: Mapping[str, str], dimension: str) -> Window | None:
     if limit is None and remaining is None and reset is None:
         return None
     return Window(
-        limit=_number(limit),
-        remaining=_number(remaining),
+        limit=finite_number(limit),
+        remaining=finite_number(remaining),
         reset_seconds=None if reset is None else parse_duration(reset),
     )
 
 
-def _number(text: str | None) -> float | None:
+def finite_number(text: str | None) -> float | None:
+    """A header's number, or None when absent, malformed or not finite."""
     if text is None:
         return None
     try:

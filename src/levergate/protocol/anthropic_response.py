@@ -22,14 +22,13 @@ buckets, where OpenAI's `prompt_tokens` includes its cached tokens):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import orjson
 
-from levergate.core.quota import Quota, Window
+from levergate.core.quota import Quota, Window, finite_number
 from levergate.protocol.anthropic_common import finish_reason
 
 
@@ -154,7 +153,9 @@ def _window(headers: Mapping[str, str], dimension: str, now: float) -> Window | 
     if limit is None and remaining is None and reset is None:
         return None
     return Window(
-        limit=_float(limit), remaining=_float(remaining), reset_seconds=_until(reset, now)
+        limit=finite_number(limit),
+        remaining=finite_number(remaining),
+        reset_seconds=_until(reset, now),
     )
 
 
@@ -169,16 +170,6 @@ def _until(stamp: str | None, now: float) -> float | None:
     if moment.tzinfo is None:
         return None
     return max(0.0, moment.timestamp() - now)
-
-
-def _float(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _int(value: Any) -> int:

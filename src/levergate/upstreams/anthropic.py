@@ -85,18 +85,10 @@ class AnthropicUpstream(OpenAIUpstream):
 
     async def models(self) -> list[dict[str, Any]]:
         """Anthropic's `GET /v1/models`, in OpenAI's model-object shape."""
-        response = await self._client.request(
-            "GET", self._base + "/v1/models", body=None, headers=self._headers
-        )
-        deadline = time.monotonic() + self._settings.timeouts.ttfb
-        raw = await self._read(response, deadline, limit=self._limits.body_bytes)
-        if response.status >= 400:
-            return []
-        data = orjson.loads(raw).get("data")
         return [
             {"id": m["id"], "object": "model", "created": 0, "owned_by": "anthropic"}
-            for m in (data if isinstance(data, list) else [])
-            if isinstance(m, dict) and isinstance(m.get("id"), str)
+            for m in await self._listed("/v1/models")
+            if isinstance(m.get("id"), str)
         ]
 
     async def _events(

@@ -149,14 +149,18 @@ class OpenAIUpstream:
 
     async def models(self) -> list[dict[str, Any]]:
         """The upstream's own `/models` list, for `--upstream URL` mode."""
+        return await self._listed("/models")
+
+    async def _listed(self, path: str) -> list[dict[str, Any]]:
+        """The objects of a `{"data": [...]}` list the upstream serves at `path` ([] for an
+        error or anything else)."""
         response = await self._client.request(
-            "GET", self._base + "/models", body=None, headers=self._headers
+            "GET", self._base + path, body=None, headers=self._headers
         )
         deadline = time.monotonic() + self._settings.timeouts.ttfb
         raw = await self._read(response, deadline, limit=self._limits.body_bytes)
-        if response.status >= 400:
-            return []
-        data = orjson.loads(raw).get("data")
+        body = _json_object(raw) if response.status < 400 else None
+        data = body.get("data") if body is not None else None
         return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
 
     async def aclose(self) -> None:
