@@ -40,8 +40,11 @@ async def answering(body: bytes, status: int = 200) -> AsyncIterator[int]:
 async def test_a_malformed_model_list_is_no_models(body: bytes, status: int, kind: str) -> None:
     async with answering(body, status) as port:
         url = f"http://127.0.0.1:{port}"
-        settings = (Upstream(name="u", base_url=url + "/v1") if kind == "openai"
-                    else AnthropicUpstream(name="u", base_url=url, api_key=SecretStr("k")))  # fmt: skip
+        settings: Upstream = (
+            Upstream(name="u", base_url=url + "/v1")
+            if kind == "openai"
+            else AnthropicUpstream(name="u", base_url=url, api_key=SecretStr("k"))
+        )
         endpoint = make_endpoint(settings)
         try:
             assert await endpoint.models() == []
