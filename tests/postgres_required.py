@@ -17,7 +17,9 @@ SERVER = os.environ.get("LEVERGATE_TEST_POSTGRES", "postgresql://postgres@127.0.
 
 @asynccontextmanager
 async def postgres_database(name: str) -> AsyncIterator[str]:
-    """A fresh, empty database `name` on the test server; its DSN."""
+    """A fresh, empty database named after `name` and this process on the test server (two
+    test runs on one server never drop each other's), dropped afterwards; its DSN."""
+    name = f"{name}_{os.getpid()}"
     try:
         admin = await psycopg.AsyncConnection.connect(
             f"{SERVER}/postgres", autocommit=True, connect_timeout=3
