@@ -37,6 +37,7 @@ from levergate.config.cascade import (
     MustParse,
     Regex,
 )
+from levergate.protocol.openai import content_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,17 +227,11 @@ def judge_messages(
     messages: Sequence[Mapping[str, Any]], answer: str, *, max_chars: int
 ) -> list[dict[str, str]]:
     """The grading prompt: the conversation's text (its newest `max_chars`) and the answer."""
-    parts = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            content = "\n".join(
-                p["text"]
-                for p in content
-                if isinstance(p, Mapping) and isinstance(p.get("text"), str)
-            )
-        if isinstance(content, str) and content:
-            parts.append(f"{message.get('role', 'user')}: {content}")
+    parts = [
+        f"{message.get('role', 'user')}: {content}"
+        for message in messages
+        if (content := content_text(message.get("content")))
+    ]
     conversation = "\n".join(parts)[-max_chars:]
     user = f"Conversation:\n{conversation}\n\nAnswer to grade:\n{answer[-max_chars:]}"
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]

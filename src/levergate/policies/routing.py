@@ -20,6 +20,7 @@ from levergate.config.routing import (
     MAX_METADATA_VALUE_CHARS,
 )
 from levergate.errors import BadRequest
+from levergate.protocol.openai import content_text, content_texts
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,7 @@ def texts(body: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     for message in messages if isinstance(messages, list) else []:
         if isinstance(message, Mapping):
-            out.extend(_content_text(message.get("content")))
+            out.extend(content_texts(message.get("content")))
     return out
 
 
@@ -135,17 +136,5 @@ def last_user_text(body: Mapping[str, Any]) -> str:
     messages = body.get("messages")
     for message in reversed(messages if isinstance(messages, list) else []):
         if isinstance(message, Mapping) and message.get("role") == "user":
-            return "\n".join(_content_text(message.get("content")))
+            return content_text(message.get("content"))
     return ""
-
-
-def _content_text(content: Any) -> list[str]:
-    if isinstance(content, str):
-        return [content]
-    if isinstance(content, list):
-        return [
-            str(part["text"])
-            for part in content
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
-        ]
-    return []

@@ -235,3 +235,22 @@ def is_token_ids(value: Any) -> bool:
     return isinstance(value, list) and all(
         isinstance(v, int) and not isinstance(v, bool) for v in value
     )
+
+
+def content_text(content: Any, *, sep: str = "\n") -> str:
+    """The text of a message's `content`: its text parts joined by `sep`."""
+    return sep.join(content_texts(content))
+
+
+def content_texts(content: Any) -> list[str]:
+    """The text parts of a message's `content`: the string itself, or each text part (images,
+    audio and other parts carry none); [] for anything else."""
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [
+            part["text"]
+            for part in content
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        ]
+    return []

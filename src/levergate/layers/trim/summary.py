@@ -19,6 +19,7 @@ from levergate.core.reply import Completed, Reply
 from levergate.core.service import Service
 from levergate.errors import LevergateError
 from levergate.policies.pricing import from_usage
+from levergate.protocol.openai import content_text
 
 INSTRUCTIONS = (
     "Summarise the conversation below in a few sentences: the facts, decisions and open "
@@ -90,14 +91,7 @@ def render(messages: Sequence[Any]) -> str:
     for message in messages:
         if not isinstance(message, Mapping):
             continue
-        content = message.get("content")
-        if isinstance(content, list):
-            content = " ".join(
-                p["text"]
-                for p in content
-                if isinstance(p, Mapping) and isinstance(p.get("text"), str)
-            )
-        text = content if isinstance(content, str) else ""
+        text = content_text(message.get("content"), sep=" ")
         for tool_call in message.get("tool_calls") or ():
             function = tool_call.get("function") if isinstance(tool_call, Mapping) else None
             if isinstance(function, Mapping):
