@@ -23,12 +23,12 @@ from levergate.catalog import Catalog
 from levergate.config import Ledger as LedgerSettings
 from levergate.core.call import CacheOutcome, CacheResult, Call, Spend
 from levergate.core.tokenizer import TokenSource
+from levergate.layers.measure.labels import OTHER, LabelValues
 from levergate.layers.measure.record import NO_SAVINGS, RequestRecord
 from levergate.policies.pricing import Bill, Side, Tokens, bill, cost, from_usage
 
 __all__ = ["Ledger", "LedgerMetrics", "LedgerSink"]
 
-OTHER = "other"
 NOTHING = Bill(0.0, 0.0, (), NO_SAVINGS)
 
 
@@ -110,9 +110,10 @@ class LedgerMetrics:
             ("lever", *labels),
             registry=registry,
         )
-        self._max_values = settings.max_label_values
+        self._bounded = LabelValues(
+            ("model", "tenant", "feature"), max_values=settings.max_label_values
+        )
         self._max_sets = settings.max_label_sets
-        self._seen: dict[str, set[str]] = {"model": set(), "tenant": set(), "feature": set()}
         self._sets: set[tuple[str, str, str]] = set()
         # Admitted combinations as they arrived (raw == bounded), for one dict look-up per
         # request; never larger than `max_label_sets`.
@@ -144,15 +145,6 @@ class LedgerMetrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         child.inc(value)
-
-    def _bounded(self, kind: str, value: str) -> str:
-        seen = self._seen[kind]
-        if value in seen or not value:
-            return value
-        if len(seen) >= self._max_values:
-            return OTHER
-        seen.add(value)
-        return value
 
 
 class LedgerSink:

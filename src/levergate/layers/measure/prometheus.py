@@ -18,10 +18,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from levergate.config import Ledger, Metrics
 from levergate.core.tokenizer import TokenSource
+from levergate.layers.measure.labels import OTHER, LabelValues
 from levergate.layers.measure.ledger import LedgerMetrics
 from levergate.layers.measure.record import RequestRecord
 
-OTHER = "other"
 Labels = tuple[str, str, str, str]
 
 
@@ -96,22 +96,10 @@ class Telemetry:
             registry=reg,
         )
         self.in_flight = Gauge("levergate_in_flight", "Requests being served.", registry=reg)
-        self._max_values = settings.max_label_values
+        self.bounded = LabelValues(("feature", "model"), max_values=settings.max_label_values)
         self._max_sets = settings.max_label_sets
-        self._seen: dict[str, set[str]] = {"feature": set(), "model": set()}
         self._sets: set[Labels] = set()
         self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
-
-    def bounded(self, kind: str, value: str) -> str:
-        """Feature tags, and model names behind a `*` route, come from clients: bound how many
-        distinct values of each become labels."""
-        seen = self._seen[kind]
-        if value in seen or not value:
-            return value
-        if len(seen) >= self._max_values:
-            return OTHER
-        seen.add(value)
-        return value
 
     def labels(self, *, route: str, model: str, upstream: str, feature: str) -> Labels:
         """The label set a request is recorded under, within the series budget."""

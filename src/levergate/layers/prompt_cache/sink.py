@@ -35,9 +35,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from levergate.config import WILDCARD, Settings
+from levergate.layers.measure.labels import OTHER
 from levergate.layers.measure.record import RequestRecord, Sink
 
-OTHER = "other"
 OUTCOMES = ("hit", "missed", "unexpected_hit", "cold")
 
 
