@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -134,3 +135,37 @@ async def test_an_invalid_request_makes_a_bounded_number_of_upstream_calls(
         time.sleep(0.05)
     # levergate's own attempts, not multiplied by the SDK's retries (was 4 x 3 = 12).
     assert llama.failed_calls() - before == attempts
+
+
+async def test_the_anthropic_sdk_and_the_responses_api_through_levergate(
+    llama: LlamaServer, gateway_at: GatewayFactory
+) -> None:
+    """Both translated protocols against a server levergate did not write: the anthropic SDK's
+    /v1/messages and the openai SDK's Responses API become chat calls to llama_cpp.server,
+    whole and streamed, and come back in their own wire formats."""
+    question = "What is the capital of France?"
+    async with (
+        gateway_at(llama.base_url, cache={"enabled": False}) as url,
+        openai.AsyncOpenAI(base_url=url, api_key="sk-client") as sdk,
+        anthropic.AsyncAnthropic(base_url=url.removesuffix("/v1"), api_key="sk-client") as claude,
+    ):
+        message = await claude.messages.create(
+            model="smollm2", max_tokens=6, messages=[{"role": "user", "content": question}]
+        )
+        assert message.content[0].type == "text"
+        assert message.content[0].text
+        assert message.usage.output_tokens > 0
+        async with claude.messages.stream(
+            model="smollm2", max_tokens=6, messages=[{"role": "user", "content": question}]
+        ) as stream:
+            streamed = "".join([text async for text in stream.text_stream])
+        assert streamed
+        response = await sdk.responses.create(model="smollm2", input=question, max_output_tokens=16)
+        assert response.output_text
+        assert response.usage is not None
+        assert response.usage.output_tokens > 0
+        async with sdk.responses.stream(
+            model="smollm2", input=question, max_output_tokens=16
+        ) as events:
+            final = await events.get_final_response()
+        assert final.output_text
