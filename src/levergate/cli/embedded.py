@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from levergate.config import (
@@ -26,7 +25,6 @@ from levergate.config import (
     Model,
     Settings,
     Speculation,
-    cache_home,
 )
 from levergate.gateway import Gateway
 from levergate.server.run import serving
@@ -46,10 +44,7 @@ def persistent_cache(settings: Settings) -> Settings:
     store = settings.cache.store
     if "backend" in store.model_fields_set:
         return settings
-    path = store.sqlite_path
-    if "sqlite_path" not in store.model_fields_set:
-        path = str(Path(cache_home()) / "cache.sqlite3")
-    store = store.model_copy(update={"backend": "sqlite", "sqlite_path": path})
+    store = store.model_copy(update={"backend": "sqlite"})
     return settings.model_copy(update={"cache": settings.cache.model_copy(update={"store": store})})
 
 

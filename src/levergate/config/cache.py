@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from levergate.config.base import _Strict
+from levergate.config.local import cache_home
 
 CacheMode = Literal["off", "deterministic", "always"]
 
@@ -39,7 +41,8 @@ class CacheStore(_Strict):
     front_bytes: int = Field(64 * 1024 * 1024, ge=0)
     # How long an entry may stay in the front LRU before the back store is asked again.
     front_ttl_seconds: float = Field(60.0, gt=0)
-    sqlite_path: str = "levergate-cache.sqlite3"
+    # Under the user's cache folder, never the working directory (nor a checkout).
+    sqlite_path: str = Field(default_factory=lambda: str(Path(cache_home()) / "cache.sqlite3"))
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "levergate:cache:"
     # A store slower than this is treated as down for the request (a miss, never a failure).

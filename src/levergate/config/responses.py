@@ -14,11 +14,13 @@ A Responses request goes one of two ways (server/handlers/responses.py, layers/r
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from levergate.config.base import _Strict
+from levergate.config.local import cache_home
 
 DAY = 24 * 3600.0
 
@@ -33,7 +35,10 @@ class ResponseStoreSettings(_Strict):
     backend: Literal["auto", "memory", "sqlite", "redis"] = "auto"
     # Bounds the in-memory store (its LRU evicts the oldest response first).
     memory_bytes: int = Field(128 * 1024 * 1024, ge=0)
-    sqlite_path: str = "levergate-responses.sqlite3"
+    # Under the user's cache folder, never the working directory (nor a checkout).
+    sqlite_path: str = Field(
+        default_factory=lambda: str(Path(cache_home()) / "responses.sqlite3")
+    )
     # None: the cache store's URL (or the traffic store's when only that one is Redis).
     redis_url: str | None = None
     redis_prefix: str = "levergate:responses:"
