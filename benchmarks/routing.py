@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from benchmarks.harness import RESULTS, stamp, write_results
 
+from levergate.config import LocalEmbeddings, Routing
 from levergate.routing.curve import curve, measured, random_saving
 from levergate.routing.labels import Labels, read_labels
 from levergate.routing.train import Options, embedder, features, fit, spec_for
@@ -103,10 +104,11 @@ def heuristic(labels: Labels) -> dict[str, Any]:
 
 
 def latency(router_x: np.ndarray[Any, Any], labels: Labels, options: Options, samples: int,
-            max_tokens: int) -> dict[str, Any]:  # fmt: skip
+            settings: LocalEmbeddings) -> dict[str, Any]:  # fmt: skip
     """p50/p95 of the route decision as a request makes it (local MiniLM through its batcher,
-    features, the numpy scorer), one request at a time, with the embedding and scorer alone."""
-    from levergate.config import LocalEmbeddings
+    features, the numpy scorer), one request at a time, with the embedding and scorer alone;
+    and, in the same run and interleaved prompt by prompt (so both see the same noise), the
+    embedding of the other graph (float against int8 MatMuls) at the same token limit."""
     from levergate.routing.features import embed_text, vectors
     from levergate.routing.model import Scorer
     from levergate.upstreams.embeddings_local import LocalEmbedder
@@ -114,26 +116,34 @@ def latency(router_x: np.ndarray[Any, Any], labels: Labels, options: Options, sa
     fitted = fit(router_x, labels.cheap, labels.strong, options=options, groups=labels.prompts)
     scorer = Scorer(fitted.network, inputs=router_x.shape[1])
     prompts = labels.prompts[:samples]
+    flipped = "off" if settings.quantize == "int8" else "int8"
+    other = settings.model_copy(update={"quantize": flipped})
+    chars = settings.max_tokens * 8
 
-    async def run() -> tuple[list[float], list[float]]:
-        local = LocalEmbedder(LocalEmbeddings(batch_wait_ms=0.0, max_tokens=max_tokens))
-        total, embed_only = [], []
+    async def run() -> tuple[list[float], list[float], list[float]]:
+        local, baseline = LocalEmbedder(settings), LocalEmbedder(other)
+        total, embed_only, embed_other = [], [], []
         try:
             for p in prompts[:8]:
                 await local.embed([p])
+                await baseline.embed([p])
             for p in prompts:
                 t0 = time.perf_counter()
-                vector = np.array(await local.embed([embed_text(p, text_chars=max_tokens * 8)]))
+                vector = np.array(await local.embed([embed_text(p, text_chars=chars)]))
                 t1 = time.perf_counter()
                 scorer.score(vectors([p], vector))
                 t2 = time.perf_counter()
+                await baseline.embed([embed_text(p, text_chars=chars)])
+                t3 = time.perf_counter()
                 total.append(t2 - t0)
                 embed_only.append(t1 - t0)
+                embed_other.append(t3 - t2)
         finally:
             await local.aclose()
-        return total, embed_only
+            await baseline.aclose()
+        return total, embed_only, embed_other
 
-    total, embed_only = asyncio.run(run())
+    total, embed_only, embed_other = asyncio.run(run())
     row = router_x[:1]
     t0 = time.perf_counter()
     for _ in range(1000):
@@ -144,7 +154,9 @@ def latency(router_x: np.ndarray[Any, Any], labels: Labels, options: Options, sa
         "samples": len(ms), "decision_p50_ms": statistics.median(ms),
         "decision_p95_ms": float(np.percentile(ms, 95)),
         "embedding_p50_ms": statistics.median(t * 1000 for t in embed_only),
-        "scorer_ms": scorer_ms, "max_tokens": max_tokens,
+        "other_embedding_p50_ms": statistics.median(t * 1000 for t in embed_other),
+        "embedder": settings.identity, "other_embedder": other.identity,
+        "scorer_ms": scorer_ms, "max_tokens": settings.max_tokens,
         "load": " ".join(f"{v:.1f}" for v in os.getloadavg()),
     }  # fmt: skip
 
@@ -158,7 +170,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--quick", action="store_true", help="1,500 rows, 3 folds")
-    parser.add_argument("--max-tokens", type=int, default=128)
+    serving = Routing().embeddings
+    parser.add_argument("--max-tokens", type=int, default=serving.max_tokens)
+    parser.add_argument("--quantize", choices=("int8", "off"), default=serving.quantize)
     parser.add_argument("--features", type=Path,
                         help="an .npz keeping the feature rows between runs")  # fmt: skip
     parser.add_argument("--render", action="store_true",
@@ -175,9 +189,8 @@ def main() -> None:
     if args.quick:
         keep = np.random.default_rng(0).permutation(len(labels))[:1500]
         labels, subject, folds = labels.subset(keep), [subject[i] for i in keep], 3
-    from levergate.config import LocalEmbeddings
-
-    settings = LocalEmbeddings(batch_wait_ms=0.0, max_tokens=args.max_tokens)
+    settings = serving.model_copy(update={"max_tokens": args.max_tokens,
+                                          "quantize": args.quantize})  # fmt: skip
     embed = embedder(settings)
     spec = spec_for(settings, dimensions=384)
     t0 = time.perf_counter()
@@ -199,13 +212,15 @@ def main() -> None:
     oracle = curve(labels.strong - labels.cheap, labels.cheap, labels.strong)
     routers["oracle"] = {"curve_saving": oracle.saving_at(TARGET)}
     routers["random"] = {"curve_saving": random_saving(labels.cheap, labels.strong, TARGET)}
-    speed = latency(x, labels, Options(folds=folds), 300, args.max_tokens)
+    speed = latency(x, labels, Options(folds=folds), 300, settings)
     data = {**stamp(), "file": FILE, "rows": len(labels), "folds": folds, "target": TARGET,
             "cheap_accuracy": float(labels.cheap.mean()),
             "strong_accuracy": float(labels.strong.mean()), "embed_seconds": embed_seconds,
             "published": PUBLISHED, "prices_per_million": PRICES, "routers": routers,
             "latency": speed}  # fmt: skip
-    name = "routing" if args.max_tokens == 128 else f"routing-{args.max_tokens}tok"
+    name = "routing"
+    if settings != serving:  # another embedder than routing.embeddings serves with
+        name += f"-{args.max_tokens}tok" + ("-float" if args.quantize == "off" else "")
     write_results(name, data, markdown(data))
 
 
@@ -244,11 +259,14 @@ def markdown(d: dict[str, Any]) -> str:
         ),
         "",
         (
-            f"Route decision (MiniLM int8 at {s['max_tokens']} tokens + features + scorer), one "
-            f"request at a time over {s['samples']} MMLU prompts: p50 {s['decision_p50_ms']:.2f} "
-            f"ms, p95 {s['decision_p95_ms']:.2f} ms; embedding alone p50 "
-            f"{s['embedding_p50_ms']:.2f} ms; scorer {s['scorer_ms'] * 1000:.0f} µs. Embedding the "
-            f"{d['rows']} rows took {d['embed_seconds']:.0f} s (load average {s['load']})."
+            f"Route decision ({s['embedder']} at {s['max_tokens']} tokens + features + scorer), "
+            f"one request at a time over {s['samples']} MMLU prompts: p50 "
+            f"{s['decision_p50_ms']:.2f} ms, p95 {s['decision_p95_ms']:.2f} ms; embedding alone "
+            f"p50 {s['embedding_p50_ms']:.2f} ms, against {s['other_embedding_p50_ms']:.2f} ms "
+            f"for {s['other_embedder']} in the same run, interleaved "
+            f"({s['other_embedding_p50_ms'] / s['embedding_p50_ms']:.2f}x); scorer "
+            f"{s['scorer_ms'] * 1000:.0f} µs. Embedding the {d['rows']} rows took "
+            f"{d['embed_seconds']:.0f} s (load average {s['load']})."
         ),
         "",
         (

@@ -17,9 +17,9 @@ import argparse
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from levergate.config import LocalEmbeddings
+from levergate.config import LocalEmbeddings, Routing
 from levergate.config.routing import TRAIN_C, TRAIN_FOLDS, TRAIN_TARGET_QUALITY
 from levergate.errors import ConfigError
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from levergate.routing.curve import Curve
     from levergate.routing.labels import Labels
+    from levergate.routing.model import RouterFile
 
 SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
@@ -58,6 +59,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="folds for choosing the threshold (default %(default)s)",
     )
     add("--seed", type=int, default=0)
+    add("--quantize", choices=("int8", "off"), default=Routing().embeddings.quantize,
+        help="the embedder's MatMuls (default %(default)s, as routing.embeddings)")  # fmt: skip
     train.set_defaults(func=run_train)
     evaluate = commands.add_parser("eval", help="the cost-quality curve of a router file")
     _labels_arguments(evaluate)
@@ -78,8 +81,9 @@ def _labels_arguments(parser: argparse.ArgumentParser) -> None:
         "--cheap-col", default="mixtral_8x7b_correct", help="1/true where the cheap model was right"
     )
     add("--strong-col", default="gpt4_1106_correct", help="1/true where the strong one was right")
-    add("--max-tokens", type=int, default=128,
-        help="embedding tokens per prompt (default 128, as routing.embeddings)")  # fmt: skip
+    serving = Routing().embeddings
+    add("--max-tokens", type=int, default=serving.max_tokens,
+        help="embedding tokens (default %(default)s, as routing.embeddings)")  # fmt: skip
 
 
 def _read(args: argparse.Namespace) -> Labels:
@@ -96,7 +100,7 @@ def run_train(args: argparse.Namespace) -> int:
     if not 0 < args.target_quality <= 1 or args.c <= 0 or args.folds < 2 or args.hidden < 0:
         raise ConfigError("need 0 < --target-quality <= 1, --c > 0, --folds >= 2, --hidden >= 0")
     labels = _read(args)
-    settings = _embeddings(args.max_tokens)
+    settings = _embeddings(args.max_tokens, quantize=args.quantize)
     embed = embedder(settings)
     spec = spec_for(settings, dimensions=int(embed(["dimensions"]).shape[1]))
     x = features(labels.prompts, embed=embed, text_chars=spec.text_chars)
@@ -122,7 +126,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
     router, scorer = load(args.router)
     labels = _read(args)
-    settings = _embeddings(router.features.max_tokens)
+    settings = _embeddings_of(router)
     x = features(labels.prompts, embed=embedder(settings), text_chars=router.features.text_chars)
     scores = scorer.score(x)
     threshold = router.threshold if args.threshold is None else args.threshold
@@ -199,10 +203,21 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _embeddings(max_tokens: int) -> LocalEmbeddings:
+def _embeddings(max_tokens: int, quantize: Literal["off", "int8"]) -> LocalEmbeddings:
+    """routing.embeddings with these tokens and MatMuls."""
     if not 8 <= max_tokens <= 512:
         raise ConfigError("--max-tokens must be between 8 and 512")
-    return LocalEmbeddings(batch_wait_ms=0.0, max_tokens=max_tokens)
+    update = {"max_tokens": max_tokens, "quantize": quantize}
+    return Routing().embeddings.model_copy(update=update)
+
+
+def _embeddings_of(router: RouterFile) -> LocalEmbeddings:
+    """The embedder a router file was trained on."""
+    found = _embeddings(router.features.max_tokens, "off").named(router.features.embedder)
+    if found is None:
+        raise ConfigError(f"the router file was trained on {router.features.embedder} "
+                          "embeddings, which this levergate does not run")  # fmt: skip
+    return found
 
 
 def _bare(column: str) -> str:

@@ -36,9 +36,7 @@ class ResponseStoreSettings(_Strict):
     # Bounds the in-memory store (its LRU evicts the oldest response first).
     memory_bytes: int = Field(128 * 1024 * 1024, ge=0)
     # Under the user's cache folder, never the working directory (nor a checkout).
-    sqlite_path: str = Field(
-        default_factory=lambda: str(Path(cache_home()) / "responses.sqlite3")
-    )
+    sqlite_path: str = Field(default_factory=lambda: str(Path(cache_home()) / "responses.sqlite3"))
     # None: the cache store's URL (or the traffic store's when only that one is Redis).
     redis_url: str | None = None
     redis_prefix: str = "levergate:responses:"

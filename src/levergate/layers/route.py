@@ -203,11 +203,11 @@ def _learned(
             )
     want = settings.embeddings
     got = router.features
-    if (got.embedder, got.max_tokens) != (want.model_name, want.max_tokens):
+    if (got.embedder, got.max_tokens) != (want.identity, want.max_tokens):
         raise ConfigError(
             f"routing route {spec.name!r}: router file {config.file} was trained on "
             f"{got.embedder} embeddings of {got.max_tokens} tokens, routing.embeddings gives "
-            f"{want.model_name} of {want.max_tokens}"
+            f"{want.identity} of {want.max_tokens}"
         )
     threshold = router.threshold
     if config.threshold is not None:

@@ -201,6 +201,6 @@ def train(
 
 
 def spec_for(settings: LocalEmbeddings, *, dimensions: int) -> FeatureSpec:
-    return FeatureSpec(embedder=settings.model_name, dimensions=dimensions,
+    return FeatureSpec(embedder=settings.identity, dimensions=dimensions,
                        max_tokens=settings.max_tokens, text_chars=settings.max_tokens * 8,
                        structure=list(STRUCTURE))  # fmt: skip

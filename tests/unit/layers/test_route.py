@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from levergate.config import Settings
+from levergate.config import Routing, Settings
 from levergate.core.call import Call, Context, RouteDecision
 from levergate.core.clock import SystemClock
 from levergate.core.service import Service
@@ -99,7 +99,8 @@ def router_file(tmp_path: Path, *, cheap: str = "mini-model", strong: str = "big
     strong_ok = np.where(hard, rng.random(200) < 0.95, rng.random(200) < 0.95).astype(float)
     labels = Labels(prompts, cheap_ok, strong_ok, "synthetic")
     embedded = np.array([keywords(p) for p in prompts])
-    spec = FeatureSpec(embedder="all-minilm-l6-v2", dimensions=3, max_tokens=128,
+    serving = Routing().embeddings  # what the route checks the file against
+    spec = FeatureSpec(embedder=serving.identity, dimensions=3, max_tokens=serving.max_tokens,
                        text_chars=1024, structure=list(STRUCTURE))  # fmt: skip
     router = train(labels, x=vectors(prompts, embedded), spec=spec,
                    models=Models(cheap=cheap, strong=strong), options=Options(folds=3))  # fmt: skip

