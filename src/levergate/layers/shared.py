@@ -4,8 +4,9 @@
 shared)`, ...) takes what it needs from it and returns the layer, or None when its lever is off.
 So which layers exist, in what order, is written in `pipeline.py` alone, and what they share —
 the clock, the metrics registry, the seeded random sources, the traffic, cache and key state, the
-model catalog, the ledger's account of what the gateway spends on its own — is built in one place. The two lists collect what the built layers own: things to
-close when the pipeline closes, and background jobs for `Gateway.start`.
+model catalog, the ledger's account of what the gateway spends on its own — is built in one
+place. The two lists collect what the built layers own: things to close when the pipeline
+closes, and background jobs for `Gateway.start`.
 """
 
 from __future__ import annotations

@@ -40,11 +40,11 @@ _NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?"
 # choice letter must be a capital that ends there ("the answer is A bit..." names no choice);
 # a number must end the sentence ("the answer is 5 apples" is not compared as 5).
 _END = r"(?=[\s.,;!)*]*$|[.,;!)*]+\s)"
-_FINAL = re.compile(
-    rf"(?:(?i:answer)\s*(?:(?i:is)\s*)?[:=]?\s*|####\s*)\(?\**(?:(?P<letter>[A-J])\)?|(?P<number>{_NUMBER})){_END}"
-)
+_MARKER = r"(?:(?i:answer)\s*(?:(?i:is)\s*)?[:=]?\s*|####\s*)"
+_FINAL = re.compile(rf"{_MARKER}\(?\**(?:(?P<letter>[A-J])\)?|(?P<number>{_NUMBER})){_END}")
 _LONE_LETTER = re.compile(r"[a-j]")
 _LONE_NUMBER = re.compile(_NUMBER)
+_YES_NO = re.compile(r"\W*(yes|no|equivalent|different)\b", re.IGNORECASE)
 
 SHADOW_JUDGE_SYSTEM = (
     "You compare two answers to the same conversation. Reply with one number between 0 and 1 "
@@ -67,8 +67,8 @@ def final_answer(text: str) -> str | None:
     last explicit "answer is ..." / "#### ..." marker, or the whole answer being just a letter or
     a number. None when it states none (then only the whole texts are compared)."""
     found = None
-    for found in _FINAL.finditer(text):
-        pass
+    for match in _FINAL.finditer(text):
+        found = match
     if found is not None:
         letter, number = found.group("letter"), found.group("number")
         return letter.lower() if letter else _number(number)
@@ -114,11 +114,9 @@ def equivalence_score(text: str | None) -> float | None:
     first number in [0, 1]; None when it gave neither (the sample failed)."""
     if not text:
         return None
-    first = normalized(text).split(" ", 1)[0]
-    if first in ("yes", "equivalent"):
-        return 1.0
-    if first in ("no", "different"):
-        return 0.0
+    word = _YES_NO.match(text)
+    if word is not None:
+        return 1.0 if word.group(1).lower() in ("yes", "equivalent") else 0.0
     return judge_score(text)
 
 

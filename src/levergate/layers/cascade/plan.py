@@ -75,9 +75,7 @@ class Plans:
                 code="invalid_cascade",
             )
         steps = self._steps(model)
-        return Plan(
-            model, self.label(model), steps, self._checks, self._logprobs, self._shadow
-        )
+        return Plan(model, self.label(model), steps, self._checks, self._logprobs, self._shadow)
 
     def label(self, name: str) -> str:
         """`name` as a metric label: the first `max_metric_names` names each get their own."""

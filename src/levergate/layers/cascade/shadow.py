@@ -157,8 +157,10 @@ class Shadows:
         """One shadow call under a context of its own, its usage charged as kind=shadow."""
         if self._inner is None:
             raise RuntimeError("the shadow queue was never bound to a service")
-        ctx = Context(request_id=f"shadow-{sample.request_id}", tenant=sample.tenant,
-                      priority=Priority.BATCH, deadline=deadline, feature=sample.feature)  # fmt: skip
+        ctx = Context(
+            request_id=f"shadow-{sample.request_id}", tenant=sample.tenant,
+            priority=Priority.BATCH, deadline=deadline, feature=sample.feature,
+        )  # fmt: skip
         reply = await whole(await self._inner(Call(kind="chat", body=body, ctx=ctx)))
         t = from_usage(reply.usage)
         spend = Spend(str(body["model"]), "shadow", input_uncached=t.input_uncached,
