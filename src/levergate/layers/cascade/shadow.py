@@ -5,8 +5,10 @@ retention` (policies/shadow.py has the formula and what agreement does and does 
 When a cascade accepts a step's answer, `Shadows.offer` draws from its own seeded random source
 (`Shared.rng`, so a test replays the draws) and, with probability `shadow.rate`, puts a sample on
 one bounded queue; a full queue drops the sample and counts it (`result="dropped"`), so the
-request path never waits and memory stays bounded by `shadow.queue` samples. The client's answer
-has gone out before the sample is taken from the queue.
+request path never waits and memory stays bounded by `shadow.queue` samples (each holds the
+request's body, already bounded at the edge, and the accepted text). The client's answer has
+gone out before the sample is taken from the queue. An answer with no text (a tool call) is not
+sampled: there is nothing to compare.
 
 The queue's workers (`shadow.concurrency`) run as one background `Job` under the pipeline's
 Supervisor; the Gateway cancels them when it closes, and samples still queued are discarded
