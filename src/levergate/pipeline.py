@@ -126,7 +126,8 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     deps = deps or Deps()
     t, telemetry = settings.traffic, Telemetry(settings.metrics, ledger=settings.ledger)
     models = {m.name: m for m in settings.models}
-    shared = Shared.build(settings, models=models, clock=deps.clock, registry=telemetry.registry)
+    shared = Shared.build(settings, models=models, clock=deps.clock, registry=telemetry.registry,
+                          ledger=telemetry.ledger)  # fmt: skip
     make = partial(make_endpoint, http_client=deps.http_client)
     upstreams = {u.name: make(u) for u in settings.upstreams}
     # Per upstream and API key: providers limit, throttle and fail each key on its own.

@@ -46,9 +46,38 @@ def test_a_valid_named_cascade_loads() -> None:
         ({"cascades": [{"name": "small", "steps": ["small", "large"],
                         "checks": [{"kind": "json"}]}]}, "has the name of a model alias"),
         ({"checks": [{"kind": "judge", "alias": "ghost"}]}, "unknown judge alias 'ghost'"),
+        ({"shadow": {"rate": 1.5}}, "shadow.rate"),
+        ({"shadow": {"rate": -0.1}}, "shadow.rate"),
+        ({"shadow": {"queue": 0}}, "shadow.queue"),
+        ({"shadow": {"concurrency": 1000}}, "shadow.concurrency"),
+        ({"shadow": {"compare": "judge"}}, "needs shadow.judge"),
+        ({"shadow": {"judge": "large"}}, "only asked with shadow.compare 'judge'"),
+        ({"shadow": {"compare": "judge", "judge": "ghost"}},
+         "cascade.shadow: unknown judge alias 'ghost'"),
+        ({"cascades": [{**named(["small", "large"])["cascades"][0],
+                        "shadow": {"rate": 1, "compare": "judge", "judge": "ghost"}}]},
+         "cascade 'qa': unknown shadow judge alias 'ghost'"),
+        # The queue is the gateway's: a named cascade sets only how it is sampled.
+        ({"cascades": [{**named(["small", "large"])["cascades"][0], "shadow": {"queue": 4}}]},
+         "Extra inputs are not permitted"),
     ],
 )  # fmt: skip
 def test_configuration_errors(cascade: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match="invalid configuration") as caught:
         load(cascade)
     assert message in str(caught.value)
+
+
+def test_shadow_sampling_is_off_by_default_and_a_named_cascade_may_override_it() -> None:
+    assert not load({}).cascade.shadowed
+    qa = {**named(["small", "large"])["cascades"][0],
+          "shadow": {"rate": 0.5, "compare": "judge", "judge": "large"}}  # fmt: skip
+    settings = load({"shadow": {"rate": 0.1, "queue": 8}, "cascades": [qa]}).cascade
+    assert settings.shadowed
+    assert settings.sampling(None).rate == 0.1
+    own = settings.sampling(settings.cascades[0])
+    assert (own.rate, own.compare, own.judge) == (0.5, "judge", "large")
+    # Only named cascades, none of them shadowed: no queue is needed.
+    quiet = load({"ad_hoc": False, "shadow": {"rate": 0.1},
+                  "cascades": [{**qa, "shadow": {"rate": 0}}]}).cascade  # fmt: skip
+    assert not quiet.shadowed

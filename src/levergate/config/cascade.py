@@ -20,6 +20,20 @@ in order on a step's answer; the first that fails escalates to the next step. A 
 The logprob defaults are starting points, not measurements of any one model: a model's logprobs
 depend on its tokenizer and sampling, so tune the threshold on your own traffic
 (`benchmarks/cascade.py` shows the escalation-quality trade-off it controls).
+
+Shadow sampling measures what the checks cost in quality (layers/cascade/shadow.py): a share of
+the accepted cheap answers is answered again, off the request path, by the cascade's strongest
+step, and the two answers are compared. Off by default (`rate: 0`); every shadow call is paid for
+(`levergate_spend_usd{kind="shadow"}`).
+
+    shadow: {rate: 0.05, compare: normalized}       the `cascade:` names and the default for all
+    shadow: {rate: 0.2, compare: judge, judge: judge-model}     or on one named cascade
+    shadow: {queue: 256, concurrency: 2, timeout_seconds: 120}  the one queue (cascade level)
+
+`compare: normalized` agrees when the texts are equal once case, spacing and surrounding
+punctuation are ignored, or both end on the same choice letter / number (policies/shadow.py);
+`compare: judge` asks another alias whether the two answers are equivalent, which suits open-ended
+text. A named cascade's `shadow` replaces the cascade-level sampling (rate, compare, judge) whole.
 """
 
 from __future__ import annotations
@@ -102,10 +116,46 @@ Check = Annotated[
 ]
 
 
+class ShadowSampling(_Strict):
+    """Which accepted answers are shadowed by the strongest step, and how the two are compared."""
+
+    # The share of accepted cheap answers shadowed (0: none; each one is a strong-model call).
+    rate: float = Field(0.0, ge=0, le=1)
+    compare: Literal["normalized", "judge"] = "normalized"
+    judge: str | None = Field(None, min_length=1)  # the alias asked, with `compare: judge`
+    # The judge's probability that the answers are equivalent, at which they agree.
+    judge_threshold: float = Field(0.5, ge=0, le=1)
+    judge_max_tokens: int = Field(16, ge=1, le=1024)
+    # The newest characters of the conversation and of each answer the judge is shown.
+    judge_max_chars: int = Field(32_000, ge=256)
+
+    @model_validator(mode="after")
+    def _judge_iff_judged(self) -> ShadowSampling:
+        if self.compare == "judge" and self.judge is None:
+            raise ValueError("shadow.compare 'judge' needs shadow.judge (an alias)")
+        if self.compare != "judge" and self.judge is not None:
+            raise ValueError("shadow.judge is only asked with shadow.compare 'judge'")
+        return self
+
+
+class Shadow(ShadowSampling):
+    """The cascade-level sampling (the default of every cascade) and the one shadow queue."""
+
+    # Shadow calls waiting for a worker; a sample that finds the queue full is dropped (and
+    # counted): the request path never waits for a shadow.
+    queue: int = Field(256, ge=1, le=100_000)
+    # Shadow calls (and their judge calls) in flight at once, gateway-wide.
+    concurrency: int = Field(2, ge=1, le=64)
+    # Each shadow call's deadline (the strongest step's own retries and limits apply within).
+    timeout_seconds: float = Field(120.0, gt=0, le=3600)
+
+
 class NamedCascade(_Strict):
     name: str = Field(min_length=1, max_length=128)
     steps: list[str] = Field(min_length=2)
     checks: list[Check] = Field(min_length=1)
+    # None: the cascade-level `cascade.shadow` sampling.
+    shadow: ShadowSampling | None = None
 
     @field_validator("name")
     @classmethod
@@ -131,6 +181,8 @@ class CascadeSettings(_Strict):
     cascades: list[NamedCascade] = Field(default_factory=list)
     # Distinct `cascade:` names given their own metric labels; later ones share "other".
     max_metric_names: int = Field(50, ge=1)
+    # Quality measured: accepted answers shadowed by the strongest step (off by default).
+    shadow: Shadow = Field(default_factory=Shadow)
 
     @model_validator(mode="after")
     def _steps_bounded(self) -> CascadeSettings:
@@ -149,6 +201,19 @@ class CascadeSettings(_Strict):
     def enabled(self) -> bool:
         return self.ad_hoc or bool(self.cascades)
 
+    def sampling(self, named: NamedCascade | None) -> ShadowSampling:
+        """The shadow sampling of `named` (None: of the `cascade:` names)."""
+        if named is not None and named.shadow is not None:
+            return named.shadow
+        return self.shadow
+
+    @property
+    def shadowed(self) -> bool:
+        """Some cascade shadows its accepted answers (the shadow queue is needed)."""
+        rates = [self.shadow.rate if self.ad_hoc else 0.0]
+        rates += [self.sampling(c).rate for c in self.cascades]
+        return any(rate > 0 for rate in rates)
+
 
 def check_references(settings: CascadeSettings, aliases: Collection[str]) -> None:
     """Every step and judge of a named cascade, and every judge of the `cascade:` checks, is a
@@ -158,6 +223,8 @@ def check_references(settings: CascadeSettings, aliases: Collection[str]) -> Non
     for judge in _judges(settings.checks):
         if judge.alias not in known:
             raise ValueError(f"cascade.checks: unknown judge alias {judge.alias!r}")
+    if settings.shadow.judge is not None and settings.shadow.judge not in known:
+        raise ValueError(f"cascade.shadow: unknown judge alias {settings.shadow.judge!r}")
     for named in settings.cascades:
         if named.name in known:
             raise ValueError(f"cascade {named.name!r} has the name of a model alias")
@@ -169,6 +236,9 @@ def check_references(settings: CascadeSettings, aliases: Collection[str]) -> Non
         for judge in _judges(named.checks):
             if judge.alias not in known:
                 raise ValueError(f"cascade {named.name!r}: unknown judge alias {judge.alias!r}")
+        shadow = named.shadow.judge if named.shadow is not None else None
+        if shadow is not None and shadow not in known:
+            raise ValueError(f"cascade {named.name!r}: unknown shadow judge alias {shadow!r}")
 
 
 def _judges(checks: list[Check]) -> list[Judge]:

@@ -4,8 +4,9 @@
 shared)`, ...) takes what it needs from it and returns the layer, or None when its lever is off.
 So which layers exist, in what order, is written in `pipeline.py` alone, and what they share —
 the clock, the metrics registry, the seeded random sources, the traffic, cache and key state, the
-model catalog — is built in one place. The two lists collect what the built layers own: things to
-close when the pipeline closes, and background jobs for `Gateway.start`.
+model catalog, the ledger's account of what the gateway spends on its own — is built in one
+place. The two lists collect what the built layers own: things to close when the pipeline
+closes, and background jobs for `Gateway.start`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from levergate.core.clock import Clock
 from levergate.core.jobs import Job
 from levergate.layers.cache.build import CacheState
 from levergate.layers.keys.build import KeyKit, build_keys
+from levergate.layers.measure.ledger import Ledger, LedgerMetrics, OwnSpend
 from levergate.layers.prompt_cache.state import PromptCacheState
 from levergate.layers.traffic.state import TrafficState
 from levergate.protocol.tokens import Tokenizers
@@ -54,6 +56,8 @@ class Shared:
     prompt_cache: PromptCacheState
     # The responses `/v1/responses` kept, for `previous_response_id` and GET/DELETE.
     responses: ResponseStore
+    # Spend made for no client request (a cascade's shadow calls), priced into the ledger.
+    own_spend: OwnSpend
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
     # Tokenizers by name, each built once (tiktoken encodings, tokenizer.json files, GGUF
@@ -68,6 +72,7 @@ class Shared:
         models: Mapping[str, Model],
         clock: Clock,
         registry: CollectorRegistry,
+        ledger: LedgerMetrics | None = None,
     ) -> Shared:
         # First: a catalog error stops start-up before anything is opened.
         catalog = Catalog.build(settings)
@@ -93,6 +98,7 @@ class Shared:
         return cls(
             clock=clock,
             responses=responses,
+            own_spend=OwnSpend(Ledger(catalog), ledger),
             registry=registry,
             seeds=Seeds(settings.traffic.seed),
             traffic=traffic,

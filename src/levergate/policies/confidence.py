@@ -227,14 +227,19 @@ def judge_messages(
     messages: Sequence[Mapping[str, Any]], answer: str, *, max_chars: int
 ) -> list[dict[str, str]]:
     """The grading prompt: the conversation's text (its newest `max_chars`) and the answer."""
+    conversation = conversation_text(messages, max_chars=max_chars)
+    user = f"Conversation:\n{conversation}\n\nAnswer to grade:\n{answer[-max_chars:]}"
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
+
+
+def conversation_text(messages: Sequence[Mapping[str, Any]], *, max_chars: int) -> str:
+    """The conversation as `role: text` lines, its newest `max_chars` (what a judge is shown)."""
     parts = [
         f"{message.get('role', 'user')}: {content}"
         for message in messages
         if (content := content_text(message.get("content")))
     ]
-    conversation = "\n".join(parts)[-max_chars:]
-    user = f"Conversation:\n{conversation}\n\nAnswer to grade:\n{answer[-max_chars:]}"
-    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
+    return "\n".join(parts)[-max_chars:]
 
 
 def judge_score(text: str | None) -> float | None:

@@ -44,6 +44,18 @@ def verdict(data: dict[str, Any], *, allow_tools: bool) -> str | None:
     return None
 
 
+async def whole(reply: Reply, kind: str = "chat") -> Completed:
+    """`reply` as a whole answer: a stream (an upstream that streams anyway) read to its end,
+    assembled, and closed."""
+    if isinstance(reply, Completed):
+        return reply
+    try:
+        events = [event async for event in reply]
+    finally:
+        await reply.aclose()
+    return Completed(data=assemble(kind, events), headers=reply.headers)
+
+
 def assemble(kind: str, events: Sequence[Event]) -> dict[str, Any]:
     """The whole response a stream of chunks adds up to."""
     head: dict[str, Any] = {}

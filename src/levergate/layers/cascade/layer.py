@@ -20,6 +20,10 @@ earlier step gave is returned after all, marked `x-levergate-cascade: fallback-t
 upstream error escalates like a failed check. What was paid for and not returned (rejected
 answers, judge calls) goes to `trace.side_spend`; `trace.route` names the step that answered
 against the last step (the counterfactual the ledger prices savings from).
+
+What the checks cost in quality is measured, not assumed: with `shadow.rate` above 0 a share of
+the accepted answers is answered again by the strongest step off the request path and compared
+(layers/cascade/shadow.py), giving `levergate_cascade_quality_retention` next to the savings.
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ from levergate.core.call import Call, RouteDecision, Spend, Trace
 from levergate.core.reply import Completed, EventSource, Reply, Stream
 from levergate.core.service import Layer, Service
 from levergate.errors import BadRequest, LevergateError, UpstreamError, UpstreamTimeout
-from levergate.layers.cache.replay import synthesize
+from levergate.layers.cache.replay import synthesize, whole
 from levergate.layers.cascade.metrics import CascadeMetrics
 from levergate.layers.cascade.plan import Plan, Plans
+from levergate.layers.cascade.shadow import Shadows
 from levergate.policies.confidence import Verdict, answer_text, judge_messages, judge_verdict
 from levergate.policies.pricing import from_usage
 
@@ -75,12 +80,26 @@ class Cascade:
         plans = Plans(settings, aliases=aliases)
         if not plans:
             return None
-        return partial(cls, plans=plans, metrics=CascadeMetrics(shared.registry))
+        metrics = CascadeMetrics(shared.registry)
+        shadows = None
+        if settings.shadowed:
+            shadows = Shadows.build(settings.shadow, shared=shared, metrics=metrics)
+        return partial(cls, plans=plans, metrics=metrics, shadows=shadows)
 
-    def __init__(self, inner: Service, *, plans: Plans, metrics: CascadeMetrics) -> None:
+    def __init__(
+        self,
+        inner: Service,
+        *,
+        plans: Plans,
+        metrics: CascadeMetrics,
+        shadows: Shadows | None = None,
+    ) -> None:
         self._inner = inner
         self._plans = plans
         self._metrics = metrics
+        self._shadows = shadows  # None: no cascade shadows its answers
+        if shadows is not None:
+            shadows.bind(inner)
 
     async def __call__(self, call: Call) -> Reply:
         plan = self._plans.find(call.model)
@@ -115,6 +134,8 @@ class Cascade:
             verdict = await self._judged(call, plan, answer)
             if verdict.passed:
                 self._decide(trace, plan, alias, f"accepted at {alias}: {verdict.reason}", verdict)
+                if self._shadows is not None:
+                    self._shadows.offer(call, plan, answer.reply.data)
                 return self._deliver(call, plan, answer, paid, outcome=ACCEPTED)
             why = f"{alias} rejected by {verdict.signal}: {verdict.reason}"
             self._escalate(call, plan, index, why="check")
@@ -139,7 +160,7 @@ class Cascade:
         trace.side_spend.extend(a.spend("cascade") for a in paid)
         reply.headers[CASCADE_HEADER] = ESCALATED
         reply.headers[CASCADE_ALIAS_HEADER] = alias
-        self._metrics.requests.labels(plan.label, "escalated", alias).inc()
+        self._metrics.answered(plan.label, "escalated", alias)
         return reply
 
     async def _buffered(self, call: Call, plan: Plan, alias: str) -> _Answer:
@@ -147,9 +168,8 @@ class Cascade:
         body["model"] = alias
         if plan.logprobs and not body.get("logprobs"):
             body["logprobs"] = True
-        reply = await self._inner(_derived(call, body))
-        if isinstance(reply, Stream):  # an upstream that streams anyway: judged whole
-            reply = await _gathered(reply)
+        # An upstream that streams anyway: judged whole.
+        reply = await whole(await self._inner(_derived(call, body)))
         trace = call.ctx.trace
         return _Answer(alias, reply, trace.upstream, trace.upstream_model)
 
@@ -179,9 +199,7 @@ class Cascade:
         body = {"model": judge.alias, "messages": messages, "max_tokens": judge.max_tokens,
                 "temperature": 0}  # fmt: skip
         try:
-            reply = await self._inner(_derived(call, body))
-            if isinstance(reply, Stream):
-                reply = await _gathered(reply)
+            reply = await whole(await self._inner(_derived(call, body)))
         except LevergateError as exc:
             if not _escalates(exc):
                 raise
@@ -198,7 +216,7 @@ class Cascade:
         trace.alias, trace.upstream = answer.alias, answer.upstream
         trace.upstream_model = answer.upstream_model
         trace.side_spend.extend(a.spend("cascade") for a in paid if a is not answer)
-        self._metrics.requests.labels(plan.label, outcome.replace("-", "_"), answer.alias).inc()
+        self._metrics.answered(plan.label, outcome.replace("-", "_"), answer.alias)
         headers = {**answer.reply.headers, CASCADE_HEADER: outcome,
                    CASCADE_ALIAS_HEADER: answer.alias}  # fmt: skip
         data = answer.reply.data
@@ -244,16 +262,6 @@ def _without_logprobs(data: Mapping[str, Any]) -> dict[str, Any]:
         return dict(data)
     return {**data, "choices": [{**c, "logprobs": None} if isinstance(c, dict) else c
                                 for c in choices]}  # fmt: skip
-
-
-async def _gathered(stream: Stream) -> Completed:
-    from levergate.layers.cache.replay import assemble
-
-    try:
-        events = [event async for event in stream]
-    finally:
-        await stream.aclose()
-    return Completed(data=assemble("chat", events), headers=stream.headers)
 
 
 async def _emit(events: list[Event]) -> EventSource:

@@ -5,7 +5,8 @@ A named cascade's plan is built at start-up (its steps were checked by `Settings
 one step, more than `cascade.max_steps`, an empty or repeated step, a step that is not a
 configured alias (the `*` catch-all does not count: a cascade never sends a name nobody
 configured to whatever the wildcard reaches), an over-long name. Each plan carries its compiled
-signals (policies/confidence.py) and whether they need the upstream's logprobs.
+signals (policies/confidence.py), whether they need the upstream's logprobs, and how its
+accepted answers are shadowed (`cascade.shadow`, or the named cascade's own).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from levergate.config.cascade import (
     CascadeSettings,
     Check,
     Judge,
+    NamedCascade,
+    ShadowSampling,
 )
 from levergate.errors import BadRequest
 from levergate.policies.confidence import Signal, compile_check, needs_logprobs
@@ -36,6 +39,7 @@ class Plan:
     steps: tuple[str, ...]
     signals: tuple[Signal | Judge, ...]
     logprobs: bool  # the signals read token logprobs: ask the upstream for them
+    shadow: ShadowSampling  # which accepted answers the strongest step answers again
 
     @property
     def strongest(self) -> str:
@@ -49,9 +53,8 @@ class Plans:
         self._aliases = frozenset(aliases) - {WILDCARD}
         self._checks = tuple(compile_check(c) for c in settings.checks)
         self._logprobs = needs_logprobs(settings.checks)
-        self._named = {
-            c.name: _plan(c.name, c.name, tuple(c.steps), c.checks) for c in settings.cascades
-        }
+        self._shadow = settings.shadow
+        self._named = {c.name: _plan(c, settings.sampling(c)) for c in settings.cascades}
         self._max_labels = settings.max_metric_names
         self._labels: set[str] = set()
 
@@ -72,7 +75,7 @@ class Plans:
                 code="invalid_cascade",
             )
         steps = self._steps(model)
-        return Plan(model, self.label(model), steps, self._checks, self._logprobs)
+        return Plan(model, self.label(model), steps, self._checks, self._logprobs, self._shadow)
 
     def label(self, name: str) -> str:
         """`name` as a metric label: the first `max_metric_names` names each get their own."""
@@ -103,9 +106,11 @@ class Plans:
         return steps
 
 
-def _plan(name: str, label: str, steps: tuple[str, ...], checks: Sequence[Check]) -> Plan:
+def _plan(named: NamedCascade, shadow: ShadowSampling) -> Plan:
+    checks: Sequence[Check] = named.checks
     signals = tuple(compile_check(c) for c in checks)
-    return Plan(name, label, steps, signals, needs_logprobs(checks))
+    steps = tuple(named.steps)
+    return Plan(named.name, named.name, steps, signals, needs_logprobs(checks), shadow)
 
 
 def _bad(message: str, *, code: str = "invalid_cascade") -> BadRequest:

@@ -27,7 +27,7 @@ from levergate.layers.measure.labels import OTHER, LabelValues
 from levergate.layers.measure.record import NO_SAVINGS, RequestRecord
 from levergate.policies.pricing import Bill, Side, Tokens, bill, cost, from_usage
 
-__all__ = ["Ledger", "LedgerMetrics", "LedgerSink"]
+__all__ = ["Ledger", "LedgerMetrics", "LedgerSink", "OwnSpend"]
 
 NOTHING = Bill(0.0, 0.0, (), NO_SAVINGS)
 
@@ -44,7 +44,7 @@ class Ledger:
         cache = trace.cache
         if cache is not None and cache.free:
             return self._served(call, cache, usage)
-        side = tuple(self._side(s) for s in trace.side_spend) if trace.side_spend else ()
+        side = tuple(self.price(s) for s in trace.side_spend) if trace.side_spend else ()
         route = trace.route
         if not (tokens.input or tokens.output or side or route):
             return NOTHING  # refused, failed before an answer, or nothing reported
@@ -79,7 +79,8 @@ class Ledger:
         saved = cost(tokens, rates)
         return Bill(0.0, 0.0, (), {lever: saved} if saved else NO_SAVINGS)
 
-    def _side(self, spend: Spend) -> Side:
+    def price(self, spend: Spend) -> Side:
+        """A side spend in dollars, at its alias's rates."""
         tokens = Tokens(spend.input_uncached, spend.cached_read, spend.cache_write, spend.output)
         return Side(spend.alias, spend.purpose, cost(tokens, self._catalog.rates(spend.alias)))
 
@@ -92,7 +93,8 @@ class LedgerMetrics:
         self.spend = Counter(
             "levergate_spend_usd",
             "Dollars spent, at the price of the model that spent them: kind=answer for the "
-            "answer, or the side spend's purpose (cascade, summary, judge).",
+            "answer, or the side spend's purpose (cascade, summary, judge), or shadow for a "
+            "cascade's shadow samples (spent for no request: not in levergate_cost_usd).",
             (*labels, "kind"),
             registry=registry,
         )
@@ -145,6 +147,26 @@ class LedgerMetrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         child.inc(value)
+
+
+class OwnSpend:
+    """What the gateway spends on its own initiative, outside any client request: a cascade's
+    shadow calls (layers/cascade/shadow.py). Priced like a side spend and counted in
+    `levergate_spend_usd` under the tenant and feature it was spent for, with the spend's purpose
+    as its kind. It is in no request's record, so neither in `levergate_cost_usd` nor charged to
+    a key's budget: the operator chose to spend it, not the client."""
+
+    def __init__(self, ledger: Ledger, metrics: LedgerMetrics | None) -> None:
+        self._ledger = ledger
+        self._m = metrics  # None: the ledger's series are off (`ledger.enabled`)
+
+    def charge(self, spend: Spend, *, tenant: str, feature: str) -> float:
+        """Price `spend` and count it; returns its dollars."""
+        usd = self._ledger.price(spend).usd
+        if self._m is not None and usd > 0:
+            labels = self._m.labels(model=spend.alias, tenant=tenant, feature=feature)
+            self._m.inc(self._m.spend, (*labels, spend.purpose), usd)
+        return usd
 
 
 class LedgerSink:
