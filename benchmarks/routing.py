@@ -52,6 +52,8 @@ from levergate.routing.train import Options, embedder, features, fit, spec_for
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FILE = "routellm/mmlu_mixtral_vs_gpt4_dev.csv"
 TARGET = 0.95
+ROUNDS = 3
+LONG_CHARS = 100_000
 PUBLISHED = {"routellm_mmlu_saving_at_95": 0.45, "routellm_random_saving_at_95": 0.32}
 PRICES = {"mixtral-8x7b": {"input": 0.6, "output": 0.6}, "gpt-4-1106": {"input": 10, "output": 30}}
 
@@ -107,8 +109,10 @@ def latency(router_x: np.ndarray[Any, Any], labels: Labels, options: Options, sa
             settings: LocalEmbeddings) -> dict[str, Any]:  # fmt: skip
     """p50/p95 of the route decision as a request makes it (local MiniLM through its batcher,
     features, the numpy scorer), one request at a time, with the embedding and scorer alone;
-    and, in the same run and interleaved prompt by prompt (so both see the same noise), the
-    embedding of the other graph (float against int8 MatMuls) at the same token limit."""
+    and, in the same run, the embedding of the other graph (float against int8 MatMuls) at the
+    same token limit. The two alternate in `ROUNDS` blocks of all the prompts (so both see the
+    box's drift) rather than prompt by prompt: onnxruntime's threads spin for a while after a
+    run, and one session's spinning would slow the other's next run."""
     from levergate.routing.features import embed_text, vectors
     from levergate.routing.model import Scorer
     from levergate.upstreams.embeddings_local import LocalEmbedder
@@ -120,30 +124,40 @@ def latency(router_x: np.ndarray[Any, Any], labels: Labels, options: Options, sa
     other = settings.model_copy(update={"quantize": flipped})
     chars = settings.max_tokens * 8
 
-    async def run() -> tuple[list[float], list[float], list[float]]:
+    # A long prompt (a RAG context, say): the embedder reads its first `chars`, the structure
+    # features its first TEXT_CAP characters, and only its length whole.
+    long = [(p * (LONG_CHARS // max(len(p), 1) + 1))[:LONG_CHARS] for p in prompts[:100]]
+
+    async def decide(local: LocalEmbedder, texts: list[str], total: list[float],
+                     embed_only: list[float]) -> None:  # fmt: skip
+        for p in texts:
+            t0 = time.perf_counter()
+            vector = np.array(await local.embed([embed_text(p, text_chars=chars)]))
+            t1 = time.perf_counter()
+            scorer.score(vectors([p], vector))
+            total.append(time.perf_counter() - t0)
+            embed_only.append(t1 - t0)
+
+    async def run() -> tuple[list[float], list[float], list[float], list[float]]:
         local, baseline = LocalEmbedder(settings), LocalEmbedder(other)
-        total, embed_only, embed_other = [], [], []
+        total: list[float] = []
+        embed_only: list[float] = []
+        embed_other: list[float] = []
+        long_total: list[float] = []
         try:
             for p in prompts[:8]:
                 await local.embed([p])
                 await baseline.embed([p])
-            for p in prompts:
-                t0 = time.perf_counter()
-                vector = np.array(await local.embed([embed_text(p, text_chars=chars)]))
-                t1 = time.perf_counter()
-                scorer.score(vectors([p], vector))
-                t2 = time.perf_counter()
-                await baseline.embed([embed_text(p, text_chars=chars)])
-                t3 = time.perf_counter()
-                total.append(t2 - t0)
-                embed_only.append(t1 - t0)
-                embed_other.append(t3 - t2)
+            for _ in range(ROUNDS):
+                await decide(local, prompts, total, embed_only)
+                await decide(baseline, prompts, [], embed_other)
+            await decide(local, long, long_total, [])
         finally:
             await local.aclose()
             await baseline.aclose()
-        return total, embed_only, embed_other
+        return total, embed_only, embed_other, long_total
 
-    total, embed_only, embed_other = asyncio.run(run())
+    total, embed_only, embed_other, long_total = asyncio.run(run())
     row = router_x[:1]
     t0 = time.perf_counter()
     for _ in range(1000):
@@ -151,7 +165,8 @@ def latency(router_x: np.ndarray[Any, Any], labels: Labels, options: Options, sa
     scorer_ms = time.perf_counter() - t0  # 1000 calls: seconds x 1000 / 1000 = ms
     ms = [t * 1000 for t in total]
     return {
-        "samples": len(ms), "decision_p50_ms": statistics.median(ms),
+        "samples": len(ms), "prompts": len(prompts), "decision_p50_ms": statistics.median(ms),
+        "long_chars": LONG_CHARS, "long_decision_p50_ms": statistics.median(long_total) * 1000,
         "decision_p95_ms": float(np.percentile(ms, 95)),
         "embedding_p50_ms": statistics.median(t * 1000 for t in embed_only),
         "other_embedding_p50_ms": statistics.median(t * 1000 for t in embed_other),
@@ -260,12 +275,13 @@ def markdown(d: dict[str, Any]) -> str:
         "",
         (
             f"Route decision ({s['embedder']} at {s['max_tokens']} tokens + features + scorer), "
-            f"one request at a time over {s['samples']} MMLU prompts: p50 "
-            f"{s['decision_p50_ms']:.2f} ms, p95 {s['decision_p95_ms']:.2f} ms; embedding alone "
-            f"p50 {s['embedding_p50_ms']:.2f} ms, against {s['other_embedding_p50_ms']:.2f} ms "
-            f"for {s['other_embedder']} in the same run, interleaved "
+            f"one request at a time, {s['samples']} decisions over {s['prompts']} MMLU prompts: "
+            f"p50 {s['decision_p50_ms']:.2f} ms, p95 {s['decision_p95_ms']:.2f} ms; embedding "
+            f"alone p50 {s['embedding_p50_ms']:.2f} ms, against {s['other_embedding_p50_ms']:.2f} "
+            f"ms for {s['other_embedder']} in the same run, alternating blocks "
             f"({s['other_embedding_p50_ms'] / s['embedding_p50_ms']:.2f}x); scorer "
-            f"{s['scorer_ms'] * 1000:.0f} µs. Embedding the {d['rows']} rows took "
+            f"{s['scorer_ms'] * 1000:.0f} µs; a {s['long_chars']:,}-character prompt: p50 "
+            f"{s['long_decision_p50_ms']:.2f} ms. Embedding the {d['rows']} rows took "
             f"{d['embed_seconds']:.0f} s (load average {s['load']})."
         ),
         "",

@@ -16,9 +16,15 @@ from collections.abc import Awaitable, Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-# Structure features are computed on at most this many characters of the prompt.
-TEXT_CAP = 100_000
-_MATH = frozenset("=+^*/<>$\\|%")
+# Structure features are computed on at most this many characters of the prompt (the length
+# features read the whole of it): a head this long already says what kind of prompt it is, and
+# reading it costs ~0.2 ms where a 100k-character loop in Python cost 5.6 ms of the decision.
+TEXT_CAP = 16_384
+# Shares of ASCII digits, capitals and maths symbols, counted in C (bytes.translate) on the
+# head's UTF-8: no byte of a multi-byte character is ASCII, so each count is exact.
+_DIGITS = b"0123456789"
+_UPPER = bytes(range(ord("A"), ord("Z") + 1))
+_MATH = b"=+^*/<>$\\|%"
 STRUCTURE = (
     "log_chars", "log_words", "log_lines", "digit_share", "upper_share", "math_share",
     "question_marks", "code",
@@ -31,24 +37,21 @@ def structure(text: str) -> list[float]:
     """The length and structure features of one prompt, in `STRUCTURE` order."""
     head = text[:TEXT_CAP]
     chars = max(len(head), 1)
-    digits = upper = maths = 0
-    for ch in head:
-        if ch.isdigit():
-            digits += 1
-        elif ch.isupper():
-            upper += 1
-        elif ch in _MATH:
-            maths += 1
+    data = head.encode("utf-8", "surrogatepass")
     return [
         math.log1p(len(text)),
         math.log1p(len(head.split())),
         math.log1p(head.count("\n")),
-        digits / chars,
-        upper / chars,
-        maths / chars,
+        _count(data, _DIGITS) / chars,
+        _count(data, _UPPER) / chars,
+        _count(data, _MATH) / chars,
         float(min(head.count("?"), 5)),
         1.0 if "```" in head or "def " in head or "};" in head else 0.0,
     ]
+
+
+def _count(data: bytes, members: bytes) -> int:
+    return len(data) - len(data.translate(None, members))
 
 
 def embed_text(text: str, *, text_chars: int) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -171,4 +172,21 @@ def test_a_router_for_other_models_or_a_broken_file_is_refused(tmp_path: Path) -
         build(s, Recorder())
     path.write_text("{}")
     with pytest.raises(ConfigError, match="not a levergate router"):
+        build(s, Recorder())
+
+
+@pytest.mark.parametrize(
+    ("embeddings", "served"),
+    [({"quantize": "off"}, "all-minilm-l6-v2 of 32"), ({"max_tokens": 128}, "+int8 of 128")],
+)
+def test_a_router_trained_on_other_embeddings_is_refused(
+    tmp_path: Path, embeddings: dict[str, Any], served: str
+) -> None:
+    """The file was trained on int8 vectors of 32 tokens: float vectors, or int8 ones of more
+    tokens, are other features, and routing on them would be routing on noise."""
+    learned = {"file": str(router_file(tmp_path)), "cheap": "mini", "strong": "big"}
+    s = settings({"routes": [{"name": "auto", "default": "big", "learned": learned}],
+                  "embeddings": embeddings})  # fmt: skip
+    with pytest.raises(ConfigError, match=rf"trained on all-minilm-l6-v2\+int8 embeddings of "
+                       rf"32 tokens, routing.embeddings gives .*{re.escape(served)}"):  # fmt: skip
         build(s, Recorder())

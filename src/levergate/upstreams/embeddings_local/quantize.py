@@ -15,23 +15,25 @@ with: the embedder's name carries the `+int8` suffix (`LocalEmbeddings.identity`
 file trained on the other one is refused at start-up.
 
 The file is cached under `cache_dir/models`, keyed by the source's path, size and mtime and the
-onnxruntime version (its quantizer decides the graph). If it cannot be built or written, the
-source is used as it is with a warning: a slower embedder beats none.
+onnxruntime version (its quantizer decides the graph). If it cannot be built or written, start-up
+fails with a `ConfigError` saying why: unlike a re-quantized GGUF (the same answers, only
+slower), the float graph gives other vectors, and a router trained on int8 vectors would route
+on them unawares.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import os
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from levergate.errors import ConfigError
 
 
 def int8_model(source: Path, cache_dir: Path) -> Path:
-    """`source` with int8 MatMuls, from the cache when built before (else built now, ~1 s)."""
+    """`source` with int8 MatMuls, from the cache when built before (else built now, ~1 s).
+    Raises `ConfigError` when it cannot be built."""
     import onnxruntime
 
     stat = source.stat()
@@ -48,8 +50,10 @@ def int8_model(source: Path, cache_dir: Path) -> Path:
         _quantize(folded, partial)
         partial.replace(target)
     except Exception as exc:  # onnx and onnxruntime raise untyped errors
-        log.warning("building int8 MatMuls for %s failed (%s); using it as it is", source, exc)
-        return source
+        raise ConfigError(
+            f"cannot build the int8 embedder from {source} in {target.parent}: {exc} (set "
+            "cache_dir to a writable folder, or quantize: off and retrain the router on it)"
+        ) from None
     finally:
         for leftover in (folded, partial):
             with contextlib.suppress(OSError):
@@ -71,5 +75,5 @@ def _quantize(source: Path, target: Path) -> None:
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as exc:  # the quantizer needs the `onnx` package
-        raise OSError(f"onnxruntime's quantizer cannot load: {exc}") from None
+        raise OSError(f"onnxruntime's quantizer cannot load ({exc}): pip install onnx") from None
     quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)

@@ -1,10 +1,9 @@
 """MiniLM with int8 MatMuls, built from the packaged model: really integer matrix products, built
 once and then read from the cache, vectors close to the float graph's, and a build that cannot
-happen falls back to the packaged file instead of failing the start."""
+happen is a clear start-up error (the float graph's other vectors would mislead a router)."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,7 @@ import onnx
 import pytest
 
 from levergate.config import LocalEmbeddings
+from levergate.errors import ConfigError
 from levergate.upstreams.embeddings_local.minilm import MiniLM
 from levergate.upstreams.embeddings_local.quantize import int8_model
 
@@ -59,21 +59,21 @@ def test_int8_vectors_stay_close_to_the_float_graphs(tmp_path: Path) -> None:
     assert list((vectors @ plain.T).argmax(axis=1)) == list(range(len(TEXTS)))
 
 
-def test_a_cache_that_is_a_file_falls_back_to_the_packaged_file(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_cache_that_is_a_file_is_a_clear_start_up_error(tmp_path: Path) -> None:
     blocked = tmp_path / "cache"
     blocked.write_text("not a folder")
-    with caplog.at_level(logging.WARNING):
-        assert int8_model(packaged(), blocked) == packaged()
-    assert "using it as it is" in caplog.text
+    with pytest.raises(ConfigError, match="cannot build the int8 embedder"):
+        int8_model(packaged(), blocked)
+    with pytest.raises(ConfigError, match="cache_dir"):
+        MiniLM(LocalEmbeddings(quantize="int8", cache_dir=str(blocked)))
 
 
 def test_a_file_that_is_no_model_is_not_built(tmp_path: Path) -> None:
     broken = tmp_path / "model.onnx"
     broken.write_bytes(b"\x00garbage")
-    assert int8_model(broken, tmp_path / "cache") == broken
-    assert not list((tmp_path / "cache" / "models").glob("*.onnx"))
+    with pytest.raises(ConfigError, match=r"model\.onnx"):
+        int8_model(broken, tmp_path / "cache")
+    assert not list((tmp_path / "cache" / "models").glob("*"))  # nothing half-written left
 
 
 def test_the_identity_names_the_matmuls() -> None:
