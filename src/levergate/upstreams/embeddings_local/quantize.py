@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from levergate.errors import ConfigError
@@ -76,4 +78,27 @@ def _quantize(source: Path, target: Path) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as exc:  # the quantizer needs the `onnx` package
         raise OSError(f"onnxruntime's quantizer cannot load ({exc}): pip install onnx") from None
-    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)
+    with _root_logger_untouched():
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)
+
+
+class _DropHint(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _root_logger_untouched() -> Iterator[None]:
+    """The quantizer logs a hint (about a pre-processing step that changes nothing here) with
+    `logging.warning`, which on an unconfigured root logger runs `basicConfig()`: a stderr
+    handler installed for the rest of the process, in a library user's process too. A handler
+    of our own while it runs keeps the root as it was, and the hint is dropped."""
+    root = logging.getLogger()
+    guard, hint = logging.NullHandler(), _DropHint()
+    root.addHandler(guard)
+    root.addFilter(hint)
+    try:
+        yield
+    finally:
+        root.removeFilter(hint)
+        root.removeHandler(guard)

@@ -4,6 +4,8 @@ happen is a clear start-up error (the float graph's other vectors would mislead 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,21 @@ def test_the_built_graph_multiplies_in_int8_and_is_built_once(tmp_path: Path) ->
     assert int8_model(source, tmp_path) == built
     assert built.stat().st_mtime_ns == stamp  # read from the cache, not rebuilt
     assert [p.name for p in built.parent.iterdir()] == [built.name]  # no leftovers
+
+
+def test_building_leaves_an_unconfigured_root_logger_unconfigured(tmp_path: Path) -> None:
+    """onnxruntime's quantizer calls logging.warning, which would basicConfig() the root logger
+    of a process that never configured logging (pytest's own handlers hide that in-process)."""
+    script = (
+        "import logging, pathlib, sys\n"
+        "from levergate.upstreams.embeddings_local.quantize import int8_model\n"
+        "int8_model(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]))\n"
+        "print(len(logging.getLogger().handlers))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(packaged()), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    assert done.stdout.strip() == "0"
+    assert "pre-processing" not in done.stderr
 
 
 def test_int8_vectors_stay_close_to_the_float_graphs(tmp_path: Path) -> None:
