@@ -27,8 +27,9 @@ from levergate.server.run import serving
 from levergate.upstreams.simulator import SimSettings, run_simulator
 
 SIM: dict[str, Any] = {"latency": {"ttft_ms": 60.0, "prefill_ms_per_token": 0.02, "jitter": 0.2}}
-# The same provider with a per-key limit of 1,200 requests per minute (20 calls/s).
-LIMITED = {**SIM, "limits": {"rpm": 1200}}
+# The same provider with a per-key limit of 1,200 requests per minute, enforced per rolling
+# second (20 calls/s): a 60-second window would let an 8-second run burst through unlimited.
+LIMITED = {**SIM, "limits": {"rpm": 20, "window_seconds": 1.0}}
 
 
 async def load(url: str, *, clients: int, seconds: float) -> dict[str, Any]:
