@@ -67,6 +67,8 @@ class MiniLM:
         if settings.threads:
             options.intra_op_num_threads = settings.threads
         options.inter_op_num_threads = 1
+        if not settings.spin:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         path = Path(settings.model_path)
         if settings.quantize == "int8":
             path = int8_model(path, Path(settings.cache_dir))

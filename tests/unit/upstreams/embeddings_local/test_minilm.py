@@ -13,7 +13,7 @@ import pytest
 from levergate.config import LocalEmbeddings
 from levergate.errors import BadRequest, ConfigError, ModelNotFound
 from levergate.upstreams.embeddings_local import LocalEmbedder, default_embedder
-from levergate.upstreams.embeddings_local.minilm import tokenizer_file
+from levergate.upstreams.embeddings_local.minilm import MiniLM, tokenizer_file
 
 
 @pytest.fixture
@@ -77,3 +77,12 @@ def test_the_tokenizer_ships_inside_levergate_and_a_missing_model_is_a_config_er
     assert (tokenizer_file().parent / "NOTICE").is_file()
     with pytest.raises(ConfigError, match="MiniLM"):
         LocalEmbedder(LocalEmbeddings(model_path="/nonexistent/model.onnx"))
+
+
+def test_spin_false_turns_off_onnxruntimes_spinning_threads() -> None:
+    entry = "session.intra_op.allow_spinning"
+    quiet = MiniLM(LocalEmbeddings(spin=False, threads=1))._session
+    assert quiet.get_session_options().get_session_config_entry(entry) == "0"
+    busy = MiniLM(LocalEmbeddings(threads=1))._session
+    with pytest.raises(RuntimeError, match=entry):  # never set: onnxruntime's default, spinning
+        busy.get_session_options().get_session_config_entry(entry)
