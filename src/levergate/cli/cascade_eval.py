@@ -89,16 +89,15 @@ def summary(
                        "saving": 1 - share - r})  # fmt: skip
     kept, share = measured(scores, cheap, strong, threshold)
     at = c.escalation_at(target)
-    randomly, oracle = (
-        random_escalation(cheap, strong, target),
-        oracle_escalation(cheap, strong, target),
-    )
+    randomly = random_escalation(cheap, strong, target)
+    oracle = oracle_escalation(cheap, strong, target)
     oracle_kept, oracle_share = oracle_point(cheap, strong)
     return {
         "mode": "cascade", "rows": len(labels), "cheap_accuracy": c.cheap_quality,
         "strong_accuracy": c.strong_quality, "cheap_cost": r, "cost_convention": convention(r),
         "target_quality": target,
         "escalation_at_target": at, "saving_at_target": 1 - at - r,
+        "retention_at_target": float(c.retention[c.point_for(target)]),
         "random_escalation_at_target": randomly, "random_saving_at_target": 1 - randomly - r,
         "oracle_escalation_at_target": oracle, "oracle_saving_at_target": 1 - oracle - r,
         "oracle_all_wrong": {"escalation": oracle_share, "retention": oracle_kept,
