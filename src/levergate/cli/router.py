@@ -2,6 +2,7 @@
 
     levergate router train labels.csv -o router.json
     levergate router eval labels.csv --router router.json
+    levergate router eval labels.csv --confidence-col mean_logprob [--cheap-cost 0.05]
 
 Both read CSV or JSONL with the columns of RouteLLM's MMLU release by default (`prompt`,
 `mixtral_8x7b_correct`, `gpt4_1106_correct`), chosen with `--prompt-col / --cheap-col /
@@ -9,6 +10,10 @@ Both read CSV or JSONL with the columns of RouteLLM's MMLU release by default (`
 cost-quality curve against random routing and the oracle, the saving at 95% of the strong
 model's quality, and what the router's configured threshold keeps and saves on these rows.
 Cost is the RouteLLM convention: the share of calls sent to the strong model.
+
+`eval --confidence-col COL` evaluates a cascade instead of a router file: each row carries the
+score a cascade check would read from the cheap answer, and rows scoring below the threshold
+escalate (cli/cascade_eval.py).
 """
 
 from __future__ import annotations
@@ -62,14 +67,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--quantize", choices=("int8", "off"), default=Routing().embeddings.quantize,
         help="the embedder's MatMuls (default %(default)s, as routing.embeddings)")  # fmt: skip
     train.set_defaults(func=run_train)
-    evaluate = commands.add_parser("eval", help="the cost-quality curve of a router file")
+    evaluate = commands.add_parser(
+        "eval", help="the cost-quality curve of a router file, or of a cascade's confidence"
+    )
     _labels_arguments(evaluate)
-    evaluate.add_argument("--router", required=True, metavar="FILE")
+    add = evaluate.add_argument
+    add("--router", metavar="FILE", help="the router file to evaluate")
+    add("--confidence-col", metavar="COL", help="instead of --router: evaluate a cascade whose "
+        "check reads this column's score (a number per row) from the cheap answer")  # fmt: skip
     pick = evaluate.add_mutually_exclusive_group()
-    pick.add_argument("--threshold", type=float, help="as learned.threshold: this threshold")
-    pick.add_argument("--target-quality", type=float,
-                      help="as learned.target_quality: the file's threshold for it")  # fmt: skip
-    evaluate.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
+    pick.add_argument("--threshold", type=float, metavar="T",
+                      help="a router: as learned.threshold; a cascade: escalate rows with score "
+                      "< T, as the cascade's checks (a score equal to T passes)")  # fmt: skip
+    pick.add_argument("--target-quality", type=float, metavar="Q",
+                      help="a router: as learned.target_quality, the file's threshold for it; a "
+                      "cascade: the share of strong quality to reach (default "
+                      f"{TRAIN_TARGET_QUALITY}), its threshold on these rows reported")  # fmt: skip
+    add("--cheap-cost", type=float, metavar="R", help="a cascade: the cheap call's price as a "
+        "share of the strong call's, 0 <= R < 1 (default 0: count strong calls only, as "
+        "RouteLLM); saving = 1 - escalated - R")  # fmt: skip
+    add("--json", metavar="FILE", help="also write the numbers as JSON")
     evaluate.set_defaults(func=run_eval)
 
 
@@ -120,6 +137,21 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from levergate.cli import cascade_eval
+
+    if (args.router is None) == (args.confidence_col is None):
+        raise ConfigError("router eval takes one of --router FILE (a learned router) and "
+                          "--confidence-col COL (a cascade's confidence per row)")  # fmt: skip
+    cascade_eval.check_pick(args.threshold, args.target_quality)
+    if args.confidence_col is not None:
+        return cascade_eval.run(args)
+    if args.cheap_cost is not None:
+        raise ConfigError("--cheap-cost prices a cascade's cheap calls; a router makes one call "
+                          "a row (use it with --confidence-col)")  # fmt: skip
+    return _eval_router(args)
+
+
+def _eval_router(args: argparse.Namespace) -> int:
     from levergate.routing.curve import curve
     from levergate.routing.model import load
     from levergate.routing.train import embedder, features

@@ -5,12 +5,17 @@ default to those of RouteLLM's MMLU release (`prompt`, `mixtral_8x7b_correct`,
 `gpt4_1106_correct`) and are flags of `levergate router train|eval`, so any labelled set of the
 same shape runs unchanged. A bad file is refused as a whole with the line that is wrong: a
 router trained on half a file, silently, would promise a quality nobody measured.
+
+`Columns.score` names one more, numeric column when set: a cascade's confidence in the cheap
+answer (`levergate router eval --confidence-col`), read in the same pass. It must be a finite
+number on every row: a missing score cannot be guessed offline without inventing the result.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +40,7 @@ class Columns:
     prompt: str = DEFAULT_PROMPT
     cheap: str = DEFAULT_CHEAP
     strong: str = DEFAULT_STRONG
+    score: str | None = None  # a numeric column (a cascade's confidence), when one is wanted
 
 
 @dataclass(frozen=True)
@@ -43,13 +49,15 @@ class Labels:
     cheap: npt.NDArray[np.float64]  # 1.0 where the cheap model answered correctly
     strong: npt.NDArray[np.float64]
     source: str  # the file's name, recorded in the router file
+    score: npt.NDArray[np.float64] | None = None  # the `Columns.score` column, when asked for
 
     def __len__(self) -> int:
         return len(self.prompts)
 
     def subset(self, index: npt.NDArray[np.intp]) -> Labels:
+        score = None if self.score is None else self.score[index]
         return Labels([self.prompts[i] for i in index], self.cheap[index], self.strong[index],
-                      self.source)  # fmt: skip
+                      self.source, score)  # fmt: skip
 
 
 def read_labels(path: str | Path, columns: Columns | None = None) -> Labels:
@@ -69,12 +77,15 @@ def read_labels(path: str | Path, columns: Columns | None = None) -> Labels:
         raise ConfigError(f"labels {path} is not UTF-8 text") from None
     if not rows:
         raise ConfigError(f"labels {path} holds no rows")
-    prompts, cheap, strong = [], [], []
+    prompts, cheap, strong, score = [], [], [], []
     for line, row in rows:
         prompts.append(_prompt(row, columns.prompt, path, line))
         cheap.append(_flag(row, columns.cheap, path, line))
         strong.append(_flag(row, columns.strong, path, line))
-    return Labels(prompts, np.array(cheap), np.array(strong), path.name)
+        if columns.score is not None:
+            score.append(_number(row, columns.score, path, line))
+    scores = np.array(score) if columns.score is not None else None
+    return Labels(prompts, np.array(cheap), np.array(strong), path.name, scores)
 
 
 def _csv_rows(handle: Any, path: Path, columns: Columns) -> Iterator[tuple[int, Mapping[str, Any]]]:
@@ -84,12 +95,14 @@ def _csv_rows(handle: Any, path: Path, columns: Columns) -> Iterator[tuple[int, 
         header = reader.fieldnames or []
     except csv.Error as exc:
         raise ConfigError(f"labels {path}, line 1: {exc}") from None
-    missing = [c for c in (columns.prompt, columns.cheap, columns.strong) if c not in header]
+    wanted = (columns.prompt, columns.cheap, columns.strong, columns.score)
+    missing = [c for c in wanted if c is not None and c not in header]
     if missing:
+        flags = "--prompt-col / --cheap-col / --strong-col"
         raise ConfigError(
             f"labels {path} has no column {', '.join(map(repr, missing))} "
             f"(columns: {', '.join(header) or 'none'}); choose them with "
-            "--prompt-col / --cheap-col / --strong-col"
+            + (flags + " / --confidence-col" if columns.score is not None else flags)
         )
     start = reader.line_num + 1
     while True:
@@ -149,3 +162,20 @@ def _flag(row: Mapping[str, Any], column: str, path: Path, line: int) -> float:
     raise ConfigError(
         f"labels {path}, line {line}: {column!r} must be true/false or 1/0, not {value!r:.40}"
     )
+
+
+def _number(row: Mapping[str, Any], column: str, path: Path, line: int) -> float:
+    if column not in row:
+        raise ConfigError(f"labels {path}, line {line}: no {column!r}")
+    value = row[column]
+    number: float | None = None
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        try:
+            number = float(value.strip() if isinstance(value, str) else value)
+        except (ValueError, OverflowError):  # not a number; an integer past float's range
+            number = None
+    if number is None or not math.isfinite(number):
+        raise ConfigError(
+            f"labels {path}, line {line}: {column!r} must be a finite number, not {value!r:.40}"
+        )
+    return number

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from levergate.errors import ConfigError
@@ -86,3 +87,41 @@ def test_empty_unreadable_and_binary_files(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ConfigError, match="not UTF-8"):
         read_labels(binary)
+
+
+def test_a_confidence_column_is_read_in_the_same_pass(tmp_path: Path) -> None:
+    path = write(tmp_path, "l.csv", HEADER.strip() + ",lp\na,Q1,True,False, -0.25\nb,Q2,0,1,3\n")
+    labels = read_labels(path, Columns(score="lp"))
+    assert labels.score is not None
+    assert labels.score.tolist() == [-0.25, 3.0]
+    assert labels.subset(np.array([1])).score.tolist() == [3.0]  # type: ignore[union-attr]
+    assert read_labels(path).score is None  # only when asked for
+    jsonl = write(tmp_path, "l.jsonl", '{"prompt": "a", "mixtral_8x7b_correct": 1, '
+                  '"gpt4_1106_correct": 0, "p": 0.9}\n')  # fmt: skip
+    assert read_labels(jsonl, Columns(score="p")).score.tolist() == [0.9]  # type: ignore[union-attr]
+
+
+def test_a_missing_confidence_column_names_its_flag(tmp_path: Path) -> None:
+    path = write(tmp_path, "l.csv", HEADER + "a,Q1,True,False\n")
+    with pytest.raises(ConfigError, match=r"no column 'lp'.*--confidence-col"):
+        read_labels(path, Columns(score="lp"))
+
+
+@pytest.mark.parametrize("value", ['"high"', "NaN", '"inf"', '"-Infinity"', "true", "null",
+                                   "1" + "0" * 400, '""'])  # fmt: skip
+def test_a_confidence_that_is_no_finite_number_names_its_line(tmp_path: Path, value: str) -> None:
+    good = '{"prompt": "a", "mixtral_8x7b_correct": 1, "gpt4_1106_correct": 0, "p": 0.5}\n'
+    bad = good.replace("0.5", value)
+    path = write(tmp_path, "l.jsonl", good + bad)
+    with pytest.raises(ConfigError, match=r"line 2: 'p' must be a finite number"):
+        read_labels(path, Columns(score="p"))
+
+
+def test_a_csv_confidence_that_is_no_number_names_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "l.csv", HEADER.strip() + ",lp\na,Q1,1,0,-1\nb,Q2,1,0,nan\n")
+    with pytest.raises(ConfigError, match=r"line 3: 'lp' must be a finite number, not 'nan'"):
+        read_labels(path, Columns(score="lp"))
+    missing = write(tmp_path, "m.jsonl", '{"prompt": "a", "mixtral_8x7b_correct": 1, '
+                    '"gpt4_1106_correct": 0}\n')  # fmt: skip
+    with pytest.raises(ConfigError, match=r"line 1: no 'p'"):
+        read_labels(missing, Columns(score="p"))
