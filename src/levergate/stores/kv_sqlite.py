@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from levergate.stores.kv import StoreError
+from levergate.stores.sqlite_worker import connect
 
 T = TypeVar("T")
 
@@ -83,11 +84,7 @@ class SqliteKV:
             raise StoreError(f"sqlite {self._path}: {exc}") from exc
 
     def _open(self) -> sqlite3.Connection:
-        Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self._path, timeout=self._busy_ms / 1000, isolation_level=None)
-        conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
+        conn = connect(self._path, busy_ms=self._busy_ms)
         conn.execute(_SCHEMA)
         return conn
 

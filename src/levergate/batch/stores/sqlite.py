@@ -14,7 +14,7 @@ from pathlib import Path
 
 from levergate.batch.model import Claim, Counts, FileRecord, Job, LineRow
 from levergate.batch.store import StoreError
-from levergate.stores.sqlite_worker import SqliteWorker
+from levergate.stores.sqlite_worker import SqliteWorker, connect
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -45,12 +45,8 @@ NEEDS_WORK = """
 
 class _Worker(SqliteWorker):
     def _open(self) -> sqlite3.Connection:
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=self._busy_ms / 1000, isolation_level=None)
-        conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-        conn.execute("PRAGMA journal_mode = WAL")
         # synchronous=FULL: a finished line survives power loss, not only a killed process.
-        conn.execute("PRAGMA synchronous = FULL")
+        conn = connect(self.path, busy_ms=self._busy_ms, synchronous="FULL")
         conn.executescript(SCHEMA)
         return conn
 
