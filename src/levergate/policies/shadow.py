@@ -55,11 +55,16 @@ SHADOW_JUDGE_SYSTEM = (
 
 def normalized(text: str) -> str:
     """`text` compatibility-normalized (NFKC), case-folded, its spacing collapsed to single
-    spaces and its surrounding punctuation stripped. Idempotent."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    while (again := unicodedata.normalize("NFKC", folded).casefold()) != folded:
+    spaces and its surrounding punctuation stripped. Idempotent. Upper-cased before folding:
+    casefold alone keeps a dotless "ı" apart from the "i" its own capital "I" folds to."""
+    folded = _fold(text)
+    while (again := _fold(folded)) != folded:
         folded = again  # a few characters fold in two rounds
     return _SPACE.sub(" ", folded).strip(_SURROUNDING)
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).upper().casefold()
 
 
 def final_answer(text: str) -> str | None:

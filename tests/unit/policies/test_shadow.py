@@ -137,3 +137,8 @@ def test_retention_is_unmeasured_without_a_compared_sample() -> None:
 def test_retention_refuses_impossible_counts(counts: dict[str, int]) -> None:
     with pytest.raises(ValueError, match="non-negative"):
         retention(**counts)
+
+
+def test_a_dotless_i_agrees_with_its_own_capital() -> None:
+    # Found by Hypothesis: casefold("ı") is "ı" but casefold("I") is "i".
+    assert agree("ı", "  I\n")
