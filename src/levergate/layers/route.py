@@ -132,7 +132,6 @@ class Route:
         self._metrics.routed.labels(route.spec.name, decision.chosen, decision.reason).inc()
         reply = await self._inner(call.with_body(model=decision.chosen))
         if self._shadows is not None:
-            self._metrics.answered(decision)
             self._shadows.offer(call, decision, route.sampling, reply)
         return reply
 
@@ -191,11 +190,6 @@ class RouteMetrics:
                 kept, strong = route.learned.router.measured_at(route.learned.threshold)
                 retention.labels(name).set(kept)
                 share.labels(name).set(strong)
-
-    def answered(self, decision: RouteDecision) -> None:
-        """A routed request answered, by the default or by a cheaper alias (its retention)."""
-        if self.shadows is not None:
-            self.shadows.answered(decision.asked, cheap=decision.chosen != decision.default)
 
 
 def _resolve(

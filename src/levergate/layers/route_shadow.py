@@ -7,13 +7,17 @@ live, `levergate_route_quality_retention{route}`, beside what its router file me
 `routing.shadow.queue`; its workers under the Supervisor as the `route_shadow` job; the shadow
 and judge calls, their spend as `levergate_spend_usd{kind="shadow"}`). The route offers each
 answer once it has it, and the client gets the very reply it would have got: `offer` reads the
-answer and never changes it, nor the request's record.
+answer and never changes it, nor the request's record. Every routed request answered counts
+toward the gauge (policies.shadow.retention): answered by the default it is retained, answered by
+another alias it keeps quality at the samples' agreement rate; a request that failed counts for
+nothing.
 
 What is offered, in this order (each answer draws at most once from the queue's seeded random
 source, so a test replays the draws):
 
 - an answer from the default itself is not: it is the counterfactual, there is nothing to
-  compare it with (it counts as retained);
+  compare it with (it counts as retained). What answered is `trace.alias`, so a cheap alias
+  whose fallback is the default, and that fell back, answered with the default;
 - a chat answer from another alias draws; with probability `shadow.rate` (the route's own
   sampling, else `routing.shadow`'s) it is sampled;
 - a sampled answer the client asked to stream is skipped and counted, `result="streamed"`: its
@@ -27,6 +31,7 @@ Legacy completions (`/v1/completions`) draw nothing: the shadow is asked as a ch
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING
 
 from levergate.core.jobs import Job
@@ -39,7 +44,9 @@ if TYPE_CHECKING:
 
     from levergate.config.shadow import Shadow, ShadowSampling
     from levergate.core.call import Call, RouteDecision
+    from levergate.core.clock import Clock
     from levergate.core.reply import Reply
+    from levergate.layers.measure.ledger import OwnSpend
     from levergate.layers.shared import Shared
 
 JOB_NAME = "route_shadow"
@@ -69,20 +76,32 @@ class RouteShadows(ShadowQueue):
         shared.jobs.append(Job(JOB_NAME, shadows.run))
         return shadows
 
+    def __init__(
+        self,
+        settings: Shadow,
+        *,
+        metrics: ShadowMeter,
+        clock: Clock,
+        rng: random.Random,
+        spend: OwnSpend,
+    ) -> None:
+        super().__init__(settings, metrics=metrics, clock=clock, rng=rng, spend=spend)
+        self._meter = metrics
+
     def offer(
         self, call: Call, decision: RouteDecision, sampling: ShadowSampling, reply: Reply
     ) -> None:
-        """Maybe shadow `reply`, the chosen alias's answer to `call` (module docstring). Never
-        waits; `reply` is read, never changed."""
-        if call.kind != "chat" or decision.chosen == decision.default:
-            return
-        if not self.drawn(sampling):
+        """Count `reply`, the answer to the routed `call`, toward the route's retention, and
+        maybe shadow it (module docstring). Never waits; `reply` is read, never changed."""
+        by_default = (call.ctx.trace.alias or decision.chosen) == decision.default
+        self._meter.answered(decision.asked, cheap=not by_default)
+        if by_default or call.kind != "chat" or not self.drawn(sampling):
             return
         if isinstance(reply, Stream):
-            self._metrics.shadowed(decision.asked, STREAMED)
+            self._meter.shadowed(decision.asked, STREAMED)
             return
-        cheap = answer_text(reply.data)
-        if cheap is None:
+        text = answer_text(reply.data)
+        if text is None:
             return
         self.put(call, label=decision.asked, strong=decision.default, sampling=sampling,
-                 cheap=cheap)  # fmt: skip
+                 cheap=text)  # fmt: skip

@@ -39,7 +39,8 @@ RULES = [{"name": "faq", "to": "mini", "when": {"feature": ["faq"]}}]
 
 class Scripted:
     """Answers `texts[(alias, question)]` (else the alias's name), as a stream when asked for
-    one; a question marked TOOL gets a tool call (no text); the judge says `judge_says`."""
+    one; a question marked TOOL gets a tool call (no text), one marked FELL is answered by "big"
+    (a fallback); the judge says `judge_says`."""
 
     def __init__(
         self, texts: dict[tuple[str, str], str] | None = None, judge_says: str = "yes"
@@ -52,6 +53,9 @@ class Scripted:
     async def __call__(self, call: Call) -> Reply:
         self.calls.append(call)
         alias, question = call.model, call.body["messages"][-1]["content"]
+        if "FELL" in question:  # the alias failed, and its fallback (the default) answered
+            alias = "big"
+        call.ctx.trace.alias = alias  # as Dispatch records it
         content = self.judge_says if alias == "judge" else self.texts.get((alias, question), alias)
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if "TOOL" in question:
@@ -317,3 +321,17 @@ async def test_a_sampled_streamed_answer_passes_through_as_it_came_and_is_counte
     # A streamed answer still counts as answered by the cheap alias: with nothing compared,
     # nothing is measured.
     assert rig.retention() is None
+
+
+async def test_an_answer_from_the_default_by_fallback_is_retained_not_shadowed() -> None:
+    inner = Scripted()
+    rig = Rig(inner, shadow={"rate": 1.0})
+    async with rig.running():
+        fell = await rig.ask("FELL over", i=0)
+        await rig.ask("q", i=1)
+        await until(lambda: rig.results()["disagree"] == 1)
+    assert fell.ctx.trace.route is not None
+    assert fell.ctx.trace.route.chosen == "mini"
+    assert [c.ctx.request_id for c in inner.shadowed()] == ["shadow-r1"]
+    # 1 of 2 answered by the cheap alias, its one sample disagreed: 1 - 0.5 x 1.
+    assert rig.retention() == pytest.approx(0.5)
