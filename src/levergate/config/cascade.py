@@ -21,9 +21,10 @@ The logprob defaults are starting points, not measurements of any one model: a m
 depend on its tokenizer and sampling, so tune the threshold on your own traffic
 (`benchmarks/cascade.py` shows the escalation-quality trade-off it controls).
 
-Shadow sampling measures what the checks cost in quality (layers/cascade/shadow.py): a share of
-the accepted cheap answers is answered again, off the request path, by the cascade's strongest
-step, and the two answers are compared. Off by default (`rate: 0`); every shadow call is paid for
+Shadow sampling measures what the checks cost in quality (layers/cascade/shadow.py; the settings
+are config/shadow.py's, shared with routes): a share of the accepted cheap answers is answered
+again, off the request path, by the cascade's strongest step, and the two answers are compared.
+Off by default (`rate: 0`); every shadow call is paid for
 (`levergate_spend_usd{kind="shadow"}`).
 
     shadow: {rate: 0.05, compare: normalized}       the `cascade:` names and the default for all
@@ -45,6 +46,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from levergate.config.base import WILDCARD, _Strict
+from levergate.config.shadow import Shadow, ShadowSampling, unknown_judge
 
 CASCADE_PREFIX = "cascade:"
 STEP_SEPARATOR = ">"
@@ -114,40 +116,6 @@ Check = Annotated[
     MeanLogprob | MinLogprob | MustParse | JsonSchema | Regex | ConfidenceField | Judge,
     Field(discriminator="kind"),
 ]
-
-
-class ShadowSampling(_Strict):
-    """Which accepted answers are shadowed by the strongest step, and how the two are compared."""
-
-    # The share of accepted cheap answers shadowed (0: none; each one is a strong-model call).
-    rate: float = Field(0.0, ge=0, le=1)
-    compare: Literal["normalized", "judge"] = "normalized"
-    judge: str | None = Field(None, min_length=1)  # the alias asked, with `compare: judge`
-    # The judge's probability that the answers are equivalent, at which they agree.
-    judge_threshold: float = Field(0.5, ge=0, le=1)
-    judge_max_tokens: int = Field(16, ge=1, le=1024)
-    # The newest characters of the conversation and of each answer the judge is shown.
-    judge_max_chars: int = Field(32_000, ge=256)
-
-    @model_validator(mode="after")
-    def _judge_iff_judged(self) -> ShadowSampling:
-        if self.compare == "judge" and self.judge is None:
-            raise ValueError("shadow.compare 'judge' needs shadow.judge (an alias)")
-        if self.compare != "judge" and self.judge is not None:
-            raise ValueError("shadow.judge is only asked with shadow.compare 'judge'")
-        return self
-
-
-class Shadow(ShadowSampling):
-    """The cascade-level sampling (the default of every cascade) and the one shadow queue."""
-
-    # Shadow calls waiting for a worker; a sample that finds the queue full is dropped (and
-    # counted): the request path never waits for a shadow.
-    queue: int = Field(256, ge=1, le=100_000)
-    # Shadow calls (and their judge calls) in flight at once, gateway-wide.
-    concurrency: int = Field(2, ge=1, le=64)
-    # Each shadow call's deadline (the strongest step's own retries and limits apply within).
-    timeout_seconds: float = Field(120.0, gt=0, le=3600)
 
 
 class NamedCascade(_Strict):
@@ -223,8 +191,8 @@ def check_references(settings: CascadeSettings, aliases: Collection[str]) -> Non
     for judge in _judges(settings.checks):
         if judge.alias not in known:
             raise ValueError(f"cascade.checks: unknown judge alias {judge.alias!r}")
-    if settings.shadow.judge is not None and settings.shadow.judge not in known:
-        raise ValueError(f"cascade.shadow: unknown judge alias {settings.shadow.judge!r}")
+    if (unknown := unknown_judge(settings.shadow, known)) is not None:
+        raise ValueError(f"cascade.shadow: unknown judge alias {unknown!r}")
     for named in settings.cascades:
         if named.name in known:
             raise ValueError(f"cascade {named.name!r} has the name of a model alias")
@@ -236,8 +204,7 @@ def check_references(settings: CascadeSettings, aliases: Collection[str]) -> Non
         for judge in _judges(named.checks):
             if judge.alias not in known:
                 raise ValueError(f"cascade {named.name!r}: unknown judge alias {judge.alias!r}")
-        shadow = named.shadow.judge if named.shadow is not None else None
-        if shadow is not None and shadow not in known:
+        if (shadow := unknown_judge(named.shadow, known)) is not None:
             raise ValueError(f"cascade {named.name!r}: unknown shadow judge alias {shadow!r}")
 
 

@@ -13,6 +13,15 @@ a configured model (a typo is a start-up error, never a silent trip to the wildc
             - {name: big-prompts, to: gpt-4o, when: {min_prompt_tokens: 4000}}
             - {name: free-tier, to: gpt-4o-mini, when: {metadata: {tier: free}}}
           learned: {file: router.json, cheap: gpt-4o-mini, strong: gpt-4o, target_quality: 0.95}
+          shadow: {rate: 0.05}          # this route's own sampling (else routing.shadow's)
+      shadow: {rate: 0.02, queue: 256, concurrency: 2, timeout_seconds: 120}
+
+Shadow sampling (config/shadow.py, the same settings cascades use) measures what a route keeps
+live: a share of the answers it sent to an alias other than its `default` is answered again by
+the default, off the request path, and the two are compared (layers/route_shadow.py), giving
+`levergate_route_quality_retention` beside the offline `levergate_router_quality_retention`.
+`routing.shadow` is every route's default sampling and the routes' one queue; a route's own
+`shadow` replaces the sampling (rate, compare, judge) whole. Off by default (`rate: 0`).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from pydantic import Field, model_validator
 
 from levergate.config.base import _Strict
 from levergate.config.local import LocalEmbeddings
+from levergate.config.shadow import Shadow, ShadowSampling, unknown_judge
 
 # OpenAI's own bounds on `metadata`: 16 pairs, keys up to 64 characters, values up to 512.
 MAX_METADATA_KEYS = 16
@@ -84,6 +94,8 @@ class RouteSpec(_Strict):
     default: str  # the strong alias: what answers when nothing else decides
     rules: list[Rule] = Field(default_factory=list, max_length=256)
     learned: Learned | None = None
+    # None: `routing.shadow`'s sampling.
+    shadow: ShadowSampling | None = None
 
 
 class RouterEmbeddings(LocalEmbeddings):
@@ -107,10 +119,21 @@ class Routing(_Strict):
     # Text longer than this is estimated (chars / 4, flagged) instead of counted: tokenizing a
     # multi-megabyte body costs more than any rule it could decide.
     max_counted_chars: int = Field(400_000, ge=1)
+    # Live quality measured: answers from a non-default alias shadowed by the default (off).
+    shadow: Shadow = Field(default_factory=Shadow)
 
     @property
     def enabled(self) -> bool:
         return bool(self.routes)
+
+    def sampling(self, route: RouteSpec) -> ShadowSampling:
+        """The shadow sampling of `route`: its own, else `routing.shadow`'s."""
+        return route.shadow if route.shadow is not None else self.shadow
+
+    @property
+    def shadowed(self) -> bool:
+        """Some route shadows its answers (the routes' shadow queue is needed)."""
+        return any(self.sampling(r).rate > 0 for r in self.routes)
 
     def check(self, aliases: Collection[str]) -> None:
         """Every alias a route names is a configured model; route names are not (raises
@@ -118,6 +141,8 @@ class Routing(_Strict):
         names = [r.name for r in self.routes]
         if len(names) != len(set(names)):
             raise ValueError("routing: route names must be unique")
+        if (judge := unknown_judge(self.shadow, aliases)) is not None:
+            raise ValueError(f"routing.shadow.judge names unknown model {judge!r}")
         for route in self.routes:
             where = f"routing route {route.name!r}"
             if route.name in aliases:
@@ -126,6 +151,8 @@ class Routing(_Strict):
             if route.learned is not None:
                 named += [("learned.cheap", route.learned.cheap)]
                 named += [("learned.strong", route.learned.strong)]
+            if route.shadow is not None and route.shadow.judge is not None:
+                named += [("shadow.judge", route.shadow.judge)]
             for what, alias in named:
                 if alias not in aliases:
                     raise ValueError(f"{where}: {what} names unknown model {alias!r}")

@@ -12,7 +12,10 @@ counterfactual the ledger prices the saving against, and counted in
 "Nothing may lower answer quality unmeasured": each learned route exports the retention and the
 strong-call share its threshold measured on the router file's out-of-fold calibration
 (`levergate_router_quality_retention`, `levergate_router_strong_share`), and a file trained for
-other models than the route names is refused at start-up.
+other models than the route names is refused at start-up. What a route keeps live is measured by
+shadow samples (`routing.shadow`, layers/route_shadow.py): a share of the answers from an alias
+other than the default is answered again by the default, off the request path, and compared
+(`levergate_route_quality_retention`).
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge
 
 from levergate.config import Model, RouteSpec, Routing
+from levergate.config.shadow import ShadowSampling
 from levergate.core.call import Call, RouteDecision
 from levergate.core.embedder import Embedder
 from levergate.core.reply import Reply
 from levergate.core.service import Layer, Service
 from levergate.core.tokenizer import LengthEstimate, Tokenizer
 from levergate.errors import BadRequest, ConfigError
+from levergate.layers.route_shadow import RouteShadows, route_meter
 from levergate.policies import routing as rules
 
 if TYPE_CHECKING:
@@ -65,6 +70,7 @@ class Resolved:
     learned: LearnedRouter | None
     count_tokens: bool
     count_model: str  # the name the prompt is counted for (the default alias's model)
+    sampling: ShadowSampling  # which answers from another alias the default answers again
 
 
 class Route:
@@ -87,9 +93,13 @@ class Route:
         routes = {r.name: _resolve(r, settings, models, embedder) for r in settings.routes}
         if tokenizer is None and any(r.count_tokens for r in routes.values()):
             tokenizer = _tokenizer(next(r.count_model for r in routes.values() if r.count_tokens))
-        metrics = RouteMetrics(shared, routes)
+        metrics = RouteMetrics(shared, routes, shadowed=settings.shadowed)
+        shadows = None
+        if metrics.shadows is not None:
+            shadows = RouteShadows.build(settings.shadow, shared=shared, meter=metrics.shadows)
         return partial(cls, routes=routes, tokenizer=tokenizer or LengthEstimate(),
-                       metrics=metrics, max_chars=settings.max_counted_chars)  # fmt: skip
+                       metrics=metrics, max_chars=settings.max_counted_chars,
+                       shadows=shadows)  # fmt: skip
 
     def __init__(
         self,
@@ -99,12 +109,16 @@ class Route:
         tokenizer: Tokenizer,
         metrics: RouteMetrics,
         max_chars: int,
+        shadows: RouteShadows | None = None,
     ) -> None:
         self._inner = inner
         self._routes = dict(routes)
         self._tokenizer = tokenizer
         self._metrics = metrics
         self._max_chars = max_chars
+        self._shadows = shadows  # None: no route shadows its answers
+        if shadows is not None:
+            shadows.bind(inner)
 
     async def __call__(self, call: Call) -> Reply:
         route = self._routes.get(call.model)
@@ -116,7 +130,10 @@ class Route:
         decision = await self.decide(route, call)
         call.ctx.trace.route = decision
         self._metrics.routed.labels(route.spec.name, decision.chosen, decision.reason).inc()
-        return await self._inner(call.with_body(model=decision.chosen))
+        reply = await self._inner(call.with_body(model=decision.chosen))
+        if self._shadows is not None:
+            self._shadows.offer(call, decision, route.sampling, reply)
+        return reply
 
     async def decide(self, route: Resolved, call: Call) -> RouteDecision:
         spec, body = route.spec, call.body
@@ -147,8 +164,10 @@ class Route:
 
 
 class RouteMetrics:
-    def __init__(self, shared: Shared, routes: Mapping[str, Resolved]) -> None:
+    def __init__(self, shared: Shared, routes: Mapping[str, Resolved], *, shadowed: bool) -> None:
         reg = shared.registry
+        # Live retention, from shadow samples (None: no route shadows its answers).
+        self.shadows = route_meter(reg) if shadowed else None
         self.routed = Counter(
             "levergate_routed_requests",
             "Requests to a routed alias, by the alias chosen and why (rule, learned, default).",
@@ -181,7 +200,8 @@ def _resolve(
     if spec.learned is not None and embedder is not None:
         learned = _learned(spec, settings, models, embedder)
     return Resolved(spec=spec, learned=learned, count_tokens=rules.counts_tokens(spec.rules),
-                    count_model=default.upstream_model or default.name)  # fmt: skip
+                    count_model=default.upstream_model or default.name,
+                    sampling=settings.sampling(spec))  # fmt: skip
 
 
 def _learned(

@@ -56,7 +56,8 @@ class Shared:
     prompt_cache: PromptCacheState
     # The responses `/v1/responses` kept, for `previous_response_id` and GET/DELETE.
     responses: ResponseStore
-    # Spend made for no client request (a cascade's shadow calls), priced into the ledger.
+    # Spend made for no client request (cascades' and routes' shadow calls), priced into the
+    # ledger.
     own_spend: OwnSpend
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)

@@ -1,5 +1,6 @@
-"""Shadow comparisons for cascades: did an accepted cheap answer keep the strong model's quality?
-Pure; the cascade's shadow worker (layers/cascade/shadow.py) makes the calls.
+"""Shadow comparisons for cascades and routes: did a cheap answer keep the strong model's quality?
+Pure; the shadow workers (layers/shadow.py, for layers/cascade/shadow.py and
+layers/route_shadow.py) make the calls.
 
 The counterfactual. A cascade returns the cheap model's answer when a confidence check passes;
 what it cannot know on the request path is whether the strong model would have answered
@@ -18,6 +19,8 @@ Requests the cascade escalated were answered by the strong model (retained by de
 so were the ones that fell back to the cheap answer because the strong step failed (without the
 cascade they would have been that failure); accepted requests keep quality at the measured
 agreement rate, which the samples estimate for every accepted request (sampling is uniform).
+A route reads the same way: what it sent to its default (the strong alias) is retained by
+definition, what it sent to another alias is "accepted" (`accepted` counts those).
 With no sample compared yet nothing is measured: `retention` is None, and the gauge is absent.
 """
 

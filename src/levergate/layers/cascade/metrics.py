@@ -7,7 +7,8 @@ The money side (the default model's estimated cost minus what was paid) is the l
 prices `trace.route` and `trace.side_spend`. Every label is bounded: cascade names by
 `cascade.max_metric_names`, aliases by the configuration, signals and outcomes by the code.
 
-What the checks cost in quality is measured by shadow samples (layers/cascade/shadow.py):
+What the checks cost in quality is measured by shadow samples (layers/cascade/shadow.py; the
+series are layers/shadow.py's `ShadowMeter`, which routes use too):
 `levergate_cascade_shadow_total{cascade, result}` counts them (agree, disagree, failed, dropped)
 and `levergate_cascade_quality_retention{cascade}` is the share of the strong model's quality
 the cascade is estimated to keep (policies/shadow.py has the formula and its counterfactual),
@@ -18,13 +19,9 @@ made-up one. Its shadow calls' dollars are `levergate_spend_usd{kind="shadow"}`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-from levergate.policies.shadow import retention
-
-AGREE, DISAGREE, FAILED, DROPPED = "agree", "disagree", "failed", "dropped"
+from levergate.layers.shadow import ShadowMeter
 
 # Logprobs (negative) and probabilities (0..1) share one histogram, labelled by signal.
 _SCORE_BUCKETS = (
@@ -61,56 +58,22 @@ class CascadeMetrics:
             buckets=_SCORE_BUCKETS,
             registry=registry,
         )
-        self.shadow = Counter(
-            "levergate_cascade_shadow",
-            "Accepted answers shadowed by the cascade's strongest step, by result (agree, "
-            "disagree, failed: a call or the comparison failed, dropped: the queue was full).",
-            ("cascade", "result"),
-            registry=registry,
+        self.shadows = ShadowMeter(
+            registry,
+            layer="cascade",
+            shadow_help="Accepted answers shadowed by the cascade's strongest step, by result "
+            "(agree, disagree, failed: a call or the comparison failed, dropped: the queue was "
+            "full).",
+            retention_help="Estimated share of the strongest step's quality the cascade keeps: "
+            "1 - accepted share x shadow disagreement rate. Absent until a shadow sample is "
+            "compared.",
         )
-        self.retention = Gauge(
-            "levergate_cascade_quality_retention",
-            "Estimated share of the strongest step's quality the cascade keeps: 1 - accepted "
-            "share x shadow disagreement rate. Absent until a shadow sample is compared.",
-            ("cascade",),
-            registry=registry,
-        )
-        self._tallies: dict[str, _Tally] = {}
 
     def answered(self, cascade: str, outcome: str, alias: str) -> None:
         """A request the cascade answered: accepted, escalated or fallback_to_cheap."""
         self.requests.labels(cascade, outcome, alias).inc()
-        tally = self._tally(cascade)
-        tally.answered += 1
-        tally.accepted += outcome == "accepted"
-        self._measured(cascade, tally)
+        self.shadows.answered(cascade, cheap=outcome == "accepted")
 
     def shadowed(self, cascade: str, result: str) -> None:
         """A shadow sample's result: AGREE, DISAGREE, FAILED or DROPPED."""
-        self.shadow.labels(cascade, result).inc()
-        tally = self._tally(cascade)
-        tally.agree += result == AGREE
-        tally.disagree += result == DISAGREE
-        self._measured(cascade, tally)
-
-    def _tally(self, cascade: str) -> _Tally:
-        tally = self._tallies.get(cascade)
-        if tally is None:  # bounded like the label: one per cascade name
-            tally = self._tallies[cascade] = _Tally()
-        return tally
-
-    def _measured(self, cascade: str, tally: _Tally) -> None:
-        kept = retention(accepted=tally.accepted, answered=tally.answered,
-                         agree=tally.agree, disagree=tally.disagree)  # fmt: skip
-        if kept is not None:
-            self.retention.labels(cascade).set(kept)
-
-
-@dataclass(slots=True)
-class _Tally:
-    """One cascade's counts since start, for its retention gauge."""
-
-    answered: int = 0
-    accepted: int = 0
-    agree: int = 0
-    disagree: int = 0
+        self.shadows.shadowed(cascade, result)

@@ -22,8 +22,8 @@ from levergate.config.cascade import (
     Check,
     Judge,
     NamedCascade,
-    ShadowSampling,
 )
+from levergate.config.shadow import ShadowSampling
 from levergate.errors import BadRequest
 from levergate.policies.confidence import Signal, compile_check, needs_logprobs
 

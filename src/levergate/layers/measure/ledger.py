@@ -94,7 +94,8 @@ class LedgerMetrics:
             "levergate_spend_usd",
             "Dollars spent, at the price of the model that spent them: kind=answer for the "
             "answer, or the side spend's purpose (cascade, summary, judge), or shadow for a "
-            "cascade's shadow samples (spent for no request: not in levergate_cost_usd).",
+            "cascade's or a route's shadow samples (spent for no request: not in "
+            "levergate_cost_usd).",
             (*labels, "kind"),
             registry=registry,
         )
@@ -151,7 +152,7 @@ class LedgerMetrics:
 
 class OwnSpend:
     """What the gateway spends on its own initiative, outside any client request: a cascade's
-    shadow calls (layers/cascade/shadow.py). Priced like a side spend and counted in
+    and a route's shadow calls (layers/shadow.py). Priced like a side spend and counted in
     `levergate_spend_usd` under the tenant and feature it was spent for, with the spend's purpose
     as its kind. It is in no request's record, so neither in `levergate_cost_usd` nor charged to
     a key's budget: the operator chose to spend it, not the client."""

@@ -1,0 +1,228 @@
+"""Shadow samples: a cheap answer the client got, answered again by the strong alias it stood in
+for, off the request path, and the two compared — the measurement behind each lever's quality
+retention gauge (policies/shadow.py has the formula and what agreement does and does not prove).
+
+Two levers answer with a cheaper model than the one that would otherwise have answered: a
+cascade that accepts an early step (layers/cascade/shadow.py) and a route that chose an alias
+other than its default (layers/route_shadow.py). Each builds one `ShadowQueue` (one per layer:
+its own bounded queue, workers, deadline and seeded random source, so one lever's draws and
+backlog never change the other's) and says what it offers; this module holds what they share —
+the queue, the workers, the shadow calls, the comparison and the `ShadowMeter` series.
+
+A layer draws (`drawn`) from its queue's own seeded random source (`Shared.rng`, so a test
+replays the draws) and, with probability `sampling.rate`, puts a sample on the bounded queue
+(`put`); a full queue drops the sample and counts it (`result="dropped"`), so the request path
+never waits and memory stays bounded by `queue` samples (each holds the request's body, already
+bounded at the edge, and the cheap answer's text). The client's answer has gone out before the
+sample is taken from the queue.
+
+The queue's workers (`concurrency`) run as one background `Job` under the pipeline's Supervisor;
+the Gateway cancels them when it closes, and samples still queued are discarded then. Each
+sample is one call to the strong alias with the client's body, whole (never streamed, one
+choice), through the service the layer's own calls go through: the alias's fallbacks, retries,
+balancing and limits apply. It runs under a fresh `Context` of its own — the client's request is
+finished and its record (`Trace`) already measured, so nothing may write to it — with the
+request's tenant and feature, batch priority (interactive traffic goes first wherever priority
+counts) and a deadline of `timeout_seconds`. With `compare: judge` a second call asks the judge
+alias whether the two answers are equivalent.
+
+Every shadow call is paid for, and priced into the ledger as `levergate_spend_usd{kind="shadow"}`
+under the request's tenant and feature (`OwnSpend`), never into the request's own cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from levergate.core.call import Call, Context, Priority, Spend
+from levergate.errors import LevergateError
+from levergate.layers.cache.replay import whole
+from levergate.policies.confidence import answer_text
+from levergate.policies.pricing import from_usage
+from levergate.policies.shadow import agree, equivalence_messages, equivalence_score, retention
+
+if TYPE_CHECKING:
+    from levergate.config.shadow import Shadow, ShadowSampling
+    from levergate.core.clock import Clock
+    from levergate.core.reply import Completed
+    from levergate.core.service import Service
+    from levergate.layers.measure.ledger import OwnSpend
+
+AGREE, DISAGREE, FAILED, DROPPED = "agree", "disagree", "failed", "dropped"
+# Keys of the client's body the shadow call does without: it is asked whole, for one choice.
+_NOT_SHADOWED = ("stream", "stream_options", "n")
+
+
+class ShadowMetrics(Protocol):
+    def shadowed(self, label: str, result: str) -> None:
+        """A shadow sample's result (AGREE, DISAGREE, FAILED, DROPPED, or a layer's own)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One cheap answer to shadow: what is needed once the request is gone."""
+
+    label: str  # the layer's metric label (a cascade's, a route's)
+    strong: str  # the alias that answers the shadow call
+    sampling: ShadowSampling
+    body: Mapping[str, Any]  # the client's body, for the strong alias, whole
+    cheap: str  # the cheap answer's text
+    request_id: str
+    tenant: str
+    feature: str
+
+
+class ShadowQueue:
+    def __init__(
+        self,
+        settings: Shadow,
+        *,
+        metrics: ShadowMetrics,
+        clock: Clock,
+        rng: random.Random,
+        spend: OwnSpend,
+    ) -> None:
+        self._queue: asyncio.Queue[Sample] = asyncio.Queue(maxsize=settings.queue)
+        self._concurrency = settings.concurrency
+        self._timeout = settings.timeout_seconds
+        self._metrics = metrics
+        self._clock = clock
+        self._rng = rng
+        self._spend = spend
+        self._inner: Service | None = None
+
+    def bind(self, inner: Service) -> None:
+        """The service the layer's calls go through (known once the layer wraps it)."""
+        self._inner = inner
+
+    def drawn(self, sampling: ShadowSampling) -> bool:
+        """Whether this answer is sampled: one draw, none at all when the rate is 0."""
+        return sampling.rate > 0 and self._rng.random() < sampling.rate
+
+    def put(
+        self, call: Call, *, label: str, strong: str, sampling: ShadowSampling, cheap: str
+    ) -> None:
+        """Queue a sample of `cheap`, the answer to `call`, for `strong`. Never waits."""
+        body = {k: v for k, v in call.body.items() if k not in _NOT_SHADOWED}
+        body["model"] = strong
+        ctx = call.ctx
+        sample = Sample(label, strong, sampling, body, cheap, ctx.request_id, ctx.tenant,
+                        ctx.feature)  # fmt: skip
+        try:
+            self._queue.put_nowait(sample)
+        except asyncio.QueueFull:
+            self._metrics.shadowed(label, DROPPED)
+
+    async def run(self) -> None:
+        """The workers, until cancelled (the Job)."""
+        async with asyncio.TaskGroup() as group:
+            for _ in range(self._concurrency):
+                group.create_task(self._work())
+
+    async def _work(self) -> None:
+        while True:
+            sample = await self._queue.get()
+            self._metrics.shadowed(sample.label, await self.compare(sample))
+
+    async def compare(self, sample: Sample) -> str:
+        """AGREE or DISAGREE; FAILED when a call failed or the judge gave no verdict."""
+        deadline = self._clock.now() + self._timeout
+        try:
+            strong = answer_text((await self._call(sample, sample.body, deadline)).data)
+            if strong is None:
+                return FAILED
+            if sample.sampling.compare == "judge":
+                same = await self._judged(sample, strong, deadline)
+            else:
+                same = agree(sample.cheap, strong)
+        except LevergateError:
+            return FAILED
+        if same is None:
+            return FAILED
+        return AGREE if same else DISAGREE
+
+    async def _judged(self, sample: Sample, strong: str, deadline: float) -> bool | None:
+        s = sample.sampling
+        if s.judge is None:  # pragma: no cover - ShadowSampling refuses compare=judge without
+            return None
+        messages = equivalence_messages(sample.body.get("messages") or [], sample.cheap, strong,
+                                        max_chars=s.judge_max_chars)  # fmt: skip
+        body = {"model": s.judge, "messages": messages, "max_tokens": s.judge_max_tokens,
+                "temperature": 0}  # fmt: skip
+        score = equivalence_score(answer_text((await self._call(sample, body, deadline)).data))
+        return None if score is None else score >= s.judge_threshold
+
+    async def _call(self, sample: Sample, body: Mapping[str, Any], deadline: float) -> Completed:
+        """One shadow call under a context of its own, its usage charged as kind=shadow."""
+        if self._inner is None:
+            raise RuntimeError("the shadow queue was never bound to a service")
+        ctx = Context(
+            request_id=f"shadow-{sample.request_id}", tenant=sample.tenant,
+            priority=Priority.BATCH, deadline=deadline, feature=sample.feature,
+        )  # fmt: skip
+        reply = await whole(await self._inner(Call(kind="chat", body=body, ctx=ctx)))
+        t = from_usage(reply.usage)
+        spend = Spend(str(body["model"]), "shadow", input_uncached=t.input_uncached,
+                      cached_read=t.cached_read, cache_write=t.cache_write,
+                      output=t.output)  # fmt: skip
+        self._spend.charge(spend, tenant=sample.tenant, feature=sample.feature)
+        return reply
+
+
+class ShadowMeter:
+    """One layer's shadow series: `levergate_<layer>_shadow_total{<layer>, result}` and
+    `levergate_<layer>_quality_retention{<layer>}`, the latter from every answered request and
+    every compared sample since start (policies.shadow.retention), absent for a label until its
+    first sample is compared (agree or disagree): no number is better than a made-up one. Labels
+    are the layer's own bounded names (cascade names, route names)."""
+
+    def __init__(
+        self, registry: CollectorRegistry, *, layer: str, shadow_help: str, retention_help: str
+    ) -> None:
+        self.shadow = Counter(f"levergate_{layer}_shadow", shadow_help, (layer, "result"),
+                              registry=registry)  # fmt: skip
+        self.retention = Gauge(f"levergate_{layer}_quality_retention", retention_help, (layer,),
+                               registry=registry)  # fmt: skip
+        self._tallies: dict[str, _Tally] = {}
+
+    def answered(self, label: str, *, cheap: bool) -> None:
+        """A request the layer answered; `cheap`: by a cheaper alias than the strong one."""
+        tally = self._tally(label)
+        tally.answered += 1
+        tally.cheap += cheap
+        self._measured(label, tally)
+
+    def shadowed(self, label: str, result: str) -> None:
+        self.shadow.labels(label, result).inc()
+        tally = self._tally(label)
+        tally.agree += result == AGREE
+        tally.disagree += result == DISAGREE
+        self._measured(label, tally)
+
+    def _tally(self, label: str) -> _Tally:
+        tally = self._tallies.get(label)
+        if tally is None:  # bounded like the label
+            tally = self._tallies[label] = _Tally()
+        return tally
+
+    def _measured(self, label: str, tally: _Tally) -> None:
+        kept = retention(accepted=tally.cheap, answered=tally.answered,
+                         agree=tally.agree, disagree=tally.disagree)  # fmt: skip
+        if kept is not None:
+            self.retention.labels(label).set(kept)
+
+
+@dataclass(slots=True)
+class _Tally:
+    """One label's counts since start, for its retention gauge."""
+
+    answered: int = 0
+    cheap: int = 0
+    agree: int = 0
+    disagree: int = 0
