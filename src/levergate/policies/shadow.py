@@ -59,7 +59,7 @@ SHADOW_JUDGE_SYSTEM = (
 def normalized(text: str) -> str:
     """`text` compatibility-normalized (NFKC), case-folded, its spacing collapsed to single
     spaces and its surrounding punctuation stripped. Idempotent. Upper-cased before folding:
-    casefold alone keeps a dotless "ı" apart from the "i" its own capital "I" folds to."""
+    casefold alone keeps a dotless i (U+0131) apart from the "i" its own capital "I" folds to."""
     folded = _fold(text)
     while (again := _fold(folded)) != folded:
         folded = again  # a few characters fold in two rounds
