@@ -108,7 +108,7 @@ class LocalEmbeddings(_Strict):
     # onnxruntime's threads spin for a while after each run, waiting for the next: faster for a
     # lone caller, CPU taken from the event loop under load. Measured through the gateway with
     # a learned route on 2 cores (benchmarks/results/routing_load.md): spinning answers one
-    # client ~0.8 ms sooner, not spinning serves 16 clients ~1.2x the requests per second.
+    # client 1.7 ms sooner (p50), not spinning serves 16 clients 1.18x the requests per second.
     spin: bool = True
 
     @property
