@@ -9,24 +9,15 @@ model's logprob check and escalate."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
-import openai
 import pytest
-from openai.types.chat import ChatCompletionMessageParam
-from prometheus_client.parser import text_string_to_metric_families
 
-from levergate.config import Settings
-from levergate.gateway import Gateway
-from levergate.server.run import serving
 from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from tests.e2e.shadow_rig import Metrics, ask, gateway_settings, large_usd, proxy, until, value
 
 HARD_SIM = {"marker": "HARD", "strong_models": ["sim-large"]}
-LARGE = {"input": 10.0, "output": 30.0}  # $ per million tokens
-HEADERS = {"x-levergate-tenant": "acme", "x-levergate-feature": "faq"}
 
 
 @pytest.fixture
@@ -43,87 +34,35 @@ async def sims() -> AsyncIterator[tuple[SimHandle, SimHandle]]:
 
 def _settings(good: SimHandle, hung: SimHandle, shadow: dict[str, Any]) -> dict[str, Any]:
     logprobs = [{"kind": "mean_logprob", "threshold": -0.5}]
-    return {
-        "server": {"port": 0},
-        "traffic": {"retry": {"enabled": False}},
-        "upstreams": [{"name": "sim", "base_url": good.base_url},
-                      {"name": "hung", "base_url": hung.base_url}],
-        "models": [
-            {"name": "small", "upstream": "sim", "upstream_model": "sim-small"},
-            {"name": "large", "upstream": "sim", "upstream_model": "sim-large", "price": LARGE},
-            {"name": "twin", "upstream": "sim", "upstream_model": "sim-large"},
-            {"name": "stuck", "upstream": "hung", "upstream_model": "sim-large"},
-        ],
-        "cascade": {
-            "shadow": shadow,
-            "cascades": [{"name": "qa", "steps": ["small", "large"], "checks": logprobs},
-                         {"name": "twins", "steps": ["twin", "large"], "checks": logprobs},
-                         {"name": "hung", "steps": ["small", "stuck"], "checks": logprobs}],
-        },
-    }  # fmt: skip
+    return gateway_settings(good, hung, cascade={
+        "shadow": shadow,
+        "cascades": [{"name": "qa", "steps": ["small", "large"], "checks": logprobs},
+                     {"name": "twins", "steps": ["twin", "large"], "checks": logprobs},
+                     {"name": "hung", "steps": ["small", "stuck"], "checks": logprobs}],
+    })  # fmt: skip
 
 
-@asynccontextmanager
-async def _proxy(settings: dict[str, Any]) -> AsyncIterator[tuple[openai.AsyncOpenAI, str]]:
-    async with (
-        Gateway(Settings.load(**settings)) as gateway,
-        serving(gateway) as url,
-        openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0,
-                           default_headers=HEADERS) as sdk,
-    ):  # fmt: skip
-        yield sdk, url.removesuffix("/v1") + "/metrics"
-
-
-async def _metrics(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    async with httpx.AsyncClient() as http:
-        text = (await http.get(url)).text
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-          **labels: str) -> float | None:  # fmt: skip
-    return metrics.get((name, frozenset(labels.items())))
-
-
-async def _until(url: str, condition: Callable[[dict[Any, float]], bool]) -> dict[Any, float]:
-    """/metrics once `condition` holds of it (polled a bounded number of times)."""
-    for _ in range(400):
-        metrics = await _metrics(url)
-        if condition(metrics):
-            return metrics
-        await asyncio.sleep(0.025)
-    raise AssertionError("the shadow samples never finished")
-
-
-def _shadow(metrics: dict[Any, float], cascade: str, result: str) -> float:
+def _shadow(metrics: Metrics, cascade: str, result: str) -> float:
     return value(metrics, "levergate_cascade_shadow_total", cascade=cascade, result=result) or 0.0
-
-
-def _ask(text: str) -> list[ChatCompletionMessageParam]:
-    return [{"role": "user", "content": text}]
 
 
 async def test_shadows_measure_agreement_retention_and_their_spend(
     sims: tuple[SimHandle, SimHandle],
 ) -> None:
     good, hung = sims
-    easy = [_ask(f"What is {i} plus {i}?") for i in range(2)]
-    async with _proxy(_settings(good, hung, {"rate": 1.0})) as (sdk, metrics_url):
+    easy = [ask(f"What is {i} plus {i}?") for i in range(2)]
+    async with proxy(_settings(good, hung, {"rate": 1.0})) as (sdk, metrics_url):
         for messages in easy:
             raw = await sdk.chat.completions.with_raw_response.create(model="qa", messages=messages)
             assert raw.headers["x-levergate-cascade"] == "accepted"
         for i in range(2):  # escalated: the strong model answered, nothing to shadow
             raw = await sdk.chat.completions.with_raw_response.create(
-                model="qa", messages=_ask(f"HARD question {i}")
+                model="qa", messages=ask(f"HARD question {i}")
             )
             assert raw.headers["x-levergate-cascade"] == "escalated"
         for i in range(3):
-            await sdk.chat.completions.create(model="twins", messages=_ask(f"Name {i} colours."))
-        metrics = await _until(metrics_url, lambda m: (
+            await sdk.chat.completions.create(model="twins", messages=ask(f"Name {i} colours."))
+        metrics = await until(metrics_url, lambda m: (
             _shadow(m, "qa", "disagree") + _shadow(m, "twins", "agree") == 5
         ))  # fmt: skip
         # What one shadow call of each easy prompt cost: the strong model's usage for it.
@@ -148,20 +87,11 @@ async def test_shadows_measure_agreement_retention_and_their_spend(
     assert shadow_spend is not None
     assert shadow_spend > expected
     # Three twin prompts cost what three calls to large cost; together, all five shadows.
-    twins = [await _large_usage(good, f"Name {i} colours.") for i in range(3)]
+    twins = [await large_usd(good, f"Name {i} colours.") for i in range(3)]
     assert shadow_spend == pytest.approx(expected + sum(twins))
     # Upstream calls: qa's 2 accepted + 2 x 2 escalated, twins' 3, one per shadow (5), and the
     # 2 + 3 direct calls made here to price them.
     assert good.stats()["requests_by_endpoint"]["/v1/chat/completions"] == 6 + 3 + 5 + 2 + 3
-
-
-async def _large_usage(good: SimHandle, text: str) -> float:
-    """What one call to sim-large with `text` costs at LARGE's prices, asked of the simulator."""
-    async with openai.AsyncOpenAI(base_url=good.base_url, api_key="x") as direct:
-        usage = (await direct.chat.completions.create(model="sim-large",
-                                                      messages=_ask(text))).usage  # fmt: skip
-    assert usage is not None
-    return (usage.prompt_tokens * 10.0 + usage.completion_tokens * 30.0) / 1e6
 
 
 async def test_a_full_queue_drops_and_the_gateway_closes_with_shadows_pending(
@@ -170,14 +100,14 @@ async def test_a_full_queue_drops_and_the_gateway_closes_with_shadows_pending(
     good, hung = sims
     shadow = {"rate": 1.0, "queue": 1, "concurrency": 1}
     before = asyncio.all_tasks()
-    async with _proxy(_settings(good, hung, shadow)) as (sdk, metrics_url):
+    async with proxy(_settings(good, hung, shadow)) as (sdk, metrics_url):
         for i in range(4):
             raw = await sdk.chat.completions.with_raw_response.create(
-                model="hung", messages=_ask(f"What is {i} plus one?")
+                model="hung", messages=ask(f"What is {i} plus one?")
             )
             assert raw.headers["x-levergate-cascade"] == "accepted"  # the client never waits
         # One sample can be with the (stuck) worker and one in the queue: the rest dropped.
-        metrics = await _until(metrics_url, lambda m: _shadow(m, "hung", "dropped") >= 2)
+        metrics = await until(metrics_url, lambda m: _shadow(m, "hung", "dropped") >= 2)
         assert _shadow(metrics, "hung", "dropped") <= 3
         assert sum(_shadow(metrics, "hung", r) for r in ("agree", "disagree", "failed")) == 0
     # Closed with a shadow call in flight and one queued: every task the gateway made is gone.

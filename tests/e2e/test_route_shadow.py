@@ -9,25 +9,15 @@ and `large` (sim-large) always answer a prompt differently (every sample disagre
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
-import openai
 import pytest
-from openai.types.chat import ChatCompletionMessageParam
-from prometheus_client.parser import text_string_to_metric_families
 
-from levergate.config import Settings
-from levergate.gateway import Gateway
-from levergate.server.run import serving
 from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from tests.e2e.shadow_rig import Metrics, ask, gateway_settings, large_usd, proxy, until, value
 
-LARGE = {"input": 10.0, "output": 30.0}  # $ per million tokens
-HEADERS = {"x-levergate-tenant": "acme", "x-levergate-feature": "faq"}
 OTHER_FEATURE = {"x-levergate-feature": "chat"}  # not a faq: the route's default answers
-Metrics = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture
@@ -46,76 +36,16 @@ def _settings(good: SimHandle, hung: SimHandle, shadow: dict[str, Any]) -> dict[
     def faq_to(alias: str) -> list[dict[str, Any]]:
         return [{"name": "faq", "to": alias, "when": {"feature": ["faq"]}}]
 
-    return {
-        "server": {"port": 0},
-        "traffic": {"retry": {"enabled": False}},
-        "upstreams": [{"name": "sim", "base_url": good.base_url},
-                      {"name": "hung", "base_url": hung.base_url}],
-        "models": [
-            {"name": "small", "upstream": "sim", "upstream_model": "sim-small"},
-            {"name": "large", "upstream": "sim", "upstream_model": "sim-large", "price": LARGE},
-            {"name": "twin", "upstream": "sim", "upstream_model": "sim-large"},
-            {"name": "stuck", "upstream": "hung", "upstream_model": "sim-large"},
-        ],
-        "routing": {
-            "shadow": shadow,
-            "routes": [{"name": "auto", "default": "large", "rules": faq_to("small")},
-                       {"name": "twins", "default": "large", "rules": faq_to("twin")},
-                       {"name": "hung", "default": "stuck", "rules": faq_to("small")}],
-        },
-    }  # fmt: skip
-
-
-@asynccontextmanager
-async def _proxy(settings: dict[str, Any]) -> AsyncIterator[tuple[openai.AsyncOpenAI, str]]:
-    async with (
-        Gateway(Settings.load(**settings)) as gateway,
-        serving(gateway) as url,
-        openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0,
-                           default_headers=HEADERS) as sdk,
-    ):  # fmt: skip
-        yield sdk, url.removesuffix("/v1") + "/metrics"
-
-
-async def _metrics(url: str) -> Metrics:
-    async with httpx.AsyncClient() as http:
-        text = (await http.get(url)).text
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def _value(metrics: Metrics, name: str, **labels: str) -> float | None:
-    return metrics.get((name, frozenset(labels.items())))
+    return gateway_settings(good, hung, routing={
+        "shadow": shadow,
+        "routes": [{"name": "auto", "default": "large", "rules": faq_to("small")},
+                   {"name": "twins", "default": "large", "rules": faq_to("twin")},
+                   {"name": "hung", "default": "stuck", "rules": faq_to("small")}],
+    })  # fmt: skip
 
 
 def _shadow(metrics: Metrics, route: str, result: str) -> float:
-    return _value(metrics, "levergate_route_shadow_total", route=route, result=result) or 0.0
-
-
-async def _until(url: str, condition: Callable[[Metrics], bool]) -> Metrics:
-    """/metrics once `condition` holds of it (polled a bounded number of times)."""
-    for _ in range(400):
-        metrics = await _metrics(url)
-        if condition(metrics):
-            return metrics
-        await asyncio.sleep(0.025)
-    raise AssertionError("the shadow samples never finished")
-
-
-def _ask(text: str) -> list[ChatCompletionMessageParam]:
-    return [{"role": "user", "content": text}]
-
-
-async def _large_usd(good: SimHandle, text: str) -> float:
-    """What one call to sim-large with `text` costs at LARGE's prices, asked of the simulator."""
-    async with openai.AsyncOpenAI(base_url=good.base_url, api_key="x") as direct:
-        usage = (await direct.chat.completions.create(model="sim-large",
-                                                      messages=_ask(text))).usage  # fmt: skip
-    assert usage is not None
-    return (usage.prompt_tokens * 10.0 + usage.completion_tokens * 30.0) / 1e6
+    return value(metrics, "levergate_route_shadow_total", route=route, result=result) or 0.0
 
 
 async def test_route_shadows_measure_agreement_live_retention_and_their_spend(
@@ -124,24 +54,24 @@ async def test_route_shadows_measure_agreement_live_retention_and_their_spend(
     good, hung = sims
     faqs = [f"What is {i} plus {i}?" for i in range(2)]
     twins = [f"Name {i} colours." for i in range(3)]
-    async with _proxy(_settings(good, hung, {"rate": 1.0})) as (sdk, metrics_url):
+    async with proxy(_settings(good, hung, {"rate": 1.0})) as (sdk, metrics_url):
         for text in faqs:  # to the cheap alias: shadowed by `large`, and they disagree
-            reply = await sdk.chat.completions.create(model="auto", messages=_ask(text))
+            reply = await sdk.chat.completions.create(model="auto", messages=ask(text))
             assert reply.model == "sim-small"
         # A streamed answer from the cheap alias: passed through, not sampled, counted.
         stream = await sdk.chat.completions.create(
-            model="auto", messages=_ask("Stream me an answer."), stream=True
+            model="auto", messages=ask("Stream me an answer."), stream=True
         )
         streamed = [c.choices[0].delta.content async for c in stream if c.choices]
         assert "".join(s for s in streamed if s)
         for i in range(2):  # answered by the default itself: nothing to shadow
             reply = await sdk.chat.completions.create(
-                model="auto", messages=_ask(f"Hello {i}"), extra_headers=OTHER_FEATURE
+                model="auto", messages=ask(f"Hello {i}"), extra_headers=OTHER_FEATURE
             )
             assert reply.model == "sim-large"
         for text in twins:
-            await sdk.chat.completions.create(model="twins", messages=_ask(text))
-        metrics = await _until(metrics_url, lambda m: (
+            await sdk.chat.completions.create(model="twins", messages=ask(text))
+        metrics = await until(metrics_url, lambda m: (
             _shadow(m, "auto", "disagree") + _shadow(m, "auto", "streamed")
             + _shadow(m, "twins", "agree") == 6
         ))  # fmt: skip
@@ -150,13 +80,13 @@ async def test_route_shadows_measure_agreement_live_retention_and_their_spend(
     assert [_shadow(metrics, "twins", r) for r in results] == [3, 0, 0, 0, 0]
     # auto: 3 of 5 answered by `small`, every compared sample disagreed: 1 - 0.6 x 1.
     retention = "levergate_route_quality_retention"
-    assert _value(metrics, retention, route="auto") == pytest.approx(0.4)
-    assert _value(metrics, retention, route="twins") == 1.0
-    assert _value(metrics, retention, route="hung") is None  # nothing measured: absent
+    assert value(metrics, retention, route="auto") == pytest.approx(0.4)
+    assert value(metrics, retention, route="twins") == 1.0
+    assert value(metrics, retention, route="hung") is None  # nothing measured: absent
     # Five shadow calls went to `large` (twin itself is unpriced): what five direct calls cost.
-    expected = sum([await _large_usd(good, text) for text in faqs + twins])
+    expected = sum([await large_usd(good, text) for text in faqs + twins])
     assert expected > 0
-    spent = _value(metrics, "levergate_spend_usd_total", model="large", tenant="acme",
+    spent = value(metrics, "levergate_spend_usd_total", model="large", tenant="acme",
                    feature="faq", kind="shadow")  # fmt: skip
     assert spent == pytest.approx(expected)
     # Upstream calls: 2 + 1 + 2 + 3 answers, 5 shadows, and the 5 direct calls made here.
@@ -169,14 +99,14 @@ async def test_a_full_queue_drops_and_the_gateway_closes_with_shadows_pending(
     good, hung = sims
     shadow = {"rate": 1.0, "queue": 1, "concurrency": 1}
     before = asyncio.all_tasks()
-    async with _proxy(_settings(good, hung, shadow)) as (sdk, metrics_url):
+    async with proxy(_settings(good, hung, shadow)) as (sdk, metrics_url):
         for i in range(4):  # the client never waits for the (stuck) default
             reply = await sdk.chat.completions.create(
-                model="hung", messages=_ask(f"What is {i} plus one?")
+                model="hung", messages=ask(f"What is {i} plus one?")
             )
             assert reply.model == "sim-small"
         # One sample can be with the stuck worker and one in the queue: the rest dropped.
-        metrics = await _until(metrics_url, lambda m: _shadow(m, "hung", "dropped") >= 2)
+        metrics = await until(metrics_url, lambda m: _shadow(m, "hung", "dropped") >= 2)
         assert _shadow(metrics, "hung", "dropped") <= 3
         assert sum(_shadow(metrics, "hung", r) for r in ("agree", "disagree", "failed")) == 0
     assert asyncio.all_tasks() <= before | {asyncio.current_task()}

@@ -96,7 +96,7 @@ class Route:
         metrics = RouteMetrics(shared, routes, shadowed=settings.shadowed)
         shadows = None
         if metrics.shadows is not None:
-            shadows = RouteShadows.build(settings.shadow, shared=shared, meter=metrics.shadows)
+            shadows = RouteShadows.build(settings.shadow, shared=shared, metrics=metrics.shadows)
         return partial(cls, routes=routes, tokenizer=tokenizer or LengthEstimate(),
                        metrics=metrics, max_chars=settings.max_counted_chars,
                        shadows=shadows)  # fmt: skip

@@ -31,10 +31,8 @@ Legacy completions (`/v1/completions`) draw nothing: the shadow is asked as a ch
 
 from __future__ import annotations
 
-import random
 from typing import TYPE_CHECKING
 
-from levergate.core.jobs import Job
 from levergate.core.reply import Stream
 from levergate.layers.shadow import ShadowMeter, ShadowQueue
 from levergate.policies.confidence import answer_text
@@ -42,14 +40,10 @@ from levergate.policies.confidence import answer_text
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from levergate.config.shadow import Shadow, ShadowSampling
+    from levergate.config.shadow import ShadowSampling
     from levergate.core.call import Call, RouteDecision
-    from levergate.core.clock import Clock
     from levergate.core.reply import Reply
-    from levergate.layers.measure.ledger import OwnSpend
-    from levergate.layers.shared import Shared
 
-JOB_NAME = "route_shadow"
 STREAMED = "streamed"  # a sampled answer that was streamed: skipped, counted
 
 
@@ -67,26 +61,8 @@ def route_meter(registry: CollectorRegistry) -> ShadowMeter:
     )
 
 
-class RouteShadows(ShadowQueue):
-    @classmethod
-    def build(cls, settings: Shadow, *, shared: Shared, meter: ShadowMeter) -> RouteShadows:
-        """The queue, with its workers registered as a background job of the pipeline."""
-        shadows = cls(settings, metrics=meter, clock=shared.clock, rng=shared.rng(),
-                      spend=shared.own_spend)  # fmt: skip
-        shared.jobs.append(Job(JOB_NAME, shadows.run))
-        return shadows
-
-    def __init__(
-        self,
-        settings: Shadow,
-        *,
-        metrics: ShadowMeter,
-        clock: Clock,
-        rng: random.Random,
-        spend: OwnSpend,
-    ) -> None:
-        super().__init__(settings, metrics=metrics, clock=clock, rng=rng, spend=spend)
-        self._meter = metrics
+class RouteShadows(ShadowQueue[ShadowMeter]):
+    JOB_NAME = "route_shadow"
 
     def offer(
         self, call: Call, decision: RouteDecision, sampling: ShadowSampling, reply: Reply
@@ -94,11 +70,11 @@ class RouteShadows(ShadowQueue):
         """Count `reply`, the answer to the routed `call`, toward the route's retention, and
         maybe shadow it (module docstring). Never waits; `reply` is read, never changed."""
         by_default = (call.ctx.trace.alias or decision.chosen) == decision.default
-        self._meter.answered(decision.asked, cheap=not by_default)
+        self._metrics.answered(decision.asked, cheap=not by_default)
         if by_default or call.kind != "chat" or not self.drawn(sampling):
             return
         if isinstance(reply, Stream):
-            self._meter.shadowed(decision.asked, STREAMED)
+            self._metrics.shadowed(decision.asked, STREAMED)
             return
         text = answer_text(reply.data)
         if text is None:

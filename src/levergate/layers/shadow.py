@@ -36,11 +36,12 @@ import asyncio
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from levergate.core.call import Call, Context, Priority, Spend
+from levergate.core.jobs import Job
 from levergate.errors import LevergateError
 from levergate.layers.cache.replay import whole
 from levergate.policies.confidence import answer_text
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from levergate.core.reply import Completed
     from levergate.core.service import Service
     from levergate.layers.measure.ledger import OwnSpend
+    from levergate.layers.shared import Shared
 
 AGREE, DISAGREE, FAILED, DROPPED = "agree", "disagree", "failed", "dropped"
 # Keys of the client's body the shadow call does without: it is asked whole, for one choice.
@@ -78,12 +80,27 @@ class Sample:
     feature: str
 
 
-class ShadowQueue:
+M = TypeVar("M", bound=ShadowMetrics)
+
+
+class ShadowQueue(Generic[M]):
+    """One layer's queue of samples and its workers; `JOB_NAME` names their background job."""
+
+    JOB_NAME: ClassVar[str]
+
+    @classmethod
+    def build(cls, settings: Shadow, *, shared: Shared, metrics: M) -> Self:
+        """The queue, with its workers registered as a background job of the pipeline."""
+        shadows = cls(settings, metrics=metrics, clock=shared.clock, rng=shared.rng(),
+                      spend=shared.own_spend)  # fmt: skip
+        shared.jobs.append(Job(cls.JOB_NAME, shadows.run))
+        return shadows
+
     def __init__(
         self,
         settings: Shadow,
         *,
-        metrics: ShadowMetrics,
+        metrics: M,
         clock: Clock,
         rng: random.Random,
         spend: OwnSpend,

@@ -7,7 +7,7 @@ a full queue, and the start-up errors of `routing.shadow`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,6 +25,7 @@ from levergate.errors import ConfigError
 from levergate.layers.measure.ledger import LedgerMetrics
 from levergate.layers.route import Route
 from levergate.layers.shared import Seeds, Shared
+from tests.waiting import until
 
 SEED = 11
 # $ per million tokens; every scripted answer reports 1000 prompt and 100 completion tokens.
@@ -130,15 +131,6 @@ class Rig:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Let the workers run until `condition` holds (bounded: no test waits forever)."""
-    for _ in range(10_000):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("the condition never held")
 
 
 async def test_only_other_aliases_draw_and_the_draws_replay_streamed_ones_counted() -> None:

@@ -18,28 +18,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from levergate.core.jobs import Job
+from levergate.layers.cascade.metrics import CascadeMetrics
 from levergate.layers.shadow import ShadowQueue
 from levergate.policies.confidence import answer_text
 
 if TYPE_CHECKING:
-    from levergate.config.shadow import Shadow
     from levergate.core.call import Call
-    from levergate.layers.cascade.metrics import CascadeMetrics
     from levergate.layers.cascade.plan import Plan
-    from levergate.layers.shared import Shared
-
-JOB_NAME = "cascade_shadow"
 
 
-class Shadows(ShadowQueue):
-    @classmethod
-    def build(cls, settings: Shadow, *, shared: Shared, metrics: CascadeMetrics) -> Shadows:
-        """The queue, with its workers registered as a background job of the pipeline."""
-        shadows = cls(settings, metrics=metrics, clock=shared.clock, rng=shared.rng(),
-                      spend=shared.own_spend)  # fmt: skip
-        shared.jobs.append(Job(JOB_NAME, shadows.run))
-        return shadows
+class Shadows(ShadowQueue[CascadeMetrics]):
+    JOB_NAME = "cascade_shadow"
 
     def offer(self, call: Call, plan: Plan, answer: Mapping[str, Any]) -> None:
         """Maybe shadow `answer`, the step's accepted answer to `call`. Never waits."""

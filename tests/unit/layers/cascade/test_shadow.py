@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -26,6 +26,7 @@ from levergate.layers.cascade.metrics import CascadeMetrics
 from levergate.layers.cascade.plan import Plans
 from levergate.layers.cascade.shadow import Shadows
 from levergate.layers.measure.ledger import Ledger, LedgerMetrics, OwnSpend
+from tests.waiting import until
 
 ALIASES = ("a", "b", "judge")
 # $ per million tokens; every scripted answer reports 1000 prompt and 100 completion tokens.
@@ -105,15 +106,6 @@ class Rig:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Let the workers run until `condition` holds (bounded: no test waits forever)."""
-    for _ in range(10_000):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("the condition never held")
 
 
 async def test_sampling_follows_the_injected_random_source() -> None:
