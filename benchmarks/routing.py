@@ -52,7 +52,7 @@ from levergate.routing.train import Options, embedder, features, fit, spec_for
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FILE = "routellm/mmlu_mixtral_vs_gpt4_dev.csv"
 TARGET = 0.95
-ROUNDS = 3
+ROUNDS = 5
 LONG_CHARS = 100_000
 PUBLISHED = {"routellm_mmlu_saving_at_95": 0.45, "routellm_random_saving_at_95": 0.32}
 PRICES = {"mixtral-8x7b": {"input": 0.6, "output": 0.6}, "gpt-4-1106": {"input": 10, "output": 30}}
@@ -138,18 +138,23 @@ def latency(router_x: np.ndarray[Any, Any], labels: Labels, options: Options, sa
             total.append(time.perf_counter() - t0)
             embed_only.append(t1 - t0)
 
+    rounds: list[float] = []  # each round's decision p50, ms: how much the box drifted
+
     async def run() -> tuple[list[float], list[float], list[float], list[float]]:
         local, baseline = LocalEmbedder(settings), LocalEmbedder(other)
         total: list[float] = []
         embed_only: list[float] = []
         embed_other: list[float] = []
         long_total: list[float] = []
+        rounds.clear()
         try:
             for p in prompts[:8]:
                 await local.embed([p])
                 await baseline.embed([p])
             for _ in range(ROUNDS):
+                start = len(total)
                 await decide(local, prompts, total, embed_only)
+                rounds.append(statistics.median(total[start:]) * 1000)
                 await decide(baseline, prompts, [], embed_other)
             await decide(local, long, long_total, [])
         finally:
@@ -166,6 +171,7 @@ def latency(router_x: np.ndarray[Any, Any], labels: Labels, options: Options, sa
     ms = [t * 1000 for t in total]
     return {
         "samples": len(ms), "prompts": len(prompts), "decision_p50_ms": statistics.median(ms),
+        "round_p50_ms": rounds,
         "long_chars": LONG_CHARS, "long_decision_p50_ms": statistics.median(long_total) * 1000,
         "decision_p95_ms": float(np.percentile(ms, 95)),
         "embedding_p50_ms": statistics.median(t * 1000 for t in embed_only),
@@ -276,7 +282,9 @@ def markdown(d: dict[str, Any]) -> str:
         (
             f"Route decision ({s['embedder']} at {s['max_tokens']} tokens + features + scorer), "
             f"one request at a time, {s['samples']} decisions over {s['prompts']} MMLU prompts: "
-            f"p50 {s['decision_p50_ms']:.2f} ms, p95 {s['decision_p95_ms']:.2f} ms; embedding "
+            f"p50 {s['decision_p50_ms']:.2f} ms (rounds: "
+            f"{', '.join(f'{r:.2f}' for r in s['round_p50_ms'])}), p95 "
+            f"{s['decision_p95_ms']:.2f} ms; embedding "
             f"alone p50 {s['embedding_p50_ms']:.2f} ms, against {s['other_embedding_p50_ms']:.2f} "
             f"ms for {s['other_embedder']} in the same run, alternating blocks "
             f"({s['other_embedding_p50_ms'] / s['embedding_p50_ms']:.2f}x); scorer "

@@ -102,8 +102,8 @@ class RouterEmbeddings(LocalEmbeddings):
     """The learned routers' MiniLM: its own defaults for the request path, kept when a config
     sets only some fields. No micro-batching wait: a routed request must not wait for company
     (the batcher still merges requests that arrive together). 32 tokens with int8 MatMuls: the
-    decision's budget is ~3 ms; on MMLU it measured 3.2 ms p50 (the float graph took 1.9x as
-    long in the same run) and saved 48.6% of strong calls at 95% quality, where 64 tokens saves
+    decision's budget is ~3 ms; on MMLU it measured 3.1-3.6 ms p50 on a quiet host (the float
+    graph 1.7-1.9x that) and saved 48.6% of strong calls at 95% quality, where 64 tokens saves
     51.0% in 5.6 ms (benchmarks/results/routing*.md)."""
 
     batch_wait_ms: float = Field(0.0, ge=0)
