@@ -4,7 +4,8 @@ condition holds, a bounded number of times (no test waits forever, none asserts 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 
 async def until(condition: Callable[[], bool]) -> None:
@@ -14,3 +15,19 @@ async def until(condition: Callable[[], bool]) -> None:
             return
         await asyncio.sleep(0)
     raise AssertionError("the condition never held")
+
+
+@asynccontextmanager
+async def running(job: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """`job` running as the Supervisor would run it, cancelled (and seen to end) on the way out."""
+    task = asyncio.ensure_future(job())
+    try:
+        yield
+    finally:
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("the job ended by itself instead of being cancelled")

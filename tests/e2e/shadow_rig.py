@@ -18,11 +18,23 @@ from prometheus_client.parser import text_string_to_metric_families
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimHandle
+from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
 
 LARGE = {"input": 10.0, "output": 30.0}  # $ per million tokens
 HEADERS = {"x-levergate-tenant": "acme", "x-levergate-feature": "faq"}
 Metrics = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@asynccontextmanager
+async def simulators(**good: Any) -> AsyncIterator[tuple[SimHandle, SimHandle]]:
+    """The provider (with `good`'s simulator settings), and one that never answers."""
+    async with (
+        run_simulator(SimSettings.model_validate({"port": 0, **good})) as provider,
+        run_simulator(
+            SimSettings.model_validate({"port": 0, "faults": {"hang_rate": 1.0}})
+        ) as hung,
+    ):
+        yield provider, hung
 
 
 def gateway_settings(good: SimHandle, hung: SimHandle, **sections: Any) -> dict[str, Any]:

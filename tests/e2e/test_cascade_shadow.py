@@ -14,8 +14,17 @@ from typing import Any
 
 import pytest
 
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
-from tests.e2e.shadow_rig import Metrics, ask, gateway_settings, large_usd, proxy, until, value
+from levergate.upstreams.simulator import SimHandle
+from tests.e2e.shadow_rig import (
+    Metrics,
+    ask,
+    gateway_settings,
+    large_usd,
+    proxy,
+    simulators,
+    until,
+    value,
+)
 
 HARD_SIM = {"marker": "HARD", "strong_models": ["sim-large"]}
 
@@ -23,13 +32,8 @@ HARD_SIM = {"marker": "HARD", "strong_models": ["sim-large"]}
 @pytest.fixture
 async def sims() -> AsyncIterator[tuple[SimHandle, SimHandle]]:
     """The provider, and one that never answers (a strong model stuck)."""
-    async with (
-        run_simulator(SimSettings.model_validate({"port": 0, "hard": HARD_SIM})) as good,
-        run_simulator(
-            SimSettings.model_validate({"port": 0, "faults": {"hang_rate": 1.0}})
-        ) as hung,
-    ):
-        yield good, hung
+    async with simulators(hard=HARD_SIM) as both:
+        yield both
 
 
 def _settings(good: SimHandle, hung: SimHandle, shadow: dict[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,17 @@ from typing import Any
 
 import pytest
 
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
-from tests.e2e.shadow_rig import Metrics, ask, gateway_settings, large_usd, proxy, until, value
+from levergate.upstreams.simulator import SimHandle
+from tests.e2e.shadow_rig import (
+    Metrics,
+    ask,
+    gateway_settings,
+    large_usd,
+    proxy,
+    simulators,
+    until,
+    value,
+)
 
 OTHER_FEATURE = {"x-levergate-feature": "chat"}  # not a faq: the route's default answers
 
@@ -23,13 +32,8 @@ OTHER_FEATURE = {"x-levergate-feature": "chat"}  # not a faq: the route's defaul
 @pytest.fixture
 async def sims() -> AsyncIterator[tuple[SimHandle, SimHandle]]:
     """The provider, and one that never answers (a default model stuck)."""
-    async with (
-        run_simulator(SimSettings.model_validate({"port": 0})) as good,
-        run_simulator(
-            SimSettings.model_validate({"port": 0, "faults": {"hang_rate": 1.0}})
-        ) as hung,
-    ):
-        yield good, hung
+    async with simulators() as both:
+        yield both
 
 
 def _settings(good: SimHandle, hung: SimHandle, shadow: dict[str, Any]) -> dict[str, Any]:

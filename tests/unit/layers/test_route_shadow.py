@@ -6,9 +6,7 @@ a full queue, and the start-up errors of `routing.shadow`."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import orjson
@@ -25,7 +23,7 @@ from levergate.errors import ConfigError
 from levergate.layers.measure.ledger import LedgerMetrics
 from levergate.layers.route import Route
 from levergate.layers.shared import Seeds, Shared
-from tests.waiting import until
+from tests.waiting import running, until
 
 SEED = 11
 # $ per million tokens; every scripted answer reports 1000 prompt and 100 completion tokens.
@@ -119,18 +117,11 @@ class Rig:
     def retention(self, route: str = "auto") -> float | None:
         return self.value("levergate_route_quality_retention", route=route)
 
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
+    def running(self) -> AbstractAsyncContextManager[None]:
         """The route's shadow job, as the Supervisor would run it, cancelled on the way out."""
         [job] = self.shared.jobs
         assert job.name == "route_shadow"
-        task = asyncio.ensure_future(job.run())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+        return running(job.run)
 
 
 async def test_only_other_aliases_draw_and_the_draws_replay_streamed_ones_counted() -> None:

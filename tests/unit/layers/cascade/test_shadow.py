@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ from levergate.layers.cascade.metrics import CascadeMetrics
 from levergate.layers.cascade.plan import Plans
 from levergate.layers.cascade.shadow import Shadows
 from levergate.layers.measure.ledger import Ledger, LedgerMetrics, OwnSpend
-from tests.waiting import until
+from tests.waiting import running, until
 
 ALIASES = ("a", "b", "judge")
 # $ per million tokens; every scripted answer reports 1000 prompt and 100 completion tokens.
@@ -96,16 +95,9 @@ class Rig:
         return {r: self.value("levergate_cascade_shadow_total", cascade=cascade, result=r) or 0.0
                 for r in ("agree", "disagree", "failed", "dropped")}  # fmt: skip
 
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
+    def running(self) -> AbstractAsyncContextManager[None]:
         """The shadow workers, as the Supervisor would run them, cancelled on the way out."""
-        task = asyncio.create_task(self.shadows.run())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+        return running(self.shadows.run)
 
 
 async def test_sampling_follows_the_injected_random_source() -> None:
