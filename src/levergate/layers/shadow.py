@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVa
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from levergate.core.call import Call, Context, Priority, Spend
+from levergate.core.call import Call, Context, Priority
 from levergate.core.jobs import Job
 from levergate.errors import LevergateError
 from levergate.layers.cache.replay import whole
 from levergate.policies.confidence import answer_text
-from levergate.policies.pricing import from_usage
+from levergate.policies.pricing import spent
 from levergate.policies.shadow import agree, equivalence_messages, equivalence_score, retention
 
 if TYPE_CHECKING:
@@ -184,10 +184,7 @@ class ShadowQueue(Generic[M]):
             priority=Priority.BATCH, deadline=deadline, feature=sample.feature,
         )  # fmt: skip
         reply = await whole(await self._inner(Call(kind="chat", body=body, ctx=ctx)))
-        t = from_usage(reply.usage)
-        spend = Spend(str(body["model"]), "shadow", input_uncached=t.input_uncached,
-                      cached_read=t.cached_read, cache_write=t.cache_write,
-                      output=t.output)  # fmt: skip
+        spend = spent(str(body["model"]), "shadow", reply.usage)
         self._spend.charge(spend, tenant=sample.tenant, feature=sample.feature)
         return reply
 

@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from levergate.core.call import Spend
 from levergate.core.tokenizer import TokenSource
 
 PER = 1e6  # prices are US dollars per million tokens
@@ -175,6 +176,14 @@ def from_usage(usage: Mapping[str, Any] | None) -> Tokens:
     if "total_tokens" in usage or "input_tokens_details" in usage:
         return from_openai_responses(usage)
     return from_anthropic(usage)
+
+
+def spent(alias: str, purpose: str, usage: Mapping[str, Any] | None) -> Spend:
+    """A call paid for outside the client's answer (a cascade attempt, a summary, a judge, a
+    shadow), its usage read in the provider's own convention, as the ledger reads an answer."""
+    t = from_usage(usage)
+    return Spend(alias, purpose, input_uncached=t.input_uncached, cached_read=t.cached_read,
+                 cache_write=t.cache_write, output=t.output)  # fmt: skip
 
 
 def cost(tokens: Tokens, rates: Rates) -> float:

@@ -43,7 +43,7 @@ from levergate.layers.cascade.metrics import CascadeMetrics
 from levergate.layers.cascade.plan import Plan, Plans
 from levergate.layers.cascade.shadow import Shadows
 from levergate.policies.confidence import Verdict, answer_text, judge_messages, judge_verdict
-from levergate.policies.pricing import from_usage
+from levergate.policies.pricing import spent
 
 if TYPE_CHECKING:
     from levergate.core.reply import Event
@@ -64,11 +64,7 @@ class _Answer:
     upstream_model: str
 
     def spend(self, purpose: str) -> Spend:
-        # Read in the provider's own convention, as the ledger reads the answer it prices.
-        t = from_usage(self.reply.usage)
-        return Spend(self.alias, purpose, input_uncached=t.input_uncached,
-                     cached_read=t.cached_read, cache_write=t.cache_write,
-                     output=t.output)  # fmt: skip
+        return spent(self.alias, purpose, self.reply.usage)
 
 
 class Cascade:
@@ -204,8 +200,7 @@ class Cascade:
             if not _escalates(exc):
                 raise
             return Verdict.failed("judge", f"the judge failed: {type(exc).__name__}")
-        graded = _Answer(judge.alias, reply, "", "")
-        call.ctx.trace.side_spend.append(graded.spend("judge"))
+        call.ctx.trace.side_spend.append(spent(judge.alias, "judge", reply.usage))
         return judge_verdict(answer_text(reply.data), threshold=judge.threshold)
 
     def _deliver(

@@ -14,11 +14,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from levergate.core.call import Call, Spend, Trace
+from levergate.core.call import Call, Trace
 from levergate.core.reply import Completed, Reply
 from levergate.core.service import Service
 from levergate.errors import LevergateError
-from levergate.policies.pricing import from_usage
+from levergate.policies.pricing import spent
 from levergate.protocol.openai import content_text
 
 INSTRUCTIONS = (
@@ -74,11 +74,7 @@ async def summarise(
     if not isinstance(reply, Completed):  # a non-streaming call answers whole
         await reply.aclose()
         return None
-    t = from_usage(reply.usage)  # the provider's convention, as the ledger reads it
-    trace.side_spend.append(
-        Spend(alias, "summary", input_uncached=t.input_uncached, cached_read=t.cached_read,
-              cache_write=t.cache_write, output=t.output)
-    )  # fmt: skip
+    trace.side_spend.append(spent(alias, "summary", reply.usage))
     summary = _content(reply.data)
     if not summary:
         trace.note(layer="trim", text=f"summary by {alias!r} was empty")
