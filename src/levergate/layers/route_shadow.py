@@ -61,7 +61,7 @@ def route_meter(registry: CollectorRegistry) -> ShadowMeter:
     )
 
 
-class RouteShadows(ShadowQueue[ShadowMeter]):
+class RouteShadows(ShadowQueue):
     JOB_NAME = "route_shadow"
 
     def offer(

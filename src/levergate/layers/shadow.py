@@ -36,7 +36,7 @@ import asyncio
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -61,11 +61,6 @@ AGREE, DISAGREE, FAILED, DROPPED = "agree", "disagree", "failed", "dropped"
 _NOT_SHADOWED = ("stream", "stream_options", "n")
 
 
-class ShadowMetrics(Protocol):
-    def shadowed(self, label: str, result: str) -> None:
-        """A shadow sample's result (AGREE, DISAGREE, FAILED, DROPPED, or a layer's own)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One cheap answer to shadow: what is needed once the request is gone."""
@@ -80,16 +75,13 @@ class Sample:
     feature: str
 
 
-M = TypeVar("M", bound=ShadowMetrics)
-
-
-class ShadowQueue(Generic[M]):
+class ShadowQueue:
     """One layer's queue of samples and its workers; `JOB_NAME` names their background job."""
 
     JOB_NAME: ClassVar[str]
 
     @classmethod
-    def build(cls, settings: Shadow, *, shared: Shared, metrics: M) -> Self:
+    def build(cls, settings: Shadow, *, shared: Shared, metrics: ShadowMeter) -> Self:
         """The queue, with its workers registered as a background job of the pipeline."""
         shadows = cls(settings, metrics=metrics, clock=shared.clock, rng=shared.rng(),
                       spend=shared.own_spend)  # fmt: skip
@@ -100,7 +92,7 @@ class ShadowQueue(Generic[M]):
         self,
         settings: Shadow,
         *,
-        metrics: M,
+        metrics: ShadowMeter,
         clock: Clock,
         rng: random.Random,
         spend: OwnSpend,
@@ -213,6 +205,7 @@ class ShadowMeter:
         self._measured(label, tally)
 
     def shadowed(self, label: str, result: str) -> None:
+        """A shadow sample's result (AGREE, DISAGREE, FAILED, DROPPED, or a layer's own)."""
         self.shadow.labels(label, result).inc()
         tally = self._tally(label)
         tally.agree += result == AGREE

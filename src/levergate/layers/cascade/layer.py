@@ -79,7 +79,7 @@ class Cascade:
         metrics = CascadeMetrics(shared.registry)
         shadows = None
         if settings.shadowed:
-            shadows = Shadows.build(settings.shadow, shared=shared, metrics=metrics)
+            shadows = Shadows.build(settings.shadow, shared=shared, metrics=metrics.shadows)
         return partial(cls, plans=plans, metrics=metrics, shadows=shadows)
 
     def __init__(

@@ -73,7 +73,3 @@ class CascadeMetrics:
         """A request the cascade answered: accepted, escalated or fallback_to_cheap."""
         self.requests.labels(cascade, outcome, alias).inc()
         self.shadows.answered(cascade, cheap=outcome == "accepted")
-
-    def shadowed(self, cascade: str, result: str) -> None:
-        """A shadow sample's result: AGREE, DISAGREE, FAILED or DROPPED."""
-        self.shadows.shadowed(cascade, result)

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from levergate.layers.cascade.metrics import CascadeMetrics
 from levergate.layers.shadow import ShadowQueue
 from levergate.policies.confidence import answer_text
 
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     from levergate.layers.cascade.plan import Plan
 
 
-class Shadows(ShadowQueue[CascadeMetrics]):
+class Shadows(ShadowQueue):
     JOB_NAME = "cascade_shadow"
 
     def offer(self, call: Call, plan: Plan, answer: Mapping[str, Any]) -> None:

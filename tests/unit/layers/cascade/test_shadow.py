@@ -77,7 +77,7 @@ class Rig:
         metrics = CascadeMetrics(self.registry)
         spend = OwnSpend(Ledger(Catalog.of_prices(PRICES)),
                          LedgerMetrics(LedgerSettings(), self.registry))  # fmt: skip
-        self.shadows = Shadows(settings.shadow, metrics=metrics, clock=SystemClock(),
+        self.shadows = Shadows(settings.shadow, metrics=metrics.shadows, clock=SystemClock(),
                                rng=random.Random(seed), spend=spend)  # fmt: skip
         plans = Plans(settings, aliases=ALIASES)
         self.cascade = Cascade(inner, plans=plans, metrics=metrics, shadows=self.shadows)
