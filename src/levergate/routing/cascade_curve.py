@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from levergate.routing.curve import random_saving
+from levergate.routing.curve import first_reaching, kept_by, random_saving, retention, sweep
 
 Vector = npt.NDArray[np.float64]
 _EPS = 1e-12
@@ -55,7 +55,7 @@ class CascadeCurve:
     @property
     def retention(self) -> Vector:
         """Quality as a share of the strong model's (1.0: as good as always asking it)."""
-        return self.quality / self.strong_quality if self.strong_quality else self.quality * 0
+        return retention(self.quality, self.strong_quality)
 
     @property
     def saving(self) -> Vector:
@@ -64,8 +64,7 @@ class CascadeCurve:
     def point_for(self, target: float) -> int:
         """The index of the lowest escalation reaching `target` retention (the last point,
         everything escalated, when none does)."""
-        reached = np.flatnonzero(self.retention >= target - _EPS)
-        return int(reached[0]) if reached.size else len(self.thresholds) - 1
+        return first_reaching(self.retention, target)
 
     def escalation_at(self, target: float) -> float:
         return float(self.escalation[self.point_for(target)])
@@ -96,17 +95,11 @@ def cascade_curve(
         raise ValueError("cascade curve: scores must be finite")
     if not 0.0 <= cheap_cost < 1.0:
         raise ValueError("cascade curve: need 0 <= cheap_cost < 1")
-    order = np.argsort(scores, kind="stable")
-    ranked = scores[order]
-    gain = (strong - cheap)[order]
-    quality = (cheap.sum() + np.concatenate([[0.0], np.cumsum(gain)])) / n
-    # Cut points: before the first row and before every row scoring above the previous one
-    # (the escalated rows are those before the cut), and after the last.
-    cuts = np.concatenate([[0], np.flatnonzero(ranked[1:] > ranked[:-1]) + 1, [n]])
+    ranked, cuts, quality = sweep(scores, cheap, strong)  # the lowest scores escalate first
     above = float(np.nextafter(ranked[-1], math.inf))
     thresholds = np.array([float(ranked[k]) if k < n else above for k in cuts])
     return CascadeCurve(
-        thresholds=thresholds, escalation=cuts / n, quality=quality[cuts],
+        thresholds=thresholds, escalation=cuts / n, quality=quality,
         cheap_quality=float(cheap.mean()), strong_quality=float(strong.mean()),
         cheap_cost=cheap_cost,
     )  # fmt: skip
@@ -116,10 +109,7 @@ def measured(
     scores: Vector, cheap: Vector, strong: Vector, threshold: float
 ) -> tuple[float, float]:
     """(retention, escalation) of a cascade checking these rows at `threshold`."""
-    sent = escalate(scores, threshold)
-    quality = float(np.where(sent, strong, cheap).mean())
-    strong_quality = float(strong.mean())
-    return (quality / strong_quality if strong_quality else 0.0), float(sent.mean())
+    return kept_by(escalate(scores, threshold), cheap, strong)
 
 
 def random_escalation(cheap: Vector, strong: Vector, target: float) -> float:

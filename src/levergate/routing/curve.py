@@ -33,13 +33,12 @@ class Curve:
     @property
     def retention(self) -> Vector:
         """Quality as a share of the strong model's (1.0: as good as always asking it)."""
-        return self.quality / self.strong_quality if self.strong_quality else self.quality * 0
+        return retention(self.quality, self.strong_quality)
 
     def point_for(self, target: float) -> int:
         """The index of the cheapest point reaching `target` retention (the last point, all
         strong, when none does)."""
-        reached = np.flatnonzero(self.retention >= target - 1e-12)
-        return int(reached[0]) if reached.size else len(self.thresholds) - 1
+        return first_reaching(self.retention, target)
 
     def saving_at(self, target: float) -> float:
         """1 - strong share at the cheapest point reaching `target` retention."""
@@ -54,18 +53,39 @@ def curve(scores: Vector, cheap: Vector, strong: Vector) -> Curve:
     n = len(scores)
     if n == 0 or len(cheap) != n or len(strong) != n:
         raise ValueError("curve: scores and labels must be non-empty and of one length")
-    order = np.argsort(-scores, kind="stable")
-    ranked = scores[order]
-    gain = (strong - cheap)[order]
-    quality = (cheap.sum() + np.concatenate([[0.0], np.cumsum(gain)])) / n
-    # Cut points: before every row whose score is below the previous one, and after the last.
-    cuts = np.concatenate([[0], np.flatnonzero(ranked[1:] < ranked[:-1]) + 1, [n]])
-    above = float(ranked[0]) + 1.0
-    thresholds = np.array([above if k == 0 else float(ranked[k - 1]) for k in cuts])
+    ranked, cuts, quality = sweep(-scores, cheap, strong)  # the highest scores go strong first
+    above = -float(ranked[0]) + 1.0
+    thresholds = np.array([above if k == 0 else -float(ranked[k - 1]) for k in cuts])
     return Curve(
-        thresholds=thresholds, strong_share=cuts / n, quality=quality[cuts],
+        thresholds=thresholds, strong_share=cuts / n, quality=quality,
         cheap_quality=float(cheap.mean()), strong_quality=float(strong.mean()),
     )  # fmt: skip
+
+
+def sweep(
+    keys: Vector, cheap: Vector, strong: Vector
+) -> tuple[Vector, npt.NDArray[np.intp], Vector]:
+    """Rows sent to the strong model in ascending `keys` order, one group of tied keys at a
+    time (a threshold cannot split a tie): the sorted keys, the cut points (before each group
+    and after the last: how many rows went strong) and the quality at each cut. Routers and
+    cascades (cascade_curve.py) both sweep this way."""
+    n = len(keys)
+    order = np.argsort(keys, kind="stable")
+    ranked = keys[order]
+    gain = (strong - cheap)[order]
+    quality = (cheap.sum() + np.concatenate([[0.0], np.cumsum(gain)])) / n
+    cuts = np.concatenate([[0], np.flatnonzero(ranked[1:] > ranked[:-1]) + 1, [n]])
+    return ranked, cuts, quality[cuts]
+
+
+def retention(quality: Vector, strong_quality: float) -> Vector:
+    return quality / strong_quality if strong_quality else quality * 0
+
+
+def first_reaching(kept: Vector, target: float) -> int:
+    """The index of the first point whose retention reaches `target`, else the last point."""
+    reached = np.flatnonzero(kept >= target - 1e-12)
+    return int(reached[0]) if reached.size else len(kept) - 1
 
 
 def random_saving(cheap: Vector, strong: Vector, target: float) -> float:
@@ -87,7 +107,11 @@ def measured(
     scores: Vector, cheap: Vector, strong: Vector, threshold: float
 ) -> tuple[float, float]:
     """(retention, strong share) of routing these rows at `threshold`."""
-    picks = route_strong(scores, threshold)
-    quality = float(np.where(picks, strong, cheap).mean())
+    return kept_by(route_strong(scores, threshold), cheap, strong)
+
+
+def kept_by(sent: npt.NDArray[np.bool_], cheap: Vector, strong: Vector) -> tuple[float, float]:
+    """(retention, share sent) when the `sent` rows are answered by the strong model."""
+    quality = float(np.where(sent, strong, cheap).mean())
     strong_quality = float(strong.mean())
-    return (quality / strong_quality if strong_quality else 0.0), float(picks.mean())
+    return (quality / strong_quality if strong_quality else 0.0), float(sent.mean())
