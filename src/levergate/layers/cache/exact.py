@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import aclosing
 from functools import partial
 from typing import TYPE_CHECKING
 
 from levergate.config import Cache, CacheRule
 from levergate.core.call import CacheOutcome, CacheResult, Call
 from levergate.core.clock import Clock, SystemClock, timeout
-from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
+from levergate.core.reply import Completed, Event, EventSource, Reply
 from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamTimeout
 from levergate.layers.cache.coalesce import SingleFlight
@@ -42,7 +41,7 @@ from levergate.layers.cache.entries import (
     meta_usage,
     usage_meta,
 )
-from levergate.layers.cache.replay import assemble, replay, synthesize, verdict
+from levergate.layers.cache.replay import as_stream, assemble, replay, verdict, whole
 from levergate.layers.cache.stats import CacheStats
 from levergate.policies.cache_policy import bypass_reason, controls, namespace, rule_for
 from levergate.policies.fingerprint import fingerprint
@@ -204,14 +203,7 @@ async def _shaped(reply: Reply, call: Call) -> Reply:
     if isinstance(reply, Completed):
         if not call.stream or reply.status != 200:
             return reply
-        return Stream(_emit(synthesize(call.kind, reply.data)), headers=reply.headers)
+        return as_stream(call.kind, reply.data, headers=reply.headers)
     if call.stream:
         return reply
-    async with aclosing(reply) as stream:
-        events = [event async for event in stream]
-    return Completed(data=assemble(call.kind, events), headers=reply.headers)
-
-
-async def _emit(events: list[Event]) -> EventSource:
-    for event in events:
-        yield event
+    return await whole(reply, call.kind)

@@ -184,11 +184,16 @@ def replay(entry: Entry, *, kind: str, stream: bool, headers: dict[str, str]) ->
     if entry.form is Form.COMPLETED:
         if not stream:
             return Completed(entry.parts[0], headers=headers)
-        return Stream(_emit(synthesize(kind, orjson.loads(entry.parts[0]))), headers=headers)
+        return as_stream(kind, orjson.loads(entry.parts[0]), headers=headers)
     events = [Event(part) for part in entry.parts]
     if stream:
         return Stream(_emit(events), headers=headers)
     return Completed(data=assemble(kind, events), headers=headers)
+
+
+def as_stream(kind: str, data: dict[str, Any], *, headers: dict[str, str]) -> Stream:
+    """A whole answer replayed as a well-formed stream (`synthesize`'s chunks)."""
+    return Stream(_emit(synthesize(kind, data)), headers=headers)
 
 
 async def _emit(events: Sequence[Event]) -> EventSource:

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from levergate.config.cascade import CascadeSettings, Judge
 from levergate.core.call import Call, RouteDecision, Spend, Trace
-from levergate.core.reply import Completed, EventSource, Reply, Stream
+from levergate.core.reply import Completed, Reply, Stream
 from levergate.core.service import Layer, Service
 from levergate.errors import BadRequest, LevergateError, UpstreamError, UpstreamTimeout
-from levergate.layers.cache.replay import synthesize, whole
+from levergate.layers.cache.replay import as_stream, whole
 from levergate.layers.cascade.metrics import CascadeMetrics
 from levergate.layers.cascade.plan import Plan, Plans
 from levergate.layers.cascade.shadow import Shadows
@@ -46,7 +46,6 @@ from levergate.policies.confidence import Verdict, answer_text, judge_messages, 
 from levergate.policies.pricing import spent
 
 if TYPE_CHECKING:
-    from levergate.core.reply import Event
     from levergate.layers.shared import Shared
 
 CASCADE_HEADER = "x-levergate-cascade"  # accepted | escalated | fallback-to-cheap
@@ -219,7 +218,7 @@ class Cascade:
         if stripped:
             data = _without_logprobs(data)
         if call.stream:
-            return Stream(_emit(synthesize("chat", data)), headers=headers)
+            return as_stream("chat", data, headers=headers)
         if not stripped:
             return Completed(answer.reply.raw, data=data, status=answer.reply.status,
                              headers=headers)  # fmt: skip
@@ -257,8 +256,3 @@ def _without_logprobs(data: Mapping[str, Any]) -> dict[str, Any]:
         return dict(data)
     return {**data, "choices": [{**c, "logprobs": None} if isinstance(c, dict) else c
                                 for c in choices]}  # fmt: skip
-
-
-async def _emit(events: list[Event]) -> EventSource:
-    for event in events:
-        yield event

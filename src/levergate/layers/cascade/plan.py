@@ -53,7 +53,7 @@ class Plans:
         self._aliases = frozenset(aliases) - {WILDCARD}
         self._checks = tuple(compile_check(c) for c in settings.checks)
         self._logprobs = needs_logprobs(settings.checks)
-        self._shadow = settings.shadow
+        self._shadow = settings.sampling(None)
         self._named = {c.name: _plan(c, settings.sampling(c)) for c in settings.cascades}
         self._max_labels = settings.max_metric_names
         self._labels: set[str] = set()
