@@ -29,7 +29,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from levergate.policies.confidence import conversation_text, judge_score
@@ -47,6 +46,7 @@ _MARKER = r"(?:(?i:answer)\s*(?:(?i:is)\s*)?[:=]?\s*|####\s*)"
 _FINAL = re.compile(rf"{_MARKER}\(?\**(?:(?P<letter>[A-J])\)?|(?P<number>{_NUMBER})){_END}")
 _LONE_LETTER = re.compile(r"[a-j]")
 _LONE_NUMBER = re.compile(_NUMBER)
+_MAX_NUMBER_CHARS = 100
 _YES_NO = re.compile(r"\W*(yes|no|equivalent|different)\b", re.IGNORECASE)
 
 SHADOW_JUDGE_SYSTEM = (
@@ -89,11 +89,18 @@ def final_answer(text: str) -> str | None:
 
 
 def _number(text: str) -> str | None:
-    try:
-        value = Decimal(text.replace(",", ""))
-    except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
+    """A number's one spelling ("3.50" and "3.5", "1,000" and "1000", "+7" and "007" agree),
+    exact: from its digits, never rounded. None past `_MAX_NUMBER_CHARS` (then only the texts are
+    compared): an answer's number is the model's output, and it can be a megabyte of digits."""
+    digits = text.replace(",", "")
+    if len(digits) > _MAX_NUMBER_CHARS:
         return None
-    return format(value.normalize(), "f") if value else "0"
+    sign = "-" if digits.startswith("-") else ""
+    whole, _, fraction = digits.lstrip("+-").partition(".")
+    whole, fraction = whole.lstrip("0") or "0", fraction.rstrip("0")
+    if whole == "0" and not fraction:
+        return "0"
+    return sign + whole + ("." + fraction if fraction else "")
 
 
 def agree(cheap: str, strong: str) -> bool:

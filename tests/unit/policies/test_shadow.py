@@ -142,3 +142,17 @@ def test_retention_refuses_impossible_counts(counts: dict[str, int]) -> None:
 def test_a_dotless_i_agrees_with_its_own_capital() -> None:
     # Found by Hypothesis: casefold() keeps U+0131 as it is but folds "I" to "i".
     assert agree("\u0131", "  I\n")
+
+
+def test_numbers_compare_exactly_and_a_huge_one_only_as_text() -> None:
+    # 31 digits: rounding to a 28-digit context would have made these two the same number.
+    assert not agree("The answer is 1234567890123456789012345678901",
+                     "The answer is 1234567890123456789012345678902")  # fmt: skip
+    assert agree("The answer is 1,234.50", "Answer: 1234.5")
+    assert agree("#### -0.0", "The answer is 0")
+    assert final_answer("The answer is 007.") == "7"
+    # A megabyte of digits (a model's output) is neither parsed nor an error: texts compared.
+    huge = "The answer is " + "9" * 1_000_000 + "."
+    assert final_answer(huge) is None
+    assert not agree(huge, "The answer is " + "9" * 999_999 + "8.")
+    assert agree(huge, huge)
