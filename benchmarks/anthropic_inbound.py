@@ -7,6 +7,7 @@
    simulator: the translation both ways, whole and streamed.
 
     python benchmarks/anthropic_inbound.py [--baseline PATH] [--requests 1500] [--rounds 3]
+    python benchmarks/anthropic_inbound.py --smoke    # tiny: this tree against itself
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import time
 from pathlib import Path
 
 import httpx
-from benchmarks.harness import stamp, write_results
+from harness import ROOT, Output, add_output_options, stamp
 
 from levergate import Gateway, Settings
-from levergate.upstreams.simulator import SimSettings, run_simulator
+from levergate.server.transport import GatewayTransport
+from levergate.simulator import SimSettings, run_simulator
 
 HERE = Path(__file__).resolve().parent
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 16}
@@ -51,9 +53,9 @@ async def per_request(path: str, body: dict[str, object], requests: int) -> floa
     async with (
         run_simulator(SimSettings(port=0)) as sim,
         Gateway(Settings.for_upstream(sim.base_url)) as gateway,
-        httpx.AsyncClient(transport=gateway.transport(), base_url="http://levergate") as http,
+        httpx.AsyncClient(transport=GatewayTransport(gateway), base_url="http://levergate") as http,
     ):
-        for _ in range(300):
+        for _ in range(min(300, requests)):  # warm-up
             await (await http.post(path, json=body)).aread()
         started = time.process_time()
         for _ in range(requests):
@@ -66,8 +68,12 @@ def main() -> None:
     parser.add_argument("--baseline", default="/work/main/src")
     parser.add_argument("--requests", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=3)
+    add_output_options(parser)
     args = parser.parse_args()
-    mine = str(HERE.parent / "src")
+    out = Output.of(args)
+    mine = str(ROOT / "src")
+    if args.smoke:
+        args.baseline, args.requests, args.rounds = mine, 20, 1
     base: list[tuple[float, float]] = []
     branch: list[tuple[float, float]] = []
     for _ in range(args.rounds):
@@ -102,7 +108,7 @@ def main() -> None:
         f"| /v1/messages / chat | {protocol['whole_ratio']:.2f}x | "
         f"{protocol['stream_ratio']:.2f}x |\n"
     )
-    write_results("anthropic_inbound", data, md)
+    out.write("anthropic_inbound", data, md)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 process (SQLite) in front of the simulator, killed with SIGKILL at random moments 100 times
 and restarted each time; then every line of the output checked against the input.
 
-    PYTHONPATH=src python benchmarks/batch_kill.py [--kills 100] [--lines 2000]
+    PYTHONPATH=src python benchmarks/batch_kill.py [--kills 100] [--lines 2000] [--smoke]
 
 Writes results/batch_kill.{json,md}: kills (and how many landed mid-batch), lines lost,
 lines twice in the output, answers that do not match their request, and the upstream calls
@@ -15,16 +15,13 @@ import argparse
 import asyncio
 import dataclasses
 import random
-import sys
 import tempfile
 from pathlib import Path
 
-from harness import stamp, write_results
+from harness import Output, add_output_options, stamp
 
-from levergate.upstreams.simulator import LatencySettings, SimSettings, run_simulator
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.e2e.batch_crash import (
+from levergate.simulator import LatencySettings, SimSettings, run_simulator
+from levergate.testing.batch_crash import (
     Gateway,
     Record,
     check,
@@ -39,7 +36,7 @@ from tests.e2e.batch_crash import (
 CONCURRENCY = 8
 
 
-async def main(kills: int, lines_n: int, seed: int) -> None:
+async def main(kills: int, lines_n: int, seed: int, out: Output) -> None:
     latency = LatencySettings(ttft_ms=60.0)
     async with run_simulator(SimSettings(port=0, latency=latency)) as sim:
         with tempfile.TemporaryDirectory() as tmp_dir:
@@ -71,7 +68,7 @@ async def main(kills: int, lines_n: int, seed: int) -> None:
     }  # fmt: skip
     result.pop("statuses", None)
     rows = "\n".join(f"| {k} | {v} |" for k, v in result.items())
-    write_results(
+    out.write(
         "batch_kill", result, f"# Batch kill-and-resume\n\n| what | value |\n|---|---|\n{rows}\n"
     )
 
@@ -81,5 +78,8 @@ if __name__ == "__main__":
     parser.add_argument("--kills", type=int, default=100)
     parser.add_argument("--lines", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=14)
+    add_output_options(parser)
     args = parser.parse_args()
-    asyncio.run(main(args.kills, args.lines, args.seed))
+    if args.smoke:
+        args.kills, args.lines = 2, 40
+    asyncio.run(main(args.kills, args.lines, args.seed, Output.of(args)))

@@ -21,7 +21,7 @@ status 429 (the runner retries a 429 up to `batch.max_attempts` before it would 
 The crash/resume record is read from results/batch_kill.json (benchmarks/batch_kill.py).
 
     PYTHONPATH=src python benchmarks/batch_throughput.py [--lines 10000] [--seconds 60]
-        [--concurrency 16] [--ttft-ms 100] [--name batch_throughput] [--quick]
+        [--concurrency 16] [--ttft-ms 100] [--name batch_throughput] [--quick | --smoke]
 
 writes benchmarks/results/batch_throughput.{json,md}.
 """
@@ -44,8 +44,8 @@ from typing import Any
 import aiohttp
 import openai
 import orjson
-from harness import free_port, stamp, write_results
-from traffic_common import RESULTS, chat_body, control, process, sleep_until
+from harness import RESULTS, Output, add_output_options, free_port, stamp
+from traffic_common import chat_body, control, process, sleep_until
 
 from levergate.bench.stats import percentile
 from levergate.layers.measure.measure import OVERHEAD_HEADER
@@ -197,7 +197,7 @@ class Watch:
     def steady(self, lines: int) -> dict[str, float]:
         low = next(s for s in self.samples if s[1] >= 0.02 * lines)
         high = next(s for s in self.samples if s[1] >= 0.98 * lines)
-        span = high[0] - low[0]
+        span = high[0] - low[0] or float("nan")  # a batch done within one sample: no rate
         return {
             "steady_seconds": round(span, 1),
             "batch_per_s": round((high[1] - low[1]) / span, 2),
@@ -206,7 +206,7 @@ class Watch:
 
 
 async def with_batch(
-    lines: int, seconds: float, workdir: Path, *, concurrency: int, ttft_ms: float
+    lines: int, seconds: float, workdir: Path, *, concurrency: int, ttft_ms: float, lead: float
 ) -> dict[str, Any]:
     sim_port, gw_port = free_port(), free_port()
     sim_url, url = f"http://127.0.0.1:{sim_port}/v1", f"http://127.0.0.1:{gw_port}"
@@ -225,7 +225,7 @@ async def with_batch(
                                                 completion_window="24h")  # fmt: skip
             async with asyncio.TaskGroup() as tasks:
                 watching = tasks.create_task(watch.run(client, sim_url, batch.id))
-                await asyncio.sleep(WINDOW)
+                await asyncio.sleep(lead)
                 interactive = Probe(seconds)
                 await interactive.run(url)
             batch = watching.result()
@@ -334,17 +334,21 @@ def report(data: dict[str, Any]) -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
+    out = Output.of(args)
     knobs: dict[str, Any] = {"concurrency": args.concurrency, "ttft_ms": args.ttft_ms}
+    # The interactive load starts one window into the batch (its steady state); in a smoke
+    # run, half a second in.
+    lead = 0.5 if args.smoke else WINDOW
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         solo = await alone(args.seconds, workdir, **knobs)
         print(json.dumps({"alone": solo}), flush=True)
-        run = await with_batch(args.lines, args.seconds, workdir, **knobs)
+        run = await with_batch(args.lines, args.seconds, workdir, lead=lead, **knobs)
         print(json.dumps({"with_batch": run}), flush=True)
     data = {**stamp(), "seconds": args.seconds, **knobs, "limit": LIMIT,
             "window_seconds": WINDOW, "tokens_limit": TOKENS_LIMIT, "alone": solo,
             "with_batch": run, "kill_record": kill_record()}  # fmt: skip
-    write_results(args.name, data, report(data))
+    out.write(args.name, data, report(data))
 
 
 if __name__ == "__main__":
@@ -355,7 +359,10 @@ if __name__ == "__main__":
     parser.add_argument("--ttft-ms", type=float, default=100.0, help="the provider's latency")
     parser.add_argument("--name", default="batch_throughput", help="results/<name>.{json,md}")
     parser.add_argument("--quick", action="store_true", help="2,000 lines, 15 s")
+    add_output_options(parser)
     args = parser.parse_args()
     if args.quick:
         args.lines, args.seconds = 2000, 15.0
+    if args.smoke:
+        args.lines, args.seconds = 150, 1.0
     asyncio.run(main(args))

@@ -7,7 +7,7 @@ the index are random unit vectors (search cost does not depend on what they mean
 are real questions. Memory per 100k entries: the index (tracemalloc for numpy, resident-set
 growth for hnswlib's C++ graph); the stored records cost what exact entries do.
 
-    python benchmarks/cache_semantic_speed.py [--quick]
+    python benchmarks/cache_semantic_speed.py [--quick | --smoke]
 
 writes benchmarks/results/cache_semantic_speed.json and .md.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import os
 import statistics
 import time
@@ -26,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from harness import Output, add_output_options
 
 from levergate.stores.vector import HnswIndex, NumpyIndex
 
-RESULTS = Path(__file__).parent / "results"
 QUESTIONS = [
     f"{lead} {topic}?"
     for lead in ("How do I", "What is the best way to", "Can you explain how to", "Why should I")
@@ -52,12 +51,12 @@ def p50_ms(samples: list[float]) -> float:
 def embed_times(repeat: int) -> tuple[dict[str, list[float]], np.ndarray]:
     """p50 inputs for one-question embeddings: the shipped settings and one ONNX thread,
     alternated so both see the same machine load."""
-    from levergate.config import LocalEmbeddings
+    from levergate.config import LocalEmbeddingsSettings
     from levergate.upstreams.embeddings_local.minilm import MiniLM
 
     models = {
-        "default": MiniLM(LocalEmbeddings()),
-        "one_thread": MiniLM(LocalEmbeddings(threads=1)),
+        "default": MiniLM(LocalEmbeddingsSettings()),
+        "one_thread": MiniLM(LocalEmbeddingsSettings(threads=1)),
     }
     samples: dict[str, list[float]] = {name: [] for name in models}
     vectors = []
@@ -108,9 +107,11 @@ async def build(count: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    add_output_options(parser)
     args = parser.parse_args()
-    count = 100_000
-    embeds, queries = embed_times(2 if args.quick else 10)
+    out = Output.of(args)
+    count = 2_000 if args.smoke else 100_000
+    embeds, queries = embed_times(1 if args.smoke else 2 if args.quick else 10)
     built = asyncio.run(build(count))
     exact = asyncio.run(search_times(built["exact"], queries))
     graph = asyncio.run(search_times(built["graph"], queries))
@@ -131,8 +132,6 @@ def main() -> None:
             "hnsw": built["hnsw_bytes"] * scale,
         },
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "cache_semantic_speed.json").write_text(json.dumps(result, indent=2) + "\n")
     mib = 2**20
     lines = [
         "# Semantic lookup speed and memory" + (" (quick run)" if args.quick else ""),
@@ -159,8 +158,7 @@ def main() -> None:
         ),
         "",
     ]
-    (RESULTS / "cache_semantic_speed.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    out.write("cache_semantic_speed", result, "\n".join(lines))
 
 
 if __name__ == "__main__":

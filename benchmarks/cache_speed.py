@@ -14,7 +14,7 @@ Throughput: wrk, one thread, 64 connections, the same body (target >= 5,000 hits
 the server share the two cores, so the server gets what the load generator leaves it.
 Memory: bytes per 100k exact entries in the memory store (tracemalloc) and the SQLite file.
 
-    python benchmarks/cache_speed.py [--quick]
+    python benchmarks/cache_speed.py [--quick | --smoke]
 
 writes benchmarks/results/cache_speed.json and .md.
 """
@@ -25,8 +25,6 @@ import argparse
 import asyncio
 import gc
 import json
-import os
-import platform
 import re
 import shutil
 import statistics
@@ -40,9 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from harness import free_port, stop, wait_http
+from harness import Output, add_output_options, free_port, need_tool, stamp, stop, wait_http
 
-RESULTS = Path(__file__).parent / "results"
 BODY = {
     "model": "sim-small",
     "messages": [{"role": "user", "content": "Give me one sentence about caching."}],
@@ -89,7 +86,7 @@ async def latency(sim: str, gateway: str, *, rounds: int, block: int) -> dict[st
             await r.read()
             if r.headers.get("x-levergate-cache") != "hit":
                 raise RuntimeError("the gateway is not serving hits")
-        await timed(session, sim, body, 50)
+        await timed(session, sim, body, min(50, block))  # warm-up
         direct: list[float] = []
         hit: list[float] = []
         for _ in range(rounds):
@@ -254,11 +251,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short run to check it works")
     parser.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bare-body", type=Path, help=argparse.SUPPRESS)
+    add_output_options(parser)
     args = parser.parse_args()
     if args.bare_server:
         bare_server(args.bare_server, args.bare_body.read_bytes())
         return
+    out = Output.of(args)
+    need_tool("wrk")
     rounds, block, seconds = (10, 50, 3) if args.quick else (40, 100, 10)
+    hits, entries = (2000, 20_000) if args.quick else (10_000, 100_000)
+    if args.smoke:
+        rounds, block, seconds, hits, entries = 2, 10, 1, 100, 500
     sim_port, gw_port = free_port(), free_port()
     tmp = Path(tempfile.mkdtemp(prefix="levergate-cache-speed-"))
     config = tmp / "gateway.yaml"
@@ -272,7 +275,7 @@ def main() -> None:
         sim_url = f"http://127.0.0.1:{sim_port}/v1/chat/completions"
         gw_url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
         lat = asyncio.run(latency(sim_url, gw_url, rounds=rounds, block=block))
-        breakdown = in_process(f"http://127.0.0.1:{sim_port}/v1", n=2000 if args.quick else 10000)
+        breakdown = in_process(f"http://127.0.0.1:{sim_port}/v1", n=hits)
         direct_rps = wrk(sim_url, seconds=seconds, connections=64)
         hit_rps = wrk(gw_url, seconds=seconds, connections=64)
         request = urllib.request.Request(
@@ -284,26 +287,24 @@ def main() -> None:
     finally:
         for process in (gateway, sim):
             stop(process)
-    memory = memory_per_entry(sample, count=20_000 if args.quick else 100_000, tmp=tmp)
+    memory = memory_per_entry(sample, count=entries, tmp=tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     lat.update(breakdown)
     lat["bare_uvicorn_requests_per_second"] = bare_rps["requests_per_second"]
-    report(lat, direct_rps, hit_rps, memory, quick=args.quick)
+    report(lat, direct_rps, hit_rps, memory, quick=args.quick, out=out)
 
 
 def report(lat: dict[str, Any], direct: dict[str, float], hit: dict[str, float],
-           memory: dict[str, float], *, quick: bool) -> None:  # fmt: skip
+           memory: dict[str, float], *, quick: bool, out: Output) -> None:  # fmt: skip
     result = {
         "benchmark": "cache_speed",
         "quick": quick,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        **stamp(),
         "latency_closed_loop_1_connection": lat,
         "throughput_wrk_64_connections": {"direct_to_simulator": direct, "exact_hits": hit},
         "memory": memory,
         "targets": {"hit_over_direct_p50_max": 1.5, "hits_per_second_min": 5000},
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "cache_speed.json").write_text(json.dumps(result, indent=2) + "\n")
     ratio = lat["hit_over_direct_p50"]
     lines = [
         "# Exact-cache speed" + (" (quick run)" if quick else ""),
@@ -347,8 +348,7 @@ def report(lat: dict[str, Any], direct: dict[str, float], hit: dict[str, float],
         ),
         "",
     ]
-    (RESULTS / "cache_speed.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    out.write("cache_speed", result, "\n".join(lines))
 
 
 if __name__ == "__main__":

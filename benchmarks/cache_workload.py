@@ -12,7 +12,7 @@ answer of a *different* prompt (false hits: every request knows its origin promp
 simulator's answer is a deterministic function of the prompt), tokens and dollars avoided at an
 assumed price, and latency p50/p90 of hits versus misses.
 
-    python benchmarks/cache_workload.py [--quick]
+    python benchmarks/cache_workload.py [--quick | --smoke]
 
 writes benchmarks/results/cache_workload.json and .md.
 """
@@ -26,11 +26,10 @@ import random
 import statistics
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sharegpt_prompts"
+from harness import Output, add_output_options, data_file, stamp
+
 EXACT, PARAPHRASE = 0.25, 0.15
 PRICE_IN, PRICE_OUT = 0.15, 0.60  # $ per million tokens, a small hosted model
 PREFIXES = ("Please answer this: ", "Quick question. ", "Hi! ")
@@ -38,7 +37,8 @@ SUFFIXES = (" Thanks!", " Please be concise.", "")
 
 
 def prompts(limit: int, rng: random.Random) -> list[str]:
-    rows = [json.loads(line) for line in (DATA / "sharegpt_first_prompts.jsonl").open()]
+    path = data_file("sharegpt_prompts/sharegpt_first_prompts.jsonl")
+    rows = [json.loads(line) for line in path.open()]
     texts = [r["prompt"].strip() for r in rows if 20 <= len(r["prompt"].strip()) <= 400]
     rng.shuffle(texts)
     return texts[:limit]
@@ -74,7 +74,7 @@ async def replay(requests: list[tuple[int, str, str]], *, concurrency: int) -> d
     from levergate.config import Settings
     from levergate.core.reply import Completed
     from levergate.gateway import Gateway
-    from levergate.upstreams.simulator import SimSettings, run_simulator
+    from levergate.simulator import SimSettings, run_simulator
 
     latency = {"ttft_ms": 150, "tokens_per_second": 200}
     async with run_simulator(SimSettings(latency=latency)) as sim:
@@ -105,7 +105,7 @@ async def replay(requests: list[tuple[int, str, str]], *, concurrency: int) -> d
             for start in range(0, len(requests), concurrency * 4):
                 batch = requests[start : start + concurrency * 4]
                 await asyncio.gather(*(one(*request) for request in batch))
-            stats = gateway.pipeline.cache.stats if gateway.pipeline.cache else None
+            stats = gateway.pipeline.shared.cache.stats if gateway.pipeline.shared.cache else None
             sim_calls = sim.stats()["requests_by_endpoint"].get("/v1/chat/completions", 0)
     return {"records": records, "answers": answers, "sim_calls": sim_calls, "stats": stats}
 
@@ -171,13 +171,14 @@ def summarise(run: dict[str, Any], requests: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    add_output_options(parser)
     args = parser.parse_args()
-    count = 200 if args.quick else 1000
+    out = Output.of(args)
+    count = 40 if args.smoke else 200 if args.quick else 1000
     requests = workload(count, random.Random(11))
     run = asyncio.run(replay(requests, concurrency=8))
-    result = {"benchmark": "cache_workload", "quick": args.quick, **summarise(run, count)}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "cache_workload.json").write_text(json.dumps(result, indent=2) + "\n")
+    result = {"benchmark": "cache_workload", **stamp(), "quick": args.quick,
+              **summarise(run, count)}  # fmt: skip
     o, lat = result["outcomes"], result["latency_ms"]
     header = "# Cache replay: ShareGPT prompts with injected repeats"
     lines = [
@@ -211,8 +212,7 @@ def main() -> None:
         ),
         "",
     ]
-    (RESULTS / "cache_workload.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    out.write("cache_workload", result, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -40,20 +40,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import stamp, write_results
+from harness import Output, add_output_options, data_file, stamp
 
 from levergate.config import Settings
 from levergate.core.call import Trace
 from levergate.gateway import Gateway
 from levergate.policies.shadow import retention
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimSettings, run_simulator
-from levergate.upstreams.simulator.hardness import is_hard
-from levergate.upstreams.simulator.tokens import chat_prompt
+from levergate.simulator import SimSettings, run_simulator
+from levergate.simulator.hardness import is_hard
+from levergate.simulator.tokens import chat_prompt
 
-LABELS = (
-    Path(__file__).resolve().parents[1] / "../shared/data/routellm/mmlu_mixtral_vs_gpt4_dev.csv"
-)
+LABELS = "routellm/mmlu_mixtral_vs_gpt4_dev.csv"
 PRICES = {"cheap": (0.60, 0.60), "strong": (10.0, 30.0)}  # $ per 1M input, output tokens
 OUTPUT_TOKENS = 2
 TARGET = 0.95
@@ -104,9 +102,11 @@ def threshold_for(scores: list[float], rows: list[tuple[bool, bool, int]]) -> fl
     return math.inf
 
 
-def quality_section(seed: int) -> dict[str, Any]:
-    rows = load_labels(LABELS.resolve())
+def quality_section(seed: int, *, limit: int | None = None) -> dict[str, Any]:
+    rows = load_labels(data_file(LABELS))
     rng = random.Random(seed)
+    if limit is not None:
+        rows = rng.sample(rows, min(limit, len(rows)))
     order = list(range(len(rows)))
     rng.shuffle(order)
     half = len(rows) // 2
@@ -208,7 +208,8 @@ async def overhead_section(requests: int) -> dict[str, Any]:
     ):
         times: dict[str, list[float]] = {"direct": [], "cascade": []}
         overhead: dict[str, list[float]] = {"direct": [], "cascade": []}
-        for i in range(requests + 50):
+        warm = min(50, requests)
+        for i in range(requests + warm):
             for name, model in (("direct", "small"), ("cascade", "cascade:small>large")):
                 body = {"model": model, "messages": [{"role": "user", "content": f"easy {i}"}]}
                 start = time.perf_counter()
@@ -217,7 +218,7 @@ async def overhead_section(requests: int) -> dict[str, Any]:
                 accepted = response.headers.get("x-levergate-cascade", "accepted") == "accepted"
                 if response.status_code != 200 or not accepted:
                     raise RuntimeError(f"{name}: {response.status_code} {response.text[:200]}")
-                if i >= 50:  # the first 50 rounds warm up
+                if i >= warm:  # the first rounds warm up
                     times[name].append(elapsed * 1000)
                     overhead[name].append(float(response.headers["x-levergate-overhead-ms"]))
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -309,14 +310,19 @@ async def main() -> None:
     parser.add_argument("--overhead-requests", type=int, default=400)
     parser.add_argument("--mechanism-requests", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    add_output_options(parser)
     args = parser.parse_args()
+    out = Output.of(args)
+    limit = None
+    if args.smoke:
+        limit, args.mechanism_requests, args.overhead_requests = 400, 20, 10
     data = {
         "stamp": stamp(),
-        "quality": quality_section(args.seed),
+        "quality": quality_section(args.seed, limit=limit),
         "mechanism": await mechanism_section(args.mechanism_requests),
         "overhead": await overhead_section(args.overhead_requests),
     }
-    write_results("cascade", data, markdown(data))
+    out.write("cascade", data, markdown(data))
 
 
 if __name__ == "__main__":

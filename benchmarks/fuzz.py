@@ -1,7 +1,8 @@
-"""The long fuzz: tests/fuzzing.py's hostile requests (100,000 by default) against a real
-`levergate serve` in front of `levergate sim`, several seeds; writes results/fuzz.{json,md}.
+"""The long fuzz: levergate.testing.fuzzing's hostile requests (100,000 by default) against a
+real `levergate serve` in front of `levergate sim`, several seeds; writes results/fuzz.{json,md}.
 
     python benchmarks/fuzz.py --count 100000 --seeds 3
+    python benchmarks/fuzz.py --smoke
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import free_port, stamp, stop, wait_port, write_results
+from harness import Output, add_output_options, free_port, stamp, stop, wait_port
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.fuzzing import SIM_ARGS, fuzz, gateway_config, hostile_requests  # noqa: E402
+from levergate.testing.fuzzing import SIM_ARGS, fuzz, gateway_config, hostile_requests
 
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 KEY = "lg-fuzz-key"
@@ -65,16 +64,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, default=1)
+    add_output_options(parser)
     args = parser.parse_args()
+    out = Output.of(args)
+    if args.smoke:
+        args.count, args.seeds = 200, 1
     tmp = Path(tempfile.mkdtemp())
     rows = [run_seed(seed, args.count, tmp) for seed in range(1, args.seeds + 1)]
     meta = stamp()
     lines = [
         f"# Fuzz ({meta['date']}, {meta['machine']})",
         "",
-        "Hostile requests over raw sockets (tests/fuzzing.py) against `levergate serve` (auth",
-        "and exact cache in Redis) in front of `levergate sim`. A failure: a 5xx other than",
-        "502/504, no status line, or no answer within 30 s.",
+        "Hostile requests over raw sockets (levergate.testing.fuzzing, fuzz_shapes: deep JSON",
+        "to 1,030 levels, embeddings of copies, hostile multipart uploads, every POST route)",
+        "against `levergate serve` (auth, exact cache in Redis, Batch API and async requests on)",
+        "in front of `levergate sim`. A failure: a 5xx other than 502/504, no status line, or no",
+        "answer within 30 s.",
         "",
         "| seed | sent | seconds | failures | gateway alive | tracebacks in log | statuses |",
         "|---|---|---|---|---|---|---|",
@@ -84,7 +89,7 @@ def main() -> None:
         f"{r['tracebacks']} | {r['statuses']} |"
         for r in rows
     ]
-    write_results("fuzz", {**meta, "runs": rows}, "\n".join(lines) + "\n")
+    out.write("fuzz", {**meta, "runs": rows}, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,41 @@
-"""What every benchmark here needs: run processes on loopback, read their CPU time, and write
-results/<name>.json + .md stamped with the date and the machine."""
+"""What every benchmark here needs: where its data and results live, a smoke mode, processes on
+loopback and their CPU time, and results/<name>.json + .md stamped with the date and machine.
+
+Data. The public data sets are read at run time from `../shared/data` beside the repository
+(several are non-commercial: never copied in); `LEVERGATE_BENCH_DATA` names another folder, for
+a checkout that does not sit beside it. A missing file stops the run with `MISSING` (exit 3) and
+a message naming it, so the smoke test can tell a machine without the data from a broken
+benchmark (and fails on it under CI=true).
+
+Smoke mode. `--smoke` runs every benchmark end to end at tiny sizes, in seconds, to prove it
+still runs (tests/e2e/test_benchmarks_smoke.py runs all of them in `make test`). Its numbers
+measure nothing: they are marked `"smoke": true`, and go to `--out` (by default a new
+temporary folder), never to `benchmarks/results/`.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DATA_ENV = "LEVERGATE_BENCH_DATA"
+# The exit status of a run that lacks its data or a tool (wrk): not a broken benchmark.
+MISSING = 3
 
 
 def stamp() -> dict[str, str]:
@@ -27,12 +48,74 @@ def stamp() -> dict[str, str]:
     }
 
 
-def write_results(name: str, data: dict[str, Any], markdown: str) -> None:
-    """results/<name>.json and results/<name>.md; the markdown is printed too."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
-    (RESULTS / f"{name}.md").write_text(markdown)
-    print(markdown)
+def data_dir() -> Path:
+    """`../shared/data` beside the repository, or `LEVERGATE_BENCH_DATA`."""
+    named = os.environ.get(DATA_ENV)
+    return Path(named) if named else ROOT.parent / "shared" / "data"
+
+
+def data_file(relative: str) -> Path:
+    """A file of the shared data, or exit `MISSING` naming where it was looked for."""
+    path = data_dir() / relative
+    if not path.is_file():
+        missing(
+            f"benchmark data not found: {path} (the data sets live in ../shared/data beside the "
+            f"repository and are never copied into it; {DATA_ENV} names another folder)"
+        )
+    return path
+
+
+def need_tool(name: str) -> str:
+    """The path of an external tool, or exit `MISSING` naming it."""
+    found = shutil.which(name)
+    if found is None:
+        missing(f"{name} is required and not installed (apt-get install -y {name})")
+    return str(found)
+
+
+def missing(message: str) -> None:
+    print(message, file=sys.stderr)
+    raise SystemExit(MISSING)
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """`--smoke` and `--out`, the same on every benchmark."""
+    parser.add_argument(
+        "--smoke", action="store_true",
+        help="tiny sizes, seconds: checks that the benchmark runs; results go to --out",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, default=None,
+        help="folder for <name>.json and .md (default benchmarks/results; a temporary folder "
+        "with --smoke, which never writes benchmarks/results)",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where a run's results go, and whether they are a smoke run's."""
+
+    folder: Path
+    smoke: bool = False
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Output:
+        folder = args.out
+        if folder is None:
+            folder = Path(tempfile.mkdtemp(prefix="levergate-smoke-")) if args.smoke else RESULTS
+        if args.smoke and folder.resolve() == RESULTS.resolve():
+            raise SystemExit("--smoke never writes benchmarks/results (its numbers are not a run)")
+        return cls(folder=folder, smoke=args.smoke)
+
+    def write(self, name: str, data: dict[str, Any], markdown: str) -> None:
+        """<folder>/<name>.json and .md; the markdown is printed too."""
+        if self.smoke:
+            data = {**data, "smoke": True}
+            markdown = f"**Smoke run: tiny sizes, not a measurement.**\n\n{markdown}"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+        (self.folder / f"{name}.md").write_text(markdown)
+        print(markdown)
 
 
 def free_port() -> int:

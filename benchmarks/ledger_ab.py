@@ -10,6 +10,7 @@ Two figures per tree, each in its own child process (same interpreter):
   gateway, simulator in one process), where the ledger's share is diluted by everything else.
 
     python benchmarks/ledger_ab.py [--old ../other/src] [--rounds 4] [--requests 20000]
+    python benchmarks/ledger_ab.py --smoke     # tiny: this tree against itself
 
 Writes benchmarks/results/ledger_ab.{json,md}.
 """
@@ -29,41 +30,52 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import stamp, write_results
+from harness import ROOT, Output, add_output_options, stamp
 
-ROOT = Path(__file__).resolve().parents[1]
 DETAILS = {"cached_tokens": 1024}
 USAGE = {"prompt_tokens": 1200, "completion_tokens": 80, "prompt_tokens_details": DETAILS}
 
 
+def _measure_args(telemetry: Any, price: dict[str, Any]) -> dict[str, Any]:
+    """Measure's keyword arguments in whichever tree is imported: a Recorder since the
+    finished-request record (issue 21), telemetry with a catalog since the ledger, telemetry
+    with prices before it."""
+    try:
+        from levergate.catalog import Catalog
+    except ImportError:
+        return {"telemetry": telemetry, "prices": price}
+    try:
+        from levergate.layers.measure.recorder import Recorder
+    except ImportError:
+        return {"telemetry": telemetry, "catalog": Catalog.of_prices(price)}
+    return {"recorder": Recorder(telemetry, catalog=Catalog.of_prices(price))}
+
+
 async def measure_cpu(requests: int) -> float:
     """Microseconds of CPU per request through Measure alone (whichever Measure is imported)."""
-    from levergate.config import Metrics, Price
+    from levergate.config import MetricsSettings, PriceSettings
     from levergate.core.call import Call, Context
+    from levergate.core.controls import Controls
     from levergate.core.reply import Completed, Reply
     from levergate.layers.measure.measure import Measure, Telemetry
 
-    price = {"m": Price.model_validate({"input": 2.5, "output": 10.0, "cached_input": 1.25})}
-    try:
-        from levergate.catalog import Catalog
-
-        pricing: dict[str, Any] = {"catalog": Catalog.of_prices(price)}
-    except ImportError:
-        pricing = {"prices": price}
+    price = {
+        "m": PriceSettings.model_validate({"input": 2.5, "output": 10.0, "cached_input": 1.25})
+    }
 
     async def answer(call: Call) -> Reply:
         call.ctx.trace.alias, call.ctx.trace.upstream = "m", "up"
         call.ctx.trace.tenant = "acme"
         return Completed(data={"model": "m", "usage": USAGE})
 
-    measure = Measure(answer, telemetry=Telemetry(Metrics()), **pricing)
+    measure = Measure(answer, **_measure_args(Telemetry(MetricsSettings()), price))
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
     async def one() -> None:
-        await measure(Call("chat", body, Context("r", feature="f")))
+        await measure(Call("chat", body, Context("r", controls=Controls(feature="f"))))
         await asyncio.sleep(0)  # the record is built on the next loop turn
 
-    for _ in range(2000):
+    for _ in range(min(2000, requests)):  # warm-up
         await one()
     started = time.process_time()
     for _ in range(requests):
@@ -77,7 +89,7 @@ def child(requests: int) -> None:
 
     result = {
         "measure": asyncio.run(measure_cpu(requests)),
-        "pipeline": asyncio.run(cpu_per_request(max(500, requests // 10), stream=False)),
+        "pipeline": asyncio.run(cpu_per_request(max(20, requests // 10), stream=False)),
     }
     print(json.dumps(result))
 
@@ -108,10 +120,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--child", action="store_true")
+    add_output_options(parser)
     args = parser.parse_args()
     if args.child:
         child(args.requests)
         return
+    out = Output.of(args)
+    if args.smoke:
+        args.old, args.rounds, args.requests = str(ROOT / "src"), 1, 200
     with tempfile.TemporaryDirectory() as tmp:
         old = args.old or unpack(args.old_ref, Path(tmp))
         new = str(ROOT / "src")
@@ -119,11 +135,11 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, src in (("old", old), ("new", new)):
                 runs[name].append(run_child(src, args.requests))
-    report(runs, args, old_label=args.old or args.old_ref)
+    report(runs, args, old_label=args.old or args.old_ref, out=out)
 
 
 def report(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, *,
-           old_label: str) -> None:  # fmt: skip
+           old_label: str, out: Output) -> None:  # fmt: skip
     rows = []
     data: dict[str, Any] = {**stamp(), "old": old_label, "rounds": args.rounds,
                             "requests": args.requests, "runs": runs}  # fmt: skip
@@ -142,7 +158,7 @@ def report(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, *,
         "| path | old us/req | new us/req | new / old | rounds old / new |\n|---|---|---|---|---|\n"
         + "\n".join(rows) + "\n"
     )  # fmt: skip
-    write_results("ledger_ab", data, markdown)
+    out.write("ledger_ab", data, markdown)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness import stamp, write_results
+from harness import Output, stamp
 
-from levergate.config import LocalUpstream
+from levergate.config import LocalUpstreamSettings
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed, Stream
 from levergate.upstreams.local import LocalEndpoint
@@ -33,18 +33,24 @@ def environment() -> dict[str, Any]:
     return {**meta, "load_average_before": os.getloadavg()[0]}
 
 
-def write(name: str, data: dict[str, Any], markdown: str, *, quick: bool) -> None:
+def write(name: str, data: dict[str, Any], markdown: str, *, quick: bool, out: Output) -> None:
     data["load_average_after"] = os.getloadavg()[0]
     markdown += (
         f"\nLoad average (1 min) before / after: {data['load_average_before']:.2f} / "
         f"{data['load_average_after']:.2f} on {data['machine']}; {data['date']}.\n"
     )
-    write_results(name + ("-quick" if quick else ""), data, markdown)
+    out.write(name + ("-quick" if quick else ""), data, markdown)
+
+
+# A smoke run's engines and embedders use one thread: on a machine whose cores are all busy with
+# other work, llama.cpp's and onnxruntime's thread barriers stall for seconds per step, and a
+# smoke run's numbers measure nothing anyway.
+SMOKE_THREADS = 1
 
 
 def engine(**values: Any) -> LocalEndpoint:
     """An engine with the product's defaults (re-quantized Q8_0, all cores) unless overridden."""
-    return LocalEndpoint(LocalUpstream(**values))
+    return LocalEndpoint(LocalUpstreamSettings(**values))
 
 
 def stop(endpoint: LocalEndpoint) -> None:

@@ -2,7 +2,7 @@
 pattern), with micro-batching (up to 32 texts, 2 ms wait) and without (batches of one), in one
 run, alternating. Writes benchmarks/results/local_embeddings.json/.md.
 
-    .venv/bin/python benchmarks/local_embeddings.py [--quick]
+    .venv/bin/python benchmarks/local_embeddings.py [--quick | --smoke]
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import asyncio
 import time
 from typing import Any
 
-from local_common import environment, median, write
+from harness import Output, add_output_options
+from local_common import SMOKE_THREADS, environment, median, write
 
-from levergate.config import LocalEmbeddings
+from levergate.config import LocalEmbeddingsSettings
 from levergate.upstreams.embeddings_local import LocalEmbedder
 
 SENTENCES = [
@@ -32,9 +33,11 @@ async def burst(embedder: LocalEmbedder, requests: int) -> float:
     return requests / (time.perf_counter() - started)
 
 
-async def run(requests: int, rounds: int) -> dict[str, Any]:
-    batched = LocalEmbedder(LocalEmbeddings(batch_max=32, batch_wait_ms=2.0))
-    single = LocalEmbedder(LocalEmbeddings(batch_max=1, batch_wait_ms=0.0))
+async def run(requests: int, rounds: int, *, threads: int | None = None) -> dict[str, Any]:
+    batched = LocalEmbedder(
+        LocalEmbeddingsSettings(batch_max=32, batch_wait_ms=2.0, threads=threads)
+    )
+    single = LocalEmbedder(LocalEmbeddingsSettings(batch_max=1, batch_wait_ms=0.0, threads=threads))
     try:
         await burst(batched, 8)
         await burst(single, 8)
@@ -78,10 +81,13 @@ def markdown(data: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="128 requests, 2 rounds")
+    add_output_options(parser)
     args = parser.parse_args()
-    requests, rounds = (128, 2) if args.quick else (512, 4)
-    data = {**environment(), **asyncio.run(run(requests, rounds))}
-    write("local_embeddings", data, markdown(data), quick=args.quick)
+    out = Output.of(args)
+    requests, rounds = (16, 1) if args.smoke else (128, 2) if args.quick else (512, 4)
+    threads = SMOKE_THREADS if args.smoke else None
+    data = {**environment(), **asyncio.run(run(requests, rounds, threads=threads))}
+    write("local_embeddings", data, markdown(data), quick=args.quick, out=out)
 
 
 if __name__ == "__main__":

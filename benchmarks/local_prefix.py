@@ -6,7 +6,7 @@ Each round uses a system prompt never seen before (a different opening line), as
 question cold, then a different question with the same system prompt warm; rounds are
 interleaved so both see the same machine load. Writes benchmarks/results/local_prefix.json/.md.
 
-    .venv/bin/python benchmarks/local_prefix.py [--quick]
+    .venv/bin/python benchmarks/local_prefix.py [--quick | --smoke]
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import argparse
 import asyncio
 from typing import Any
 
-from local_common import chat, engine, environment, median, stop, timed, write
+from harness import Output, add_output_options
+from local_common import SMOKE_THREADS, chat, engine, environment, median, stop, timed, write
 
 FACTS = [
     "The bakery opens at seven in the morning and closes at six in the evening.",
@@ -43,8 +44,8 @@ def system_prompt(session: int, target_tokens: int) -> str:
     return "\n".join(lines)
 
 
-async def run(rounds: int, prompt_tokens: int) -> dict[str, Any]:
-    endpoint = engine()
+async def run(rounds: int, prompt_tokens: int, *, threads: int | None = None) -> dict[str, Any]:
+    endpoint = engine(threads=threads)
     try:
         await timed(endpoint, chat("Warm-up.", max_tokens=2))
         rows = []
@@ -100,9 +101,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds instead of 8")
     parser.add_argument("--prompt-tokens", type=int, default=1500)
+    add_output_options(parser)
     args = parser.parse_args()
-    data = {**environment(), **asyncio.run(run(3 if args.quick else 8, args.prompt_tokens))}
-    write("local_prefix", data, markdown(data), quick=args.quick)
+    out = Output.of(args)
+    rounds = 3 if args.quick else 8
+    if args.smoke:
+        rounds, args.prompt_tokens = 1, 150
+    threads = SMOKE_THREADS if args.smoke else None
+    data = {**environment(), **asyncio.run(run(rounds, args.prompt_tokens, threads=threads))}
+    write("local_prefix", data, markdown(data), quick=args.quick, out=out)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Greedy decoding, so both runs must give the same text (checked and reported). Ea
 plain then speculative, alternately, `--rounds` times; the speed-up is the ratio of median decode
 rates (tokens after the first per second). Writes benchmarks/results/local_speculative.json/.md.
 
-    .venv/bin/python benchmarks/local_speculative.py [--quick]
+    .venv/bin/python benchmarks/local_speculative.py [--quick | --smoke]
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import argparse
 import asyncio
 from typing import Any
 
-from local_common import chat, engine, environment, median, stop, timed, write
-
-from levergate.upstreams.local.params import SPECULATIVE_HEADER
+from harness import Output, add_output_options
+from local_common import SMOKE_THREADS, chat, engine, environment, median, stop, timed, write
 
 NOTES = (
     "Order 4471 for Ms. Jane Alvarez: two sourdough loaves, one rye loaf, a dozen chocolate chip "
@@ -33,15 +32,17 @@ PROMPTS = {
 
 def call(prompt: str, *, speculative: bool, tokens: int) -> Any:
     made = chat(prompt, max_tokens=tokens)
-    return made.with_ctx(headers={SPECULATIVE_HEADER: "on" if speculative else "off"})
+    return made.with_controls(speculative=speculative)
 
 
-async def run(rounds: int, tokens: int) -> dict[str, Any]:
-    endpoint = engine()
+async def run(
+    rounds: int, tokens: int, prompts: dict[str, str], *, threads: int | None = None
+) -> dict[str, Any]:
+    endpoint = engine(threads=threads)
     try:
         await timed(endpoint, chat("Warm-up.", max_tokens=2))
         rows = []
-        for name, prompt in PROMPTS.items():
+        for name, prompt in prompts.items():
             rates: dict[str, list[float]] = {"plain": [], "speculative": []}
             texts: dict[str, str] = {}
             stats = endpoint.engine.stats
@@ -91,10 +92,14 @@ def markdown(data: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds, 64 tokens")
+    add_output_options(parser)
     args = parser.parse_args()
-    rounds, tokens = (2, 64) if args.quick else (5, 128)
-    data = {**environment(), **asyncio.run(run(rounds, tokens))}
-    write("local_speculative", data, markdown(data), quick=args.quick)
+    out = Output.of(args)
+    rounds, tokens = (1, 8) if args.smoke else (2, 64) if args.quick else (5, 128)
+    prompts = {k: PROMPTS[k] for k in ("copy", "free")} if args.smoke else PROMPTS
+    threads = SMOKE_THREADS if args.smoke else None
+    data = {**environment(), **asyncio.run(run(rounds, tokens, prompts, threads=threads))}
+    write("local_speculative", data, markdown(data), quick=args.quick, out=out)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ divided by the wall time from the first request to the last token. Levels are ru
 interleaved order, twice in full mode; the lone-TTFT comparison alternates the two engines.
 Writes benchmarks/results/local_throughput.json/.md.
 
-    .venv/bin/python benchmarks/local_throughput.py [--quick]
+    .venv/bin/python benchmarks/local_throughput.py [--quick | --smoke]
 """
 
 from __future__ import annotations
@@ -18,7 +18,18 @@ import asyncio
 import time
 from typing import Any
 
-from local_common import END_TOKENS, chat, engine, environment, median, stop, timed, write
+from harness import Output, add_output_options
+from local_common import (
+    END_TOKENS,
+    SMOKE_THREADS,
+    chat,
+    engine,
+    environment,
+    median,
+    stop,
+    timed,
+    write,
+)
 
 from levergate.upstreams.local import LocalEndpoint
 
@@ -75,11 +86,12 @@ async def lone_ttft(batching: LocalEndpoint, single: LocalEndpoint, rounds: int)
     }
 
 
-async def run(quick: bool) -> dict[str, Any]:
-    tokens = 32 if quick else 64
-    order = [1, 16, 4, 8] if quick else [1, 16, 4, 8, 8, 4, 16, 1]
-    batching = engine()
-    single = engine(slots=1)
+async def run(quick: bool, *, smoke: bool = False) -> dict[str, Any]:
+    tokens = 4 if smoke else 32 if quick else 64
+    order = [1, 8] if smoke else [1, 16, 4, 8] if quick else [1, 16, 4, 8, 8, 4, 16, 1]
+    threads = SMOKE_THREADS if smoke else None
+    batching = engine(threads=threads)
+    single = engine(slots=1, threads=threads)
     try:
         await timed(batching, chat("Warm-up.", max_tokens=2))
         await timed(single, chat("Warm-up.", max_tokens=2))
@@ -96,7 +108,7 @@ async def run(quick: bool) -> dict[str, Any]:
             "speedup_8_vs_1": levels[8] / levels[1],
             "one_at_a_time_8_streams_tokens_per_s": one_at_a_time["tokens_per_s"],
             "speedup_8_vs_one_at_a_time": levels[8] / one_at_a_time["tokens_per_s"],
-            "lone_ttft": await lone_ttft(batching, single, 3 if quick else 6),
+            "lone_ttft": await lone_ttft(batching, single, 1 if smoke else 3 if quick else 6),
             "threads": batching.threads,
             "quantization": batching.quantization,
             "slots": batching.runtime.slots,
@@ -131,9 +143,11 @@ def markdown(data: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="32 tokens per stream, one pass")
+    add_output_options(parser)
     args = parser.parse_args()
-    data = {**environment(), **asyncio.run(run(args.quick))}
-    write("local_throughput", data, markdown(data), quick=args.quick)
+    out = Output.of(args)
+    data = {**environment(), **asyncio.run(run(args.quick, smoke=args.smoke))}
+    write("local_throughput", data, markdown(data), quick=args.quick, out=out)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Micro-batching of one-input embedding requests: requests/s and latency with and without it.
 
-    PYTHONPATH=src python benchmarks/microbatch.py [--seconds 8] [--clients 64]
+    PYTHONPATH=src python benchmarks/microbatch.py [--seconds 8] [--clients 64] [--smoke]
 
 The simulator stands in for a hosted embeddings API with a realistic per-call latency (60 ms
 per call plus 0.02 ms per token, log-normal jitter 0.2: hosted embeddings calls take tens to
@@ -19,12 +19,12 @@ import time
 from typing import Any
 
 import httpx
-from harness import stamp, write_results
+from harness import Output, add_output_options, stamp
 
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimSettings, run_simulator
+from levergate.simulator import SimSettings, run_simulator
 
 SIM: dict[str, Any] = {"latency": {"ttft_ms": 60.0, "prefill_ms_per_token": 0.02, "jitter": 0.2}}
 # The same provider with a per-key limit of 1,200 requests per minute, enforced per rolling
@@ -40,7 +40,7 @@ async def load(url: str, *, clients: int, seconds: float) -> dict[str, Any]:
     async def client(n: int, http: httpx.AsyncClient) -> None:
         nonlocal errors
         i = 0
-        while time.perf_counter() < stop_at:
+        while i == 0 or time.perf_counter() < stop_at:  # at least one request each
             started = time.perf_counter()
             body = {
                 "model": "sim-embed",
@@ -109,7 +109,7 @@ async def main(*, clients: int, seconds: float, wait_ms: float) -> dict[str, Any
         "limited_rps_ratio": limited_on["rps"] / max(1e-9, limited_off["rps"]),
         "clients": clients, "seconds": seconds, "max_wait_ms": wait_ms,
         "simulator": SIM, "off": off, "on": on, "lone_off": lone_off, "lone_on": lone_on,
-        "rps_ratio": on["rps"] / off["rps"],
+        "rps_ratio": on["rps"] / max(1e-9, off["rps"]),
         "upstream_calls_ratio": on["upstream_calls"] / max(1, off["upstream_calls"]),
         "lone_p50_added_ms": lone_on["p50_ms"] - lone_off["p50_ms"],
         "lone_p99_added_ms": lone_on["p99_ms"] - lone_off["p99_ms"],
@@ -154,7 +154,10 @@ if __name__ == "__main__":
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--wait-ms", type=float, default=3.0)
+    add_output_options(parser)
     args = parser.parse_args()
+    out = Output.of(args)
+    if args.smoke:
+        args.clients, args.seconds = 4, 0.4
     result = asyncio.run(main(clients=args.clients, seconds=args.seconds, wait_ms=args.wait_ms))
-    write_results("microbatch", result, markdown(result))
-    print(markdown(result))
+    out.write("microbatch", result, markdown(result))

@@ -9,7 +9,7 @@ connections with wrk (a C load generator, so the client is not the bottleneck).
 
 Writes benchmarks/results/overhead.json and overhead.md.
 
-    .venv/bin/python benchmarks/overhead.py [--seconds 4] [--quick]
+    .venv/bin/python benchmarks/overhead.py [--seconds 4] [--quick | --smoke]
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import socket
 import statistics
 import subprocess
@@ -28,10 +27,20 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import cpu_seconds, free_port, stamp, stop, wait_port, write_results
+from harness import (
+    Output,
+    add_output_options,
+    cpu_seconds,
+    free_port,
+    need_tool,
+    stamp,
+    stop,
+    wait_port,
+)
 
 from levergate.bench import BenchConfig, run_bench
 
@@ -79,11 +88,12 @@ def measure_pair(
     seconds: float,
     relay_url: str | None = None,
 ) -> dict[str, Any]:
-    asyncio.run(load(gw_url, concurrency=concurrency, stream=stream, seconds=0.5))  # warm-up
+    warm = min(0.5, seconds)
+    asyncio.run(load(gw_url, concurrency=concurrency, stream=stream, seconds=warm))
     direct = asyncio.run(load(sim_url, concurrency=concurrency, stream=stream, seconds=seconds))
     relayed = None
     if relay_url is not None:
-        asyncio.run(load(relay_url, concurrency=concurrency, stream=stream, seconds=0.5))
+        asyncio.run(load(relay_url, concurrency=concurrency, stream=stream, seconds=warm))
         relayed = asyncio.run(
             load(relay_url, concurrency=concurrency, stream=stream, seconds=seconds)
         )
@@ -158,7 +168,7 @@ def socket_ttft(port: int, *, requests: int) -> float:
                 if first is None and b'"content":"' in received.replace(b'"content":""', b""):
                     first = time.perf_counter() - started
             times.append(1000 * (first or float("nan")))
-    return statistics.median(times[3:])
+    return statistics.median(times[3:] or times)
 
 
 def socket_ttfts(targets: dict[str, int], *, rounds: int, requests: int) -> dict[str, float]:
@@ -170,11 +180,31 @@ def socket_ttfts(targets: dict[str, int], *, rounds: int, requests: int) -> dict
     return {name: statistics.median(values) for name, values in seen.items()}
 
 
-def run(seconds: float, quick: bool, pin: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Plan:
+    """How much of everything one run measures."""
+
+    seconds: float
+    latencies: tuple[int, ...] = (0, 50)
+    concurrency: tuple[int, ...] = (1, 16, 64)
+    socket_rounds: int = 4
+    socket_requests: int = 40
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Plan:
+        if args.smoke:
+            return cls(0.3, latencies=(0,), concurrency=(1,), socket_rounds=1, socket_requests=5)
+        if args.quick:
+            return cls(1.5, concurrency=(1, 16), socket_rounds=2, socket_requests=20)
+        return cls(args.seconds)
+
+
+def run(plan: Plan, pin: bool) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     throughput: dict[str, Any] = {}
     at_socket: dict[str, dict[str, float]] = {}
-    for latency_ms in (0, 50):
+    seconds = plan.seconds
+    for latency_ms in plan.latencies:
         sim_port, gw_port = free_port(), free_port()
         sim_args = ["sim", "--port", str(sim_port), "--ttft-ms", str(latency_ms)]
         sim_url = f"http://127.0.0.1:{sim_port}/v1"
@@ -191,7 +221,7 @@ def run(seconds: float, quick: bool, pin: bool) -> dict[str, Any]:
             process(gw_args, gw_port, gw_env) as gateway,
             process(relay_args, relay_port, command=RELAY),
         ):
-            for concurrency in (1, 16) if quick else (1, 16, 64):
+            for concurrency in plan.concurrency:
                 for stream in (False, True):
                     relay = relay_url if concurrency == 1 else None
                     row = measure_pair(sim_url, gw_url, gateway.pid, concurrency=concurrency,
@@ -200,10 +230,10 @@ def run(seconds: float, quick: bool, pin: bool) -> dict[str, Any]:
                     print(json.dumps(rows[-1]), flush=True)
             targets = {"direct": sim_port, "relay": relay_port, "levergate": gw_port}
             at_socket[f"{latency_ms} ms"] = socket_ttfts(
-                targets, rounds=2 if quick else 4, requests=20 if quick else 40
+                targets, rounds=plan.socket_rounds, requests=plan.socket_requests
             )
-            if latency_ms == 0 and shutil.which("wrk"):
-                secs = max(2, int(seconds))
+            if latency_ms == 0:
+                secs = 1 if seconds < 1 else max(2, int(seconds))  # a smoke run: 1 s
                 throughput = {
                     "direct": wrk_throughput(sim_url, secs, None),
                     "levergate": wrk_throughput(gw_url, secs, gateway.pid),
@@ -267,13 +297,15 @@ def main() -> None:
     parser.add_argument(
         "--pin", action="store_true", help="gateway on CPU 0, simulator and load on CPU 1"
     )
+    add_output_options(parser)
     args = parser.parse_args()
+    out = Output.of(args)
+    need_tool("wrk")
     if args.pin:
         os.sched_setaffinity(0, {1})
-    seconds = 1.5 if args.quick else args.seconds
-    data = {**stamp(), "pinned": args.pin, **run(seconds, args.quick, args.pin)}
+    data = {**stamp(), "pinned": args.pin, **run(Plan.of(args), args.pin)}
     suffix = ("-pinned" if args.pin else "") + ("-quick" if args.quick else "")
-    write_results(f"overhead{suffix}", data, markdown(data))
+    out.write(f"overhead{suffix}", data, markdown(data))
 
 
 if __name__ == "__main__":

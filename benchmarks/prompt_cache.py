@@ -25,7 +25,7 @@ Then the optimizer's own CPU: the layer alone over a no-op upstream for a typica
 (a tenant's system prompt and a question), and whole in-process requests with the layer on
 and off, as a ratio in one run.
 
-    python benchmarks/prompt_cache.py [--hours 3] [--seed 7]
+    python benchmarks/prompt_cache.py [--hours 3] [--seed 7] [--smoke]
 """
 
 from __future__ import annotations
@@ -39,24 +39,24 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from harness import stamp, write_results
+from harness import Output, add_output_options, data_file, stamp
 from prometheus_client import CollectorRegistry
 
 from levergate import Gateway, Settings
 from levergate.catalog import Catalog
-from levergate.config import PromptCache
+from levergate.config import PromptCacheSettings
 from levergate.core.call import Call, Context
+from levergate.core.controls import Principal
 from levergate.core.reply import Completed, Reply
 from levergate.layers.measure.record import RequestRecord
 from levergate.layers.prompt_cache import PromptCacheOptimizer, PromptCacheState, Provider
 from levergate.pipeline import Deps
+from levergate.simulator import SimSettings, Simulator
 from levergate.testing import LoopClock, run_virtual
-from levergate.upstreams.simulator import SimSettings, Simulator
 
-PROMPTS = Path(__file__).resolve().parents[2] / "shared/data/awesome_chatgpt_prompts/prompts.csv"
+PROMPTS = "awesome_chatgpt_prompts/prompts.csv"
 MODEL = "claude-sonnet-4-5"
 TENANTS = 20
 MIN_SYSTEM_CHARS = 6000  # about 1,500 tokens: over Anthropic's 1,024-token minimum
@@ -82,7 +82,7 @@ class Arrival:
 def system_prompts(*, seed: int) -> list[str]:
     """One long system prompt per tenant, several prompts of the data set each."""
     csv.field_size_limit(sys.maxsize)
-    with PROMPTS.open(newline="") as f:
+    with data_file(PROMPTS).open(newline="") as f:
         rows = [r["prompt"] for r in csv.DictReader(f)
                 if r["type"] == "TEXT" and 300 <= len(r["prompt"]) <= 4000]  # fmt: skip
     rng = random.Random(seed)
@@ -226,13 +226,13 @@ def summarise(tally: Tally, rates: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def layer_cpu(system: str, *, n: int) -> dict[str, float]:
+async def layer_cpu(system: str, *, n: int, windows: tuple[int, ...] = WINDOWS) -> dict[str, float]:
     """The optimizer alone over a no-op upstream, against the no-op alone (µs per request)."""
 
     async def upstream(_call: Call) -> Reply:
         return Completed(data={})
 
-    settings = PromptCache()
+    settings = PromptCacheSettings()
     clock = LoopClock()
     layer = PromptCacheOptimizer(
         upstream, settings=settings, model="claude", provider=Provider.ANTHROPIC,
@@ -244,7 +244,7 @@ async def layer_cpu(system: str, *, n: int) -> dict[str, float]:
         body = {"model": "claude", "max_tokens": 64,
                 "messages": [{"role": "system", "content": system},
                              {"role": "user", "content": question}]}  # fmt: skip
-        return Call(kind="chat", body=body, ctx=Context(f"r{i}", tenant="t"))
+        return Call(kind="chat", body=body, ctx=Context(f"r{i}", principal=Principal(tenant="t")))
 
     calls = [call(i) for i in range(n)]
     started = time.process_time()
@@ -254,7 +254,7 @@ async def layer_cpu(system: str, *, n: int) -> dict[str, float]:
     # The layer's cost as the alias's memory of prompts fills: windows of `n` requests after
     # `done` earlier distinct prompts (each question is new).
     done = 0
-    for after in WINDOWS:
+    for after in windows:
         for i in range(done, after):
             await layer(call(i))
         calls = [call(after + i) for i in range(n)]
@@ -342,7 +342,12 @@ def main() -> None:
     parser.add_argument("--hours", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--cpu-requests", type=int, default=2000)
+    add_output_options(parser)
     args = parser.parse_args()
+    out = Output.of(args)
+    windows = WINDOWS
+    if args.smoke:  # three minutes of virtual time, a few requests timed
+        args.hours, args.cpu_requests, windows = 0.05, 20, WINDOWS[:2]
     systems = system_prompts(seed=args.seed)
     plan = arrivals(hours=args.hours, seed=args.seed)
     rates = Catalog.build(settings_for({})).rates("claude", MODEL)
@@ -351,7 +356,7 @@ def main() -> None:
         results[name] = summarise(run_virtual(replay(mode, systems, plan)), rates)
         print(name, results[name], file=sys.stderr)
     typical = systems[len(systems) // 2]
-    layer = asyncio.run(layer_cpu(typical, n=min(args.cpu_requests, 500)))
+    layer = asyncio.run(layer_cpu(typical, n=min(args.cpu_requests, 500), windows=windows))
     on = run_virtual(gateway_cpu(typical, n=args.cpu_requests, enabled=True))
     off = run_virtual(gateway_cpu(typical, n=args.cpu_requests, enabled=False))
     cpu = {**{k: v - layer["off"] for k, v in layer.items() if k != "off"},
@@ -360,8 +365,7 @@ def main() -> None:
     tokens = [math.ceil(len(s) / 4) for s in systems]
     meta = {**stamp(), "hours": args.hours, "seed": args.seed, "requests": len(plan),
             "system_tokens_min": min(tokens), "system_tokens_max": max(tokens)}  # fmt: skip
-    write_results("prompt_cache", {**meta, "modes": results, "cpu": cpu},
-                  markdown(meta, results, cpu))  # fmt: skip
+    out.write("prompt_cache", {**meta, "modes": results, "cpu": cpu}, markdown(meta, results, cpu))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """What the Responses API costs the gateway, in-process: CPU per request of `/v1/responses`
 translated to chat completions and passed through natively, against `/v1/chat/completions`
-for the same prompt, whole and streamed, all in one process (httpx over `Gateway.transport()`,
+for the same prompt, whole and streamed, all in one process (httpx over `GatewayTransport`,
 the simulator on the same loop) after a warm-up. Ratios to the chat route, within one run.
 
-    python benchmarks/responses_cpu.py [--requests 1500] [--rounds 3]
+    python benchmarks/responses_cpu.py [--requests 1500] [--rounds 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import time
 from typing import Any
 
 import httpx
-from benchmarks.harness import stamp, write_results
+from harness import Output, add_output_options, stamp
 
 from levergate import Gateway, Settings
-from levergate.upstreams.simulator import SimSettings, run_simulator
+from levergate.server.transport import GatewayTransport
+from levergate.simulator import SimSettings, run_simulator
 
 PROMPT = "hello there, tell me something"
 CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -39,10 +40,10 @@ async def cpu_per_request(case: str, requests: int, *, stream: bool) -> float:
         settings = Settings.load(upstreams=[upstream], models=[{"name": "*", "upstream": "sim"}])
         async with (
             Gateway(settings) as gateway,
-            httpx.AsyncClient(transport=gateway.transport(), base_url="http://lg/v1") as http,
+            httpx.AsyncClient(transport=GatewayTransport(gateway), base_url="http://lg/v1") as http,
         ):
             body = {"model": "m", **extra, "stream": stream}
-            for _ in range(200):
+            for _ in range(min(200, requests)):  # warm-up
                 await (await http.post(path, json=body)).aread()
             started = time.process_time()
             for _ in range(requests):
@@ -56,7 +57,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=3)
+    add_output_options(parser)
     args = parser.parse_args()
+    out = Output.of(args)
+    if args.smoke:
+        args.requests, args.rounds = 10, 1
     runs: dict[str, list[float]] = {}
     for _ in range(args.rounds):
         for stream in (False, True):
@@ -75,7 +80,7 @@ def main() -> None:
     for key, value in medians.items():
         base = medians[f"chat ({'stream' if 'stream' in key else 'whole'})"]
         lines.append(f"| {key} | {value:.0f} | {value / base:.2f}x |")
-    write_results(
+    out.write(
         "responses_cpu",
         {**stamp(), "requests": args.requests, "rounds": args.rounds, "runs": runs,
          "median_us": medians},

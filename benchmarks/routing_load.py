@@ -7,7 +7,7 @@ A router is trained (as `levergate router train` does) on 1,500 rows of RouteLLM
 latency, so the gateway's own CPU — the route decision above all — is what is measured. Closed
 loop: N clients each send MMLU prompts one after the other; the exact cache is off.
 
-    PYTHONPATH=src python benchmarks/routing_load.py [--seconds 6] [--rounds 2]
+    PYTHONPATH=src python benchmarks/routing_load.py [--seconds 6] [--rounds 2] [--smoke]
 """
 
 from __future__ import annotations
@@ -23,29 +23,28 @@ from typing import Any
 
 import httpx
 import numpy as np
-from harness import stamp, write_results
+from harness import Output, add_output_options, data_file, stamp
 
-from levergate.config import Routing, Settings
+from levergate.config import RoutingSettings, Settings
 from levergate.gateway import Gateway
 from levergate.routing.labels import read_labels
 from levergate.routing.model import Models
 from levergate.routing.train import Options, embedder, features, spec_for, train
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimSettings, run_simulator
+from levergate.simulator import SimSettings, run_simulator
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "routellm"
-FILE = DATA / "mmlu_mixtral_vs_gpt4_dev.csv"
+FILE = "routellm/mmlu_mixtral_vs_gpt4_dev.csv"
 MODELS = [{"name": "mini", "upstream": "default", "upstream_model": "mixtral_8x7b"},
           {"name": "big", "upstream": "default", "upstream_model": "gpt4_1106"}]  # fmt: skip
 CLIENTS = (1, 16)
 
 
-def trained_router(folder: Path) -> tuple[Path, list[str]]:
-    """A router file trained on 1,500 MMLU rows, and the other rows' prompts to send."""
-    labels = read_labels(FILE)
+def trained_router(folder: Path, *, rows: int = 1500) -> tuple[Path, list[str]]:
+    """A router file trained on `rows` MMLU rows, and 2,000 other rows' prompts to send."""
+    labels = read_labels(data_file(FILE))
     order = np.random.default_rng(0).permutation(len(labels))
-    fit_rows = labels.subset(order[:1500])
-    settings = Routing().embeddings
+    fit_rows = labels.subset(order[:rows])
+    settings = RoutingSettings().embeddings
     embed = embedder(settings)
     spec = spec_for(settings, dimensions=384)
     x = features(fit_rows.prompts, embed=embed, text_chars=spec.text_chars)
@@ -53,7 +52,7 @@ def trained_router(folder: Path) -> tuple[Path, list[str]]:
                    strong="gpt4_1106"), options=Options(folds=3))  # fmt: skip
     path = folder / "router.json"
     router.save(path)
-    return path, [labels.prompts[i] for i in order[1500:3500]]
+    return path, [labels.prompts[i] for i in order[rows : rows + 2000]]
 
 
 async def closed_loop(
@@ -64,7 +63,7 @@ async def closed_loop(
 
     async def client(n: int, http: httpx.AsyncClient) -> None:
         i = n
-        while time.perf_counter() < stop:
+        while i == n or time.perf_counter() < stop:  # at least one request each
             text = prompts[i % len(prompts)]
             body = {"model": "auto", "max_tokens": 4,
                     "messages": [{"role": "user", "content": text}]}  # fmt: skip
@@ -93,21 +92,24 @@ async def one_run(router: Path, prompts: list[str], *, spin: bool, clients: int,
         settings = Settings.for_upstream(sim.base_url, server={"port": 0}, models=MODELS,
                                          routing=routing, cache={"enabled": False})  # fmt: skip
         async with Gateway(settings) as gateway, serving(gateway) as url:
-            await closed_loop(url, prompts[:20], clients=1, seconds=0.5)  # warm
+            await closed_loop(url, prompts[:20], clients=1, seconds=min(0.5, seconds))  # warm
             return await closed_loop(url, prompts, clients=clients, seconds=seconds)
 
 
-async def main(*, seconds: float, rounds: int) -> dict[str, Any]:
+async def main(
+    *, seconds: float, rounds: int, rows: int, levels: tuple[int, ...] = CLIENTS
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
-        router, prompts = trained_router(Path(folder))
+        router, prompts = trained_router(Path(folder), rows=rows)
         runs: dict[str, list[dict[str, Any]]] = {}
-        for clients in CLIENTS:
+        for clients in levels:
             for _ in range(rounds):
                 for spin in (True, False):
                     r = await one_run(router, prompts, spin=spin, clients=clients,
                                       seconds=seconds)  # fmt: skip
                     runs.setdefault(f"{clients}:{spin}", []).append(r)
     return {"stamp": stamp(), "seconds": seconds, "rounds": rounds, "runs": runs,
+            "clients": list(levels),
             "load": " ".join(f"{v:.1f}" for v in os.getloadavg())}  # fmt: skip
 
 
@@ -129,7 +131,7 @@ def markdown(d: dict[str, Any]) -> str:
         median[key] = (rps, p50)
         lines.append(f"| {clients} | {spin} | {rps:.0f} | {p50:.2f} | {p99:.2f} |")
     lines.append("")
-    for clients in CLIENTS:
+    for clients in d["clients"]:
         on, off = median[f"{clients}:True"], median[f"{clients}:False"]
         lines.append(f"- {clients} client(s): requests/s without spinning / with "
                      f"**{off[0] / on[0]:.2f}x**, p50 {off[1] - on[1]:+.2f} ms")  # fmt: skip
@@ -140,6 +142,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--rounds", type=int, default=2)
+    add_output_options(parser)
     args = parser.parse_args()
-    data = asyncio.run(main(seconds=args.seconds, rounds=args.rounds))
-    write_results("routing_load", data, markdown(data))
+    out = Output.of(args)
+    rows, levels = 1500, CLIENTS
+    if args.smoke:
+        args.seconds, args.rounds, rows, levels = 0.3, 1, 200, (4,)
+    data = asyncio.run(main(seconds=args.seconds, rounds=args.rounds, rows=rows, levels=levels))
+    out.write("routing_load", data, markdown(data))

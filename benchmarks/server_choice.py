@@ -6,7 +6,7 @@ gateway process's CPU time from /proc. Also measures the upstream directly in th
 every number is a ratio against the same baseline.
 Writes benchmarks/results/server_choice.{json,md}.
 
-    .venv/bin/python benchmarks/server_choice.py [--seconds 5]
+    .venv/bin/python benchmarks/server_choice.py [--seconds 5] [--smoke]
 
 granian is a candidate only when installed (`pip install -e '.[bench]'`); otherwise it is
 skipped with a note.
@@ -25,7 +25,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness import cpu_seconds, free_port, stamp, stop, wait_port, write_results
+from harness import (
+    Output,
+    add_output_options,
+    cpu_seconds,
+    free_port,
+    need_tool,
+    stamp,
+    stop,
+    wait_port,
+)
 
 PY = sys.executable
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello there"}]})
@@ -114,7 +123,7 @@ def server_command(server: str, port: int) -> list[str]:
 
 
 def measure(name: str, server: str, client: str, *, base: str, tmp: Path, lua: Path,
-            seconds: int) -> list[dict[str, object]]:  # fmt: skip
+            seconds: int, connections: tuple[int, ...]) -> list[dict[str, object]]:  # fmt: skip
     """wrk at 16 and 64 connections through one candidate, with the gateway's own CPU."""
     port = free_port()
     env = {**os.environ, "BENCH_UPSTREAM": base, "BENCH_PORT": str(port),
@@ -125,7 +134,7 @@ def measure(name: str, server: str, client: str, *, base: str, tmp: Path, lua: P
         wait_port(port)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         wrk(url, 16, 1, lua)  # warm-up
-        for conns in (16, 64):
+        for conns in connections:
             pids = tree(proc.pid)
             before = cpu_seconds(*pids)
             result = wrk(url, conns, seconds, lua)
@@ -138,7 +147,7 @@ def measure(name: str, server: str, client: str, *, base: str, tmp: Path, lua: P
     return rows
 
 
-def write_report(rows: list[dict[str, Any]]) -> None:
+def write_report(rows: list[dict[str, Any]], out: Output) -> None:
     meta = stamp()
     lines = [
         f"# Server and client choice ({meta['date']}, {meta['machine']})",
@@ -153,13 +162,20 @@ def write_report(rows: list[dict[str, Any]]) -> None:
         f"{r['gateway_cpu_ms_per_request']:.3f} |"
         for r in rows
     ]
-    write_results("server_choice", {**meta, "rows": rows}, "\n".join(lines) + "\n")
+    out.write("server_choice", {**meta, "rows": rows}, "\n".join(lines) + "\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=5)
+    add_output_options(parser)
     args = parser.parse_args()
+    out = Output.of(args)
+    need_tool("wrk")
+    candidates, connections = CANDIDATES, (16, 64)
+    if args.smoke:  # one second, one candidate, one load
+        first = next(iter(CANDIDATES))
+        candidates, connections, args.seconds = {first: CANDIDATES[first]}, (16,), 1
     tmp = Path(tempfile.mkdtemp())
     lua = tmp / "post.lua"
     lua.write_text(
@@ -173,18 +189,19 @@ def main() -> None:
     base = f"http://127.0.0.1:{up_port}/v1"
     rows: list[dict[str, Any]] = []
     try:
-        for conns in (16, 64):
+        for conns in connections:
             direct = wrk(base + "/chat/completions", conns, args.seconds, lua)
             rows.append({"candidate": "direct (no gateway)", "connections": conns, **direct,
                          "gateway_cpu_ms_per_request": 0.0})  # fmt: skip
-        for name, (server, client) in CANDIDATES.items():
+        for name, (server, client) in candidates.items():
             if importlib.util.find_spec(server) is None:
                 print(f"skipping {name}: {server} is not installed (pip install -e '.[bench]')")
                 continue
-            rows += measure(name, server, client, base=base, tmp=tmp, lua=lua, seconds=args.seconds)
+            rows += measure(name, server, client, base=base, tmp=tmp, lua=lua,
+                            seconds=args.seconds, connections=connections)  # fmt: skip
     finally:
         stop(upstream)
-    write_report(rows)
+    write_report(rows, out)
 
 
 if __name__ == "__main__":

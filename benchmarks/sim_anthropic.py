@@ -9,6 +9,7 @@ tree) the OpenAI case also runs there, interleaved with this tree's runs, and th
 whether the OpenAI path changed. Ratios within one run only: the box is shared and noisy.
 
     python benchmarks/sim_anthropic.py [--requests 20000] [--rounds 3] [--baseline-src ../main/src]
+    python benchmarks/sim_anthropic.py --smoke     # tiny, the baseline this tree itself
 
 writes benchmarks/results/sim_anthropic.json and .md.
 """
@@ -25,58 +26,64 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import stamp, write_results
+from harness import ROOT, Output, add_output_options, stamp
 
-HERE = Path(__file__).resolve().parent.parent / "src"
+HERE = ROOT / "src"
 
 # Runs inside a child process with the chosen `src/` first on the path.
 CHILD = r"""
 import json, sys, time, orjson
-from levergate.upstreams.simulator import Simulator, SimSettings
-case, n = sys.argv[1], int(sys.argv[2])
+from levergate.simulator import Simulator, SimSettings
+cases, n = sys.argv[1].split(","), int(sys.argv[2])
 sim = Simulator(settings=SimSettings())
 user = [{"role": "user", "content": "Hello there, how are you today?"}]
 tool = [{"name": "get_weather", "input_schema": {"type": "object",
          "properties": {"city": {"type": "string"}}}}]
 system = [{"type": "text", "text": "word " * 1000, "cache_control": {"type": "ephemeral"}}]
-if case == "openai-chat":
-    path, headers = "/v1/chat/completions", {"authorization": "Bearer sk-bench"}
-    body = {"model": "m", "messages": user}
-else:
-    path, headers = "/v1/messages", {"x-api-key": "sk-bench", "anthropic-version": "2023-06-01"}
-    body = {"model": "m", "max_tokens": 64, "messages": user}
-    if case == "anthropic-stream":
-        body["stream"] = True
-    elif case == "anthropic-cached":
-        body["system"] = system
-    elif case == "anthropic-tool":
-        body["tools"] = tool
-        body["messages"] = [{"role": "user", "content": "use get_weather for Paris"}]
-raw = orjson.dumps(body)
-for _ in range(2000):  # warm up
-    sim.finish(sim.handle(method="POST", path=path, headers=headers, body=raw))
-start = time.process_time()
-for _ in range(n):
-    reply = sim.handle(method="POST", path=path, headers=headers, body=raw)
-    sim.finish(reply)
-elapsed = time.process_time() - start
-assert reply.status == 200, reply.body
-print(json.dumps({"us_per_request": elapsed / n * 1e6}))
+found = {}
+for case in cases:
+    if case == "openai-chat":
+        path, headers = "/v1/chat/completions", {"authorization": "Bearer sk-bench"}
+        body = {"model": "m", "messages": user}
+    else:
+        path = "/v1/messages"
+        headers = {"x-api-key": "sk-bench", "anthropic-version": "2023-06-01"}
+        body = {"model": "m", "max_tokens": 64, "messages": user}
+        if case == "anthropic-stream":
+            body["stream"] = True
+        elif case == "anthropic-cached":
+            body["system"] = system
+        elif case == "anthropic-tool":
+            body["tools"] = tool
+            body["messages"] = [{"role": "user", "content": "use get_weather for Paris"}]
+    raw = orjson.dumps(body)
+    for _ in range(min(2000, n)):  # warm up
+        sim.finish(sim.handle(method="POST", path=path, headers=headers, body=raw))
+    start = time.process_time()
+    for _ in range(n):
+        reply = sim.handle(method="POST", path=path, headers=headers, body=raw)
+        sim.finish(reply)
+    elapsed = time.process_time() - start
+    assert reply.status == 200, reply.body
+    found[case] = elapsed / n * 1e6
+print(json.dumps(found))
 """
 
 CASES = ("openai-chat", "anthropic-whole", "anthropic-stream", "anthropic-cached", "anthropic-tool")
 
 
-def measure(src: Path, case: str, requests: int) -> float:
+def measure(src: Path, cases: tuple[str, ...], requests: int) -> dict[str, float]:
+    """CPU microseconds per request of each case, in one child process with `src` first on
+    its path (a measurement runs one case per process; a smoke run all of them in one)."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, case, str(requests)],
+        [sys.executable, "-c", CHILD, ",".join(cases), str(requests)],
         env=env,
         check=True,
         capture_output=True,
         text=True,
     )
-    return float(json.loads(out.stdout)["us_per_request"])
+    return {case: float(us) for case, us in json.loads(out.stdout).items()}
 
 
 def main() -> None:
@@ -84,14 +91,20 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline-src", type=Path, default=None)
+    add_output_options(parser)
     args = parser.parse_args()
+    out = Output.of(args)
+    if args.smoke:
+        args.requests, args.rounds = 200, 1
     runs: dict[str, list[float]] = {case: [] for case in CASES}
     baseline: list[float] = []
     for _ in range(args.rounds):  # interleaved, so drift on the box hits every case alike
-        for case in CASES:
-            runs[case].append(measure(HERE, case, args.requests))
+        for cases in [CASES] if args.smoke else [(case,) for case in CASES]:
+            for case, us in measure(HERE, cases, args.requests).items():
+                runs[case].append(us)
         if args.baseline_src is not None:
-            baseline.append(measure(args.baseline_src.resolve(), "openai-chat", args.requests))
+            chat = measure(args.baseline_src.resolve(), ("openai-chat",), args.requests)
+            baseline.append(chat["openai-chat"])
     medians = {case: statistics.median(values) for case, values in runs.items()}
     rows = [
         f"| {case} | {medians[case]:.1f} | {medians[case] / medians['openai-chat']:.2f} |"
@@ -127,7 +140,7 @@ def main() -> None:
                 f"(ratio {medians['openai-chat'] / before:.3f})."
             ),
         ]
-    write_results("sim_anthropic", data, "\n".join(lines) + "\n")
+    out.write("sim_anthropic", data, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ so the numbers are what one server gets while the load generator takes its share
 (Open-loop wrk2 is not packaged here; this benchmark is about peak capacity, not latency.)
 
     python benchmarks/sim_throughput.py [--duration 5] [--connections 64] [--only NAME ...]
+    python benchmarks/sim_throughput.py --smoke     # one second of one candidate
 
 writes benchmarks/results/sim_throughput.json and .md. Needs `wrk` (apt-get install -y wrk).
 """
@@ -29,7 +30,6 @@ import os
 import platform
 import re
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -38,12 +38,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import free_port, stop, wait_http
+from harness import Output, add_output_options, free_port, need_tool, stop, wait_http
 
-from levergate.upstreams.simulator import SimSettings, Simulator
-from levergate.upstreams.simulator.responses import Reply
+from levergate.simulator import SimSettings, Simulator
+from levergate.simulator.responses import Reply
 
-RESULTS = Path(__file__).parent / "results"
 CANDIDATES = ("raw-protocol", "raw-protocol-x2", "uvicorn-asgi", "granian-rsgi", "aiohttp-lowlevel")
 TARGET = 10_000
 BODY = {
@@ -175,7 +174,7 @@ def _command(name: str, port: int) -> list[str] | None:
         return [
             py,
             "-m",
-            "levergate.upstreams.simulator",
+            "levergate.simulator",
             "--port",
             str(port),
             "--workers",
@@ -247,7 +246,9 @@ def measure(name: str, *, duration: int, connections: int, script: Path) -> dict
     command = _command(name, port)
     if command is None:
         return {"candidate": name, "skipped": "not installed"}
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    # The caller's path kept after this folder's: a checkout's own `src` wins over an install.
+    paths = [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     process = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
     )
@@ -301,9 +302,13 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_results(
-    runs: list[dict[str, Any]], summary: list[dict[str, Any]], *, duration: int, connections: int
+    runs: list[dict[str, Any]],
+    summary: list[dict[str, Any]],
+    *,
+    duration: int,
+    connections: int,
+    out: Output,
 ) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
     meta = {
         "benchmark": "sim_throughput",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -318,7 +323,6 @@ def write_results(
         "summary": summary,
         "runs": runs,
     }
-    (RESULTS / "sim_throughput.json").write_text(json.dumps(meta, indent=2) + "\n")
     lines = [
         "# Simulator throughput by HTTP server",
         "",
@@ -349,7 +353,7 @@ def write_results(
             f"{row['median_cpu_us_per_request']} | {row['rps_per_full_core'] or 0:,} | "
             f"{row['median_server_cpu_share']} | {row['median_wrk_cpu_share']} | {row['non_2xx']} |"
         )
-    (RESULTS / "sim_throughput.md").write_text("\n".join(lines) + "\n")
+    out.write("sim_throughput", meta, "\n".join(lines) + "\n")
 
 
 def main() -> int:
@@ -362,13 +366,15 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", choices=CANDIDATES)
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    add_output_options(parser)
     args = parser.parse_args()
     if args.serve:
         serve_candidate(args.serve, args.port)
         return 0
-    if shutil.which("wrk") is None:
-        print("wrk is required: apt-get install -y wrk", file=sys.stderr)
-        return 2
+    out = Output.of(args)
+    need_tool("wrk")
+    if args.smoke:
+        args.duration, args.rounds, args.only = 1, 1, ["raw-protocol"]
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "post.lua"
@@ -381,8 +387,7 @@ def main() -> int:
                 print(json.dumps(run), flush=True)
                 runs.append(run)
     summary = summarise(runs)
-    write_results(runs, summary, duration=args.duration, connections=args.connections)
-    print(f"wrote {RESULTS / 'sim_throughput.md'}")
+    write_results(runs, summary, duration=args.duration, connections=args.connections, out=out)
     return 0
 
 

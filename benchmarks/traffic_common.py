@@ -25,7 +25,6 @@ from harness import stop, wait_port
 
 from levergate.bench.stats import percentile
 
-RESULTS = Path(__file__).parent / "results"
 LEVERGATE = str(Path(sys.executable).parent / "levergate")
 
 
@@ -128,7 +127,7 @@ async def _serve_logged(port: int, limit: int, window: float) -> list[tuple[floa
     (comparable across processes), until the process is told to stop."""
     import signal
 
-    from levergate.upstreams.simulator import SimSettings, run_simulator
+    from levergate.simulator import SimSettings, run_simulator
 
     arrivals: list[tuple[float, int]] = []
     stop = asyncio.Event()

@@ -26,6 +26,7 @@ burst of 500 that no sustained workload gets); latency is from the moment the cl
 request (for (b): from launch, retries included) to its answer.
 
     python benchmarks/traffic_go_table.py [--quick] [--scale 10]
+    python benchmarks/traffic_go_table.py --smoke   # a 60 RPM key, time x60, seconds
 
 writes benchmarks/results/traffic_go_table.json and .md.
 """
@@ -44,9 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from harness import free_port
+from harness import Output, add_output_options, free_port
 from traffic_common import (
-    RESULTS,
     Outcome,
     chat_body,
     control,
@@ -69,7 +69,7 @@ TTFT_S, TOKENS, TOKENS_PER_S, JITTER = 0.3, 50, 75.0, 0.3
 MEAN_LATENCY_S = (TTFT_S + (TOKENS - 1) / TOKENS_PER_S) * math.exp(JITTER**2 / 2)
 
 
-def sim_config(scale: float) -> dict[str, Any]:
+def sim_config(scale: float, limit: int) -> dict[str, Any]:
     return {
         "seed": 1,
         "latency": {
@@ -77,18 +77,20 @@ def sim_config(scale: float) -> dict[str, Any]:
             "tokens_per_second": TOKENS_PER_S * scale,
             "jitter": JITTER,
         },
-        "limits": {"rpm": LIMIT, "window_seconds": 60.0 / scale},
+        "limits": {"rpm": limit, "window_seconds": 60.0 / scale},
     }
 
 
-def gateway_config(sim_url: str, *, keys: tuple[str, ...], scale: float) -> dict[str, Any]:
+def gateway_config(
+    sim_url: str, *, keys: tuple[str, ...], scale: float, limit: int
+) -> dict[str, Any]:
     return {
         "upstreams": [
             {
                 "name": "provider",
                 "base_url": sim_url,
                 "api_keys": list(keys),
-                "key_limits": {"rpm": LIMIT, "window_seconds": 60.0 / scale},
+                "key_limits": {"rpm": limit, "window_seconds": 60.0 / scale},
             }
         ],
         "models": [{"name": "*", "upstream": "provider"}],
@@ -178,18 +180,20 @@ async def measure(
     return summary
 
 
-async def run_all(scale: float, windows: float, workdir: Path) -> list[dict[str, Any]]:
+async def run_all(
+    scale: float, windows: float, workdir: Path, *, limit: int = LIMIT
+) -> list[dict[str, Any]]:
     window = 60.0 / scale
-    rate = LIMIT / window  # the key's limit, per real second
-    pool = pool_size()
-    n = int(LIMIT * windows)
+    rate = limit / window  # the key's limit, per real second
+    pool = pool_size(limit)
+    n = int(limit * windows)
     ports = [free_port() for _ in range(3)]
     sim_url = f"http://127.0.0.1:{ports[0]}/v1"
-    configs = [gateway_config(sim_url, keys=KEYS[:1], scale=scale)]
-    configs.append(gateway_config(sim_url, keys=KEYS, scale=scale))
+    configs = [gateway_config(sim_url, keys=KEYS[:1], scale=scale, limit=limit)]
+    configs.append(gateway_config(sim_url, keys=KEYS, scale=scale, limit=limit))
     rows: list[dict[str, Any]] = []
     with (
-        process(["sim"], port=ports[0], config=sim_config(scale), workdir=workdir),
+        process(["sim"], port=ports[0], config=sim_config(scale, limit), workdir=workdir),
         process(["serve"], port=ports[1], config=configs[0], workdir=workdir) as gw1,
         process(["serve"], port=ports[2], config=configs[1], workdir=workdir) as gw3,
     ):
@@ -221,12 +225,14 @@ async def run_all(scale: float, windows: float, workdir: Path) -> list[dict[str,
     return rows
 
 
-def pool_size() -> int:
+def pool_size(limit: int = LIMIT) -> int:
     """Little's law with 25% headroom: the requests in flight that sustain the key's limit."""
-    return math.ceil(1.25 * LIMIT / 60 * MEAN_LATENCY_S)
+    return math.ceil(1.25 * limit / 60 * MEAN_LATENCY_S)
 
 
-def report(rows: list[dict[str, Any]], *, scale: float, windows: float, pool: int) -> str:
+def report(
+    rows: list[dict[str, Any]], *, scale: float, windows: float, pool: int, limit: int = LIMIT
+) -> str:
     by = {r["row"]: r for r in rows}
     names = {
         "a": "(a) naive sequential",
@@ -241,7 +247,7 @@ def report(rows: list[dict[str, Any]], *, scale: float, windows: float, pool: in
         (
             f"Scale factor {scale:g} (a 60 s rate window runs in {60 / scale:g} s; "
             f"an answer of ~1 s in ~{1000 / scale:.0f} ms); {windows:g} windows of load per key; "
-            f"one key limited to {LIMIT} requests per sliding minute; numbers converted back "
+            f"one key limited to {limit} requests per sliding minute; numbers converted back "
             f"to the uncompressed timeline. 2 shared CPUs ({platform.python_implementation()} "
             f"{platform.python_version()}), {time.strftime('%Y-%m-%d %H:%M')}."
         ),
@@ -264,7 +270,7 @@ def report(rows: list[dict[str, Any]], *, scale: float, windows: float, pool: in
     lines += [
         "",
         (
-            f"Goals: (c) goodput {c['goodput_per_min'] / LIMIT:.1%} of the key's limit "
+            f"Goals: (c) goodput {c['goodput_per_min'] / limit:.1%} of the key's limit "
             f"(goal >= 97%) with {c['client_429s']} 429s reaching the client (goal 0); (d) = "
             f"{d['goodput_per_min'] / max(c['goodput_per_min'], 1e-9):.2f} x (c) (goal >= 2.9); "
             f"p99 (c) {c['p99_s']:.2f} s vs 1.8 s, (d) {d['p99_s']:.2f} s vs 1.9 s."
@@ -277,18 +283,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 windows per row instead of 4")
     parser.add_argument("--scale", type=float, default=10.0, help="time compression factor")
+    add_output_options(parser)
     args = parser.parse_args()
-    windows = 2.0 if args.quick else 4.0
+    out = Output.of(args)
+    windows, limit = (2.0 if args.quick else 4.0), LIMIT
+    if args.smoke:  # a 60-per-minute key, the minute a second: every row in a few seconds
+        windows, limit, args.scale = 1.5, 60, 60.0
     with tempfile.TemporaryDirectory() as tmp:
-        rows = asyncio.run(run_all(args.scale, windows, Path(tmp)))
-    pool = pool_size()
-    RESULTS.mkdir(exist_ok=True)
-    meta = {"scale": args.scale, "windows": windows, "limit_rpm": LIMIT, "pool": pool}
-    (RESULTS / "traffic_go_table.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
-    (RESULTS / "traffic_go_table.md").write_text(
-        report(rows, scale=args.scale, windows=windows, pool=pool)
-    )
-    print((RESULTS / "traffic_go_table.md").read_text())
+        rows = asyncio.run(run_all(args.scale, windows, Path(tmp), limit=limit))
+    pool = pool_size(limit)
+    meta = {"scale": args.scale, "windows": windows, "limit_rpm": limit, "pool": pool}
+    text = report(rows, scale=args.scale, windows=windows, pool=pool, limit=limit)
+    out.write("traffic_go_table", {**meta, "rows": rows}, text)
 
 
 if __name__ == "__main__":

@@ -30,11 +30,12 @@ import json
 import platform
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import free_port
-from traffic_common import RESULTS, control, process
+from harness import Output, add_output_options, free_port
+from traffic_common import control, process
 
 from levergate.bench import BenchConfig, BenchResult, run_bench
 
@@ -51,22 +52,36 @@ SCENARIOS: dict[str, tuple[str | None, str | None, bool]] = {
 }
 
 
-def sim_config(window: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Load:
+    """The key's limit, the flood, the time compression and the interactive run's length."""
+
+    scale: float = 10.0
+    seconds: float = 60.0
+    limit: int = LIMIT
+    flood: int = FLOOD
+
+    @property
+    def window(self) -> float:
+        return 60.0 / self.scale
+
+
+def sim_config(load: Load) -> dict[str, Any]:
     return {
         "seed": 1,
         "latency": {"ttft_ms": TTFT_MS, "tokens_per_second": TOKENS_PER_S, "jitter": 0.2},
-        "limits": {"rpm": LIMIT, "window_seconds": window},
+        "limits": {"rpm": load.limit, "window_seconds": load.window},
     }
 
 
-def gateway_config(sim_url: str, window: float) -> dict[str, Any]:
+def gateway_config(sim_url: str, load: Load) -> dict[str, Any]:
     return {
         "upstreams": [
             {
                 "name": "provider",
                 "base_url": sim_url,
                 "api_key": "sk-bench",
-                "key_limits": {"rpm": LIMIT, "window_seconds": window},
+                "key_limits": {"rpm": load.limit, "window_seconds": load.window},
             }
         ],
         "models": [{"name": "*", "upstream": "provider"}],
@@ -79,15 +94,16 @@ def headers(priority: str | None) -> tuple[tuple[str, str], ...]:
     return ((PRIORITY, priority),) if priority else ()
 
 
-async def scenario(name: str, *, window: float, seconds: float, workdir: Path) -> dict[str, Any]:
+async def scenario(name: str, *, load: Load, workdir: Path) -> dict[str, Any]:
     interactive_class, flood_class, flooded = SCENARIOS[name]
+    window, seconds = load.window, load.seconds
     sim_port, gw_port = free_port(), free_port()
     sim_url = f"http://127.0.0.1:{sim_port}/v1"
     url = f"http://127.0.0.1:{gw_port}"
     warmup = window if flooded else 0.0
     probe = BenchConfig(
         url=url,
-        rate=INTERACTIVE_SHARE * LIMIT / window,
+        rate=INTERACTIVE_SHARE * load.limit / window,
         arrival="poisson",
         duration_s=seconds,
         max_tokens=TOKENS,
@@ -97,7 +113,7 @@ async def scenario(name: str, *, window: float, seconds: float, workdir: Path) -
     )
     flood = BenchConfig(
         url=url,
-        concurrency=FLOOD,
+        concurrency=load.flood,
         # Outlasts the interactive run and its drain (one FIFO wait at most).
         duration_s=warmup + seconds + 2 * window,
         drain_timeout_s=0.0,
@@ -107,15 +123,15 @@ async def scenario(name: str, *, window: float, seconds: float, workdir: Path) -
         seed=2,
     )
     with (
-        process(["sim"], port=sim_port, config=sim_config(window), workdir=workdir),
-        process(["serve"], port=gw_port, config=gateway_config(sim_url, window), workdir=workdir),
+        process(["sim"], port=sim_port, config=sim_config(load), workdir=workdir),
+        process(["serve"], port=gw_port, config=gateway_config(sim_url, load), workdir=workdir),
     ):
         async with asyncio.TaskGroup() as tasks:
             flooding = tasks.create_task(run_bench(flood)) if flooded else None
             await asyncio.sleep(warmup)
             interactive = await run_bench(probe)
         stats = await control(sim_url, "GET", "/sim/stats")
-    return summary(name, interactive, flooding.result() if flooding else None, stats, window)
+    return summary(name, interactive, flooding.result() if flooding else None, stats, load)
 
 
 def summary(
@@ -123,7 +139,7 @@ def summary(
     interactive: BenchResult,
     flood: BenchResult | None,
     stats: dict[str, Any],
-    window: float,
+    load: Load,
 ) -> dict[str, Any]:
     total = interactive.total_ms
     row = {
@@ -137,25 +153,25 @@ def summary(
         "flood_ok": flood.ok if flood else 0,
         "flood_errors": flood.errors if flood else {},
         "flood_ok_per_s": round(flood.ok / flood.elapsed_s, 1) if flood else 0.0,
-        "limit_per_s": round(LIMIT / window, 1),
+        "limit_per_s": round(load.limit / load.window, 1),
         "upstream_429s": stats["rate_limited"],
     }
     print(json.dumps(row), flush=True)
     return row
 
 
-def report(rows: list[dict[str, Any]], *, scale: float, seconds: float) -> str:
-    window = 60.0 / scale
+def report(rows: list[dict[str, Any]], load: Load) -> str:
+    window, scale, seconds, limit = load.window, load.scale, load.seconds, load.limit
     lines = [
         "# Interactive latency under a batch flood",
         "",
         (
-            f"One key limited to {LIMIT} requests per {window:g} s window ({LIMIT / window:g}/s; "
+            f"One key limited to {limit} requests per {window:g} s window ({limit / window:g}/s; "
             f"time compressed {scale:g}x from a 60 s window); answers ~{TTFT_MS:.0f} ms TTFT + "
             f"{TOKENS} tokens at {TOKENS_PER_S:.0f}/s. Interactive: open loop, Poisson, "
-            f"{INTERACTIVE_SHARE:.0%} of the limit for {seconds:g} s. Flood: {FLOOD} closed-loop "
-            f"clients. Real milliseconds from the intended send time. 2 shared CPUs, loaded by "
-            f"other work: numbers are provisional ({platform.python_implementation()} "
+            f"{INTERACTIVE_SHARE:.0%} of the limit for {seconds:g} s. Flood: {load.flood} "
+            "closed-loop clients. Real milliseconds from the intended send time. 2 shared CPUs, "
+            f"loaded by other work: numbers are provisional ({platform.python_implementation()} "
             f"{platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')})."
         ),
         "",
@@ -186,26 +202,24 @@ def report(rows: list[dict[str, Any]], *, scale: float, seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def run_all(scale: float, seconds: float, workdir: Path) -> list[dict[str, Any]]:
-    window = 60.0 / scale
-    return [
-        await scenario(name, window=window, seconds=seconds, workdir=workdir) for name in SCENARIOS
-    ]
+async def run_all(load: Load, workdir: Path) -> list[dict[str, Any]]:
+    return [await scenario(name, load=load, workdir=workdir) for name in SCENARIOS]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="20 s of interactive load, not 60")
     parser.add_argument("--scale", type=float, default=10.0, help="time compression factor")
+    add_output_options(parser)
     args = parser.parse_args()
-    seconds = 20.0 if args.quick else 60.0
+    out = Output.of(args)
+    load = Load(scale=args.scale, seconds=20.0 if args.quick else 60.0)
+    if args.smoke:  # a half-second window of 30 requests, a flood of 30, one second of probes
+        load = Load(scale=120.0, seconds=1.0, limit=30, flood=30)
     with tempfile.TemporaryDirectory() as tmp:
-        rows = asyncio.run(run_all(args.scale, seconds, Path(tmp)))
-    RESULTS.mkdir(exist_ok=True)
-    meta = {"scale": args.scale, "seconds": seconds, "limit": LIMIT, "flood": FLOOD}
-    (RESULTS / "traffic_priority.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
-    (RESULTS / "traffic_priority.md").write_text(report(rows, scale=args.scale, seconds=seconds))
-    print((RESULTS / "traffic_priority.md").read_text())
+        rows = asyncio.run(run_all(load, Path(tmp)))
+    meta = {"scale": load.scale, "seconds": load.seconds, "limit": load.limit, "flood": load.flood}
+    out.write("traffic_priority", {**meta, "rows": rows}, report(rows, load))
 
 
 if __name__ == "__main__":

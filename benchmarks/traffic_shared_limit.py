@@ -33,16 +33,15 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from harness import free_port
+from harness import Output, add_output_options, free_port
+from traffic_common import Outcome as ClientOutcome
 from traffic_common import (
-    RESULTS,
     chat_body,
     logged_simulator,
     post_chat,
     process,
     summarize,
 )
-from traffic_common import Outcome as ClientOutcome
 
 KEY = "sk-shared"
 WORKERS_PER_GATEWAY = 12
@@ -195,6 +194,8 @@ def report(rows: list[dict[str, Any]], *, window: float, limit: int, seconds: fl
 
 async def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     plans = [("redis", 1), ("redis", 2), ("redis", 4), ("memory", 2), ("memory", 4)]
+    if args.smoke:
+        plans = [("redis", 2)]
     if args.only:
         store, count = args.only.split(":")
         plans = [(store, int(count))]
@@ -223,7 +224,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 windows per run instead of 5")
     parser.add_argument("--only", default=None, help="one run, e.g. redis:4")
     parser.add_argument("--logs", type=Path, default=None, help="keep the gateways' logs here")
+    add_output_options(parser)
     args = parser.parse_args()
+    out = Output.of(args)
+    if args.smoke:  # two gateways on Redis, a one-second window of 40, two windows
+        args.limit, args.window, args.seconds = 40, 1.0, 2.0
     if args.seconds is None:
         args.seconds = args.window * (3 if args.quick else 5)
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,12 +237,9 @@ def main() -> None:
         rows = asyncio.run(run_all(args, workdir))
     if args.only:
         return
-    RESULTS.mkdir(exist_ok=True)
     meta = {"limit": args.limit, "window_seconds": args.window, "seconds": args.seconds}
-    (RESULTS / "traffic_shared_limit.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
     text = report(rows, window=args.window, limit=args.limit, seconds=args.seconds)
-    (RESULTS / "traffic_shared_limit.md").write_text(text)
-    print(text)
+    out.write("traffic_shared_limit", {**meta, "rows": rows}, text)
 
 
 if __name__ == "__main__":

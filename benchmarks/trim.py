@@ -13,6 +13,7 @@ Data, read from ../shared/data at run time (never copied into the repo):
 
     python benchmarks/trim.py                       # savings + counting cost
     python benchmarks/trim.py --hot-path --baseline-src /work/main/src   # + gateway A/B
+    python benchmarks/trim.py --smoke --hot-path    # tiny: this tree against itself
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import stamp, write_results
+from harness import ROOT, Output, add_output_options, data_file, stamp
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+from levergate.server.transport import GatewayTransport
+
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 SESSION_TURNS = 8
 MODEL = "gpt-4o"  # o200k_base
@@ -42,7 +44,7 @@ HOT_MESSAGES = 10  # the hot-path request: the first HH request with this many m
 
 def hh_requests() -> list[list[dict[str, Any]]]:
     requests = []
-    for line in (DATA / "hh_rlhf_harmless_test" / "dialogues.jsonl").open():
+    for line in data_file("hh_rlhf_harmless_test/dialogues.jsonl").open():
         turns = json.loads(line)["turns"]
         history: list[dict[str, Any]] = [SYSTEM]
         for turn in turns:
@@ -53,10 +55,10 @@ def hh_requests() -> list[list[dict[str, Any]]]:
 
 
 def sharegpt_requests() -> list[list[dict[str, Any]]]:
-    prompts = [json.loads(x)["prompt"] for x in (DATA / "sharegpt_prompts" /
-               "sharegpt_first_prompts.jsonl").open()]  # fmt: skip
-    answers = [json.loads(x)["outputs"]["gpt-3.5-turbo-1106"] for x in (DATA / "alpaca_eval" /
-               "responses_selected.jsonl").open()]  # fmt: skip
+    prompts = [json.loads(x)["prompt"] for x in
+               data_file("sharegpt_prompts/sharegpt_first_prompts.jsonl").open()]  # fmt: skip
+    answers = [json.loads(x)["outputs"]["gpt-3.5-turbo-1106"] for x in
+               data_file("alpaca_eval/responses_selected.jsonl").open()]  # fmt: skip
     rng = random.Random(0)
     rng.shuffle(prompts)
     requests = []
@@ -71,29 +73,46 @@ def sharegpt_requests() -> list[list[dict[str, Any]]]:
 
 async def savings(requests: list[list[dict[str, Any]]], budget: int) -> dict[str, Any]:
     """Every request through the real Trim layer at `budget` prompt tokens."""
-    from levergate.config import Model, TrimRule
-    from levergate.config import Trim as TrimSettings
-    from levergate.core.call import Call, Context
-    from levergate.core.reply import Completed
-    from levergate.errors import BadRequest
-    from levergate.layers.trim import Trim
-    from levergate.protocol.prompt_tokens import Counter
-    from levergate.protocol.tokens import Tiktoken, Tokenizers
+    from prometheus_client import CollectorRegistry
 
-    sent: list[int] = []
+    from levergate.config import Settings
+    from levergate.core.call import Call
+    from levergate.core.clock import SystemClock
+    from levergate.core.reply import Completed
+    from levergate.layers.shared import Shared
+    from levergate.layers.trim import Trim
 
     async def inner(call: Call) -> Completed:
-        sent.append(len(call.body["messages"]))
+        del call
         return Completed(data={"ok": True})
 
-    class Shared:
-        tokenizers = Tokenizers()
+    # The pipeline's own shared state, as `build_pipeline` makes it (the catalog gives the
+    # alias's window and tokenizer): a hand-made stand-in drifts from it and breaks the run.
+    settings = Settings.for_upstream(
+        "http://127.0.0.1:9/v1", cache={"enabled": False},
+        models=[{"name": MODEL, "upstream": "default"}],
+        trim={"models": {MODEL: {"budget": budget}}},
+    )  # fmt: skip
+    model = next(m for m in settings.models if m.name == MODEL)
+    shared = Shared.build(settings, models={MODEL: model}, clock=SystemClock(),
+                          registry=CollectorRegistry())  # fmt: skip
+    try:
+        layer = Trim.layer(settings.trim, model=model, shared=shared)
+        if layer is None:
+            raise RuntimeError("a configured alias builds a Trim layer")
+        return await _through(layer(inner), requests, budget)
+    finally:
+        await shared.aclose()
 
-    settings = TrimSettings(models={MODEL: TrimRule(budget=budget)})
-    layer = Trim.layer(settings, model=Model(name=MODEL, upstream="u"), shared=Shared())  # type: ignore[arg-type]
-    if layer is None:
-        raise RuntimeError("a configured alias builds a Trim layer")
-    service = layer(inner)
+
+async def _through(
+    service: Any, requests: list[list[dict[str, Any]]], budget: int
+) -> dict[str, Any]:
+    from levergate.core.call import Call, Context
+    from levergate.errors import BadRequest
+    from levergate.protocol.openai.prompt_tokens import Counter
+    from levergate.protocol.tokens import Tiktoken
+
     counter = Counter(Tiktoken("o200k_base"))
     before = after = trimmed = refused = 0
     seconds: list[float] = []
@@ -123,7 +142,7 @@ async def savings(requests: list[list[dict[str, Any]]], budget: int) -> dict[str
 
 def counting(requests: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """Counter.prompt alone: tokens per second and microseconds per request."""
-    from levergate.protocol.prompt_tokens import Counter
+    from levergate.protocol.openai.prompt_tokens import Counter
     from levergate.protocol.tokens import Tiktoken
 
     counter = Counter(Tiktoken("o200k_base"))
@@ -147,13 +166,13 @@ async def child(mode: str, requests: int, *, calls: bool = False) -> float:
     import httpx
 
     from levergate import Gateway, Settings
-    from levergate.upstreams.simulator import SimSettings, run_simulator
+    from levergate.simulator import SimSettings, run_simulator
 
     messages = next(m for m in hh_requests() if len(m) >= HOT_MESSAGES)
     body = {"model": MODEL, "messages": messages, "max_tokens": 16}
     trim = None
     if mode != "off":  # the baseline tree has no trim modules: import them only when on
-        from levergate.protocol.prompt_tokens import Counter
+        from levergate.protocol.openai.prompt_tokens import Counter
         from levergate.protocol.tokens import Tiktoken
 
         tokens = Counter(Tiktoken("o200k_base")).prompt(body).total
@@ -167,9 +186,9 @@ async def child(mode: str, requests: int, *, calls: bool = False) -> float:
         settings = Settings.for_upstream(sim.base_url, **values)
         async with (
             Gateway(settings) as gateway,
-            httpx.AsyncClient(transport=gateway.transport(), base_url="http://lg/v1") as http,
+            httpx.AsyncClient(transport=GatewayTransport(gateway), base_url="http://lg/v1") as http,
         ):
-            for _ in range(200):
+            for _ in range(min(200, requests)):  # warm-up
                 (await http.post("/chat/completions", json=body)).raise_for_status()
             counted = [0]
 
@@ -203,7 +222,7 @@ def hot_path(baseline_src: str, rounds: int, requests: int, keys: list[str]) -> 
     """Child processes in a rotated order each round; each variant's ratio is taken against the
     baseline of the same round (paired), then the median over rounds: drift on a shared box
     hits both sides of a pair alike."""
-    here = str(Path(__file__).resolve().parents[1] / "src")
+    here = str(ROOT / "src")
     keys = ["before", *(k for k in keys if k != "before")]
     found: dict[str, list[float]] = {key: [] for key in keys}
     for turn in range(rounds):
@@ -228,13 +247,17 @@ def hot_path(baseline_src: str, rounds: int, requests: int, keys: list[str]) -> 
     return result
 
 
-def calls_per_request(baseline_src: str, requests: int) -> dict[str, float]:
+def calls_per_request(
+    baseline_src: str, requests: int, *, only: str | None = None
+) -> dict[str, float]:
     """Python calls per request: trim off makes exactly the calls the code before it made."""
-    here = str(Path(__file__).resolve().parents[1] / "src")
+    here = str(ROOT / "src")
     found = {}
     runs = (("before (baseline src)", baseline_src, "off"), ("trim off", here, "off"),
             ("trim on, within the byte bound", here, "bound"))  # fmt: skip
     for name, src, mode in runs:
+        if only is not None and mode != only:
+            continue
         out = subprocess.run(
             [sys.executable, __file__, "--child", mode, "--count-calls", "--requests",
              str(requests)], env={**os.environ, "PYTHONPATH": src}, capture_output=True,
@@ -303,6 +326,7 @@ def main() -> None:
     parser.add_argument("--no-savings", action="store_true")
     parser.add_argument("--count-calls", action="store_true", help="(child) calls, not time")
     parser.add_argument("--calls-only", action="store_true", help="before vs off, calls")
+    add_output_options(parser)
     args = parser.parse_args()
     if args.child:
         print(asyncio.run(child(args.child, args.requests, calls=args.count_calls)))
@@ -310,20 +334,30 @@ def main() -> None:
     if args.calls_only:
         print(calls_per_request(args.baseline_src, args.requests))
         return
+    out = Output.of(args)
+    calls = 300
+    if args.smoke:  # every part, this tree against itself, a few requests
+        args.baseline_src, args.rounds, args.variants = str(ROOT / "src"), 1, "trimmed"
+        args.requests, calls, args.hot_path = 20, 5, True
     result: dict[str, Any] = {"stamp": stamp(), "savings": {}, "counting": {}}
     if not args.no_savings:
         data = {"hh": hh_requests(), "sharegpt (built sessions)": sharegpt_requests()}
         budgets = {"hh": [128, 256, 512, 1024],
                    "sharegpt (built sessions)": [1024, 2048, 4096, 8192]}  # fmt: skip
-        for name, requests in data.items():
+        for name, every in data.items():
+            requests = every[:200] if args.smoke else every
+            if args.smoke:
+                budgets[name] = budgets[name][:2]
             result["savings"][name] = [asyncio.run(savings(requests, b)) for b in budgets[name]]
             result["counting"][name] = counting(requests)
     if args.hot_path:
-        result["calls_per_request"] = calls_per_request(args.baseline_src, 300)
+        # A smoke run counts one mode: the hot path's two children run the others.
+        only = "bound" if args.smoke else None
+        result["calls_per_request"] = calls_per_request(args.baseline_src, calls, only=only)
         keys = args.variants.split(",")
         result["rounds"] = args.rounds
         result["hot_path"] = hot_path(args.baseline_src, args.rounds, args.requests, keys)
-    write_results(args.name, result, markdown(result))
+    out.write(args.name, result, markdown(result))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
     │   ├── PayloadTooLarge           413
     │   ├── HeadersTooLarge           431
     │   └── RateLimited               429 rate_limit_error     (carries retry_after)
-    │       └── BudgetExceeded        429 insufficient_quota   (a key's money budget is spent)
+    │       ├── BudgetExceeded        429 insufficient_quota   (a key's money budget is spent)
+    │       └── QuotaExceeded         429 insufficient_quota   (a tenant's storage quota is full)
     ├── Overloaded                    503 overloaded_error     (shed; carries retry_after)
     ├── ShuttingDown                  503 server_error         (outlasted the graceful shutdown)
     └── UpstreamError                 the provider failed us; carries the provider's error object
@@ -184,6 +185,18 @@ class BudgetExceeded(RateLimited):
     """A gateway key spent its daily or monthly budget. Like OpenAI's quota error (type
     `insufficient_quota`), and marked `x-should-retry: false`: the OpenAI SDKs retry every
     429 otherwise, and waiting seconds does not refill a budget that resets at midnight."""
+
+    type = "insufficient_quota"
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "x-should-retry": "false"}
+
+
+class QuotaExceeded(RateLimited):
+    """A tenant holds as many files, queued batches or pending async requests (or as many
+    bytes) as its storage quota allows (`batch.quotas`): the code names the quota. Marked
+    `x-should-retry: false` like a spent budget: room comes back when the tenant deletes files
+    or its work finishes, not within an SDK's retry backoff."""
 
     type = "insufficient_quota"
 

@@ -6,46 +6,62 @@ Both edges (the ASGI app and the httpx transport) and the library methods go thr
     async with Gateway(Settings.for_upstream("http://127.0.0.1:8000/v1")) as gw:
         reply = await gw.chat(model="m", messages=[{"role": "user", "content": "hi"}])
         async for chunk in await gw.chat(model="m", messages=[...], stream=True): ...
-        client = openai.AsyncOpenAI(api_key="-", base_url="http://levergate/v1",
-                                    http_client=httpx.AsyncClient(transport=gw.transport()))
-        claude = anthropic.AsyncAnthropic(api_key="-", base_url="http://levergate",
-                                          http_client=httpx2.AsyncClient(transport=gw.httpx2_transport()))
 
-    gw = Gateway(settings)  # synchronous code: the gateway lives on the transport's loop thread
-    with httpx.Client(transport=gw.sync_transport()) as http:
-        client = openai.OpenAI(api_key="-", base_url="http://levergate/v1", http_client=http)
+The in-process transports for the official SDKs are the edge's (levergate/server/transport.py,
+sync_transport.py, httpx2_transport.py): `GatewayTransport(gw)` and its siblings. Features
+(the Batch API...) are extensions (levergate/extension.py) the composition root passes in:
+`levergate.app.build_gateway(settings)` builds the gateway with every feature its settings turn
+on; this module imports no feature and no server module (tests/unit/test_import_direction.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
+import dataclasses
+import logging
 import os
+import random
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-from levergate.config import WILDCARD, RequestLimits, Settings
-from levergate.core.call import Call, Context, Kind, Priority, Trace
+from levergate import fanout
+from levergate.config import WILDCARD, Settings
+from levergate.config.environment import unknown_variables
+from levergate.control_headers import (
+    NO_OPTIONS,
+    Options,
+    parse_controls,
+    priority_of,
+    with_options,
+)
+from levergate.core.call import Call, Context, Kind, Trace
+from levergate.core.controls import CachePolicy, Controls, Priority
 from levergate.core.reply import Completed, EventSource, Reply, Stream
 from levergate.errors import BadRequest, LevergateError
+from levergate.fanout import OnError, Progress
+from levergate.layers.traffic.readiness import Readiness, judge
 from levergate.pipeline import Deps, Pipeline, build_pipeline
-from levergate.protocol.openai import check_body, is_usage_only
+from levergate.protocol.openai.body import check_body, is_usage_only
 from levergate.redact import Redactor
 from levergate.redact import install as install_redaction
+from levergate.workflow import Workflow, WorkflowTracing
 
 if TYPE_CHECKING:
-    import httpx
-    import httpx2
+    from levergate.config import ModelSettings
+    from levergate.core.clock import Clock
+    from levergate.extension import Extension, ExtensionFactory
+    from levergate.layers.keys.build import KeyKit
+    from levergate.layers.measure.recorder import Recorder
+    from levergate.layers.tiers.book import TierBook
 
-    from levergate.batch.service import BatchService
+log = logging.getLogger("levergate.gateway")
 
-FEATURE_HEADER = "x-levergate-feature"
-PRIORITY_HEADER = "x-levergate-priority"
-TIMEOUT_HEADER = "x-levergate-timeout"
+FanKind = Literal["chat", "completion", "embedding"]
+
 REQUEST_ID_HEADER = "x-request-id"
 # A client's x-request-id is kept only if it is this short and made of these characters (it is
 # echoed in headers and written to logs); anything else gets a fresh id.
@@ -53,21 +69,33 @@ _CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class Gateway:
-    def __init__(self, settings: Settings | None = None, *, deps: Deps | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        deps: Deps | None = None,
+        extensions: Sequence[ExtensionFactory] = (),
+    ) -> None:
         self.settings = settings or Settings.load()
+        self.settings.require_variables()
+        for line in unknown_variables(type(self.settings)):
+            log.warning("%s", line)
         self.pipeline: Pipeline = build_pipeline(self.settings, deps)
+        # The tier policy plans for the client's own timeout (config/tiers.py).
+        tiers = self.settings.tiers
+        self._patience = tiers.enabled and tiers.client_timeout
         # Every configured secret, scrubbed from the errors `serve` hands out and from every
-        # levergate log record (levergate/redact.py).
+        # levergate log record, whose redactor also hides configured URLs' query strings
+        # (levergate/redact.py; the filter holds it weakly: this attribute keeps it).
         self.redactor = Redactor.of(self.settings)
-        install_redaction(self.redactor)
+        self._log_redactor = Redactor.for_logs(self.settings)
+        install_redaction(self._log_redactor)
         self.ready = False
+        # Set by the server when it begins to stop: /readyz answers 503 from then on.
+        self.draining = False
         self._jobs: list[asyncio.Future[None]] = []
-        # The Batch API and its runner (levergate/batch/), when `batch.enabled`.
-        self.batch: BatchService | None = None
-        if self.settings.batch.enabled:
-            from levergate.batch.service import BatchService
-
-            self.batch = BatchService(self)
+        # The features (levergate/extension.py), each built on this gateway as its `Host`.
+        self.extensions: tuple[Extension, ...] = tuple(make(self) for make in extensions)
 
     @classmethod
     def from_config(cls, path: str | Path) -> Gateway:
@@ -83,7 +111,8 @@ class Gateway:
         if self._jobs:
             return
         keep_running = self.pipeline.supervisor.keep_running
-        background = [*self.pipeline.background, *([self.batch.job()] if self.batch else [])]
+        added = [job for extension in self.extensions for job in extension.jobs()]
+        background = [*self.pipeline.background, *added]
         self._jobs = [asyncio.ensure_future(keep_running(job)) for job in background]
         self.ready = True
 
@@ -101,9 +130,48 @@ class Gateway:
         for job in jobs:
             job.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
-        if self.batch is not None:
-            await self.batch.aclose()
+        # A call that just returned has its record written on the next loop turn (Measure);
+        # let it out before the extensions that take records (tracing) close.
+        await asyncio.sleep(0)
+        for extension in reversed(self.extensions):
+            await extension.aclose()
         await self.pipeline.aclose()
+
+    # ---- the `Host` a feature sees (levergate/extension.py) ----------------------------------
+
+    @property
+    def clock(self) -> Clock:
+        """The gateway's clock: every deadline is a time on it."""
+        return self.pipeline.shared.clock
+
+    @property
+    def models(self) -> Mapping[str, ModelSettings]:
+        return self.pipeline.models
+
+    @property
+    def keyring(self) -> KeyKit | None:
+        """The gateway keys (auth or the admin API on): the admin API works on the same ones."""
+        return self.pipeline.shared.keys
+
+    @property
+    def recorder(self) -> Recorder:
+        return self.pipeline.recorder
+
+    @property
+    def tiers(self) -> TierBook:
+        return self.pipeline.shared.tiers
+
+    async def metrics(self) -> bytes:
+        """The Prometheus exposition of this gateway's registry, for `/metrics`."""
+        return await self.pipeline.telemetry.exposition()
+
+    def readiness(self) -> Readiness:
+        """Whether this gateway can serve, for `/readyz` (layers/traffic/readiness.py)."""
+        pipeline = self.pipeline
+        return judge(
+            mode=self.settings.server.readiness, started=self.ready, draining=self.draining,
+            models=pipeline.models, endpoints=pipeline.endpoints, now=self.clock.now(),
+        )  # fmt: skip
 
     # ---- the core, shared by every edge -------------------------------------------------
 
@@ -116,26 +184,27 @@ class Gateway:
         trace: Trace | None = None,
         raw: bytes | None = None,
         request_id: str | None = None,
+        options: Options = NO_OPTIONS,
     ) -> Call:
-        """Check the body and read the request's controls from its headers and metadata.
-        `raw` is the JSON text the body was parsed from, if the caller has it; `request_id` the
-        id the edge already chose (`request_id_for`), else it is chosen here."""
+        """Check the body and read the request's controls from its headers and metadata (the one
+        parser: control_headers.py; a bad value is a 400 naming the header) and the library's
+        typed `options` over them. `raw` is the JSON text the body was parsed from, if the
+        caller has it; `request_id` the id the edge already chose (`request_id_for`), else it
+        is chosen here."""
         limits = self.settings.limits
         body = check_body(kind, body, limits=limits)
         headers = headers or {}
         metadata = body.get("metadata")
-        feature = headers.get(FEATURE_HEADER) or (
-            metadata.get("feature", "") if isinstance(metadata, dict) else ""
-        )
-        deadline = None
-        if timeout := headers.get(TIMEOUT_HEADER):
-            # On the gateway's clock, which every layer compares it with and enforces it on.
-            deadline = self.pipeline.clock.now() + _timeout_seconds(timeout, limits=limits)
+        # A deadline is on the gateway's clock, which every layer compares it with.
+        now = self.clock.now()
+        controls = parse_controls(headers, now=now, limits=limits,
+                                  body_feature=metadata.get("feature") if isinstance(metadata, dict)
+                                  else None, patience=self._patience)  # fmt: skip
+        if options is not NO_OPTIONS:
+            controls = with_options(controls, now=now, limits=limits, options=options)
         ctx = Context(
             request_id=request_id or request_id_for(headers),
-            priority=Priority.parse(headers.get(PRIORITY_HEADER)),
-            deadline=deadline,
-            feature=feature if isinstance(feature, str) else "",
+            controls=controls,
             headers=headers,
             trace=trace or Trace(),
         )
@@ -153,7 +222,7 @@ class Gateway:
             return reply.through(_drop_usage_chunk)
         return reply
 
-    async def models(self) -> list[dict[str, Any]]:
+    async def list_models(self) -> list[dict[str, Any]]:
         """Configured aliases, plus the upstream's own list behind a `*` model."""
         listed = [
             {"id": name, "object": "model", "created": 0, "owned_by": "levergate"}
@@ -175,12 +244,24 @@ class Gateway:
         model: str,
         messages: Sequence[Mapping[str, object]],
         stream: bool = False,
+        priority: Priority | str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - a deadline the pipeline enforces
+        feature: str | None = None,
+        cache: CachePolicy | bool | None = None,
+        speculative: bool | None = None,
+        controls: Controls | None = None,
         headers: Mapping[str, str] | None = None,
         **params: Any,
     ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
-        """`params` are further fields of the OpenAI request body (temperature, max_tokens...)."""
+        """`params` are further fields of the OpenAI request body (temperature, max_tokens...).
+        The controls are typed (`priority="interactive"`, `timeout=` seconds, `feature=`,
+        `cache=False` or a `CachePolicy`, `speculative=`), or one `controls=Controls(...)`;
+        each is checked as its header would be. The answer is OpenAI's JSON as a plain dict
+        (a stream: an async iterator of chunk dicts); typed objects come from the official SDK
+        over `GatewayTransport(gw)`."""
         body = {**params, "model": model, "messages": list(messages), "stream": stream}
-        return await self._library_call("chat", body, headers)
+        options = Options(priority, timeout, feature, cache, speculative, controls)
+        return await self._library_call("chat", body, headers, options)
 
     async def complete(
         self,
@@ -188,50 +269,198 @@ class Gateway:
         model: str,
         prompt: str | list[str],
         stream: bool = False,
+        priority: Priority | str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - a deadline the pipeline enforces
+        feature: str | None = None,
+        cache: CachePolicy | bool | None = None,
+        speculative: bool | None = None,
+        controls: Controls | None = None,
         headers: Mapping[str, str] | None = None,
         **params: Any,
     ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+        """A completion, with the controls `chat` takes."""
         body = {**params, "model": model, "prompt": prompt, "stream": stream}
-        return await self._library_call("completion", body, headers)
+        options = Options(priority, timeout, feature, cache, speculative, controls)
+        return await self._library_call("completion", body, headers, options)
 
     async def embed(
         self,
         *,
         model: str,
         input: str | list[str],  # noqa: A002 - the OpenAI field name
+        priority: Priority | str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - a deadline the pipeline enforces
+        feature: str | None = None,
+        cache: CachePolicy | bool | None = None,
+        controls: Controls | None = None,
         headers: Mapping[str, str] | None = None,
         **params: Any,
     ) -> dict[str, Any]:
+        """Embeddings, with the controls `chat` takes (speculation is for generation only)."""
+        options = Options(priority, timeout, feature, cache, None, controls)
+        body = {**params, "model": model, "input": input}
         reply = await self.serve(
-            self.make_call("embedding", {**params, "model": model, "input": input}, headers=headers)
+            self.make_call("embedding", body, headers=headers, options=options)
         )
         if not isinstance(reply, Completed):
             raise BadRequest("embeddings cannot be streamed")
         return reply.data
 
-    def transport(self) -> httpx.AsyncBaseTransport:
-        """An httpx transport that runs this gateway's pipeline in-process, for the OpenAI SDK."""
-        from levergate.server.transport import GatewayTransport
+    async def map(
+        self,
+        items: Iterable[str | Mapping[str, Any]],
+        *,
+        model: str | None = None,
+        kind: FanKind = "chat",
+        max_concurrency: int = 16,
+        rate: float | None = None,
+        on_error: OnError = "return",
+        progress: Progress | None = None,
+        bar: bool = False,
+        priority: Priority | str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - each item's deadline
+        feature: str | None = None,
+        cache: CachePolicy | bool | None = None,
+        workflow: str | None = None,
+        controls: Controls | None = None,
+        into: list[Any] | None = None,
+        **params: Any,
+    ) -> list[dict[str, Any] | Exception]:
+        """Run every item through the pipeline, at most `max_concurrency` at once (and at most
+        `rate` starts per second), and return the answers in input order; a failed item's
+        slot holds its exception, or with `on_error="raise"` the first error cancels the rest
+        and is raised. Items are prompts (with `model=`) or request bodies of `kind`. Pacing
+        is the gateway's own limits (levergate/fanout.py); the items run at batch priority
+        unless `priority=` (or `controls.priority`) says otherwise. `progress(done, total)`
+        is called after each item; `bar=True` draws a `rich` progress bar. `params` are
+        body fields for every item (max_tokens...), under the item's own. `timeout` is each
+        item's; `controls=Controls(deadline=...)` is one deadline for the whole fan-out, at
+        which `map` returns what finished. `into`, a list, receives each answer the moment it
+        finishes: after a cancel (or an errgroup raise) it holds what finished, None elsewhere.
 
-        return GatewayTransport(self)
+        Examples:
+            >>> answers = await gw.map(["2+2?", "3+3?"], model="m")  # doctest: +SKIP
+        """
+        listed = list(items)
+        fanout.check_bounds(max_concurrency, rate)
+        run = self._item_runner(
+            kind=kind, model=model, priority=priority, timeout=timeout, feature=feature,
+            cache=cache, workflow=workflow, controls=controls, params=params,
+        )  # fmt: skip
+        close: Callable[[], None] | None = None
+        if bar:
+            progress, close = fanout.rich_progress(len(listed))
+        try:
+            return await fanout.collect(
+                listed, run, clock=self.clock, max_concurrency=max_concurrency, rate=rate,
+                on_error=on_error, progress=progress, into=into,
+            )  # fmt: skip
+        finally:
+            if close is not None:
+                close()
 
-    def httpx2_transport(self) -> httpx2.AsyncBaseTransport:
-        """The same for clients on `httpx2` (the anthropic SDK's `http_client` must be one)."""
-        from levergate.server.httpx2_transport import Httpx2Transport
+    async def imap(
+        self,
+        items: Iterable[str | Mapping[str, Any]],
+        *,
+        model: str | None = None,
+        kind: FanKind = "chat",
+        max_concurrency: int = 16,
+        rate: float | None = None,
+        on_error: OnError = "return",
+        progress: Progress | None = None,
+        priority: Priority | str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - each item's deadline
+        feature: str | None = None,
+        cache: CachePolicy | bool | None = None,
+        workflow: str | None = None,
+        controls: Controls | None = None,
+        **params: Any,
+    ) -> AsyncIterator[tuple[int, dict[str, Any] | Exception]]:
+        """`map`, yielding `(index, answer)` as each item finishes. Leaving the loop early
+        cancels the items still running (use `contextlib.aclosing` to do it at once)."""
+        listed = list(items)
+        fanout.check_bounds(max_concurrency, rate)
+        run = self._item_runner(
+            kind=kind, model=model, priority=priority, timeout=timeout, feature=feature,
+            cache=cache, workflow=workflow, controls=controls, params=params,
+        )  # fmt: skip
+        stream = fanout.fan_out(
+            listed, run, clock=self.clock, max_concurrency=max_concurrency, rate=rate,
+            on_error=on_error, progress=progress,
+        )  # fmt: skip
+        async with contextlib.aclosing(stream):
+            async for found in stream:
+                yield found
 
-        return Httpx2Transport(self)
+    def workflow(
+        self,
+        workflow_id: str | None = None,
+        *,
+        timeout: float | None = None,
+        max_parallel: int = 8,
+        max_steps: int = 100,
+        fail_fast: bool = True,
+        priority: Priority | str = Priority.DEFAULT,
+    ) -> Workflow:
+        """A traced multi-step workflow (levergate/workflow.py): its steps run in parallel
+        under one workflow id, one deadline and a step limit; each step's calls carry the id
+        and the step's name as feature, so the records show the workflow together."""
+        if not isinstance(priority, Priority):
+            priority = priority_of(priority, where="priority")
+        tracing = None
+        if self.recorder.tracing:  # the workflow and its steps as spans, its calls under them
+            recorder = self.recorder
+            tracing = WorkflowTracing(
+                sampled=random.random() < self.settings.otel.sample_ratio,  # noqa: S311 (sampling)
+                export=lambda spans, now: recorder.trace_internal(spans, now=now),
+            )
+        return Workflow(
+            self.clock, workflow_id, timeout=timeout, max_parallel=max_parallel,
+            max_steps=max_steps, fail_fast=fail_fast, priority=priority, tracing=tracing,
+        )  # fmt: skip
 
-    def sync_transport(self) -> httpx.BaseTransport:
-        """The same for synchronous clients (`openai.OpenAI`, `httpx.Client`): the gateway runs
-        on a loop thread the transport owns, started now and closed with the client."""
-        from levergate.server.sync_transport import SyncGatewayTransport
+    def _item_runner(
+        self,
+        *,
+        kind: FanKind,
+        model: str | None,
+        priority: Priority | str | None,
+        timeout: float | None,
+        feature: str | None,
+        cache: CachePolicy | bool | None,
+        workflow: str | None,
+        controls: Controls | None,
+        params: Mapping[str, Any],
+    ) -> Callable[[int, object], Awaitable[dict[str, Any]]]:
+        """What one fan-out item does: its body, the controls shared by all (checked here, so a
+        bad one is an error at the call), one pass through the pipeline."""
+        if kind not in ("chat", "completion", "embedding"):
+            raise ValueError("kind must be 'chat', 'completion' or 'embedding'")
+        base = controls or Controls()
+        if priority is None and base.priority is Priority.DEFAULT:
+            priority = Priority.BATCH
+        if workflow is not None:
+            base = dataclasses.replace(base, workflow=workflow)
+        options = Options(priority, timeout, feature, cache, None, base)
+        now, limits = self.clock.now(), self.settings.limits
+        with_options(parse_controls({}, now=now, limits=limits), now=now, limits=limits,
+                     options=options)  # fmt: skip
 
-        return SyncGatewayTransport(self)
+        async def run(_index: int, item: object) -> dict[str, Any]:
+            body = fanout.item_body(kind, item, model, params)
+            reply = await self.serve(self.make_call(kind, body, options=options))
+            if not isinstance(reply, Completed):  # pragma: no cover - item_body refuses streams
+                await reply.aclose()
+                raise BadRequest("a fan-out item cannot stream")
+            return reply.data
+
+        return run
 
     async def _library_call(
-        self, kind: Kind, body: dict[str, Any], headers: Mapping[str, str] | None
+        self, kind: Kind, body: dict[str, Any], headers: Mapping[str, str] | None, options: Options
     ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
-        reply = await self.serve(self.make_call(kind, body, headers=headers))
+        reply = await self.serve(self.make_call(kind, body, headers=headers, options=options))
         if isinstance(reply, Completed):
             return reply.data
         return _chunks(reply)
@@ -262,19 +491,3 @@ def request_id_for(headers: Mapping[str, str]) -> str:
     if asked is not None and _CLIENT_REQUEST_ID.fullmatch(asked) is not None:
         return asked
     return os.urandom(12).hex()
-
-
-def _timeout_seconds(text: str, *, limits: RequestLimits) -> float:
-    """The client's deadline: garbage and values no answer can meet are a 400 (never a 504 and
-    a warning line per request), a value beyond `max_timeout_seconds` is clamped to it."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise BadRequest(f"'{TIMEOUT_HEADER}' must be a finite number of seconds.")
-    if value < limits.min_timeout_seconds:
-        raise BadRequest(
-            f"'{TIMEOUT_HEADER}' must be at least {limits.min_timeout_seconds} seconds."
-        )
-    return min(value, limits.max_timeout_seconds)

@@ -3,8 +3,9 @@ each position. Reordering the levers is a one-line diff here and nowhere else; s
 
     FRONT, per request:   Measure → Authenticate(+ key rates, budgets) → ResponsesBridge →
                           Admission → caches → Route → Cascade → Fallback → Dispatch
-    PER MODEL:            Trim → PromptCacheOptimizer → MicroBatch(embeddings) → Retry(budget) →
-                          Deadline → Balance(endpoint keys, p2c / affinity / ..., renames the model)
+    PER MODEL:            Trim → PromptCacheOptimizer → MicroBatch(embeddings) → CountUsage →
+                          Retry(budget) → Tiers(service tier by deadline) → Deadline →
+                          Balance(endpoint keys, p2c / affinity / ..., renames the model)
     PER ENDPOINT KEY:     OutlierEjection → Limits → OpenAIUpstream (HTTP pool)
     BACKGROUND:           HealthChecks (optional active probes, same ejection state)
                           the shared semantic index following its Redis log
@@ -23,40 +24,41 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from levergate.config import WILDCARD, Model, Settings, Traffic, Upstream
+from levergate.config import WILDCARD, ModelSettings, Settings, TrafficSettings, UpstreamSettings
 from levergate.core.clock import Clock, SystemClock
 from levergate.core.embedder import Embedder
-from levergate.core.jobs import Job, Supervisor
+from levergate.core.jobs import BackgroundJob, Supervisor
 from levergate.core.service import Layer, Service, stack
 from levergate.layers.auth import Authenticate
-from levergate.layers.cache.build import CacheState, semantic_layer
+from levergate.layers.cache.build import semantic_layer
 from levergate.layers.cache.embeddings import EmbeddingsCache
 from levergate.layers.cache.exact import ExactCache
 from levergate.layers.cascade.layer import Cascade
 from levergate.layers.dispatch import Dispatch
-from levergate.layers.keys.build import KeyKit
 from levergate.layers.keys.quota import BudgetSink
+from levergate.layers.measure.disclose import Disclose
 from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.measure.record import Sink
+from levergate.layers.measure.recorder import Recorder
 from levergate.layers.microbatch import MicroBatch
-from levergate.layers.prompt_cache import PromptCacheOptimizer, PromptCacheState
+from levergate.layers.prompt_cache import PromptCacheOptimizer
 from levergate.layers.prompt_cache.sink import PromptCacheSink
 from levergate.layers.responses import ResponsesBridge
 from levergate.layers.route import Route
 from levergate.layers.shared import Shared
+from levergate.layers.tiers import Tiers
 from levergate.layers.traffic.admission import Admission
 from levergate.layers.traffic.balance import Balance, Member
 from levergate.layers.traffic.deadline import Deadline
-from levergate.layers.traffic.endpoints import Node
+from levergate.layers.traffic.endpoints import EndpointState, Node
 from levergate.layers.traffic.fallback import Fallback
 from levergate.layers.traffic.health_checks import HealthChecks
 from levergate.layers.traffic.keys import EndpointKey, endpoint_keys
 from levergate.layers.traffic.limits import Limits
 from levergate.layers.traffic.outlier import OutlierEjection
 from levergate.layers.traffic.retry import Retry
-from levergate.layers.traffic.state import TrafficState
 from levergate.layers.trim import Deferred, Trim
-from levergate.stores.responses import ResponseStore
+from levergate.layers.usage import CountUsage
 from levergate.upstreams import Endpoint, make_endpoint
 from levergate.upstreams.client import client_for
 from levergate.upstreams.wire import HttpClient
@@ -67,7 +69,7 @@ class Deps:
     """What the pipeline needs from the outside world; tests pass their own."""
 
     clock: Clock = field(default_factory=SystemClock)
-    http_client: Callable[[Upstream], HttpClient] = client_for
+    http_client: Callable[[UpstreamSettings], HttpClient] = client_for
     # The semantic cache's embedder; None builds the one `cache.semantic.embedder` names.
     embedder: Embedder | None = None
     # More sinks for each finished request's record (a request log, a ledger, a dashboard),
@@ -79,42 +81,20 @@ class Deps:
 class Pipeline:
     service: Service
     telemetry: Telemetry
+    # Every finished request's record goes through it: Measure's, and the features' that
+    # answer without the pipeline (a deferred batch line).
+    recorder: Recorder
     upstreams: dict[str, Endpoint]
-    models: dict[str, Model]
+    models: dict[str, ModelSettings]
     shared: Shared
     supervisor: Supervisor
+    # Every endpoint key's shared state, by upstream name: what readiness reads (the balancer
+    # reads the same states through its members).
+    endpoints: dict[str, list[EndpointState]] = field(default_factory=dict)
     # Jobs that run for the gateway's lifetime (health checks, index followers). `Gateway`
     # starts each one under `supervisor` when it opens, and cancels and awaits them when it
     # closes: no task outlives it.
-    background: list[Job] = field(default_factory=list)
-
-    @property
-    def clock(self) -> Clock:
-        """The gateway's clock: every deadline is a time on it."""
-        return self.shared.clock
-
-    @property
-    def traffic(self) -> TrafficState:
-        return self.shared.traffic
-
-    @property
-    def cache(self) -> CacheState | None:
-        return self.shared.cache
-
-    @property
-    def responses(self) -> ResponseStore:
-        """The responses `/v1/responses` kept (GET and DELETE /v1/responses/{id} read it)."""
-        return self.shared.responses
-
-    @property
-    def prompt_cache(self) -> PromptCacheState:
-        """The prompt-cache optimizer's findings (prefix breakers), for the analyzer."""
-        return self.shared.prompt_cache
-
-    @property
-    def keys(self) -> KeyKit | None:
-        """The gateway keys (auth or the admin API on): the admin API works on the same keyring."""
-        return self.shared.keys
+    background: list[BackgroundJob] = field(default_factory=list)
 
     async def aclose(self) -> None:
         for upstream in self.upstreams.values():
@@ -134,11 +114,10 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     keys = {u.name: endpoint_keys(u, upstreams[u.name], settings=t, shared=shared, make=make)
             for u in settings.upstreams}  # fmt: skip
     nodes = {name: [_per_endpoint(key, t, shared) for key in found] for name, found in keys.items()}
-
     # Trim's summaries go through Dispatch, which is built from the per-model stacks.
     summaries = Deferred()
 
-    def per_model(model: Model) -> Service:
+    def per_model(model: ModelSettings) -> Service:
         layers = [
             # Above Retry: each attempt resends the trimmed request, fitted to this alias's window.
             Trim.layer(settings.trim, model=model, shared=shared, summarise_with=summaries),
@@ -149,8 +128,12 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
             # Under the caches (a hit never waits), above Retry: a batch is one request, retried,
             # limited and balanced as one.
             MicroBatch.layer(settings.microbatch, model=model, shared=shared),
+            # Under Trim (the prompt as sent), above Retry, under the caches (a replay keeps it).
+            CountUsage.layer(settings.trim, model=model, upstreams=settings.upstreams,
+                             shared=shared),
             # Above Balance: each attempt chooses afresh; only before the first streamed byte.
             Retry.layer(t.retry, shared=shared),
+            Tiers.layer(settings.tiers, model=model, shared=shared),  # each attempt decided anew
             # Each attempt gets only what is left of the request's deadline.
             Deadline.layer(shared=shared),
         ]  # fmt: skip
@@ -162,9 +145,10 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     wildcard = per_model(models[WILDCARD]) if WILDCARD in models else None
     dispatch = Dispatch(routes, fallback=wildcard)
     summaries.bind(dispatch)
+    recorder = _recorder(settings, telemetry, shared, deps.sinks)
     service = stack(dispatch, [
         # Outermost: it must see every request, including the ones refused further down.
-        _measure(settings, telemetry, shared, deps.sinks),
+        _measure(settings, recorder),
         # Decides the tenant before anything keyed or limited by tenant; a key's own rates and
         # budgets apply here too, so a key over them is refused before any other work.
         Authenticate.layer(settings.auth, shared=shared),
@@ -188,19 +172,19 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
         # Right above Dispatch: a fallback is another alias, with its own retries and limits.
         Fallback.layer(settings.models, on=t.fallback_on, shared=shared),
     ])  # fmt: skip
-    # Off the request path: probes eject and readmit endpoints through the same ejection state
-    # the balancer reads, with or without client traffic.
+    # Off the request path: probes eject and readmit endpoints through the balancer's own state.
     checks = HealthChecks.job(t.health_checks, keys=[k for ks in keys.values() for k in ks],
                               shared=shared, http_client=deps.http_client)  # fmt: skip
     return Pipeline(
-        service=service, telemetry=telemetry, upstreams=upstreams, models=models, shared=shared,
+        service=service, telemetry=telemetry, recorder=recorder, upstreams=upstreams, models=models,
+        endpoints={name: [key.state for key in found] for name, found in keys.items()},
         # Every job restarted after a crash, counted in the gateway's own registry.
         supervisor=Supervisor.of(settings.background, clock=deps.clock, registry=shared.registry),
-        background=[job for job in (checks, *shared.jobs) if job],
+        shared=shared, background=[job for job in (checks, *shared.jobs) if job],
     )  # fmt: skip
 
 
-def _per_endpoint(key: EndpointKey, t: Traffic, shared: Shared) -> Node:
+def _per_endpoint(key: EndpointKey, t: TrafficSettings, shared: Shared) -> Node:
     """PER ENDPOINT KEY: the layers between the balancer and one key's transport."""
     return Node(key.state, stack(key.transport, [
         # Outermost per endpoint: it sees every outcome there; the limits below only delay.
@@ -210,7 +194,7 @@ def _per_endpoint(key: EndpointKey, t: Traffic, shared: Shared) -> Node:
     ]))  # fmt: skip
 
 
-def _members(model: Model, nodes: Mapping[str, Sequence[Node]]) -> list[Member]:
+def _members(model: ModelSettings, nodes: Mapping[str, Sequence[Node]]) -> list[Member]:
     """An alias's pool: every endpoint key of each of its targets, the target's weight shared
     among its keys."""
     return [
@@ -220,24 +204,33 @@ def _members(model: Model, nodes: Mapping[str, Sequence[Node]]) -> list[Member]:
     ]
 
 
-def _measure(
-    settings: Settings,
-    telemetry: Telemetry,
-    shared: Shared,
-    extra: Sequence[Sink],
-) -> Layer | None:
-    """Measure, with the sinks of the finished-request record beside Prometheus: key budgets
-    are charged from it, so it is there whenever keys or other sinks are, metrics on or off."""
+def _recorder(
+    settings: Settings, telemetry: Telemetry, shared: Shared, extra: Sequence[Sink]
+) -> Recorder:
+    """The one recorder, with the sinks of the finished-request record beside Prometheus: key
+    budgets are charged from it, so it is there whenever keys or other sinks are."""
     sinks: list[Sink] = [BudgetSink(shared.keys.budgets)] if shared.keys is not None else []
     # Expected against actual provider prompt-cache reads, by alias (metrics on only).
     cached = PromptCacheSink.of(settings, registry=telemetry.registry)
     sinks += [cached, *extra] if cached is not None else extra
-    if not settings.metrics.enabled and not sinks:
+    return Recorder(telemetry, catalog=shared.catalog, sinks=sinks)
+
+
+def _measure(settings: Settings, recorder: Recorder) -> Layer | None:
+    """Measure, recording whenever metrics are on or a sink beside Prometheus wants records
+    (metrics on or off), or only writing the response headers that disclose the request."""
+    headers = settings.server.response_headers
+    otel = settings.otel
+    tracing = otel.sample_ratio if otel.endpoint is not None else None  # its sink comes later
+    # The request log observes the recorder once the gateway's features are built (later).
+    wanted = tracing is not None or settings.request_log.enabled
+    record = settings.metrics.enabled or bool(recorder.extra) or wanted
+    if not record and Disclose.of(headers) is None:
         return None
-    return partial(Measure, telemetry=telemetry, catalog=shared.catalog, sinks=sinks)
+    return partial(Measure, recorder=recorder, headers=headers, record=record, tracing=tracing)
 
 
-def _renamed(model: Model, target_model: str | None) -> str | None:
+def _renamed(model: ModelSettings, target_model: str | None) -> str | None:
     """The name an endpoint receives: the target's, else the alias's; `*` passes names as sent."""
     if model.name == WILDCARD:
         return None

@@ -34,7 +34,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, SecretStr
 
-from levergate.config import SECRET_MIN_CHARS, Upstream
+from levergate.config import SECRET_MIN_CHARS, UpstreamSettings
 from levergate.errors import LevergateError, UpstreamError
 
 REDACTED = "[redacted]"
@@ -51,18 +51,27 @@ class Redactor:
     alternation, so a text is scanned once however many secrets there are. Values shorter than
     `SECRET_MIN_CHARS` are not treated as secrets (see config/base.py)."""
 
-    __slots__ = ("__weakref__", "_pattern")
+    __slots__ = ("__weakref__", "_pattern", "forms")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         forms = {form for secret in secrets for form in _forms(secret)}
         forms = {form for form in forms if len(form) >= SECRET_MIN_CHARS}
         ordered = sorted(forms, key=len, reverse=True)  # longest first: no partial leftovers
+        # Every text that is replaced, as it would appear in a decoded string.
+        self.forms: tuple[str, ...] = tuple(ordered)
         self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
 
     @classmethod
     def of(cls, settings: BaseModel) -> Redactor:
         """Every secret configured anywhere in `settings` (a whole `Settings`, or one section)."""
         return cls(_secrets_in(settings))
+
+    @classmethod
+    def for_logs(cls, settings: BaseModel) -> Redactor:
+        """`of(settings)` plus the query strings of configured URLs (a webhook receiver's
+        `?token=`, which httpx logs with every request it makes): redacted in logs only, since
+        a query such as `?api-version=2024-10-21` is no secret an answer should lose."""
+        return cls([*_secrets_in(settings), *_url_queries(settings)])
 
     def __bool__(self) -> bool:
         return self._pattern is not None
@@ -123,6 +132,15 @@ def url_credentials(url: str) -> list[str]:
     return [*found, *(unquote(value) for value in found)]
 
 
+def _url_password(url: str) -> list[str]:
+    """The password and `user:password` of a URL, as written and percent-decoded (none
+    without a password)."""
+    found = url_credentials(url)
+    if len(found) < 3 or not found[2]:
+        return []
+    return [found[0], found[2], found[3], found[5]]
+
+
 class RedactingFilter(logging.Filter):
     """Rewrites a record's message (and traceback text) with every active redactor applied and
     control characters escaped. One per logger, found again by type on later installs: logging
@@ -140,6 +158,12 @@ class RedactingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = escape_controls(self._apply(record.getMessage()))
         record.msg, record.args = message, None
+        fields = getattr(record, "fields", None)  # structured fields (levergate/logs.py)
+        if isinstance(fields, dict):
+            record.fields = {
+                k: escape_controls(self._apply(v)) if isinstance(v, str) else v
+                for k, v in fields.items()
+            }
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
@@ -169,9 +193,32 @@ def install(redactor: Redactor, *, handler: logging.Handler | None = None) -> No
 
 def _levergate_loggers() -> Iterator[str]:
     yield LOGGER
+    # The HTTP client the gateway's own exchanges (webhooks, provider batch APIs) go through
+    # logs every request's URL at INFO.
+    yield "httpx"
     for name, logger in list(logging.Logger.manager.loggerDict.items()):
         if name.startswith(LOGGER + ".") and isinstance(logger, logging.Logger):
             yield name
+
+
+def _url_queries(value: Any) -> Iterator[str]:
+    """The query string, and each parameter's value, of every URL in `value`."""
+    if isinstance(value, str):
+        if "://" in value and "?" in value:
+            query = urlsplit(value).query
+            yield query
+            for pair in query.split("&"):
+                yield pair.partition("=")[2]
+                yield unquote(pair.partition("=")[2])
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _url_queries(getattr(value, name))
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _url_queries(item)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            yield from _url_queries(item)
 
 
 def _forms(secret: str) -> list[str]:
@@ -186,11 +233,14 @@ def _forms(secret: str) -> list[str]:
 def _secrets_in(value: Any) -> Iterator[str]:
     if isinstance(value, SecretStr):
         yield value.get_secret_value()
+        # A secret URL (`stores.<name>.redis_url`, `postgres_dsn`): its password alone too (its
+        # user alone is no secret: `postgres@` would redact every "postgres" in the logs).
+        yield from _url_password(value.get_secret_value())
     elif isinstance(value, str):
         if "://" in value and "@" in value:
             yield from url_credentials(value)
     elif isinstance(value, BaseModel):
-        if isinstance(value, Upstream):
+        if isinstance(value, UpstreamSettings):
             # Keys named by `api_keys_env` are read from the environment, not held as fields.
             yield from (k.get_secret_value() for k in value.all_keys() if k is not None)
         for name in type(value).model_fields:

@@ -12,10 +12,11 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from levergate.app import build_gateway
 from levergate.config import Settings
-from levergate.gateway import Gateway
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.simulator import SimHandle, SimSettings, run_simulator
+from tests.e2e.llama_rig import llama  # noqa: F401 - llama_cpp.server, one per module using it
 
 GatewayFactory = Callable[..., AbstractAsyncContextManager[str]]
 
@@ -54,7 +55,7 @@ def gateway_at() -> GatewayFactory:
     async def start(upstream: str, **values: Any) -> AsyncIterator[str]:
         values.setdefault("server", {})["port"] = 0
         settings = Settings.for_upstream(upstream, **values)
-        async with Gateway(settings) as gateway, serving(gateway) as url:
+        async with build_gateway(settings) as gateway, serving(gateway) as url:
             yield url
 
     return start
@@ -67,7 +68,7 @@ def gateway_for() -> GatewayFactory:
     @asynccontextmanager
     async def start(**values: Any) -> AsyncIterator[str]:
         values.setdefault("server", {})["port"] = 0
-        async with Gateway(Settings.load(**values)) as gateway, serving(gateway) as url:
+        async with build_gateway(Settings.load(**values)) as gateway, serving(gateway) as url:
             yield url
 
     return start

@@ -66,6 +66,14 @@ class Hostile:
             await _write(
                 writer, 200, "text/event-stream", _frames(ROLE, TOKEN, b"not json{", b"[DONE]")
             )
+        elif behaviour in {"deep-answer", "plain-answer"}:  # valid JSON, 300 levels deep or not
+            levels = 300 if behaviour == "deep-answer" else 1
+            deep = b"[" * levels + b"]" * levels
+            answer = (b'{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,'
+                      b'"message":{"role":"assistant","content":"hi"},"finish_reason":"stop",'
+                      b'"x":' + deep + b'}],"usage":{"prompt_tokens":1,"completion_tokens":1,'
+                      b'"total_tokens":2}}')  # fmt: skip
+            await _write(writer, 200, "application/json", answer)
         elif behaviour in {"huge-error", "huge-body", "unterminated", "trickle"}:
             try:
                 await self._flood(behaviour, writer)

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.simulator import SimHandle, SimSettings, run_simulator
 
 LARGE = {"input": 10.0, "output": 30.0}  # $ per million tokens
 HEADERS = {"x-levergate-tenant": "acme", "x-levergate-feature": "faq"}

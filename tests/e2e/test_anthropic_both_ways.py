@@ -14,7 +14,7 @@ import pytest
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.simulator import SimHandle, SimSettings, run_simulator
 from tests.e2e.test_anthropic_upstream import KEY, anthropic_requests
 
 SYSTEM = "You answer questions about the handbook, briefly and exactly. " * 120  # >1,024 tokens

@@ -1,5 +1,5 @@
 """The official `anthropic` SDK as the client of levergate's `/v1/messages`, through the proxy
-(a real socket) and in-process (`gw.httpx2_transport()`), against the simulator speaking the
+(a real socket) and in-process (`Httpx2Transport(gw)`), against the simulator speaking the
 OpenAI wire format behind: every lever of the chat pipeline applies to Anthropic clients."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from levergate.core.call import Call, Context
 from levergate.core.reply import Completed
 from levergate.pipeline import Deps
 from levergate.protocol.tokens import TiktokenCounter
+from levergate.server.httpx2_transport import Httpx2Transport
 from levergate.server.run import serving
+from levergate.simulator import SimHandle
 from levergate.testing import FakeUpstream
-from levergate.upstreams.simulator import SimHandle
 from levergate.upstreams.wire import HttpClient, HttpResponse
 
 MODES = pytest.mark.parametrize("mode", ["proxy", "in_process"])
@@ -41,7 +42,7 @@ async def claude(
                 ) as sdk:
                     yield sdk
             return
-        http = httpx2.AsyncClient(transport=gateway.httpx2_transport())
+        http = httpx2.AsyncClient(transport=Httpx2Transport(gateway))
         async with anthropic.AsyncAnthropic(
             base_url="http://levergate.local", api_key=api_key, max_retries=0, http_client=http
         ) as sdk:

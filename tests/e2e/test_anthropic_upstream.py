@@ -17,7 +17,7 @@ import pytest
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.simulator import SimHandle, SimSettings, run_simulator
 
 KEY = "sk-ant-sim-0123456789"
 WEATHER: Any = {

@@ -17,7 +17,7 @@ import pytest
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimSettings, run_simulator
+from levergate.simulator import SimSettings, run_simulator
 
 KEY = "sk-ant-secret-key-0123456789abcdef"
 HELLO: Any = [{"role": "user", "content": "hi"}]
@@ -87,6 +87,14 @@ def _script(model: str, headers: dict[str, str]) -> tuple[int, bytes, bytes]:
         return 400, b"application/json", orjson.dumps({"type": "error", "error": error})
     if model == "not-a-message":
         return 200, b"application/json", b'{"type": "completion", "completion": "hi"}'
+    if model == "key-200":
+        content = [{"type": "text", "text": f"your key: {headers['x-api-key']}"}]
+        return 200, b"application/json", orjson.dumps({
+            "id": "msg_k", "type": "message", "role": "assistant", "model": "m",
+            "content": content, "stop_reason": "end_turn",
+            "usage": {"input_tokens": 3, "output_tokens": 5}})  # fmt: skip
+    if model == "key-stream":
+        return 200, b"text/event-stream", _key_stream(headers["x-api-key"])
     # A stream that fails after its first text delta.
     text: dict[str, Any] = {"index": 0, "content_block": {"type": "text", "text": ""}}
     delta = {"index": 0, "delta": {"type": "text_delta", "text": "Hel"}}
@@ -100,6 +108,20 @@ def _script(model: str, headers: dict[str, str]) -> tuple[int, bytes, bytes]:
         + _event("error", failure)
     )
     return 200, b"text/event-stream", stream
+
+
+def _key_stream(key: str) -> bytes:
+    """A whole stream whose text carries the key split across two deltas."""
+    text: dict[str, Any] = {"index": 0, "content_block": {"type": "text", "text": ""}}
+    halves = [{"index": 0, "delta": {"type": "text_delta", "text": part}}
+              for part in ("your key: " + key[:12], key[12:] + ".")]  # fmt: skip
+    end = {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}
+    return (
+        START + _event("content_block_start", text)
+        + b"".join(_event("content_block_delta", half) for half in halves)
+        + _event("content_block_stop", {"index": 0}) + _event("message_delta", end)
+        + _event("message_stop", {})
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -154,3 +176,14 @@ async def test_a_cut_stream_ends_in_an_error() -> None:
 async def _drain(stream: Any, seen: list[str]) -> None:
     async for chunk in stream:
         seen.append(chunk.choices[0].delta.content or "")  # noqa: PERF401 - until it fails
+
+
+async def test_a_key_in_a_200_answer_is_scrubbed_whole_and_streamed(scripted: str) -> None:
+    async with gateway_to(scripted) as client:
+        whole = await client.chat.completions.create(model="key-200", messages=HELLO)
+        assert whole.choices[0].message.content == "your key: [redacted]"
+        seen: list[str] = []
+        stream = await client.chat.completions.create(model="key-stream", messages=HELLO,
+                                                      stream=True)  # fmt: skip
+        await _drain(stream, seen)
+        assert "".join(seen) == "your key: [redacted]."

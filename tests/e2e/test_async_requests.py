@@ -15,7 +15,7 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from levergate.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, verify
 from tests.e2e.conftest import GatewayFactory
 from tests.e2e.test_defer import MODEL, defer_settings, stats

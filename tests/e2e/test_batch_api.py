@@ -12,7 +12,7 @@ import openai
 import orjson
 import pytest
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 
 SDK = openai.AsyncOpenAI

@@ -21,8 +21,8 @@ import orjson
 import pytest
 import yaml
 
-from levergate.upstreams.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
-from tests.e2e.batch_crash import Gateway, free_port, requests, submit, write_config
+from levergate.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
+from levergate.testing.batch_crash import Gateway, free_port, requests, submit, write_config
 
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 LINES = 300
@@ -188,6 +188,11 @@ async def test_status_and_cancel_of_a_batch_on_a_gateway(
         assert shown.returncode == 0, shown.stderr
         assert f"id: {batch_id}" in shown.stdout
         assert "total: " in shown.stdout
+        as_json = await asyncio.to_thread(
+            run_cli, "status", batch_id, "--url", gateway.url, "--json"
+        )
+        assert as_json.returncode == 0, as_json.stderr
+        assert orjson.loads(as_json.stdout)["id"] == batch_id
         cancelled = await asyncio.to_thread(run_cli, "cancel", batch_id, "--url", gateway.url)
         assert cancelled.returncode == 0, cancelled.stderr
         assert "status: cancelling" in cancelled.stdout or "status: cancelled" in cancelled.stdout
@@ -222,3 +227,34 @@ async def test_in_process_summary_counts_the_exact_cache_savings(
     assert upstream_calls(slow_sim) < len(lines)
     assert "saved by exact: $" in done.stdout
     assert "answered by the gateway's caches" in done.stdout
+
+
+async def test_run_over_url_prices_from_the_builtin_catalog(sim: SimHandle, tmp_path: Path) -> None:
+    """Over --url the gateway's aliases are unknown; the lines name catalog models, so the
+    summary prices them from the built-in table (it printed "not priced" unless --prices)."""
+    port = free_port()
+    store = {"backend": "sqlite", "sqlite_path": str(tmp_path / "batch.sqlite3")}
+    config = write_config(tmp_path / "gw.yaml", sim_url=sim.base_url, port=port,
+                          store=store, files=tmp_path / "files", concurrency=4)  # fmt: skip
+    gateway = Gateway(config, port, tmp_path / "gw.log")
+    lines = requests(6)
+    for line in lines:
+        line["body"]["model"] = "gpt-4o-mini"
+    lines[-1]["body"]["model"] = "house-model"  # in no catalog: named, not priced
+    source, out = write_input(tmp_path / "in.jsonl", lines), tmp_path / "out.jsonl"
+    await gateway.start()
+    try:
+        done = await asyncio.to_thread(run_cli, "run", str(source), "-o", str(out),
+                                       "--url", gateway.url, "--no-progress")  # fmt: skip
+    finally:
+        gateway.stop()
+    assert done.returncode == 0, done.stderr
+    answers = [orjson.loads(raw) for raw in out.read_bytes().splitlines()]
+    usages = [a["response"]["body"]["usage"] for a in answers if a["custom_id"] != "line-5"]
+    # gpt-4o-mini in models.yaml: $0.15 / $0.60 per million input / output tokens.
+    expected = sum(u["prompt_tokens"] * 0.15 + u["completion_tokens"] * 0.60 for u in usages) / 1e6
+    cost = next(line for line in done.stdout.splitlines() if line.startswith("cost: "))
+    assert cost.startswith("cost: $"), done.stdout
+    assert float(cost.split("$")[1].split()[0]) == pytest.approx(expected, abs=1e-6)
+    assert "the built-in catalog" in cost
+    assert "not priced (not in the built-in catalog): house-model" in done.stdout

@@ -8,7 +8,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 from tests.e2e.test_batch_api import jsonl, line, sdk
 from tests.e2e.test_faults_disk import small_disk

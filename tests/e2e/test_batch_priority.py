@@ -11,7 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from levergate.upstreams.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
+from levergate.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
 from tests.e2e.conftest import USER, GatewayFactory
 from tests.e2e.test_batch_api import batch_settings, jsonl, line, sdk
 

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.test_bench_http import FakeOpenAI, serve
 
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
@@ -55,12 +55,14 @@ async def test_closed_loop_streaming_run_writes_json_and_markdown(
     code, out, err = await bench(
         url, "--concurrency", "4", "--requests", "40", "--stream", "--max-tokens", "4",
         "--prompt-tokens", "50", "--api-key", "sk-bench", "--header", "X-Feature: bench",
-        "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"),
+        "--json", "--markdown", str(tmp_path / "r.md"),
     )  # fmt: skip
     assert code == 0, err
-    assert out == ""
-    assert "\r" not in err  # stderr is not a terminal: no progress line
-    result = load(tmp_path / "r.json")
+    result = orjson.loads(out)  # stdout is exactly one JSON document (`| jq` works)
+    # stderr is not a terminal: progress comes as plain lines, never a rewritten one.
+    assert "\r" not in err
+    assert "\x1b" not in err
+    assert err.startswith("sent ")
     assert (result["mode"], result["sent"], result["completed"]) == ("closed", 40, 40)
     assert result["errors"] == {"http_429": 8}
     assert result["ok"] == 32
@@ -82,17 +84,18 @@ async def test_closed_loop_streaming_run_writes_json_and_markdown(
     assert all(body["stream"] and body["max_tokens"] == 4 for body in fake.bodies)
 
 
-async def test_open_loop_prints_json_then_markdown_when_no_paths_are_given(
+async def test_open_loop_prints_only_json_with_json_and_only_markdown_without(
     server: tuple[FakeOpenAI, str],
 ) -> None:
     fake, url = server
     fake.fail_every = 0
-    code, out, err = await bench(
-        url + "/v1", "--rate", "100", "--requests", "30", "--endpoint", "completions", "--quiet"
-    )
+    args = (url + "/v1", "--rate", "100", "--requests", "30", "--endpoint", "completions")
+    code, markdown, err = await bench(*args, "--quiet")
     assert code == 0, err
-    json_text, _, markdown = out.partition("\n| mode |")
-    result = orjson.loads(json_text)
+    assert markdown.startswith("| mode |")
+    code, out, err = await bench(*args, "--quiet", "--json")
+    assert code == 0, err
+    result = orjson.loads(out)
     assert result["mode"] == "rate"
     assert result["target_rps"] == 100
     assert result["achieved_rps"] > 0
@@ -118,9 +121,10 @@ async def test_trace_replay_takes_lengths_and_shared_prefixes_from_the_trace(
     trace.write_bytes(b"\n".join(orjson.dumps(line) for line in lines) + b"\n")
     code, _, err = await bench(
         url, "--trace", str(trace), "--time-scale", "0.01", "--repeat-rate", "0",
-        "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"), "--quiet",
+        "--json-out", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"), "--quiet",
     )  # fmt: skip
     assert code == 0, err
+    assert err == ""  # --quiet: no progress
     result = load(tmp_path / "r.json")
     assert (result["mode"], result["sent"], result["ok"]) == ("trace", 3, 3)
     assert result["target_rps"] == pytest.approx(2 / 0.01)
@@ -137,22 +141,21 @@ async def test_an_unreachable_target_exits_1_with_connection_errors(tmp_path: Pa
     port = listener.sockets[0].getsockname()[1]
     listener.close()
     await listener.wait_closed()
-    code, _, _ = await bench(
-        f"http://127.0.0.1:{port}", "--requests", "3", "--json", str(tmp_path / "r.json"),
-        "--markdown", os.devnull,
-    )  # fmt: skip
+    code, out, _ = await bench(f"http://127.0.0.1:{port}", "--requests", "3", "--json")
     assert code == 1
-    result = load(tmp_path / "r.json")
+    result = orjson.loads(out)
     assert result["errors"] == {"connection": 3}
     assert result["ok"] == 0
 
 
 async def test_against_the_provider_simulator(sim: SimHandle, tmp_path: Path) -> None:
-    code, _, err = await bench(
+    code, out, err = await bench(
         sim.base_url, "--model", "sim-small", "--rate", "50", "--requests", "10", "--stream",
-        "--max-tokens", "8", "--json", str(tmp_path / "r.json"), "--markdown", os.devnull,
+        "--max-tokens", "8", "--json-out", str(tmp_path / "r.json"), "--quiet",
     )  # fmt: skip
     assert code == 0, err
+    assert out.startswith("|")
+    assert "\n| " in out
     result = load(tmp_path / "r.json")
     assert (result["sent"], result["ok"], result["errors"]) == (10, 10, {})
     assert result["ttft_ms"]["count"] == 10

@@ -12,7 +12,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 from tests.redis_required import require_redis
 
@@ -121,7 +121,27 @@ async def test_cache_control_and_sampled_requests(
     sampled = await client.chat.completions.with_raw_response.create(
         model="sim-small", messages=QUESTION, max_tokens=8, temperature=0.8
     )
-    assert sampled.headers[CACHE] == "bypass"
+    assert sampled.headers[CACHE] == "bypass; reason=nondeterministic"
+    assert generations(sim) == 3
+
+
+async def test_a_route_caches_sampled_requests_when_its_rule_says_always(
+    sim: SimHandle, gateway_for: GatewayFactory
+) -> None:
+    """The rule is keyed by the name the client sends, so a route has its own: `auto` caches
+    the SDK's usual call (no temperature), the aliases behind it keep the default."""
+    settings: dict[str, Any] = {
+        "upstreams": [{"name": "sim", "base_url": sim.base_url}],
+        "models": [{"name": "small", "upstream": "sim"}, {"name": "large", "upstream": "sim"}],
+        "routing": {"routes": [{"name": "auto", "default": "large"}]},
+        "cache": {"models": {"auto": {"mode": "always"}}},
+    }
+    async with gateway_for(**settings) as url, sdk(url) as client:
+        create = client.chat.completions.with_raw_response.create
+        routed = [await create(model="auto", messages=QUESTION, max_tokens=8) for _ in range(2)]
+        assert [r.headers[CACHE] for r in routed] == ["miss", "hit"]
+        direct = [await create(model="large", messages=QUESTION, max_tokens=8) for _ in range(2)]
+        assert {r.headers[CACHE] for r in direct} == {"bypass; reason=nondeterministic"}
     assert generations(sim) == 3
 
 
@@ -185,11 +205,12 @@ async def test_replicas_share_entries_through_redis(
 async def test_a_down_redis_still_answers_every_request(
     sim: SimHandle, gateway_at: GatewayFactory
 ) -> None:
-    store = {
-        "backend": "redis", "redis_url": "redis://127.0.0.1:1/0", "timeout_seconds": 0.2,
-        "front_bytes": 0,
-    }  # fmt: skip
-    async with gateway_at(sim.base_url, cache={"store": store}) as url, sdk(url) as client:
+    store = {"timeout_seconds": 0.2, "front_bytes": 0}
+    dead = {"default": {"redis_url": "redis://127.0.0.1:1/0"}}
+    async with (
+        gateway_at(sim.base_url, cache={"store": store}, stores=dead) as url,
+        sdk(url) as client,
+    ):
         for _ in range(3):
             reply = await ask(client)
             assert reply.headers[CACHE] == "miss"

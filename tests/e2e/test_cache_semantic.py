@@ -18,7 +18,7 @@ from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.pipeline import Deps
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.redis_required import require_redis
 from tests.unit.layers.cache.test_semantic import BagOfWords
 
@@ -27,11 +27,12 @@ REDIS_URL = "redis://127.0.0.1:6379/15"
 
 @asynccontextmanager
 async def semantic_gateway(
-    sim: SimHandle, *, cache: dict[str, Any] | None = None
+    sim: SimHandle, *, cache: dict[str, Any] | None = None, stores: dict[str, Any] | None = None
 ) -> AsyncIterator[openai.AsyncOpenAI]:
     settings = Settings.for_upstream(
         sim.base_url,
         server={"port": 0},
+        stores=stores or {},
         cache={"features": {"faq": {"semantic": True}}, "semantic": {"threshold": 0.8},
                **(cache or {})},
     )  # fmt: skip
@@ -94,13 +95,19 @@ async def test_replicas_sharing_redis_serve_each_others_answers(sim: SimHandle) 
     await require_redis(REDIS_URL)
     prefix = f"levergate:test:{uuid.uuid4().hex}:"
     shared = {
-        "store": {"backend": "redis", "redis_url": REDIS_URL, "redis_prefix": prefix},
-        "semantic": {"threshold": 0.8, "index": "redis"},
+        # The index follows the store's connection (`index: auto`).
+        "store": {"redis_prefix": prefix},
+        "semantic": {"threshold": 0.8},
     }
     try:
         async with AsyncExitStack() as replicas:
-            one = await replicas.enter_async_context(semantic_gateway(sim, cache=shared))
-            two = await replicas.enter_async_context(semantic_gateway(sim, cache=shared))
+            redis = {"default": {"redis_url": REDIS_URL}}
+            one = await replicas.enter_async_context(
+                semantic_gateway(sim, cache=shared, stores=redis)
+            )
+            two = await replicas.enter_async_context(
+                semantic_gateway(sim, cache=shared, stores=redis)
+            )
             first = await ask(one, "What is the capital of France?")
             assert first.headers["x-levergate-cache"] == "miss"
             # Replica two learns of the answer from the shared log; until then it misses, and

@@ -69,7 +69,7 @@ async def _echo(request: web.Request) -> web.StreamResponse:
 async def echo_port() -> AsyncIterator[int]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", _echo)
-    runner = web.AppRunner(app)
+    runner = web.AppRunner(app, shutdown_timeout=0.5)  # the "hang" handler is not waited for
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()

@@ -17,7 +17,7 @@ from levergate.core.call import Trace
 from levergate.core.reply import Completed
 from levergate.gateway import Gateway
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.simulator import SimHandle, SimSettings, run_simulator
 
 HARD_SIM = {"marker": "HARD", "strong_models": ["sim-large"], "json_answers": True}
 SCHEMA = {

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.shadow_rig import (
     Metrics,
     ask,

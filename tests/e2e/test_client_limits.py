@@ -11,7 +11,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 from tests.redis_required import require_redis
 
@@ -36,14 +36,16 @@ async def test_twenty_thousand_copies_of_one_input_are_refused(
     sim: SimHandle, client: openai.AsyncOpenAI
 ) -> None:
     """A 100 KB body of 20,000 copies of "a" made a 651 MB response through the embeddings
-    cache; above 2,048 inputs (OpenAI's bound) it is a 400 naming `input`."""
-    for inputs in (["a"] * 20_000, ["a"] * 2049):
+    cache; above 2,048 inputs (OpenAI's bound) it is a 400 naming `input`, and so is any
+    request of more than 16 inputs per distinct one (issue 20: 2,048 copies made 66.7 MB)."""
+    for inputs in (["a"] * 20_000, ["a"] * 2049, ["a"] * 2048):
         with pytest.raises(openai.BadRequestError) as caught:
             await client.embeddings.create(model="sim-embed", input=inputs)
         assert caught.value.status_code == 400
         assert caught.value.param == "input"
     assert calls(sim, "/v1/embeddings") == 0
-    done = await client.embeddings.create(model="sim-embed", input=["a"] * 2048)
+    texts = [f"text {i % 128}" for i in range(2048)]  # 16 copies of each of 128 inputs
+    done = await client.embeddings.create(model="sim-embed", input=texts)
     assert len(done.data) == 2048
 
 

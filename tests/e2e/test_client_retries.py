@@ -6,7 +6,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import USER, GatewayFactory
 
 FAST_RETRIES = {"traffic": {"retry": {"base_seconds": 0.01, "cap_seconds": 0.02}}}

@@ -16,7 +16,7 @@ import pytest
 
 from levergate.catalog import Catalog
 from levergate.config import Settings
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 from tests.e2e.test_batch_api import batch_settings, finished, jsonl, lines_of
 from tests.e2e.test_ledger_proxy import sample
@@ -37,7 +37,8 @@ def defer_settings(sim: SimHandle, tmp: Path, **over: Any) -> dict[str, Any]:
                     "price": {"input": 0.8, "output": 4.0, "batch_discount": 0.5}}],
         "batch": batch_settings(tmp),
         "defer": {"enabled": True, "routes": {MODEL: {}, CLAUDE: {}},
-                  "poll_first_seconds": 0.05, "poll_max_seconds": 0.2},
+                  "poll_first_seconds": 0.05, "poll_max_seconds": 0.2,
+                  "pack_max_wait_seconds": 0},
         **over,
     }  # fmt: skip
 

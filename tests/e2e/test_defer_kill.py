@@ -12,9 +12,9 @@ import openai
 import pytest
 import yaml
 
-from levergate.upstreams.simulator import SimSettings, run_simulator
-from levergate.upstreams.simulator.settings import BatchApiSettings
-from tests.e2e.batch_crash import Gateway, free_port
+from levergate.simulator import SimSettings, run_simulator
+from levergate.simulator.settings import BatchApiSettings
+from levergate.testing.batch_crash import Gateway, free_port
 from tests.e2e.test_batch_api import finished, jsonl, lines_of
 from tests.e2e.test_defer import MODEL, line
 

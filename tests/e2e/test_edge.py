@@ -21,8 +21,9 @@ from levergate.gateway import Gateway
 from levergate.server.asgi import App
 from levergate.server.edge import Edge
 from levergate.server.exchange import Request, Response, file_response
-from levergate.server.routes import Route
-from levergate.upstreams.simulator import SimHandle
+from levergate.server.route import Route
+from levergate.server.transport import GatewayTransport
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import USER, GatewayFactory
 
 CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
@@ -207,7 +208,7 @@ async def test_a_client_request_id_is_echoed_only_when_short_and_plain(
 
 async def test_the_request_id_is_sanitised_in_process_too(sim: SimHandle) -> None:
     async with Gateway(Settings.for_upstream(sim.base_url)) as gateway:
-        transport = gateway.transport()
+        transport = GatewayTransport(gateway)
         async with httpx.AsyncClient(transport=transport, base_url="http://lg/v1") as http:
             response = await http.post(
                 "/chat/completions", content=CHAT, headers={"x-request-id": "x" * 500}

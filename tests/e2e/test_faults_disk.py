@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 
 CACHE = "x-levergate-cache"

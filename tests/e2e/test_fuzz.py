@@ -15,8 +15,7 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
-from tests.fuzzing import (
+from levergate.testing.fuzzing import (
     REDIS_URL,
     SIM_ARGS,
     RawRequest,
@@ -25,6 +24,7 @@ from tests.fuzzing import (
     hostile_requests,
     send,
 )
+from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
 from tests.redis_required import require_redis
 
 COUNT = 10_000

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import pytest
 
-from levergate.config import Pool, Upstream
+from levergate.config import PoolSettings, UpstreamSettings
 from levergate.upstreams.h1 import H1Client
 from levergate.upstreams.wire import TransportFailed
 
@@ -76,8 +76,8 @@ async def serve() -> AsyncIterator[Serve]:
         server.close()
 
 
-def client_for(url: str, *, pool: Pool | None = None) -> H1Client:
-    return H1Client(Upstream(name="t", base_url=url, pool=pool or Pool()))
+def client_for(url: str, *, pool: PoolSettings | None = None) -> H1Client:
+    return H1Client(UpstreamSettings(name="t", base_url=url, pool=pool or PoolSettings()))
 
 
 async def fetch(client: H1Client, url: str) -> tuple[int, bytes]:
@@ -145,7 +145,7 @@ async def test_a_cut_body_and_a_refused_connection_raise_transport_failed(
 
 async def test_the_pool_never_opens_more_than_its_limit(serve: Serve) -> None:
     state, url = await serve(lambda c, r: OK, delay=0.02)
-    client = client_for(url, pool=Pool(max_connections=2))
+    client = client_for(url, pool=PoolSettings(max_connections=2))
     results = await asyncio.gather(*(fetch(client, url) for _ in range(8)))
     assert all(status == 200 for status, _ in results)
     assert state.most_open <= 2

@@ -17,8 +17,8 @@ from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.pipeline import Deps
 from levergate.server.run import serving
+from levergate.simulator import SimHandle
 from levergate.testing import ManualClock
-from levergate.upstreams.simulator import SimHandle
 from tests.hung_redis import HungRedis
 from tests.redis_required import require_redis
 
@@ -36,10 +36,11 @@ async def test_a_hung_redis_costs_one_timeout_per_store_then_one_trial(sim: SimH
         settings = Settings.for_upstream(
             sim.base_url,
             server={"port": 0},
-            cache={"store": {"backend": "redis", "redis_url": url, "redis_prefix": prefix,
+            stores={"default": {"redis_url": url}},
+            cache={"store": {"redis_prefix": prefix,
                              "timeout_seconds": 1.0, "cooldown_seconds": COOLDOWN,
                              "front_bytes": 0}},
-            traffic={"store": "redis", "redis_url": url, "redis_prefix": limits_prefix,
+            traffic={"redis_prefix": limits_prefix,
                      "redis_timeout_seconds": 1.0, "redis_retry_seconds": COOLDOWN,
                      "tenant_default": {"rpm": 100_000}},
         )  # fmt: skip

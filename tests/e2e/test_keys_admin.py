@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 import yaml
 from redis.asyncio import Redis
@@ -23,7 +24,7 @@ from redis.asyncio import Redis
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import USER
 from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
 from tests.redis_required import require_redis
@@ -118,7 +119,9 @@ async def test_a_spent_budget_is_429_budget_exceeded_and_the_sdk_does_not_retry_
         sent.append(request)
 
     async with gateway(sim, **ON) as base:
-        made = await admin(base, "POST", "/admin/keys", json={"daily_budget_usd": 0.001})
+        made = await admin(
+            base, "POST", "/admin/keys", json={"tenant": "acme", "daily_budget_usd": 0.001}
+        )
         http = httpx.AsyncClient(event_hooks={"request": [count]})
         async with sdk(base, made.json()["key"], max_retries=2, http_client=http) as client:
             await client.chat.completions.create(model="m", messages=USER)
@@ -155,7 +158,16 @@ async def test_the_admin_api_is_off_by_default_and_guards_its_token(sim: SimHand
             refused = await admin(base, "GET", "/admin/keys", headers=headers)
             assert refused.status_code == 401
             assert refused.json()["error"]["code"] == "invalid_admin_token"
+        big = orjson.dumps({"tenant": "a", "models": ["m" * 8192] * 1000})
         for method, path, body, status in [
+            # Issue 20, item 10: no key for tenant "default" from nothing; bounded model lists.
+            ("POST", "/admin/keys", b"", 400),
+            ("POST", "/admin/keys", b"{}", 400),
+            ("POST", "/admin/keys", big, 400),
+            ("POST", "/admin/keys", orjson.dumps({"tenant": "a", "models": ["m" * 257]}), 400),
+            ("POST", "/admin/keys", orjson.dumps({"tenant": "a", "models": ["m"] * 257}), 400),
+            ("POST", "/admin/keys", orjson.dumps({"tenant": "a", "models": [""]}), 400),
+            ("POST", "/admin/keys", b'{"tenant": "a", "x": ' + b"[" * 200 + b"]" * 200 + b"}", 400),
             ("POST", "/admin/keys", b"{not json", 400),
             ("POST", "/admin/keys", b'{"tenant": "a b"}', 400),
             ("POST", "/admin/keys", b'{"rpm": -1}', 400),
@@ -195,16 +207,18 @@ async def test_two_gateways_share_keys_and_one_budget_through_redis(sim: SimHand
         "auth": {
             "enabled": True,
             # cache_seconds 0: a revocation through one replica holds at once on the other.
-            "store": {"backend": "redis", "redis_url": REDIS_URL,
-                      "redis_prefix": f"t:{{{space}}}:keys:", "cache_seconds": 0},
+            "store": {"redis_prefix": f"t:{{{space}}}:keys:", "cache_seconds": 0},
             # Charges reach Redis at each flush: the other replica sees them after one.
-            "spend": {"backend": "redis", "redis_url": REDIS_URL, "redis_prefix": f"t:{space}:",
-                      "flush_seconds": 0.05},
+            "spend": {"redis_prefix": f"t:{space}:", "flush_seconds": 0.05},
         },
         "admin": {"enabled": True, "token": ADMIN},
+        # Keys and spend both take it.
+        "stores": {"default": {"redis_url": REDIS_URL}},
     }  # fmt: skip
     async with gateway(sim, **shared) as one, gateway(sim, **shared) as two:
-        made = await admin(one, "POST", "/admin/keys", json={"daily_budget_usd": 0.004})
+        made = await admin(
+            one, "POST", "/admin/keys", json={"tenant": "acme", "daily_budget_usd": 0.004}
+        )
         key, key_id = made.json()["key"], made.json()["id"]
         async with sdk(two, key) as client:
             await client.chat.completions.create(model="m", messages=USER)

@@ -4,15 +4,21 @@ reports provider prompt-cache reads inside prompt_tokens), priced from the built
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
 import openai
 import pytest
 
+from levergate.app import build_gateway
 from levergate.catalog import Catalog
 from levergate.config import Settings
-from levergate.upstreams.simulator import SimHandle
+from levergate.layers.cache.entries import CACHE_HEADER
+from levergate.layers.measure.record import RequestRecord
+from levergate.pipeline import Deps
+from levergate.server.transport import GatewayTransport
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 
 # A shared prefix well over the simulator's 1,024-token prompt-cache minimum (4 chars a token).
@@ -86,3 +92,53 @@ async def test_spend_and_savings_by_lever_are_priced_from_the_simulators_usage(
     # The older per-upstream cost series agrees with the ledger's spend.
     assert sample(metrics, "levergate_cost_usd_total", model=MODEL, upstream="sim",
                   feature="faq") == pytest.approx(spent, rel=1e-6)  # fmt: skip
+
+
+class Records:
+    """A sink that keeps every finished request's record."""
+
+    def __init__(self) -> None:
+        self.seen: list[RequestRecord] = []
+
+    def emit(self, record: RequestRecord) -> None:
+        self.seen.append(record)
+
+
+async def test_an_exact_hit_on_a_route_alias_saves_the_price_of_the_model_that_answered(
+    sim: SimHandle,
+) -> None:
+    # "auto" has no price of its own: the hit must be priced at gpt-4o-mini, which the route
+    # chose for the miss (the strong default, gpt-4o, costs ~17x more: a wrong model shows).
+    upstreams = [{"name": "sim", "base_url": sim.base_url}]
+    models = [{"name": MODEL, "upstream": "sim"}, {"name": "gpt-4o", "upstream": "sim"}]
+    routing = {"routes": [{"name": "auto", "default": "gpt-4o", "rules": [
+        {"name": "faq", "to": MODEL, "when": {"feature": ["faq"]}}]}]}  # fmt: skip
+    settings = Settings.load(upstreams=upstreams, models=models, routing=routing)
+    price = Catalog.build(settings).rates(MODEL)
+    records = Records()
+    body = {"model": "auto", "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "user", "content": "Who wrote Hamlet?"}]}  # fmt: skip
+    headers = {"x-levergate-tenant": "acme", "x-levergate-feature": "faq"}
+    async with build_gateway(settings, deps=Deps(sinks=[records])) as gw, httpx.AsyncClient(
+        transport=GatewayTransport(gw), base_url="http://levergate"
+    ) as http:  # fmt: skip
+        answers = [await http.post("/v1/chat/completions", json=body, headers=headers)
+                   for _ in range(2)]  # fmt: skip
+        for _ in range(200):  # records are emitted once the answer has gone out
+            if len(records.seen) == 2:
+                break
+            await asyncio.sleep(0.01)
+        metrics = (await http.get("/metrics")).text
+    assert [a.headers[CACHE_HEADER] for a in answers] == ["miss", "hit"]
+    usage = answers[0].json()["usage"]  # a short prompt: no provider prompt-cache read
+    first = (usage["prompt_tokens"] * price.input + usage["completion_tokens"] * price.output) / 1e6
+    assert first > 0
+    miss, hit = records.seen
+    assert miss.alias == MODEL
+    assert miss.cost_usd == pytest.approx(first, rel=1e-9)
+    assert hit.cost_usd == 0.0
+    assert hit.savings == {"exact": pytest.approx(first, rel=1e-9)}
+    labels = {"model": MODEL, "tenant": "acme", "feature": "faq"}
+    assert sample(metrics, "levergate_savings_usd_total", lever="exact", **labels) == (
+        pytest.approx(first, rel=1e-6)
+    )

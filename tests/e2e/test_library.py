@@ -1,5 +1,5 @@
-"""The library: `Gateway` in-process, and the OpenAI SDK over `gw.transport()` — the same pipeline
-as the proxy, with no socket between the client and the gateway."""
+"""The library: `Gateway` in-process, and the OpenAI SDK over `GatewayTransport(gw)` — the same
+pipeline as the proxy, with no socket between the client and the gateway."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import openai
 import pytest
 
 from levergate import Gateway, LevergateError, Settings
-from levergate.upstreams.simulator import SimHandle
+from levergate.server.transport import GatewayTransport
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import BOTH_JSON_STYLES, USER
 
 # `Gateway.chat` takes plain JSON dicts, not the SDK's message TypedDicts.
@@ -50,7 +51,7 @@ async def test_the_sdk_over_the_in_process_transport(gateway: Gateway, sim: SimH
         api_key="unused",
         max_retries=0,
         # The SDK takes httpx clients too; its type hint names only httpx2's.
-        http_client=httpx.AsyncClient(transport=gateway.transport()),  # type: ignore[arg-type]
+        http_client=httpx.AsyncClient(transport=GatewayTransport(gateway)),  # type: ignore[arg-type]
     ) as sdk:
         raw = await sdk.chat.completions.with_raw_response.create(
             model="m", messages=USER, max_tokens=3
@@ -83,7 +84,7 @@ async def test_closing_an_sdk_stream_over_the_transport_closes_the_upstream(
     async with openai.AsyncOpenAI(
         base_url="http://levergate.local/v1", api_key="unused", max_retries=0,
         # The SDK takes httpx clients too; its type hint names only httpx2's.
-        http_client=httpx.AsyncClient(transport=gateway.transport()),  # type: ignore[arg-type]
+        http_client=httpx.AsyncClient(transport=GatewayTransport(gateway)),  # type: ignore[arg-type]
     ) as sdk:  # fmt: skip
         stream = await sdk.chat.completions.create(
             model="m", messages=USER, max_tokens=1000, stream=True
@@ -104,9 +105,9 @@ def test_the_public_surface_is_pinned() -> None:
     import levergate
 
     assert sorted(levergate.__all__) == [
-        "Call", "Clock", "Completed", "Context", "Deps", "Event", "Gateway", "Layer",
-        "LevergateError", "Priority", "Reply", "RequestRecord", "Service", "Settings", "Sink",
-        "Stream", "SystemClock", "Trace", "build_pipeline", "stack",
+        "CachePolicy", "Call", "Clock", "Completed", "Context", "Controls", "Deps", "Event",
+        "Gateway", "Layer", "LevergateError", "Principal", "Priority", "Reply", "RequestRecord",
+        "Service", "Settings", "Sink", "Stream", "SystemClock", "Trace", "build_pipeline", "stack",
     ]  # fmt: skip
 
 
@@ -154,7 +155,7 @@ async def test_background_jobs_run_for_the_gateway_lifetime_and_stop_with_it(
 ) -> None:
     import asyncio
 
-    from levergate.core.jobs import Job
+    from levergate.core.jobs import BackgroundJob
 
     started, stopped = asyncio.Event(), asyncio.Event()
 
@@ -166,7 +167,7 @@ async def test_background_jobs_run_for_the_gateway_lifetime_and_stop_with_it(
             stopped.set()
 
     gateway = Gateway(Settings.for_upstream(sim.base_url))
-    gateway.pipeline.background.append(Job("test", job))
+    gateway.pipeline.background.append(BackgroundJob("test", job))
     async with gateway:
         await asyncio.wait_for(started.wait(), 5)
         assert not stopped.is_set()

@@ -11,7 +11,9 @@ import openai
 import pytest
 
 from levergate import Gateway, Settings
-from levergate.upstreams.simulator import SimHandle
+from levergate.server.sync_transport import SyncGatewayTransport
+from levergate.server.transport import GatewayTransport
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import BOTH_JSON_STYLES, USER
 
 
@@ -25,7 +27,7 @@ def sdk(gateway: Gateway, *, timeout: float) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
         base_url="http://levergate.local/v1", api_key="unused", max_retries=0, timeout=timeout,
         # The SDK takes httpx clients too; its type hint names only httpx2's.
-        http_client=httpx.AsyncClient(transport=gateway.transport()),  # type: ignore[arg-type]
+        http_client=httpx.AsyncClient(transport=GatewayTransport(gateway)),  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -72,9 +74,9 @@ async def test_a_generous_timeout_changes_nothing(gateway: Gateway) -> None:
 
 
 def sync_calls(gateway: Gateway) -> tuple[str, str]:
-    """The official synchronous SDK over `gw.sync_transport()`: a plain call and a stream."""
+    """The official synchronous SDK over `SyncGatewayTransport(gw)`: a plain call and a stream."""
     with (
-        httpx.Client(transport=gateway.sync_transport()) as http,
+        httpx.Client(transport=SyncGatewayTransport(gateway)) as http,
         openai.OpenAI(
             base_url="http://levergate.local/v1", api_key="unused", max_retries=0,
             # The SDK takes httpx clients too; its type hint names only httpx2's.
@@ -102,12 +104,12 @@ async def test_the_sync_sdk_over_the_sync_transport(sim: SimHandle) -> None:
 
 async def test_a_started_gateway_is_refused_by_the_sync_transport(gateway: Gateway) -> None:
     with pytest.raises(RuntimeError, match="already started"):
-        gateway.sync_transport()
+        SyncGatewayTransport(gateway)
 
 
 def sync_call_with_timeout(gateway: Gateway, *, timeout: float) -> None:
     with (
-        httpx.Client(transport=gateway.sync_transport()) as http,
+        httpx.Client(transport=SyncGatewayTransport(gateway)) as http,
         openai.OpenAI(
             base_url="http://levergate.local/v1", api_key="unused", max_retries=0,
             # The SDK takes httpx clients too; its type hint names only httpx2's.

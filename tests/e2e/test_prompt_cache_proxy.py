@@ -22,7 +22,7 @@ from levergate.catalog import Catalog
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.simulator import SimHandle, SimSettings, run_simulator
 from tests.e2e.test_ledger_proxy import sample
 
 KEY = "sk-ant-sim-0123456789"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import openai
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import BOTH_JSON_STYLES, USER
 
 

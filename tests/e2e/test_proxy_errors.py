@@ -12,7 +12,8 @@ from openai.types.chat import ChatCompletionChunk
 
 from levergate.config import Settings
 from levergate.gateway import Gateway
-from levergate.upstreams.simulator import SimHandle
+from levergate.server.transport import GatewayTransport
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import USER, GatewayFactory
 
 
@@ -194,7 +195,7 @@ async def test_a_stream_cut_before_its_first_token_is_an_http_error(
 
 async def test_a_streams_head_preamble_and_first_token_arrive_together(sim: SimHandle) -> None:
     async with Gateway(Settings.for_upstream(sim.base_url)) as gateway:
-        http = httpx.AsyncClient(transport=gateway.transport(), base_url="http://gateway")
+        http = httpx.AsyncClient(transport=GatewayTransport(gateway), base_url="http://gateway")
         body = {"model": "m", "messages": USER, "max_tokens": 8, "stream": True}
         async with http.stream("POST", "/v1/chat/completions", json=body) as response:
             first = await anext(response.aiter_raw())

@@ -1,6 +1,6 @@
 """The official `openai` SDK's Responses API through levergate, against the simulator, on both
 paths (translated to the simulator's chat completions, and passed through to its native
-`/v1/responses`) and both edges (the proxy on loopback, and `Gateway.transport()` in-process).
+`/v1/responses`) and both edges (the proxy on loopback, and `GatewayTransport` in-process).
 `client.responses.stream` is the SDK helper that checks the event order as it accumulates."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from levergate import Gateway, Settings
 from levergate.layers.measure.record import RequestRecord
 from levergate.pipeline import Deps
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimHandle
+from levergate.server.transport import GatewayTransport
+from levergate.simulator import SimHandle
 
 TOOLS: list[Any] = [{
     "type": "function", "name": "get_weather", "description": "Weather in a city.",
@@ -45,7 +46,7 @@ async def sdk_for(sim: SimHandle, way: str, edge: str) -> AsyncIterator[openai.A
             url = await stack.enter_async_context(serving(gateway))
             sdk = openai.AsyncOpenAI(base_url=url, api_key="sk-client", max_retries=0)
         else:
-            http = httpx.AsyncClient(transport=gateway.transport())
+            http = httpx.AsyncClient(transport=GatewayTransport(gateway))
             sdk = openai.AsyncOpenAI(base_url="http://levergate.local/v1", api_key="sk-client",
                                      max_retries=0, http_client=http)  # type: ignore[arg-type]  # fmt: skip
         yield await stack.enter_async_context(sdk)
@@ -262,7 +263,7 @@ async def test_measure_reads_tokens_and_ttft_of_both_paths(
     records = Records()
     settings = settings_for(sim, way)
     async with Gateway(settings, deps=Deps(sinks=[records])) as gateway:
-        http = httpx.AsyncClient(transport=gateway.transport())
+        http = httpx.AsyncClient(transport=GatewayTransport(gateway))
         sdk = openai.AsyncOpenAI(base_url="http://levergate.local/v1", api_key="k", max_retries=0,
                                  http_client=http)  # type: ignore[arg-type]  # fmt: skip
         async with sdk:
@@ -278,7 +279,7 @@ async def test_measure_reads_tokens_and_ttft_of_both_paths(
                 break
             await asyncio.sleep(0.01)
     record = records.seen[-1]
-    assert record.route == "response"
+    assert record.kind == "response"
     assert record.outcome == "ok"
     usage = answer.usage
     assert usage is not None
@@ -303,7 +304,7 @@ async def test_with_auth_on_a_response_belongs_to_the_keys_tenant(
             if edge == "proxy":
                 url = await stack.enter_async_context(serving(gateway))
                 return openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
-            http = httpx.AsyncClient(transport=gateway.transport())
+            http = httpx.AsyncClient(transport=GatewayTransport(gateway))
             return openai.AsyncOpenAI(base_url="http://levergate.local/v1", api_key=key,
                                       max_retries=0, http_client=http)  # type: ignore[arg-type]  # fmt: skip
 

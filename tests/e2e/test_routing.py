@@ -16,14 +16,14 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from levergate.config import Routing, Settings
+from levergate.config import RoutingSettings, Settings
 from levergate.errors import ConfigError
 from levergate.gateway import Gateway
 from levergate.routing.labels import Labels
 from levergate.routing.model import Models
 from levergate.routing.train import Options, embedder, features, spec_for, train
 from levergate.server.run import serving
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 
 SMALL_TALK = [
     "Say hello to my friend Ann.", "What a lovely sunny day it is!",
@@ -46,7 +46,7 @@ def router_file(path: Path) -> Path:
     hard = np.array([p in MATHS for p in prompts])
     cheap = np.where(hard, rng.random(len(prompts)) < 0.1, rng.random(len(prompts)) < 0.95)
     labels = Labels(prompts, cheap.astype(float), np.ones(len(prompts)), "synthetic")
-    settings = Routing().embeddings  # the embedder the routes serve with
+    settings = RoutingSettings().embeddings  # the embedder the routes serve with
     spec = spec_for(settings, dimensions=384)
     x = features(prompts, embed=embedder(settings), text_chars=spec.text_chars)
     router = train(labels, x=x, spec=spec, models=Models(cheap="sim-mini", strong="sim-big"),

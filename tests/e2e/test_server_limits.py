@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 from tests.e2e.raw_http import BODY, MARGIN, connect, post_head, read_error, read_response
 
@@ -164,7 +164,8 @@ async def test_connections_over_the_cap_get_a_503_and_one_log_line(
     sim: SimHandle, gateway_at: GatewayFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="levergate.server")
-    async with gateway_at(sim.base_url, server={"max_connections": 2}) as url:
+    server = {"max_connections": 2, "shed_idle_after_seconds": 60}  # young: never shed
+    async with gateway_at(sim.base_url, server=server) as url:
         idle = [await connect(url) for _ in range(2)]
         for _ in range(3):
             reader, writer = await connect(url)

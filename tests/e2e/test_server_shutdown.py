@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from levergate.upstreams.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
+from levergate.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
 from tests.e2e.conftest import USER, GatewayFactory
 from tests.e2e.raw_http import BODY, MARGIN, connect, post_head, read_error
 from tests.e2e.test_cli import LEVERGATE, free_port, start, wait_for

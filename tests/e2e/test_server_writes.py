@@ -6,7 +6,7 @@ import asyncio
 
 import orjson
 
-from levergate.upstreams.simulator import SimHandle
+from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 from tests.e2e.raw_http import BODY, MARGIN, connect, post_head, read_error, read_response
 

@@ -11,7 +11,7 @@ import anthropic
 import httpx
 import pytest
 
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.simulator import SimHandle, SimSettings, run_simulator
 
 TOOLS: list[anthropic.types.ToolParam] = [
     {

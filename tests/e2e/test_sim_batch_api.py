@@ -9,9 +9,9 @@ import openai
 import orjson
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
+from levergate.simulator import SimSettings, run_simulator
+from levergate.simulator.settings import BatchApiSettings
 from levergate.testing import ManualClock
-from levergate.upstreams.simulator import SimSettings, run_simulator
-from levergate.upstreams.simulator.settings import BatchApiSettings
 
 
 def openai_line(custom_id: str) -> bytes:

@@ -11,7 +11,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionSystemMessageParam
 
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.simulator import SimHandle, SimSettings, run_simulator
 
 USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say something simulated."}]
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from levergate.upstreams.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
+from levergate.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
 
 CHAT = orjson.dumps(
     {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}

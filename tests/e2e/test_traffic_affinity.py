@@ -12,7 +12,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
+from levergate.simulator import SimHandle, SimSettings, run_simulator
 from tests.e2e.conftest import GatewayFactory
 from tests.e2e.test_traffic_faults import sim_requests, upstream
 

@@ -17,25 +17,30 @@ from levergate.config import Settings
 from levergate.errors import LevergateError
 from levergate.gateway import Gateway
 from levergate.policies.ejection import State
-from levergate.upstreams.simulator import (
+from levergate.simulator import (
     FaultSettings,
     LimitSettings,
     SimHandle,
     SimSettings,
     run_simulator,
 )
+from levergate.testing import sample_value
 
 USER = [{"role": "user", "content": "Say something simulated."}]
 
 
 @contextlib.asynccontextmanager
 async def gateway(
-    upstreams: Sequence[dict[str, Any]], *, traffic: dict[str, Any] | None = None
+    upstreams: Sequence[dict[str, Any]],
+    *,
+    traffic: dict[str, Any] | None = None,
+    stores: dict[str, Any] | None = None,
 ) -> AsyncIterator[Gateway]:
     settings = Settings.load(
         upstreams=list(upstreams),
         models=[{"name": "m", "endpoints": [{"upstream": u["name"]} for u in upstreams]}],
         traffic={"seed": 1, **(traffic or {})},
+        stores=stores or {},
     )
     async with Gateway(settings) as gw:
         yield gw
@@ -161,17 +166,17 @@ async def test_a_dead_endpoint_is_ejected_and_readmitted_when_it_recovers() -> N
     ):
         ups = [upstream("a", a), upstream("b", b), upstream("dead", dead)]
         async with gateway(ups, traffic={"ejection": ejection, "retry": retry}) as gw:
-            state = next(s for s in gw.pipeline.traffic.group._members if s.name == "dead")
+            state = next(s for s in gw.pipeline.shared.traffic.group._members if s.name == "dead")
             outcomes = [await ask(gw) for _ in range(30)]
             assert outcomes == ["ok"] * 30
             assert state.health.ejections >= 1
             hits_while_dead = sim_requests(dead)
             assert hits_while_dead <= 2 + state.health.ejections  # threshold plus probes
             dead.configure({"faults": {"error_rate": 0.0}})
-            await asyncio.sleep(state.health.ejected_until - gw.pipeline.clock.now())
+            await asyncio.sleep(state.health.ejected_until - gw.clock.now())
             for _ in range(30):
                 await ask(gw)
-            assert state.health.state(gw.pipeline.clock.now()) is State.HEALTHY
+            assert state.health.state(gw.clock.now()) is State.HEALTHY
             assert sim_requests(dead) > hits_while_dead + 1  # serving again, not just a probe
 
 
@@ -199,12 +204,12 @@ async def test_interactive_requests_overtake_a_batch_flood(limited: SimHandle) -
 
 
 async def test_a_down_redis_falls_back_to_per_process_limits(limited: SimHandle) -> None:
-    traffic = {"store": "redis", "redis_url": "redis://127.0.0.1:1/0"}
+    dead = {"default": {"redis_url": "redis://127.0.0.1:1/0"}}
     limits = {"rpm": 10, "window_seconds": 1.0, "margin": 0.05}
-    async with gateway([upstream("p", limited, key_limits=limits)], traffic=traffic) as gw:
+    async with gateway([upstream("p", limited, key_limits=limits)], stores=dead) as gw:
         outcomes = await asyncio.gather(*(ask(gw) for _ in range(15)))
-        metrics = gw.pipeline.traffic.metrics if gw.pipeline.traffic else None
+        metrics = gw.pipeline.shared.traffic.metrics if gw.pipeline.shared.traffic else None
     assert outcomes == ["ok"] * 15
     assert metrics is not None
-    assert metrics.store_failovers._value.get() == 1
+    assert sample_value(metrics.store_failovers) == 1
     assert limited.stats()["rate_limited"] <= 1

@@ -16,10 +16,10 @@ from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.pipeline import Deps
 from levergate.policies.ejection import State
-from levergate.testing import ManualClock
+from levergate.simulator import SimHandle, SimSettings, run_simulator
+from levergate.testing import ManualClock, sample_value
 from levergate.upstreams.client import client_for
 from levergate.upstreams.probe import HttpProbe
-from levergate.upstreams.simulator import SimHandle, SimSettings, run_simulator
 from tests.e2e.test_traffic_faults import ask, sim_requests, upstream
 
 INTERVAL = 1.0
@@ -64,10 +64,10 @@ class Checked:
     """A gateway whose health checks run on a manual clock, one round per `round()`."""
 
     def __init__(self, gw: Gateway, clock: ManualClock) -> None:
-        assert gw.pipeline.traffic is not None
+        assert gw.pipeline.shared.traffic is not None
         self.gw = gw
         self.clock = clock
-        self.traffic = gw.pipeline.traffic
+        self.traffic = gw.pipeline.shared.traffic
         self.rounds = 1  # the first probes run at startup
 
     def state(self, name: str) -> State:
@@ -76,12 +76,12 @@ class Checked:
 
     def probes(self, name: str) -> float:
         checks = self.traffic.metrics.health_checks
-        return sum(float(checks.labels(name, o)._value.get()) for o in ("pass", "fail"))
+        return sum(float(sample_value(checks, name, o)) for o in ("pass", "fail"))
 
     def attempts(self, name: str) -> float:
         attempts = self.traffic.metrics.attempts
         outcomes = ("ok", "rejected", "failed")
-        return sum(float(attempts.labels(name, o)._value.get()) for o in outcomes)
+        return sum(float(sample_value(attempts, name, o)) for o in outcomes)
 
     async def settled(self, names: Sequence[str]) -> None:
         """Wait (in real time: probes are real requests) for this round's probes to finish."""
@@ -139,8 +139,8 @@ async def test_a_dead_endpoint_is_ejected_by_probes_alone_and_readmitted_when_it
                 assert [await ask(checks.gw) for _ in range(30)] == ["ok"] * 30
                 assert sim_requests(revived) > 0  # readmitted without a half-open probe first
     metrics = checks.traffic.metrics
-    assert metrics.ejections.labels("dead")._value.get() == 1
-    assert metrics.ejected.labels("dead")._value.get() == 0
+    assert sample_value(metrics.ejections, "dead") == 1
+    assert sample_value(metrics.ejected, "dead") == 0
 
 
 async def test_a_hung_endpoint_is_ejected_by_probe_timeouts() -> None:
@@ -156,8 +156,7 @@ async def test_a_hung_endpoint_is_ejected_by_probe_timeouts() -> None:
             assert checks.state("hung") is State.EJECTED
             assert [await ask(checks.gw) for _ in range(20)] == ["ok"] * 20
             assert checks.attempts("hung") == 0
-            fail = checks.traffic.metrics.health_checks.labels("hung", "fail")
-            assert fail._value.get() == 2
+            assert sample_value(checks.traffic.metrics.health_checks, "hung", "fail") == 2
 
 
 async def test_a_probe_tells_up_from_down_on_real_sockets(sim: SimHandle) -> None:

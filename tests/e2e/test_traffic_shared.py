@@ -17,7 +17,7 @@ import pytest
 from levergate.config import Settings
 from levergate.errors import LevergateError
 from levergate.gateway import Gateway
-from levergate.upstreams.simulator import LimitSettings, SimHandle, SimSettings, run_simulator
+from levergate.simulator import LimitSettings, SimHandle, SimSettings, run_simulator
 from tests.redis_required import require_redis
 
 USER = [{"role": "user", "content": "Say something simulated."}]
@@ -36,6 +36,7 @@ async def replicas(
         models=[{"name": "m", "upstream": "p"}],
         cache={"enabled": False},
         traffic=traffic,
+        stores={"default": {"redis_url": REDIS_URL}},
     )
     async with contextlib.AsyncExitStack() as stack:
         gateways = [await stack.enter_async_context(Gateway(settings)) for _ in range(count)]
@@ -60,7 +61,7 @@ async def limited() -> AsyncIterator[SimHandle]:
 
 async def test_two_replicas_share_one_limit_through_redis(limited: SimHandle) -> None:
     await require_redis(REDIS_URL)
-    traffic = {"store": "redis", "redis_url": REDIS_URL, "redis_prefix": f"t:{{{uuid.uuid4()}}}:"}
+    traffic = {"redis_prefix": f"t:{{{uuid.uuid4()}}}:"}
     limits = {"rpm": 10, "window_seconds": 1.0, "margin": 0.05}
     async with replicas(limited, 2, traffic=traffic, limits=limits) as (one, two):
         outcomes = await asyncio.gather(*(ask(gw, max_tokens=4) for gw in [one, two] * 15))

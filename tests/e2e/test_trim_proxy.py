@@ -11,8 +11,8 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from levergate.upstreams.simulator import SimHandle
-from levergate.upstreams.simulator.tokens import chat_prompt, count_tokens
+from levergate.simulator import SimHandle
+from levergate.simulator.tokens import chat_prompt, count_tokens
 from tests.e2e.conftest import GatewayFactory
 
 WORDS = " ".join(f"word{i}" for i in range(60))

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import pytest
 from pydantic import SecretStr
 
-from levergate.config import AnthropicUpstream, Upstream
+from levergate.config import AnthropicUpstreamSettings, UpstreamSettings
 from levergate.upstreams import make_endpoint
 
 
@@ -40,10 +40,10 @@ async def answering(body: bytes, status: int = 200) -> AsyncIterator[int]:
 async def test_a_malformed_model_list_is_no_models(body: bytes, status: int, kind: str) -> None:
     async with answering(body, status) as port:
         url = f"http://127.0.0.1:{port}"
-        settings: Upstream = (
-            Upstream(name="u", base_url=url + "/v1")
+        settings: UpstreamSettings = (
+            UpstreamSettings(name="u", base_url=url + "/v1")
             if kind == "openai"
-            else AnthropicUpstream(name="u", base_url=url, api_key=SecretStr("k"))
+            else AnthropicUpstreamSettings(name="u", base_url=url, api_key=SecretStr("k"))
         )
         endpoint = make_endpoint(settings)
         try:
@@ -54,7 +54,7 @@ async def test_a_malformed_model_list_is_no_models(body: bytes, status: int, kin
 
 async def test_a_well_formed_list_keeps_its_objects() -> None:
     async with answering(b'{"data": [{"id": "m1"}, 7, {"id": "m2"}]}') as port:
-        endpoint = make_endpoint(Upstream(name="u", base_url=f"http://127.0.0.1:{port}/v1"))
+        endpoint = make_endpoint(UpstreamSettings(name="u", base_url=f"http://127.0.0.1:{port}/v1"))
         try:
             assert [m["id"] for m in await endpoint.models()] == ["m1", "m2"]
         finally:

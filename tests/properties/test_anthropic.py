@@ -12,17 +12,17 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from levergate.config import RequestLimits
+from levergate.config import RequestLimitsSettings
 from levergate.core.call import Call, Context
 from levergate.errors import BadRequest
-from levergate.protocol.anthropic_in import to_openai
-from levergate.protocol.anthropic_out import EventTranslator
-from levergate.protocol.extensions import for_openai
-from levergate.protocol.openai import check_body
+from levergate.protocol.anthropic.edge_answer import EventTranslator
+from levergate.protocol.anthropic.edge_request import to_openai
+from levergate.protocol.anthropic.extensions import for_openai
+from levergate.protocol.openai.body import check_body
 from tests.anthropic_grammar import check_grammar
 
 T = TypeVar("T")
-LIMITS = RequestLimits(max_messages=8, max_tools=4, max_content_blocks=16)
+LIMITS = RequestLimitsSettings(max_messages=8, max_tools=4, max_content_blocks=16)
 text = st.text(max_size=12)
 cache = st.sampled_from([None] * 6 + [{"type": "ephemeral"}] * 3 + [{"type": "x"}])
 

@@ -1,4 +1,5 @@
-"""Properties of the OpenAI -> Anthropic request translation (protocol/anthropic_request.py).
+"""Properties of the OpenAI -> Anthropic request translation
+(protocol/anthropic/upstream_request.py).
 
 Round trip: any Anthropic request built from what both wire formats express (alternating
 turns of text, images, tool calls and tool results, system blocks with `cache_control`, tools,
@@ -14,7 +15,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from levergate.protocol.anthropic_request import to_messages_request
+from levergate.protocol.anthropic.upstream_request import to_messages_request
 
 text = st.text(min_size=1, max_size=20)
 ident = st.from_regex(r"toolu_[a-z0-9]{4}", fullmatch=True)
@@ -126,37 +127,7 @@ def as_openai(request: dict[str, Any]) -> dict[str, Any]:
     elif system:
         messages.append({"role": "system", "content": [_part(b) for b in system]})
     for turn in request["messages"]:
-        blocks = turn["content"]
-        if turn["role"] == "assistant":
-            texts = [_part(b) for b in blocks if b["type"] == "text"]
-            calls = [
-                {
-                    "id": b["id"],
-                    "type": "function",
-                    "function": {"name": b["name"], "arguments": orjson.dumps(b["input"]).decode()},
-                }
-                for b in blocks
-                if b["type"] == "tool_use"
-            ]
-            message: dict[str, Any] = {"role": "assistant", "content": texts or None}
-            if calls:
-                message["tool_calls"] = calls
-            messages.append(message)
-            continue
-        rest = []
-        for block in blocks:
-            if block["type"] == "tool_result":
-                messages.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": block["tool_use_id"],
-                        "content": block["content"],
-                    }
-                )
-            else:
-                rest.append(_part(block))
-        if rest:
-            messages.append({"role": "user", "content": rest})
+        messages.extend(_turn(turn))
     body: dict[str, Any] = {
         "model": request["model"],
         "messages": messages,
@@ -189,6 +160,42 @@ def as_openai(request: dict[str, Any]) -> dict[str, Any]:
             else {"type": "function", "function": {"name": choice["name"]}}
         )
     return body
+
+
+def _turn(turn: dict[str, Any]) -> list[dict[str, Any]]:
+    """One Anthropic turn as OpenAI messages (tool results become tool messages)."""
+    blocks = turn["content"]
+    if turn["role"] == "assistant":
+        texts = [_part(b) for b in blocks if b["type"] == "text"]
+        calls = [
+            {
+                "id": b["id"],
+                "type": "function",
+                "function": {"name": b["name"], "arguments": orjson.dumps(b["input"]).decode()},
+            }
+            for b in blocks
+            if b["type"] == "tool_use"
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": texts or None}
+        if calls:
+            message["tool_calls"] = calls
+        return [message]
+    messages: list[dict[str, Any]] = []
+    rest = []
+    for block in blocks:
+        if block["type"] == "tool_result":
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": block["tool_use_id"],
+                    "content": block["content"],
+                }
+            )
+        else:
+            rest.append(_part(block))
+    if rest:
+        messages.append({"role": "user", "content": rest})
+    return messages
 
 
 def _part(block: dict[str, Any]) -> dict[str, Any]:

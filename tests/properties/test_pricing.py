@@ -4,16 +4,19 @@ saving is the difference between its counterfactual and what was paid."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from levergate.catalog import Catalog
-from levergate.config import Price
-from levergate.core.call import CacheOutcome, CacheResult, Call, Context
+from levergate.config import PriceSettings
+from levergate.core.call import Call, Context
 from levergate.core.tokenizer import TokenSource
-from levergate.layers.cache.entries import meta_usage, usage_meta
+from levergate.layers.cache.entries import meta_origin, meta_usage, usage_meta
+from levergate.layers.cache.entries import served as served_from
 from levergate.layers.measure.ledger import Ledger
 from levergate.policies.pricing import (
+    Lever,
     Rates,
     Side,
     Tokens,
@@ -107,7 +110,7 @@ def test_a_route_saving_plus_what_was_paid_is_the_default_models_cost(
     tokens: Tokens, at: Rates, default: Rates, cheap: float
 ) -> None:
     paid = bill(tokens=tokens, rates=at, default=default, side=(Side("c", "cascade", cheap),))
-    counterfactual = paid.savings.get("route", 0.0) + paid.cost_usd
+    counterfactual = paid.savings.get(Lever.ROUTE, 0.0) + paid.cost_usd
     assert abs(counterfactual - cost(tokens, default)) <= 1e-9 * max(1.0, counterfactual)
 
 
@@ -115,21 +118,57 @@ def test_a_route_saving_plus_what_was_paid_is_the_default_models_cost(
 @given(
     usage=st.one_of(anthropic_usage(), anthropic_usage().map(translated)),
     price=st.builds(
-        Price, input=price, output=price, cache_read=price, cache_write=price, cache_write_1h=price
+        PriceSettings,
+        input=price,
+        output=price,
+        cache_read=price,
+        cache_write=price,
+        cache_write_1h=price,
     ),
 )
 def test_a_full_cache_hit_saves_exactly_what_the_miss_that_filled_it_cost(
-    usage: dict[str, object], price: Price
+    usage: dict[str, object], price: PriceSettings
 ) -> None:
     ledger = Ledger(Catalog.of_prices({"m": price}))
-    miss = Call("chat", {"model": "m"}, Context("miss"))
+    # Asked for "auto" (a route's alias, no price of its own), answered by "m".
+    miss = Call("chat", {"model": "auto"}, Context("miss"))
     miss.ctx.trace.alias = "m"
     tokens = from_usage(usage)
     paid = ledger.bill(miss, tokens, usage).cost_usd
-    # The entry keeps the buckets in its meta; the hit reads them back.
-    prompt, completion, *bucket = meta_usage(usage_meta(usage))
-    hit = Call("chat", {"model": "m"}, Context("hit"))
-    hit.ctx.trace.cache = CacheResult("exact", CacheOutcome.HIT, prompt, completion, *bucket)
+    # The entry keeps the buckets and what answered in its meta; the hit reads them back.
+    hit = Call("chat", {"model": "auto"}, Context("hit"))
+    hit.ctx.trace.cache = served_from("exact", usage_meta(usage, alias="m"))
     served = ledger.bill(hit, Tokens(output_source=TokenSource.NONE), None)
     assert served.cost_usd == 0
-    assert abs(served.savings.get("exact", 0.0) - paid) <= 1e-9 * max(1.0, paid)
+    assert abs(served.savings.get(Lever.EXACT, 0.0) - paid) <= 1e-9 * max(1.0, paid)
+
+
+@settings(max_examples=200, deadline=None)
+@given(usage=anthropic_usage(), alias=st.text(max_size=40), model=st.text(max_size=80))
+def test_an_entry_keeps_what_answered_it_whatever_the_names(
+    usage: dict[str, object], alias: str, model: str
+) -> None:
+    # Model names behind `*` come from the client's body: commas, newlines, quotes, anything.
+    meta = usage_meta(usage, alias=alias, model=model)
+    assert meta_usage(meta) == meta_usage(usage_meta(usage))
+    assert meta_origin(meta) == (alias, model)
+
+
+@given(meta=st.binary(max_size=200))
+def test_any_meta_bytes_read_as_counts_and_an_origin_never_an_error(meta: bytes) -> None:
+    assert len(meta_usage(meta)) == 5
+    alias, model = meta_origin(meta)
+    assert isinstance(alias, str)
+    assert isinstance(model, str)
+
+
+@given(tokens=buckets(), at=rates, served=rates, default=rates)
+def test_tier_and_route_savings_add_up_to_the_default_models_standard_cost(
+    tokens: Tokens, at: Rates, served: Rates, default: Rates
+) -> None:
+    """The tier lever is standard minus what the serving tier cost; the route lever, at
+    standard rates on both sides: together, the default model at standard minus what was paid."""
+    priced = bill(tokens=tokens, rates=at, tier=served, default=default)
+    assert priced.cost_usd == pytest.approx(cost(tokens, served))
+    together = priced.savings.get(Lever.TIER, 0.0) + priced.savings.get(Lever.ROUTE, 0.0)
+    assert together == pytest.approx(cost(tokens, default) - priced.cost_usd, abs=1e-9)

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from levergate.protocol.responses_out import events_of
-from levergate.protocol.responses_stream import EventWriter
+from levergate.protocol.responses.answer import events_of
+from levergate.protocol.responses.stream import EventWriter
 
 texts = st.text(min_size=1, max_size=8)
 deltas = st.one_of(

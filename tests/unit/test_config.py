@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from levergate.config import WILDCARD, Price, Settings, Upstream
+from levergate.config import WILDCARD, PriceSettings, Settings, UpstreamSettings
 from levergate.errors import ConfigError
 
 
@@ -29,7 +29,7 @@ def test_yaml_file_and_environment_merge_with_the_environment_winning(
     assert settings.server.port == 9100
     assert settings.server.host == "0.0.0.0"
     upstream = settings.upstreams[0]
-    assert isinstance(upstream, Upstream)
+    assert isinstance(upstream, UpstreamSettings)
     key = upstream.api_key
     assert key is not None
     assert key.get_secret_value() == "sk-secret"
@@ -49,7 +49,7 @@ def test_code_values_merge_into_the_file_instead_of_replacing_sections(tmp_path:
 def test_for_upstream_routes_every_model_to_one_url() -> None:
     settings = Settings.for_upstream("http://127.0.0.1:8000/v1/")
     upstream = settings.upstreams[0]
-    assert isinstance(upstream, Upstream)
+    assert isinstance(upstream, UpstreamSettings)
     assert upstream.base_url == "http://127.0.0.1:8000/v1"
     assert [m.name for m in settings.models] == [WILDCARD]
 
@@ -80,9 +80,9 @@ def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_price_takes_the_earlier_cached_input_name_and_overrides_field_by_field() -> None:
-    old = Price.model_validate({"input": 1.0, "output": 4.0, "cached_input": 0.1})
+    old = PriceSettings.model_validate({"input": 1.0, "output": 4.0, "cached_input": 0.1})
     assert old.cache_read == 0.1
-    over = Price.model_validate({"input": 2.0}).over(old)
+    over = PriceSettings.model_validate({"input": 2.0}).over(old)
     assert (over.input, over.output, over.cache_read) == (2.0, 4.0, 0.1)
 
 
@@ -122,7 +122,7 @@ def test_every_api_key_from_the_environment_is_read_once_at_load(
     monkeypatch.setenv("LG_TEST_KEY", "k-main")
     monkeypatch.setenv("LG_TEST_KEY_1", "k-one")
     monkeypatch.setenv("LG_TEST_KEY_2", "k-two")
-    upstream = Upstream(
+    upstream = UpstreamSettings(
         name="p",
         base_url="http://127.0.0.1:9/v1",
         api_key_env="LG_TEST_KEY",

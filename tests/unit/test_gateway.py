@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from levergate.config import Settings
-from levergate.gateway import TIMEOUT_HEADER, Gateway
+from levergate.control_headers import TIMEOUT_HEADER
+from levergate.gateway import Gateway
 from levergate.pipeline import Deps
 from levergate.testing import ManualClock
 
@@ -15,7 +16,7 @@ async def test_the_deadline_is_set_on_the_gateways_clock() -> None:
     gateway = Gateway(Settings.for_upstream("http://127.0.0.1:9/v1"), deps=Deps(clock=clock))
     try:
         call = gateway.make_call("chat", BODY, headers={TIMEOUT_HEADER: "2.5"})
-        assert call.ctx.deadline == 1002.5
-        assert gateway.make_call("chat", BODY).ctx.deadline is None
+        assert call.ctx.controls.deadline == 1002.5
+        assert gateway.make_call("chat", BODY).ctx.controls.deadline is None
     finally:
         await gateway.aclose()

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from levergate.config import Cache, Model, RateLimits, RetrySettings, Settings, Traffic
+from levergate.config import (
+    CacheSettings,
+    ModelSettings,
+    RateLimitsSettings,
+    RetrySettings,
+    Settings,
+    TrafficSettings,
+)
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed, Reply
 from levergate.core.service import Layer, Service, stack
@@ -39,14 +46,22 @@ def test_a_lever_that_is_off_builds_no_layer() -> None:
     shared = shared_for(settings)
     assert Retry.layer(RetrySettings(enabled=False), shared=shared) is None
     assert Retry.layer(RetrySettings(), shared=shared) is not None
-    assert Admission.layer(Traffic(), shared=shared) is None
-    assert Admission.layer(Traffic(tenant_default=RateLimits(rpm=5)), shared=shared) is not None
+    assert Admission.layer(TrafficSettings(), shared=shared) is None
+    assert (
+        Admission.layer(TrafficSettings(tenant_default=RateLimitsSettings(rpm=5)), shared=shared)
+        is not None
+    )
     assert Fallback.layer(settings.models, on=("timeout",), shared=shared) is None
-    with_fallback = [Model(name="a", upstream="u", fallbacks=["b"]), Model(name="b", upstream="u")]
+    with_fallback = [
+        ModelSettings(name="a", upstream="u", fallbacks=["b"]),
+        ModelSettings(name="b", upstream="u"),
+    ]
     assert Fallback.layer(with_fallback, on=("timeout",), shared=shared) is not None
-    assert ExactCache.layer(Cache(), shared=shared) is None  # the cache is off: no CacheState
-    assert semantic_layer(Cache(), shared=shared, routes=Answer(), embedder=None) is None
-    checks = Traffic().health_checks
+    assert (
+        ExactCache.layer(CacheSettings(), shared=shared) is None
+    )  # the cache is off: no CacheState
+    assert semantic_layer(CacheSettings(), shared=shared, routes=Answer(), embedder=None) is None
+    checks = TrafficSettings().health_checks
     assert HealthChecks.job(checks, keys=[], shared=shared, http_client=client_for) is None
 
 
@@ -75,7 +90,7 @@ async def test_endpoint_keys_are_built_once_and_shared_by_every_alias() -> None:
               {"name": "*", "upstream": "u"}]  # fmt: skip
     pipeline = build_pipeline(Settings.load(upstreams=[upstream], models=models))
     try:
-        names = sorted(state.name for state in pipeline.traffic.group._members)
+        names = sorted(state.name for state in pipeline.shared.traffic.group._members)
         assert names == ["u/key0", "u/key1"]  # one state per key, not per key and alias
     finally:
         await pipeline.aclose()

@@ -31,6 +31,12 @@ def settings(monkeypatch: pytest.MonkeyPatch) -> Settings:
         models=[{"name": "*", "upstream": "a"}],
         auth={"enabled": True, "keys": [{"key": "lg-client-key-1", "tenant": "t"}]},
         cache={"store": {"redis_url": "redis://:redis-password-1@127.0.0.1:6379/0"}},
+        stores={
+            "default": {
+                "redis_url": "redis://:redis-password-2@127.0.0.1:6379/0",
+                "postgres_dsn": "postgresql://lg:pg-password-3@127.0.0.1/lg",
+            }
+        },
     )
 
 
@@ -48,6 +54,8 @@ def test_every_configured_secret_is_found(monkeypatch: pytest.MonkeyPatch) -> No
         "azure-secret-header",
         "lg-client-key-1",
         "redis-password-1",
+        "redis-password-2",
+        "pg-password-3",
     ):
         assert redact(f"echo: {secret}!") == "echo: [redacted]!", secret
     assert redact("x-trace: plain-header-value") == "x-trace: plain-header-value"
@@ -113,3 +121,29 @@ def test_a_handler_with_the_filter_scrubs_other_libraries_records() -> None:
     finally:
         other.removeHandler(handler)
     assert seen == ["connect to http://[redacted]@h failed\\r\\nforged"]
+
+
+def test_logs_lose_the_query_strings_of_configured_urls_answers_do_not() -> None:
+    settings = Settings.load(
+        upstreams=[{"name": "a", "base_url": "https://x.example/v1?api-version=2024-10-21"}],
+        models=[{"name": "*", "upstream": "a"}],
+        webhooks={"targets": {"ops": {"url": "https://hooks.example/in?token=tok-0123456789",
+                                      "secret": "whsec-0123456789abcdef"}}},
+    )  # fmt: skip
+    logs = Redactor.for_logs(settings)
+    line = 'HTTP Request: POST https://hooks.example/in?token=tok-0123456789 "HTTP/1.1 200 OK"'
+    assert "tok-0123456789" not in logs(line)
+    assert "2024-10-21" not in logs("GET https://x.example/v1?api-version=2024-10-21")
+    assert Redactor.of(settings)("api-version=2024-10-21") == "api-version=2024-10-21"
+
+
+def test_a_secret_urls_password_is_redacted_but_not_its_user_alone() -> None:
+    settings = Settings.load(stores={"default": {
+        "postgres_dsn": "postgresql://postgres@127.0.0.1:5432/levergate",
+        "redis_url": "redis://levergate-user:redis-password-4@127.0.0.1/0",
+    }})  # fmt: skip
+    redact = Redactor.of(settings)
+    assert redact("set stores.default.postgres_dsn") == "set stores.default.postgres_dsn"
+    assert (
+        redact("auth redis-password-4 for levergate-user") == "auth [redacted] for levergate-user"
+    )

@@ -19,7 +19,7 @@ from levergate.testing import FakeUpstream, LoopClock, VirtualTimeLoop, run_virt
 def test_the_shipped_test_doubles_are_pinned() -> None:
     assert sorted(levergate.testing.__all__) == [
         "FakeUpstream", "LoopClock", "ManualClock", "UpstreamOutcome", "VirtualTimeLoop",
-        "run_virtual",
+        "run_virtual", "sample_value",
     ]  # fmt: skip
 
 

@@ -4,129 +4,107 @@
 An async request is a one-line job of kind `async` in the Batch API's store, so a restart
 loses nothing: the line runs through the whole pipeline at priority `batch` (batch/execute.py)
 — or, deferred, through the provider's batch API (batch/defer.py) — and this module's step of
-the runner (`AsyncRequests.step`) finishes it: `finalizing` delivers the webhook, then the job
-ends `completed` (no output files: the result is read from the line). Delivery is
-at-least-once: each attempt is saved before it is made, retried with exponential backoff
-(`webhooks.backoff_*`, capped) up to `webhooks.max_attempts`, the event `id` stable across
-attempts for receivers to dedupe on.
+the runner (`AsyncRequests.step`) finishes it: `finalizing` hands the webhook to its own
+workers (batch/deliveries.py, never the job loop), then the job ends `completed` (no output
+files: the result is read from the line). Delivery is at-least-once: each attempt is saved
+before it is made, retried with exponential backoff (`webhooks.backoff_*`, capped) up to
+`webhooks.max_attempts`, the event `id` stable across attempts for receivers to dedupe on.
 
-How a request asks (server/handlers/async_requests.py): `POST /v1/async/chat/completions`
+How a request asks (batch/http.py; the edge parses the headers into `Controls.run_async`,
+levergate/control_headers.py): `POST /v1/async/chat/completions`
 (or `/completions`, `/embeddings`), or the ordinary route with `x-levergate-async: true`;
-`x-levergate-defer: 24h` or an `x-levergate-deadline` (Unix seconds) at least
-`defer.min_deadline_seconds` away defers it; `x-levergate-webhook: <name>` picks a target from
+`x-levergate-defer: 24h` defers it; an `x-levergate-deadline` (Unix seconds) defers it when the
+provider's batch API is the cheapest tier that meets it (`tiers.enabled`: policies/tiers.py,
+by the batch tier's observed turnaround), else (tiers off) when it is at least
+`defer.min_deadline_seconds` away; a request not deferred runs with that deadline, so the tier
+policy can still send it at flex. `x-levergate-webhook: <name>` picks a target from
 `webhooks.targets`. A URL there is refused (400): targets come from config only (no SSRF).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 
-from levergate.batch.model import ENDPOINTS, Job, LineRow, new_id
-from levergate.config import AsyncRequests as AsyncSettings
-from levergate.config import Defer, Webhooks
+from levergate.batch.deliveries import Deliveries
+from levergate.batch.model import ASYNC_PREFIX, ENDPOINTS, Job, LineRow, new_id
+from levergate.batch.store import answered
+from levergate.config import AsyncRequestsSettings, DeferSettings, WebhooksSettings
+from levergate.control_headers import DEADLINE_HEADER, DEFER_HEADER, WEBHOOK_HEADER
+from levergate.core.controls import AsyncAsk
+from levergate.core.json_bound import parse_json
 from levergate.errors import BadRequest, NotFound
-from levergate.protocol.openai import check_body
-from levergate.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, backoff, sign
+from levergate.policies.tiers import Ask, Tier, choose
+from levergate.protocol.openai.body import check_body
 
 if TYPE_CHECKING:
     from levergate.batch.defer import Deferral
+    from levergate.batch.quotas import Quotas
     from levergate.batch.runner import Runner
     from levergate.batch.store import Store
+    from levergate.config import TiersSettings
     from levergate.core.clock import Clock
+    from levergate.layers.tiers.book import TierBook
 
-log = logging.getLogger("levergate.batch.async")
-ASYNC_HEADER = "x-levergate-async"
-DEFER_HEADER = "x-levergate-defer"
-DEADLINE_HEADER = "x-levergate-deadline"
-WEBHOOK_HEADER = "x-levergate-webhook"
-CONTROL_HEADERS = (ASYNC_HEADER, DEFER_HEADER, DEADLINE_HEADER, WEBHOOK_HEADER)
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 WINDOW = 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
 class Controls:
-    """What a request's headers ask for."""
+    """What a request's async controls come to on this gateway."""
 
     asked: bool  # an async request at all
     defer: bool  # explicitly deferred (header or a far deadline)
     webhook: str | None
 
 
-def controls(headers: Mapping[str, str], *, now: float, defer: Defer, hooks: Webhooks,
-             dedicated: bool) -> Controls:  # fmt: skip
-    """The async controls of a request, each validated (400 with the header's name)."""
-    flag = headers.get(ASYNC_HEADER)
-    if flag is not None and flag.lower() not in ("true", "1", "false", "0"):
-        raise BadRequest(f"'{ASYNC_HEADER}' must be true or false.", param=ASYNC_HEADER)
-    deferred = False
-    if (window := headers.get(DEFER_HEADER)) is not None:
-        if window != "24h":
-            raise BadRequest(f"'{DEFER_HEADER}' must be \"24h\" (the providers' batch window).",
-                             param=DEFER_HEADER)  # fmt: skip
-        deferred = True
-    if (deadline := headers.get(DEADLINE_HEADER)) is not None:
-        if not deadline.isdigit() or len(deadline) > 12:
-            raise BadRequest(f"'{DEADLINE_HEADER}' must be a Unix time in seconds.",
-                             param=DEADLINE_HEADER)  # fmt: skip
-        deferred = deferred or int(deadline) - now >= defer.min_deadline_seconds
-    webhook = headers.get(WEBHOOK_HEADER)
-    if webhook is not None:
-        if "/" in webhook or ":" in webhook:
-            raise BadRequest(
-                f"'{WEBHOOK_HEADER}' names a webhook target from the gateway's config; URLs "
-                "are not accepted.",
-                code="webhook_url_not_allowed",
-                param=WEBHOOK_HEADER,
-            )
-        if not _NAME.fullmatch(webhook) or webhook not in hooks.targets:
-            raise BadRequest(f"Unknown webhook target {webhook[:64]!r}.",
-                             code="unknown_webhook_target", param=WEBHOOK_HEADER)  # fmt: skip
-    if "x-levergate-webhook-url" in headers:
-        raise BadRequest(
-            "Webhook URLs are not accepted; name a configured target.",
-            code="webhook_url_not_allowed",
-            param="x-levergate-webhook-url",
-        )
-    asked = dedicated or deferred or (flag or "").lower() in ("true", "1")
+def controls(ask: AsyncAsk, *, now: float, defer: DeferSettings, hooks: WebhooksSettings,
+             dedicated: bool, by_policy: bool = False) -> Controls:  # fmt: skip
+    """Judge the async controls the edge parsed (control_headers.async_ask checked each one's
+    shape): the webhook target must be configured, and a deadline far enough away defers
+    (`by_policy`: the tier policy judges the deadline instead, `AsyncRequests`)."""
+    far = ask.not_after is not None and ask.not_after - now >= defer.min_deadline_seconds
+    deferred = ask.defer or (far and not by_policy)
+    webhook = ask.webhook
+    if webhook is not None and (not _NAME.fullmatch(webhook) or webhook not in hooks.targets):
+        raise BadRequest(f"Unknown webhook target {webhook[:64]!r}.",
+                         code="unknown_webhook_target", param=WEBHOOK_HEADER)  # fmt: skip
+    asked = dedicated or deferred or ask.asked or (by_policy and ask.not_after is not None)
     if not asked and webhook is not None:
         raise BadRequest(f"'{WEBHOOK_HEADER}' is for async requests.", param=WEBHOOK_HEADER)
     return Controls(asked, deferred, webhook)
 
 
-def asks_async(headers: Mapping[str, str]) -> bool:
-    """Cheap check for the ordinary routes' hot path: any async control header at all."""
-    return any(name in headers for name in CONTROL_HEADERS)
-
-
 class AsyncRequests:
-    def __init__(self, *, settings: AsyncSettings, defer: Defer, hooks: Webhooks, store: Store,
-                 clock: Clock, deferral: Deferral | None, limits: Any) -> None:  # fmt: skip
+    def __init__(self, *, settings: AsyncRequestsSettings, defer: DeferSettings, hooks:
+    WebhooksSettings, store: Store,
+                 clock: Clock, deferral: Deferral | None, limits: Any,
+                 quotas: Quotas, tiers: tuple[TierBook, TiersSettings] | None = None,
+                 ) -> None:  # fmt: skip
         self.settings = settings
+        # The tier policy, when on: it decides whether a deadline defers (`_batch_chosen`).
+        self._tiers = tiers
+        self._quotas = quotas
         self._defer = defer
         self._hooks = hooks
         self._store = store
         self._clock = clock
         self._deferral = deferral
         self._limits = limits
-        self._http = httpx.AsyncClient()
+        self.deliveries = Deliveries(hooks=hooks, store=store, clock=clock, wire=self.wire)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self.deliveries.aclose()
 
-    async def submit(self, endpoint: str, body: Any, *, headers: Mapping[str, str], tenant: str,
+    async def submit(self, endpoint: str, body: Any, *, ask: AsyncAsk, tenant: str,
                      key_id: str | None, dedicated: bool) -> Job:  # fmt: skip
         now = self._clock.now()
-        asked = controls(headers, now=now, defer=self._defer, hooks=self._hooks,
-                         dedicated=dedicated)  # fmt: skip
+        asked = controls(ask, now=now, defer=self._defer, hooks=self._hooks,
+                         dedicated=dedicated, by_policy=self._tiers is not None)  # fmt: skip
         if endpoint not in ENDPOINTS:
             raise BadRequest(f"{endpoint[:64]} cannot be run asynchronously.",
                              code="invalid_endpoint")  # fmt: skip
@@ -136,9 +114,17 @@ class AsyncRequests:
             raise BadRequest("An async request cannot be streamed ('stream': true).",
                              param="stream")  # fmt: skip
         check_body(ENDPOINTS[endpoint], body, limits=self._limits)
-        deferred = self._deferred(endpoint, body, explicit=asked.defer)
-        job_id = new_id("areq")
+        left = None if ask.not_after is None else ask.not_after - now
+        if left is not None and left <= 0:
+            raise BadRequest(f"'{DEADLINE_HEADER}' is in the past: no answer can meet it.",
+                             code="invalid_header_value", param=DEADLINE_HEADER)  # fmt: skip
+        deferred = self._deferred(endpoint, body, explicit=asked.defer, left=left)
+        request = orjson.dumps(body)
+        await self._quotas.async_request(tenant, size=len(request))
+        job_id = new_id(ASYNC_PREFIX.rstrip("_"))
         extra: dict[str, Any] = {"request": body}
+        if ask.not_after is not None:
+            extra["not_after"] = ask.not_after
         if deferred:
             extra["defer"] = {"parts": None}
         if asked.webhook is not None:
@@ -147,16 +133,19 @@ class AsyncRequests:
         job = Job(id=job_id, tenant=tenant, status="validating" if deferred else "in_progress",
                   endpoint=endpoint, input_file_id="", created_at=int(now),
                   expires_at=int(now) + WINDOW, kind="async", key_id=key_id,
-                  times={} if deferred else {"in_progress_at": int(now)}, extra=extra)  # fmt: skip
+                  times={} if deferred else {"in_progress_at": int(now)}, extra=extra,
+                  holds=len(request))  # fmt: skip
         # The line first: a job in_progress with no line would look finished to the runner.
-        await self._store.add_lines(job_id, [LineRow(0, "request", orjson.dumps(body))])
-        await self._store.add_job(job)
+        await answered(self._store.add_lines(job_id, [LineRow(0, "request", request)]))
+        await answered(self._store.add_job(job))
         return job
 
-    def _deferred(self, endpoint: str, body: dict[str, Any], *, explicit: bool) -> bool:
+    def _deferred(
+        self, endpoint: str, body: dict[str, Any], *, explicit: bool, left: float | None
+    ) -> bool:
         d = self._deferral
-        route = d.route(body, endpoint=endpoint) if d is not None and d.settings.enabled else None
-        if explicit and route is None:
+        target = d.target(body, endpoint=endpoint) if d is not None and d.settings.enabled else None
+        if explicit and target is None:
             why = (
                 "deferral is off (defer.enabled)"
                 if d is None or not d.settings.enabled
@@ -167,18 +156,35 @@ class AsyncRequests:
         if explicit:
             return True
         policy = self._defer.routes.get(str(body.get("model")))
-        return route is not None and policy is not None and policy.async_requests
+        if target is not None and policy is not None and policy.async_requests:
+            return True
+        return target is not None and left is not None and self._batch_chosen(body, left)
+
+    def _batch_chosen(self, body: dict[str, Any], left: float) -> bool:
+        """The tier policy picks the provider's batch API for this deadline: cheapest in time
+        (flex at the same price wins the tie: it answers sooner)."""
+        if self._tiers is None or body.get("service_tier") is not None:
+            return False  # off, or the client named its tier: that is what it gets
+        book, settings = self._tiers
+        alias = str(body.get("model"))
+        route = settings.route(alias)
+        if not route.choose:
+            return False
+        options = book.options(alias, model=alias, body=body,
+                               tiers=(Tier.BATCH, Tier.FLEX, Tier.STANDARD))  # fmt: skip
+        choice = choose(options, Ask(left, interactive=False, ceiling=Tier(route.ceiling)))
+        return choice.tier is Tier.BATCH
 
     async def get(self, request_id: str, *, tenant: str) -> dict[str, Any]:
-        job = await self._store.get_job(request_id, tenant=tenant)
+        job = await answered(self._store.get_job(request_id, tenant=tenant))
         if job is None or job.kind != "async":
             raise NotFound(f"No such async request: {request_id[:128]}", code="not_found")
         return await self.wire(job)
 
     async def wire(self, job: Job) -> dict[str, Any]:
-        counts = await self._store.counts(job.id)
-        found = await self._store.results(job.id, ok=counts.ok > 0, after=-1, limit=1)
-        line = orjson.loads(found[0][1]) if found else None
+        counts = await answered(self._store.counts(job.id))
+        found = await answered(self._store.results(job.id, ok=counts.ok > 0, after=-1, limit=1))
+        line = parse_json(found[0][1]) if found else None
         status = "pending" if line is None else ("completed" if counts.ok else "failed")
         hook = job.extra.get("webhook")
         return {
@@ -200,43 +206,9 @@ class AsyncRequests:
             return None  # in_progress -> finalizing is the batch machine's own move
         hook = job.extra.get("webhook")
         if isinstance(hook, dict) and hook.get("state") == "pending":
-            if hook.get("next_at", 0.0) > self._clock.now():
-                return False
-            hook = await self._deliver(job, hook)
-            changed = dataclasses.replace(job, extra={**job.extra, "webhook": hook})
-            if hook["state"] == "pending":
-                return await self._store.save(changed, expect=job.status)
-            job = changed
+            # Its workers move the job on once the notice is delivered or given up.
+            if hook.get("next_at", 0.0) <= self._clock.now():
+                self.deliveries.offer(job)
+            return False
         return await self._store.save(job.moved(job.end or "completed", now=self._clock.now()),
                                       expect="finalizing")  # fmt: skip
-
-    async def _deliver(self, job: Job, hook: dict[str, Any]) -> dict[str, Any]:
-        target = self._hooks.targets.get(hook["target"])
-        attempts = int(hook.get("attempts", 0)) + 1
-        if target is None or target.secret is None:  # removed from config since
-            return {**hook, "state": "failed", "attempts": attempts, "reason": "unknown target"}
-        now = int(self._clock.now())
-        data = await self.wire(job)
-        event = {"id": hook["event"], "object": "event", "created": now,
-                 "type": f"async_request.{data['status']}", "data": data}  # fmt: skip
-        body = orjson.dumps(event)
-        headers = {"content-type": "application/json", EVENT_ID_HEADER: hook["event"],
-                   SIGNATURE_HEADER: sign(target.secret.get_secret_value(), timestamp=now,
-                                          body=body)}  # fmt: skip
-        status = 0
-        try:
-            # The receiver's answer body is never read: only its status counts.
-            async with self._http.stream("POST", target.url, content=body, headers=headers,
-                                         timeout=target.timeout_seconds) as response:  # fmt: skip
-                status = response.status_code
-        except httpx.HTTPError as exc:
-            log.warning("webhook %s for %s: %s", hook["target"], job.id, type(exc).__name__)
-        if 200 <= status < 300:
-            return {**hook, "state": "delivered", "attempts": attempts, "last_status": status}
-        h = self._hooks
-        if attempts >= h.max_attempts:
-            return {**hook, "state": "failed", "attempts": attempts, "last_status": status}
-        wait = backoff(attempts, base=h.backoff_base_seconds, factor=h.backoff_factor,
-                       cap=h.backoff_max_seconds)  # fmt: skip
-        return {**hook, "attempts": attempts, "last_status": status,
-                "next_at": self._clock.now() + wait}  # fmt: skip

@@ -4,11 +4,11 @@
   (`{"custom_id", "result": {"type": "succeeded" | "errored" | "canceled" | "expired", ...}}`),
   as the line the job's output or error file gets (OpenAI's shape, as `batch/lines.py` writes
   it); an Anthropic message becomes a `chat.completion` the same way a live Anthropic answer
-  does (protocol/anthropic_response.py), usage included.
-- `Recorder`: each answered line goes through `Measure` (the pipeline's outermost layer, with
-  the gateway's telemetry and catalog) around a service that only states what answered, with
-  `trace.batch` set: the ledger prices it at the provider's batch rates and counts the
-  difference as the `batch` lever's savings in /metrics, as for any request.
+  does (protocol/anthropic/upstream_answer.py), usage included.
+- `LineRecords`: each answered line becomes a finished-request record through the gateway's
+  one `Recorder` (`Host.recorder`, the one `Measure` emits through), with `trace.batch` set:
+  the ledger prices it at the provider's batch rates and counts the difference as the `batch`
+  lever's savings in /metrics, and every sink (key budgets, `Deps.sinks`) sees it.
 """
 
 from __future__ import annotations
@@ -18,15 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from levergate.batch.lines import error_line, output_line
 from levergate.batch.model import ENDPOINTS, Job
-from levergate.core.reply import Completed, Reply
-from levergate.layers.keys.quota import BudgetSink
-from levergate.layers.measure.measure import Measure
-from levergate.layers.measure.record import Sink
-from levergate.protocol.anthropic_response import chat_completion
+from levergate.core.controls import Principal, Priority
+from levergate.layers.measure.recorder import Seen
+from levergate.protocol.anthropic.upstream_answer import chat_completion
 
 if TYPE_CHECKING:
-    from levergate.core.call import Call
-    from levergate.gateway import Gateway
+    from levergate.extension import Host
 
 log = logging.getLogger("levergate.batch.defer")
 ANTHROPIC_STATUS = {"invalid_request_error": 400, "authentication_error": 401,
@@ -37,17 +34,25 @@ ENDED = {"canceled": ("batch_cancelled", "The provider's batch was cancelled bef
 
 
 def result_line(
-    line: dict[str, Any], *, api: str, job_id: str, names: dict[int, str], now: int
+    line: dict[str, Any],
+    *,
+    api: str,
+    job_id: str,
+    names: dict[int, str],
+    now: int,
+    request_ids: dict[int, str] | None = None,
 ) -> tuple[int, bool, bytes, dict[str, Any] | None] | None:
     """(idx, ok, the job's result line, the answer body to price) — None for a line that is
-    not one of ours or already finished (`names` holds the open lines)."""
+    not one of ours or already finished (`names` holds the open lines). `request_ids`: each
+    line's request id when it is not `<job_id>-<idx>` (a pack's lines belong to many jobs)."""
     custom = line.get("custom_id")
     if not isinstance(custom, str) or not custom.startswith("l") or not custom[1:].isdigit():
         return None
     idx = int(custom[1:])
     if idx not in names:
         return None
-    name, request_id = names[idx], f"{job_id}-{idx}"
+    name = names[idx]
+    request_id = request_ids[idx] if request_ids is not None else f"{job_id}-{idx}"
     if api == "openai":
         response = _obj(line.get("response"))
         if not response:
@@ -92,36 +97,34 @@ def _error_of(body: Any) -> dict[str, Any]:
     return {"code": "provider_error", "message": "The provider answered with an error."}
 
 
-class Recorder:
-    """Deferred answers priced and counted as requests, through `Measure`."""
+class LineRecords:
+    """Deferred answers priced and counted as requests, through the gateway's one `Recorder`
+    (every sink sees them: Prometheus, the ledger, key budgets, `Deps.sinks`)."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self._gateway = gateway
-        keys = gateway.pipeline.shared.keys
-        self._sinks: list[Sink] = [BudgetSink(keys.budgets)] if keys is not None else []
+    def __init__(self, host: Host) -> None:
+        self._host = host
 
-    async def record(self, job: Job, *, idx: int, body: dict[str, Any], upstream: str,
-                     upstream_model: str) -> None:  # fmt: skip
-        """Emit the record of one answered line (`Measure` builds it on the next loop turn)."""
-        pipeline = self._gateway.pipeline
+    def record(self, job: Job, *, idx: int, body: dict[str, Any], upstream: str,
+               upstream_model: str) -> None:  # fmt: skip
+        """Emit the record of one answered line, with the origin `deferred` (an async request
+        deferred to a provider's batch API is one too) and its usage as the provider sent it."""
+        host = self._host
         request = job.extra.get("request") if job.kind == "async" else None
         kind = ENDPOINTS.get(job.endpoint, "chat")
         model = request.get("model") if isinstance(request, dict) else body.get("model")
         body_of_record = {"model": str(model or upstream_model), **_minimal(kind)}
-        call = self._gateway.make_call(kind, body_of_record, request_id=f"{job.id}-{idx}")
-        trace = call.ctx.trace
-        trace.tenant, trace.key_id, trace.batch = job.tenant, job.key_id, True
-        trace.upstream, trace.upstream_model = upstream, upstream_model
-        trace.alias = call.model if call.model in pipeline.models else ""
-        answer = Completed(data=body)
-
-        async def answered(_: Call) -> Reply:
-            return answer
-
-        measure = Measure(answered, telemetry=pipeline.telemetry, catalog=pipeline.shared.catalog,
-                          sinks=self._sinks)  # fmt: skip
         try:
-            await measure(call)
+            call = host.make_call(kind, body_of_record, request_id=f"{job.id}-{idx}")
+            call = call.with_controls(priority=Priority.BATCH)
+            call = call.with_ctx(principal=Principal(tenant=job.tenant, key_id=job.key_id))
+            trace = call.ctx.trace
+            trace.tenant, trace.key_id, trace.batch = job.tenant, job.key_id, True
+            trace.upstream, trace.upstream_model = upstream, upstream_model
+            trace.alias = call.model if call.model in host.models else ""
+            trace.origin = "deferred"
+            usage = body.get("usage")
+            seen = Seen(usage=usage if isinstance(usage, dict) else None, answer=body, total=0.0)
+            host.recorder.finish(call, seen)
         except Exception as exc:  # the ledger never fails a result being written
             log.warning("defer: cannot record %s-%d: %s", job.id, idx, exc)
 

@@ -26,7 +26,8 @@ from urllib.parse import urljoin
 import httpx
 import orjson
 
-from levergate.config import AnthropicUpstream, Upstream
+from levergate.config import AnthropicUpstreamSettings, UpstreamSettings
+from levergate.core.json_bound import parse_json
 from levergate.upstreams.anthropic import api_root, auth_headers
 
 JSON_CAP = 1024 * 1024
@@ -92,7 +93,7 @@ class _Client:
             raise ProviderDown(f"{method} {path}: {type(exc).__name__}") from None
         _check(response.status_code, f"{method} {path}", raw)
         try:
-            data = orjson.loads(raw)
+            data = parse_json(raw)
         except orjson.JSONDecodeError:
             raise ProviderDown(f"{method} {path}: not JSON") from None
         if not isinstance(data, dict):
@@ -111,7 +112,7 @@ class _Client:
                     if seen > self._cap:
                         raise ProviderDown(f"results over defer.max_result_bytes ({self._cap})")
                     if line.strip():
-                        parsed = orjson.loads(line)
+                        parsed = parse_json(line)
                         if isinstance(parsed, dict):
                             yield parsed
         except (httpx.HTTPError, orjson.JSONDecodeError) as exc:
@@ -221,10 +222,10 @@ class AnthropicBatches(_Client):
         await self._json("POST", f"/v1/messages/batches/{batch_id}/cancel")
 
 
-def provider_for(upstream: Upstream, *, http: httpx.AsyncClient, max_result_bytes: int,
+def provider_for(upstream: UpstreamSettings, *, http: httpx.AsyncClient, max_result_bytes: int,
                  timeout: float) -> ProviderBatches:  # fmt: skip
     """The batch API of a configured upstream (its base URL and its first key)."""
-    if isinstance(upstream, AnthropicUpstream):
+    if isinstance(upstream, AnthropicUpstreamSettings):
         headers = {"content-type": "application/json", **auth_headers(upstream)}
         return AnthropicBatches(http, root=api_root(upstream), headers=headers,
                                 max_result_bytes=max_result_bytes, timeout=timeout)  # fmt: skip

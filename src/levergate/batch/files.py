@@ -7,7 +7,11 @@ boundary scanner is exactly the code that goes wrong on a boundary split across 
 The file part goes to a temporary file in `dir/tmp` in writes of about 1 MiB (in a thread, so
 a slow disk never stalls the loop), and is renamed into `dir/files/<id>` once accepted. A full
 disk is `StorageFull` (507) and leaves nothing behind: no record is written for a file that
-is not whole on disk.
+is not whole on disk. Any failure (a malformed or stalled body, a quota, a client gone)
+removes the temporary file; one its writer never removed (the process was killed) is found
+by `Disk.sweep`, at start and then periodically: a temporary file's writer holds a `flock` on
+it from the moment it exists while it lives, so a file whose lock is free is an orphan — and
+several gateway processes sharing `dir` never remove each other's uploads in flight.
 
 Output and error files (`write_lines`) are written to a temporary file, fsynced and renamed,
 so a crash mid-write leaves the old state, and finalizing simply runs again.
@@ -18,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import os
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +36,9 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from levergate.errors import BadRequest, LevergateError, PayloadTooLarge
 
 FLUSH_BYTES = 1 << 20
+PART, NEW = ".part", ".new"  # a temporary file; one being made (not yet locked)
 MAX_FIELD_BYTES = 1024  # `purpose` and any other small field
+MAX_BOUNDARY_BYTES = 70  # RFC 2046; python-multipart raises (a 500) past 256
 MAX_FILENAME_CHARS = 256
 
 
@@ -51,11 +59,26 @@ def storage_error(exc: OSError) -> LevergateError:
 
 
 @dataclass(frozen=True, slots=True)
+class Temp:
+    """A temporary file being written: `fd` is open on it and holds an exclusive `flock`, which
+    says the file is in use for as long as this process lives (the kernel drops the lock when
+    it dies, however it dies). `Disk.keep` renames it into place, `Disk.drop` removes it."""
+
+    path: Path
+    fd: int
+
+
+@dataclass(frozen=True, slots=True)
 class Upload:
-    path: Path  # the temporary file: `Disk.keep` it or `Disk.discard` it
+    temp: Temp  # `Disk.keep` it or `Disk.drop` it
     filename: str
     purpose: str
     size: int
+    fields: dict[str, bytes]  # every small field, as sent (`expires_after[seconds]`, ...)
+
+    @property
+    def path(self) -> Path:
+        return self.temp.path
 
 
 class Disk:
@@ -65,40 +88,97 @@ class Disk:
     def path(self, file_id: str) -> Path:
         return self.root / "files" / file_id
 
-    def temp(self) -> Path:
+    async def temp(self) -> Temp:
+        return await asyncio.to_thread(self._temp)
+
+    def _temp(self) -> Temp:
         tmp = self.root / "tmp"
         tmp.mkdir(parents=True, exist_ok=True)
-        return tmp / f"{secrets.token_hex(12)}.part"
+        name = secrets.token_hex(12)
+        # Made and locked under a name the sweep does not take for an upload, then renamed:
+        # a `.part` file is locked from the moment it exists.
+        born = tmp / f"{name}{NEW}"
+        fd = os.open(born, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
+            path = born.with_suffix(PART)
+            born.replace(path)
+        except BaseException:
+            os.close(fd)
+            born.unlink(missing_ok=True)
+            raise
+        return Temp(path, fd)
 
-    async def keep(self, temp: Path, file_id: str) -> None:
+    async def keep(self, temp: Temp, file_id: str) -> None:
         target = self.path(file_id)
         await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
-        await asyncio.to_thread(os.replace, temp, target)
+        await asyncio.to_thread(os.replace, temp.path, target)
+        await asyncio.to_thread(os.close, temp.fd)
+
+    async def drop(self, temp: Temp) -> None:
+        """Remove a temporary file, even when the task is cancelled again meanwhile (a client
+        gone mid-upload, a shutdown): the thread finishes the removal either way."""
+        await asyncio.shield(asyncio.to_thread(_remove, temp))
 
     async def discard(self, path: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
             await asyncio.to_thread(path.unlink)
 
+    async def sweep(self, *, older_than: float) -> int:
+        """Remove the temporary files no live process is writing (their lock is free): what a
+        killed process, or a failure this code did not see, left behind. A file caught between
+        being made and being locked (a few microseconds; then killed) goes once `older_than`
+        seconds old. The number removed."""
+        return await asyncio.to_thread(self._sweep, older_than)
+
+    def _sweep(self, older_than: float) -> int:
+        tmp = self.root / "tmp"
+        removed = 0
+        with contextlib.suppress(FileNotFoundError):
+            for path in tmp.glob(f"*{PART}"):
+                with contextlib.suppress(OSError):
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # in use: BlockingIOError
+                        path.unlink()
+                        removed += 1
+                    finally:
+                        os.close(fd)
+            cutoff = time.time() - older_than
+            for path in tmp.glob(f"*{NEW}"):
+                with contextlib.suppress(OSError):
+                    if path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        removed += 1
+        return removed
+
     async def write_lines(
         self, file_id: str, pages: Callable[[], AsyncIterator[list[bytes]]]
     ) -> int:
         """Write every page of lines to `file_id` atomically; its size in bytes."""
-        temp = await asyncio.to_thread(self.temp)
-        fd = await asyncio.to_thread(os.open, temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        temp = await self.temp()
         size = 0
         try:
             async for page in pages():
                 data = b"".join(line + b"\n" for line in page)
-                await asyncio.to_thread(_write_all, fd, data)
+                await asyncio.to_thread(_write_all, temp.fd, data)
                 size += len(data)
-            await asyncio.to_thread(os.fsync, fd)
+            await asyncio.to_thread(os.fsync, temp.fd)
         except OSError as exc:
-            await asyncio.to_thread(os.close, fd)
-            await self.discard(temp)
+            await self.drop(temp)
             raise storage_error(exc) from exc
-        await asyncio.to_thread(os.close, fd)
+        except BaseException:
+            await self.drop(temp)
+            raise
         await self.keep(temp, file_id)
         return size
+
+
+def _remove(temp: Temp) -> None:
+    with contextlib.suppress(OSError):
+        temp.path.unlink()
+    with contextlib.suppress(OSError):
+        os.close(temp.fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -121,9 +201,13 @@ class _Parts:
         self._disposition = b""
         self._name: str | None = None
         self._is_file = False
+        # The closing boundary (`--boundary--`) arrived: without it the body was cut short,
+        # and a file cut at a line boundary would otherwise be kept, truncated, as whole.
+        self.ended = False
 
     def callbacks(self) -> dict[str, Callable[..., None]]:
         return {
+            "on_end": self._end,
             "on_part_begin": self._begin,
             "on_header_field": self._field,
             "on_header_value": self._value,
@@ -134,6 +218,9 @@ class _Parts:
 
     def _begin(self) -> None:
         self._disposition, self._name, self._is_file = b"", None, False
+
+    def _end(self) -> None:
+        self.ended = True
 
     def _field(self, data: bytes, start: int, end: int) -> None:
         self._header_name += data[start:end]
@@ -175,23 +262,32 @@ class _Parts:
 
 
 async def receive(
-    chunks: AsyncIterator[bytes], *, content_type: str, disk: Disk, max_file_bytes: int
+    chunks: AsyncIterator[bytes],
+    *,
+    content_type: str,
+    disk: Disk,
+    max_file_bytes: int,
+    meter: Callable[[int], None] | None = None,
 ) -> Upload:
-    """Stream a multipart upload to a temporary file; BadRequest if it is not a file upload."""
+    """Stream a multipart upload to a temporary file; BadRequest if it is not a file upload.
+    `meter` sees the size of each piece of the file before it is kept, and raises to refuse
+    the upload (a tenant's storage quota). On any failure the temporary file is removed."""
     kind, options = parse_options_header(content_type)
     boundary = options.get(b"boundary")
-    if kind != b"multipart/form-data" or not boundary:
+    if kind != b"multipart/form-data" or not boundary or len(boundary) > MAX_BOUNDARY_BYTES:
         raise BadRequest(
-            "Upload the file as multipart/form-data with 'purpose' and 'file' fields.",
+            "Upload the file as multipart/form-data with 'purpose' and 'file' fields (its "
+            f"boundary 1 to {MAX_BOUNDARY_BYTES} characters).",
             code="invalid_content_type",
         )
-    temp = await asyncio.to_thread(disk.temp)
-    fd = await asyncio.to_thread(os.open, temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    temp = await disk.temp()
     pending: list[bytes] = []
     buffered = 0
 
     def sink(data: bytes) -> None:
         nonlocal buffered
+        if meter is not None:
+            meter(len(data))
         pending.append(data)
         buffered += len(data)
 
@@ -201,32 +297,36 @@ async def receive(
             data = b"".join(pending)
             pending.clear()
             buffered = 0
-            await asyncio.to_thread(_write_all, fd, data)
+            await asyncio.to_thread(_write_all, temp.fd, data)
 
     parts = _Parts(sink, max_file_bytes=max_file_bytes)
     parser = MultipartParser(boundary, parts.callbacks())  # type: ignore[arg-type]
     try:
-        await _feed(chunks, parser, flush=flush, buffered=lambda: buffered)
+        await _feed(chunks, parser, parts=parts, flush=flush, buffered=lambda: buffered)
         await flush()
-        await asyncio.to_thread(os.fsync, fd)
+        await asyncio.to_thread(os.fsync, temp.fd)
+        filename = _filename(parts)
     except OSError as exc:
-        await _abandon(fd, temp, disk)
+        await disk.drop(temp)
         raise storage_error(exc) from exc
     except BaseException:
-        await _abandon(fd, temp, disk)
+        await disk.drop(temp)
         raise
-    await asyncio.to_thread(os.close, fd)
     purpose = parts.fields.get("purpose", b"").decode("utf-8", "replace").strip()
+    return Upload(temp, filename, purpose, parts.file_bytes, parts.fields)
+
+
+def _filename(parts: _Parts) -> str:
     if parts.filename is None:
-        await disk.discard(temp)
         raise BadRequest("Missing required parameter: 'file'.", param="file")
-    return Upload(temp, parts.filename, purpose, parts.file_bytes)
+    return parts.filename
 
 
 async def _feed(
     chunks: AsyncIterator[bytes],
     parser: MultipartParser,
     *,
+    parts: _Parts,
     flush: Callable[[], Awaitable[None]],
     buffered: Callable[[], int],
 ) -> None:
@@ -242,9 +342,8 @@ async def _feed(
         raise BadRequest(
             f"The multipart body is malformed: {exc}", code="invalid_multipart"
         ) from None
-
-
-async def _abandon(fd: int, temp: Path, disk: Disk) -> None:
-    with contextlib.suppress(OSError):
-        await asyncio.to_thread(os.close, fd)
-    await disk.discard(temp)
+    if not parts.ended:
+        raise BadRequest(
+            "The multipart body ended before its closing boundary: the upload is incomplete.",
+            code="invalid_multipart",
+        )

@@ -26,9 +26,10 @@ from typing import Any
 import orjson
 
 from levergate.batch.model import ENDPOINTS, LineRow, new_id
-from levergate.config import RequestLimits
+from levergate.config import MAX_JSON_DEPTH, RequestLimitsSettings
+from levergate.core.json_bound import TooDeep, parse_json, too_deep
 from levergate.errors import BadRequest
-from levergate.protocol.openai import check_body
+from levergate.protocol.openai.body import check_body
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,14 @@ def scan_upload(path: Path, *, bounds: FileBounds) -> int:
     seen: set[str] = set()
     for number, line in _lines(path, max_line_bytes=bounds.max_line_bytes):
         try:
-            parsed = orjson.loads(line)
+            parsed = parse_json(line)
+        except TooDeep as exc:
+            raise BadRequest(
+                f"Line {number} nests arrays and objects deeper than {exc.limit} levels, the most "
+                "this gateway accepts.",
+                code="json_too_deep",
+                param="file",
+            ) from None
         except orjson.JSONDecodeError:
             raise BadRequest(
                 f"The file is not JSONL: line {number} is not valid JSON.",
@@ -100,7 +108,7 @@ def scan_upload(path: Path, *, bounds: FileBounds) -> int:
 
 
 def read_rows(
-    path: Path, *, endpoint: str, bounds: FileBounds, limits: RequestLimits, chunk: int
+    path: Path, *, endpoint: str, bounds: FileBounds, limits: RequestLimitsSettings, chunk: int
 ) -> Iterator[list[LineRow]]:
     """The file's lines validated against the batch, `chunk` rows at a time."""
     rows: list[LineRow] = []
@@ -114,16 +122,20 @@ def read_rows(
 
 
 def validate_line(
-    line: bytes, *, idx: int, number: int, endpoint: str, limits: RequestLimits
+    line: bytes, *, idx: int, number: int, endpoint: str, limits: RequestLimitsSettings
 ) -> LineRow:
     """One line as a row to run, or as a row whose error line is already written."""
-    parsed = orjson.loads(line)  # scan_upload proved it is an object with a custom_id
+    # scan_upload proved it is an object with a custom_id; a file scanned before the depth
+    # bound existed may still nest deeper, and fails alone here, never the runner.
+    parsed = orjson.loads(line)
     custom_id = str(parsed["custom_id"])
 
     def refused(message: str, code: str = "invalid_request") -> LineRow:
         text = f"Line {number}: {message}"
         return LineRow(idx, custom_id, None, error_line(custom_id, code=code, message=text))
 
+    if too_deep(parsed, limit=MAX_JSON_DEPTH, text=line):
+        return refused(f"the line nests deeper than {MAX_JSON_DEPTH} levels.", "json_too_deep")
     if parsed.get("method") != "POST":
         return refused("'method' must be \"POST\".")
     if parsed.get("url") != endpoint:

@@ -11,6 +11,12 @@ Status machine (OpenAI's names; `end` is where `finalizing` or `cancelling` lead
         │              │   └──(expires_at passed)──> finalizing(end=expired) ──> expired
         └──> failed    └──(cancel)──> cancelling ──> cancelled
     validating ──(cancel)──> cancelling ──> cancelled
+    any of validating, in_progress, finalizing ──(a step failed `max_job_attempts` times)──> failed
+
+A job's step (validate, finalize, cancel, a later kind's step) that raises something
+unexpected, or whose process dies during it, is tried again; `attempts` counts the tries in a
+row, in the store, so a restart does not reset it, and the runner ends the job `failed` (or
+`cancelled`, when it was being cancelled) with the reason once they run out (batch/runner.py).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
+
+from levergate.core.json_bound import parse_json
 
 Status = Literal[
     "validating",
@@ -33,11 +41,13 @@ Status = Literal[
     "cancelled",
 ]
 TERMINAL: frozenset[str] = frozenset({"failed", "completed", "expired", "cancelled"})
+# SQL for "not terminal" (`status NOT IN ...`): a job still open, holding its input.
+OPEN_NOT = "(" + ", ".join(f"'{status}'" for status in sorted(TERMINAL)) + ")"
 # Where each status may go next; anything else is a bug (or a racing replica) and is refused.
 NEXT: dict[str, frozenset[str]] = {
     "validating": frozenset({"in_progress", "failed", "cancelling"}),
-    "in_progress": frozenset({"finalizing", "cancelling"}),
-    "finalizing": frozenset({"completed", "expired"}),
+    "in_progress": frozenset({"finalizing", "cancelling", "failed"}),
+    "finalizing": frozenset({"completed", "expired", "failed"}),
     "cancelling": frozenset({"cancelled"}),
 }
 ENDPOINTS: dict[str, Literal["chat", "completion", "embedding"]] = {
@@ -50,6 +60,9 @@ PURPOSES = frozenset({"batch"})
 
 class TransitionError(Exception):
     """A status change the machine does not allow."""
+
+
+ASYNC_PREFIX = "areq_"  # an async request's job id (batch/async_requests.py)
 
 
 def new_id(prefix: str) -> str:
@@ -69,6 +82,7 @@ class FileRecord:
     bytes: int
     created_at: int
     lines: int = 0
+    expires_at: int | None = None  # Unix seconds; swept after (batch/quotas.py)
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -79,9 +93,13 @@ class FileRecord:
             "filename": self.filename,
             "purpose": self.purpose,
             "status": "processed",
-            "expires_at": None,
+            "expires_at": self.expires_at,
             "status_details": None,
         }
+
+
+# Job fields kept in columns of their own, not inside its stored `data`.
+INDEXED = ("id", "tenant", "status", "kind", "created_at", "expires_at", "attempts", "holds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +121,12 @@ class Job:
     error_file_id: str | None = None
     errors: list[dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # for later job kinds
+    # Times in a row a runner took this job up without finishing its step (a column: `lease`
+    # counts it, a clean `release` clears it); not part of `data`.
+    attempts: int = 0
+    # What it holds in the job store while open (a batch's input file, an async request's
+    # body): counted against its tenant's `batch.quotas.stored_bytes`.
+    holds: int = 0
 
     def moved(self, to: str, *, now: float, **changes: Any) -> Job:
         """This job in status `to`, stamped `<to>_at`; TransitionError if the machine forbids it."""
@@ -114,18 +138,18 @@ class Job:
     def data(self) -> bytes:
         """Everything but the indexed columns, as stored."""
         fields = dataclasses.asdict(self)
-        for column in ("id", "tenant", "status", "kind", "created_at", "expires_at"):
+        for column in INDEXED:
             del fields[column]
         return orjson.dumps(fields)
 
     @classmethod
     def from_row(
         cls, *, id: str, tenant: str, status: str, kind: str,  # noqa: A002 - the column
-        created_at: int, expires_at: int, data: bytes | str,
+        created_at: int, expires_at: int, data: bytes | str, attempts: int = 0, holds: int = 0,
     ) -> Job:  # fmt: skip
-        fields = orjson.loads(data)
+        fields = parse_json(data)
         return cls(id=id, tenant=tenant, status=status, kind=kind, created_at=created_at,
-                   expires_at=expires_at, **fields)  # fmt: skip
+                   expires_at=expires_at, attempts=attempts, holds=holds, **fields)  # fmt: skip
 
     def wire(self, counts: Counts) -> dict[str, Any]:
         t = self.times
@@ -158,6 +182,15 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class Usage:
+    """What a tenant holds in the Batch API's storage, as its quotas count it."""
+
+    files: int = 0
+    bytes: int = 0  # its files' bytes, and what its open jobs hold in the job store
+    open_jobs: dict[str, int] = field(default_factory=dict)  # by kind: batch, async
+
+
+@dataclass(frozen=True, slots=True)
 class Counts:
     total: int = 0
     ok: int = 0
@@ -179,6 +212,13 @@ class LineRow:
     result: bytes | None = None
 
 
+def not_after_of(fields: dict[str, Any]) -> float | None:
+    """An async request's deadline from its job's stored fields (`extra.not_after`)."""
+    extra = fields.get("extra")
+    found = extra.get("not_after") if isinstance(extra, dict) else None
+    return float(found) if isinstance(found, int | float) else None
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A line this process holds the lease on: run it, then `finish` it."""
@@ -191,3 +231,6 @@ class Claim:
     tenant: str
     endpoint: str
     key_id: str | None
+    # An async request's own deadline (`x-levergate-deadline`, Unix seconds): the tier policy
+    # plans its run for it (layers/tiers/).
+    not_after: float | None = None

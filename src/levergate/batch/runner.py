@@ -5,9 +5,17 @@ supervisor), doing two things at once in one task group.
   pipeline (`execute`: a `Call` at priority `batch`, so caches, key rights and the Limits
   layer's pacing apply, interactive traffic first), write its result. A retryable failure
   (429, 503, upstream down) gives the line back for later, up to `max_attempts`.
-- Jobs: lease one job that needs job-level work and advance it through the status machine
+- Jobs: lease jobs that need job-level work and advance each through the status machine
   (batch/model.py): validate the input into lines, move a finished job to finalizing, close
   the unleased lines of a cancelled or expired job, and write the output and error files.
+
+Fair across tenants, because one tenant's flood must not stall another's work. Free line
+slots are shared max-min fairly among the tenants that have lines waiting
+(policies/fair_share.py: the next slot to the tenant with the fewest lines in flight,
+round-robin among equals), and no tenant holds more than `max_tenant_share` of them. Job
+steps run `job_workers` at once, a tenant's at most half of them, and a job of a tenant this
+process is not busy with is leased first. Webhooks are delivered by their own workers
+(batch/deliveries.py), never on this loop.
 
 A heartbeat renews every lease this process holds every third of `lease_seconds`. A killed
 process stops renewing: its lines come back to the queue when their leases lapse, and the
@@ -15,6 +23,14 @@ process that claims them next (itself after a restart, or a replica) runs them a
 crash loses no line, and re-runs at most the lines that were in flight (providers offer no
 idempotency key on chat calls: a line in flight at the crash may have been answered — and
 billed — once already). `finish` writes only over a pending line: one result per line.
+
+Nothing one batch holds stops the runner for the others. A line whose run raises something
+unexpected goes back to the queue like a retryable failure and, after `max_attempts` (crashes
+of the process count: the store counts claims), becomes an error line that says so. A job step
+that raises is parked for `retry_seconds` while the other jobs go on, and after
+`max_job_attempts` tries in a row (the store counts them too, across restarts) the job ends
+`failed` with the reason. Those two catch-alls are the runner's process edge: the traceback
+goes to the log once per try, the tenant gets a reason without internals.
 """
 
 from __future__ import annotations
@@ -22,18 +38,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import secrets
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from levergate.batch.files import Disk
 from levergate.batch.lines import FileBounds, error_line, read_rows
-from levergate.batch.model import Claim, FileRecord, Job
+from levergate.batch.model import TERMINAL, Claim, FileRecord, Job
 from levergate.batch.store import Store, StoreError
-from levergate.config import RequestLimits
-from levergate.config.batch import Batch
+from levergate.config import RequestLimitsSettings
+from levergate.config.batch import BatchSettings
 from levergate.core.clock import Clock, timeout
 from levergate.errors import LevergateError
+from levergate.policies.fair_share import rotated, shares
 
 log = logging.getLogger("levergate.batch")
 PAGE = 1000
@@ -64,8 +83,8 @@ class Runner:
     def __init__(
         self,
         *,
-        settings: Batch,
-        limits: RequestLimits,
+        settings: BatchSettings,
+        limits: RequestLimitsSettings,
         store: Store,
         disk: Disk,
         execute: Execute,
@@ -82,21 +101,28 @@ class Runner:
         # A fresh holder per process start: a restarted gateway never mistakes its dead
         # predecessor's leases for its own, it waits for them to lapse like any replica.
         self.holder = f"{secrets.token_hex(6)}"
-        self._inflight: set[tuple[str, int]] = set()
+        self._inflight: dict[tuple[str, int], str] = {}  # line -> its tenant
+        self._by_tenant: Counter[str] = Counter()
+        self._tenant_cap = max(1, math.floor(settings.concurrency * settings.max_tenant_share))
+        self._turn = 0
         self._wake = asyncio.Event()
-        self._parked: dict[str, float] = {}
+        self._stepping: dict[str, str] = {}  # job id -> tenant, for the job steps running
+        self._step_done = asyncio.Event()
+        # Jobs held back until a time; False: its step failed (its attempts keep counting).
+        self._parked: dict[str, tuple[float, bool]] = {}
         self._bounds = FileBounds(settings.max_lines, settings.max_line_bytes,
                                   settings.max_custom_id_chars)  # fmt: skip
 
     def wake(self) -> None:
         """New work may be there (a batch created on this process): look now, not at the poll."""
         self._wake.set()
+        self._step_done.set()
 
     async def run(self) -> None:
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self._heartbeat())
-                tasks.create_task(self._jobs())
+                tasks.create_task(self._jobs(tasks))
                 await self._lines(tasks)
         finally:
             # A clean stop hands this process's leases back at once instead of at their expiry.
@@ -109,26 +135,38 @@ class Runner:
         while True:
             self._wake.clear()
             free = self._s.concurrency - len(self._inflight)
-            claimed: list[Claim] = []
-            if free > 0:
-                now = self._clock.now()
-                try:
-                    claimed = await self._store.claim(
-                        holder=self.holder, now=now, until=now + self._s.lease_seconds, limit=free
-                    )
-                except StoreError as exc:
-                    log.warning("batch: cannot claim lines: %s", exc)
-                for claim in claimed:
-                    self._inflight.add((claim.job_id, claim.idx))
-                    tasks.create_task(self._one(claim))
+            claimed = await self._claim(free) if free > 0 else []
+            for claim in claimed:
+                self._inflight[(claim.job_id, claim.idx)] = claim.tenant
+                self._by_tenant[claim.tenant] += 1
+                tasks.create_task(self._one(claim))
             if not claimed or len(claimed) == free:
                 with contextlib.suppress(TimeoutError):
                     async with timeout(self._clock, self._s.poll_seconds):
                         await self._wake.wait()
 
+    async def _claim(self, free: int) -> list[Claim]:
+        """Up to `free` lines, shared fairly across the tenants that have lines waiting."""
+        now = self._clock.now()
+        until = now + self._s.lease_seconds
+        claimed: list[Claim] = []
+        try:
+            waiting = await self._store.claimable(now=now)
+            self._turn += 1
+            plan = shares(free=free, waiting=rotated(waiting, self._turn),
+                          inflight=self._by_tenant, cap=self._tenant_cap)  # fmt: skip
+            for tenant, limit in plan.items():
+                claimed += await self._store.claim(holder=self.holder, now=now, until=until,
+                                                   limit=limit, tenant=tenant)  # fmt: skip
+        except StoreError as exc:
+            log.warning("batch: cannot claim lines: %s", exc)
+        except Exception:  # the runner's edge: a bad row must not stop every batch
+            log.exception("batch: claiming lines failed")
+        return claimed
+
     async def _one(self, claim: Claim) -> None:
         try:
-            outcome = await self._execute(claim)
+            outcome = await self._run_line(claim)
             if isinstance(outcome, Later):
                 at = self._clock.now() + outcome.seconds
                 await self._store.retry_later(claim.job_id, claim.idx, holder=self.holder, at=at)
@@ -138,8 +176,32 @@ class Runner:
             # The line stays leased to us; the lease lapses and it runs again: never lost.
             log.warning("batch: cannot record line %s/%d: %s", claim.job_id, claim.idx, exc)
         finally:
-            self._inflight.discard((claim.job_id, claim.idx))
+            del self._inflight[(claim.job_id, claim.idx)]
+            self._by_tenant[claim.tenant] -= 1
+            if not self._by_tenant[claim.tenant]:
+                del self._by_tenant[claim.tenant]
             self._wake.set()
+
+    async def _run_line(self, claim: Claim) -> Done | Later:
+        """The line's outcome; a line the process died on `max_attempts` times is not run
+        again, and one whose run raises fails alone (after its attempts), never the runner."""
+        line_id = f"{claim.job_id}-{claim.idx}"
+        if claim.attempts > self._s.max_attempts:
+            message = (f"The gateway stopped {claim.attempts - 1} times while running this "
+                       f"request; it was not tried again (request {line_id}).")  # fmt: skip
+            return Done(ok=False, result=error_line(claim.custom_id, code="attempts_exhausted",
+                                                    message=message))  # fmt: skip
+        try:
+            return await self._execute(claim)
+        except Exception as exc:  # the runner's edge: this line fails, the others run
+            log.exception("batch: line %s raised (attempt %d)", line_id, claim.attempts)
+            if claim.attempts < self._s.max_attempts:
+                return Later(self._s.retry_seconds)
+            message = (f"The gateway failed on this request {claim.attempts} times "
+                       f"({type(exc).__name__}); its log has the details "
+                       f"(request {line_id}).")  # fmt: skip
+            return Done(ok=False, result=error_line(claim.custom_id, code="internal_error",
+                                                    message=message))  # fmt: skip
 
     async def _heartbeat(self) -> None:
         while True:
@@ -153,37 +215,100 @@ class Runner:
 
     # ---- jobs -----------------------------------------------------------------------------
 
-    async def _jobs(self) -> None:
+    async def _jobs(self, tasks: asyncio.TaskGroup) -> None:
         while True:
+            self._step_done.clear()
             now = self._clock.now()
-            for job_id, at in list(self._parked.items()):
-                if at <= now:
-                    del self._parked[job_id]
-                    with contextlib.suppress(StoreError):
-                        await self._store.release(job_id, holder=self.holder)
-            try:
-                job = await self._store.lease(
-                    holder=self.holder, now=now, until=now + self._s.lease_seconds
-                )
-            except StoreError as exc:
-                log.warning("batch: cannot lease a job: %s", exc)
-                job = None
+            await self._unpark(now)
+            job = await self._lease(now) if len(self._stepping) < self._s.job_workers else None
             if job is None:
-                await self._clock.sleep(self._s.poll_seconds)
+                with contextlib.suppress(TimeoutError):
+                    async with timeout(self._clock, self._s.poll_seconds):
+                        await self._step_done.wait()
                 continue
-            try:
-                progressed = await self.advance(job)
-            except (StoreError, LevergateError) as exc:
-                log.warning("batch %s: %s (will retry)", job.id, exc)
-                progressed = False
-            if progressed:
-                with contextlib.suppress(StoreError):
-                    await self._store.release(job.id, holder=self.holder)
-                self._wake.set()
+            self._stepping[job.id] = job.tenant
+            tasks.create_task(self._step(job, now))
+
+    async def _lease(self, now: float) -> Job | None:
+        """The next job to step: a tenant's this process is not stepping first, and none of a
+        tenant already holding half the job workers (it is handed back at once)."""
+        busy = Counter(self._stepping.values())
+        most = max(1, self._s.job_workers // 2)
+        try:
+            until = now + self._s.lease_seconds
+            job = await self._store.lease(holder=self.holder, now=now, until=until,
+                                          avoid=sorted(busy))  # fmt: skip
+            if job is not None and busy[job.tenant] >= most:
+                await self._store.release(job.id, holder=self.holder)
+                return None
+        except StoreError as exc:
+            log.warning("batch: cannot lease a job: %s", exc)
+            return None
+        except Exception:  # the runner's edge: a bad row must not stop every batch
+            log.exception("batch: leasing a job failed")
+            return None
+        return job
+
+    async def _step(self, job: Job, now: float) -> None:
+        try:
+            await self._step_once(job, now)
+        finally:
+            del self._stepping[job.id]
+            self._step_done.set()
+
+    async def _step_once(self, job: Job, now: float) -> None:
+        if job.attempts > self._s.max_job_attempts:  # its process died mid-step each time
+            await self._give_up(job, f"the gateway stopped {job.attempts - 1} times while "
+                                     "working on it")  # fmt: skip
+            return
+        try:
+            progressed = await self.advance(job)
+        except (StoreError, LevergateError) as exc:
+            log.warning("batch %s: %s (will retry)", job.id, exc)
+            progressed = False
+        except Exception as exc:  # the runner's edge: this job fails, the others go on
+            log.exception("batch %s: its %s step raised (attempt %d)", job.id, job.status,
+                          job.attempts)  # fmt: skip
+            if job.attempts >= self._s.max_job_attempts:
+                why = f"its {job.status} step failed {job.attempts} times ({type(exc).__name__})"
+                await self._give_up(job, why)
             else:
-                # Waiting on lines in flight: held (and renewed) for a poll, so the next lease
-                # finds another job rather than this one again.
-                self._parked[job.id] = now + self._s.poll_seconds
+                self._parked[job.id] = (now + self._s.retry_seconds, False)
+            return
+        if progressed:
+            with contextlib.suppress(StoreError):
+                await self._store.release(job.id, holder=self.holder)
+            self._wake.set()
+        else:
+            # Waiting on lines in flight: held (and renewed) for a poll, so the next lease
+            # finds another job rather than this one again.
+            self._parked[job.id] = (now + self._s.poll_seconds, True)
+
+    async def _unpark(self, now: float) -> None:
+        for job_id, (at, settled) in list(self._parked.items()):
+            if at <= now:
+                del self._parked[job_id]
+                with contextlib.suppress(StoreError):
+                    await self._store.release(job_id, holder=self.holder, settled=settled)
+
+    async def _give_up(self, job: Job, why: str) -> None:
+        """End a job whose step keeps failing: `failed` (`cancelled` if it was being
+        cancelled) with the reason, and its lease back either way."""
+        to = "cancelled" if job.status == "cancelling" else "failed"
+        message = f"The gateway gave up on this batch: {why}; its log has the details."
+        error = {"code": "batch_failed", "message": message, "param": None, "line": None}
+        log.error("batch %s: %s; it ends %s", job.id, why, to)
+        try:
+            if job.status not in TERMINAL:
+                await self._store.save(job.moved(to, now=self._clock.now(), errors=[error]),
+                                       expect=job.status)  # fmt: skip
+        except StoreError as exc:
+            log.warning("batch %s: cannot end it: %s (will retry)", job.id, exc)
+            self._parked[job.id] = (self._clock.now() + self._s.retry_seconds, False)
+            return
+        with contextlib.suppress(StoreError):
+            await self._store.release(job.id, holder=self.holder)
+        self._wake.set()
 
     async def advance(self, job: Job) -> bool:
         """One step of `job` through the machine; False when it must wait for lines in flight."""
@@ -269,7 +394,9 @@ class Runner:
 
         size = await self._disk.write_lines(file_id, pages)
         name = f"{job.id}_{'output' if ok else 'error'}.jsonl"
-        record = FileRecord(file_id, job.tenant, name, "batch_output", size,
-                            int(self._clock.now()))  # fmt: skip
+        now = int(self._clock.now())
+        expiry = self._s.file_expiry_seconds
+        record = FileRecord(file_id, job.tenant, name, "batch_output", size, now,
+                            expires_at=None if expiry is None else now + expiry)  # fmt: skip
         await self._store.add_file(record)
         return file_id

@@ -1,5 +1,6 @@
 """`BatchService`: the Files and Batches APIs over the job store, and the runner that does the
-work — built by `Gateway` when `batch.enabled`, used by server/handlers/files.py and batches.py.
+work — built by the batch extension (batch/extension.py) when `batch.enabled`, served by
+batch/http.py.
 
 Everything a tenant names is looked up under its tenant: another tenant's file or batch is a
 404, the same as one that never existed. Every client-controlled value is bounded here
@@ -10,30 +11,31 @@ Everything a tenant names is looked up under its tenant: another tenant's file o
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
+from levergate.batch.async_requests import AsyncRequests
+from levergate.batch.defer import Deferral
 from levergate.batch.execute import LineExecutor
 from levergate.batch.files import Disk, receive
 from levergate.batch.lines import FileBounds, scan_upload
 from levergate.batch.model import ENDPOINTS, PURPOSES, Counts, FileRecord, Job, new_id
+from levergate.batch.quotas import Quotas, Sweeper
 from levergate.batch.runner import Runner
-from levergate.batch.store import Store, StoreError
+from levergate.batch.store import Store, answered
 from levergate.batch.stores import open_store
-from levergate.config.batch import Batch
-from levergate.core.jobs import Job as BackgroundJob
+from levergate.config.batch import BatchSettings
 from levergate.errors import BadRequest, NotFound, Overloaded
+from levergate.stores import select
 
 if TYPE_CHECKING:
     from levergate.core.clock import Clock
-    from levergate.gateway import Gateway
+    from levergate.extension import Host
 
-log = logging.getLogger("levergate.batch")
-T = TypeVar("T")
 METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512
+EXPIRY_MIN, EXPIRY_MAX = 3600, 30 * 24 * 3600  # OpenAI's bounds on `expires_after.seconds`
 
 
 class WallClock:
@@ -47,25 +49,39 @@ class WallClock:
 
 
 class BatchService:
-    def __init__(self, gateway: Gateway, *, clock: Clock | None = None) -> None:
-        self.settings: Batch = gateway.settings.batch
-        self.store: Store = open_store(self.settings.store)
+    def __init__(self, host: Host, *, clock: Clock | None = None) -> None:
+        self.settings: BatchSettings = host.settings.batch
+        where = select.batch_jobs(host.settings)
+        self.store: Store = open_store(self.settings.store, where=where)
         self.disk = Disk(self.settings.dir)
         self.clock: Clock = clock or WallClock()
         self.runner = Runner(
-            settings=self.settings, limits=gateway.settings.limits, store=self.store,
-            disk=self.disk, execute=LineExecutor(gateway, settings=self.settings),
+            settings=self.settings, limits=host.settings.limits, store=self.store,
+            disk=self.disk, execute=LineExecutor(host, settings=self.settings),
             clock=self.clock,
         )  # fmt: skip
         self._bounds = FileBounds(self.settings.max_lines, self.settings.max_line_bytes,
                                   self.settings.max_custom_id_chars)  # fmt: skip
-        # Deferral and async requests: job kinds on this store and runner (batch/extensions.py).
-        from levergate.batch.extensions import extend
-
-        self.deferral, self.async_requests = extend(gateway, self)
-
-    def job(self) -> BackgroundJob:
-        return BackgroundJob("batch-runner", self.runner.run)
+        self.quotas = Quotas(settings=self.settings.quotas, store=self.store)
+        self.sweeper = Sweeper(store=self.store, disk=self.disk, clock=self.clock,
+                               every=self.settings.sweep_seconds)  # fmt: skip
+        # Deferral and async requests: job kinds on this store and runner, each a job-level step
+        # the runner asks before its own machine.
+        s = host.settings
+        self.deferral = (
+            Deferral(host, store=self.store, clock=self.clock, disk=self.disk)
+            if s.defer.enabled else None
+        )  # fmt: skip
+        self.async_requests: AsyncRequests | None = None
+        if s.async_requests.enabled:
+            self.async_requests = AsyncRequests(
+                settings=s.async_requests, defer=s.defer, hooks=s.webhooks, store=self.store,
+                clock=self.clock, deferral=self.deferral, limits=s.limits, quotas=self.quotas,
+                tiers=(host.tiers, s.tiers) if s.tiers.enabled else None,
+            )  # fmt: skip
+            self.runner.steps.append(self.async_requests.step)
+        if self.deferral is not None:
+            self.runner.steps.append(self.deferral.step)
 
     async def aclose(self) -> None:
         for extension in (self.deferral, self.async_requests):
@@ -78,27 +94,33 @@ class BatchService:
     async def upload(
         self, chunks: AsyncIterator[bytes], *, content_type: str, tenant: str
     ) -> FileRecord:
-        upload = await receive(chunks, content_type=content_type, disk=self.disk,
-                               max_file_bytes=self.settings.max_file_bytes)  # fmt: skip
-        try:
-            _check_purpose(upload.purpose)
-            lines = await asyncio.to_thread(scan_upload, upload.path, bounds=self._bounds)
-            file_id = new_id("file").replace("_", "-", 1)
-            record = FileRecord(file_id, tenant, upload.filename, upload.purpose, upload.size,
-                                int(self.clock.now()), lines)  # fmt: skip
-            await self.disk.keep(upload.path, record.id)
-        except BaseException:
-            await self.disk.discard(upload.path)
-            raise
-        try:
-            await _stored(self.store.add_file(record))
-        except BaseException:
-            await self.disk.discard(self.disk.path(record.id))
-            raise
+        async with self.quotas.upload(tenant) as meter:
+            upload = await receive(chunks, content_type=content_type, disk=self.disk,
+                                   max_file_bytes=self.settings.max_file_bytes,
+                                   meter=meter)  # fmt: skip
+            try:
+                _check_purpose(upload.purpose)
+                await self.quotas.landed(tenant)
+                now = int(self.clock.now())
+                expires_at = _expiry(upload.fields, now=now,
+                                     default=self.settings.file_expiry_seconds)  # fmt: skip
+                lines = await asyncio.to_thread(scan_upload, upload.path, bounds=self._bounds)
+                file_id = new_id("file").replace("_", "-", 1)
+                record = FileRecord(file_id, tenant, upload.filename, upload.purpose,
+                                    upload.size, now, lines, expires_at)  # fmt: skip
+                await self.disk.keep(upload.temp, record.id)
+            except BaseException:
+                await self.disk.drop(upload.temp)
+                raise
+            try:
+                await answered(self.store.add_file(record))
+            except BaseException:
+                await self.disk.discard(self.disk.path(record.id))
+                raise
         return record
 
     async def file(self, file_id: str, *, tenant: str) -> FileRecord:
-        record = await _stored(self.store.get_file(file_id, tenant=tenant))
+        record = await answered(self.store.get_file(file_id, tenant=tenant))
         if record is None:
             raise NotFound(f"No such File object: {file_id[:128]}", code="file_not_found")
         return record
@@ -110,12 +132,12 @@ class BatchService:
     async def files(
         self, *, tenant: str, purpose: str | None, after: str | None, limit: int
     ) -> tuple[list[FileRecord], bool]:
-        found = await _stored(self.store.list_files(tenant=tenant, purpose=purpose, after=after,
-                                                    limit=limit + 1))  # fmt: skip
+        found = await answered(self.store.list_files(tenant=tenant, purpose=purpose, after=after,
+                                                     limit=limit + 1))  # fmt: skip
         return found[:limit], len(found) > limit
 
     async def delete(self, file_id: str, *, tenant: str) -> None:
-        if not await _stored(self.store.delete_file(file_id, tenant=tenant)):
+        if not await answered(self.store.delete_file(file_id, tenant=tenant)):
             raise NotFound(f"No such File object: {file_id[:128]}", code="file_not_found")
         await self.disk.discard(self.disk.path(file_id))
 
@@ -139,26 +161,28 @@ class BatchService:
         record = await self.file(file_id, tenant=tenant)
         if record.purpose != "batch":
             raise BadRequest("The input file must have purpose 'batch'.", param="input_file_id")
+        # Its lines are copied into the job store while it runs: they count as stored bytes.
+        await self.quotas.batch(tenant, size=record.bytes)
         now = int(self.clock.now())
         job = Job(id=new_id("batch"), tenant=tenant, status="validating", endpoint=endpoint,
                   input_file_id=file_id, created_at=now,
                   expires_at=now + self.settings.completion_window_seconds,
-                  metadata=metadata, key_id=key_id)  # fmt: skip
-        await _stored(self.store.add_job(job))
+                  metadata=metadata, key_id=key_id, holds=record.bytes)  # fmt: skip
+        await answered(self.store.add_job(job))
         self.runner.wake()
         return job
 
     async def get(self, batch_id: str, *, tenant: str) -> tuple[Job, Counts]:
-        job = await _stored(self.store.get_job(batch_id, tenant=tenant))
+        job = await answered(self.store.get_job(batch_id, tenant=tenant))
         if job is None or job.kind != "batch":
             raise NotFound(f"No such Batch object: {batch_id[:128]}", code="batch_not_found")
-        return job, await _stored(self.store.counts(job.id))
+        return job, await answered(self.store.counts(job.id))
 
     async def batches(
         self, *, tenant: str, after: str | None, limit: int
     ) -> tuple[list[tuple[Job, Counts]], bool]:
-        found = await _stored(self.store.list_jobs(tenant=tenant, after=after, limit=limit + 1))
-        shown = [(job, await _stored(self.store.counts(job.id))) for job in found[:limit]]
+        found = await answered(self.store.list_jobs(tenant=tenant, after=after, limit=limit + 1))
+        shown = [(job, await answered(self.store.counts(job.id))) for job in found[:limit]]
         return shown, len(found) > limit
 
     async def cancel(self, batch_id: str, *, tenant: str) -> tuple[Job, Counts]:
@@ -170,7 +194,7 @@ class BatchService:
                 raise BadRequest(f"A batch that is {job.status} cannot be cancelled.",
                                  code="invalid_state")  # fmt: skip
             moved = job.moved("cancelling", now=self.clock.now())
-            if await _stored(self.store.save(moved, expect=job.status)):
+            if await answered(self.store.save(moved, expect=job.status)):
                 self.runner.wake()
                 return moved, counts
         raise Overloaded("The batch kept changing; try cancelling again.", retry_after=1.0)
@@ -182,6 +206,25 @@ def _check_purpose(purpose: str) -> None:
             f"Unknown purpose {purpose[:64]!r}: this gateway takes 'batch' files.",
             code="invalid_purpose", param="purpose",
         )  # fmt: skip
+
+
+def _expiry(fields: dict[str, bytes], *, now: int, default: int | None) -> int | None:
+    """When an upload expires: its `expires_after` (OpenAI's shape, sent as the multipart
+    fields `expires_after[anchor]` = "created_at" and `expires_after[seconds]` = 3600 to
+    2592000), else `batch.file_expiry_seconds` after now (None: never)."""
+    anchor, seconds = fields.get("expires_after[anchor]"), fields.get("expires_after[seconds]")
+    if anchor is None and seconds is None:
+        return None if default is None else now + default
+    if anchor != b"created_at":
+        raise BadRequest("'expires_after[anchor]' must be \"created_at\".", param="expires_after")
+    text = (seconds or b"").strip()
+    if not text.isdigit() or not EXPIRY_MIN <= int(text) <= EXPIRY_MAX:
+        raise BadRequest(
+            f"'expires_after[seconds]' must be an integer from {EXPIRY_MIN} (1 hour) to "
+            f"{EXPIRY_MAX} (30 days).",
+            param="expires_after",
+        )
+    return now + int(text)
 
 
 def _metadata(value: Any) -> dict[str, str] | None:
@@ -198,12 +241,3 @@ def _metadata(value: Any) -> dict[str, str] | None:
                 param="metadata",
             )
     return dict(value)
-
-
-async def _stored(work: Awaitable[T]) -> T:
-    """A store call from a request: a store that cannot answer is a 503, the detail logged."""
-    try:
-        return await work
-    except StoreError as exc:
-        log.warning("batch store: %s", exc)
-        raise Overloaded("The batch store is unavailable; try again.", retry_after=1.0) from None

@@ -20,14 +20,31 @@ and replicas on one machine agree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+import logging
+from collections.abc import Awaitable, Collection, Sequence
+from typing import Protocol, TypeVar
 
-from levergate.batch.model import Claim, Counts, FileRecord, Job, LineRow
+from levergate.batch.model import Claim, Counts, FileRecord, Job, LineRow, Usage
+from levergate.errors import Overloaded
+
+log = logging.getLogger("levergate.batch")
+T = TypeVar("T")
 
 
 class StoreError(Exception):
-    """The store could not answer (down, locked, disk full); the work is retried, never lost."""
+    """The store could not answer (down, hung, locked, disk full); the work is retried, never
+    lost."""
+
+
+async def answered(work: Awaitable[T]) -> T:
+    """A store call from a request: a store that cannot answer is a 503 with `Retry-After`,
+    the detail logged (never a 500, never a hang: each store bounds its own calls)."""
+    try:
+        return await work
+    except StoreError as exc:
+        log.warning("batch store: %s", exc)
+        raise Overloaded("The batch store is unavailable; try again.", code="store_unavailable",
+                         retry_after=1.0) from None  # fmt: skip
 
 
 class FileIndex(Protocol):
@@ -43,6 +60,9 @@ class FileIndex(Protocol):
 
     async def delete_file(self, file_id: str, *, tenant: str) -> bool: ...
 
+    async def expired_files(self, *, now: float, limit: int) -> list[FileRecord]:
+        """Files whose `expires_at` is at or before `now`, soonest first, at most `limit`."""
+
 
 class JobStore(Protocol):
     async def add_job(self, job: Job) -> None: ...
@@ -54,10 +74,16 @@ class JobStore(Protocol):
     async def save(self, job: Job, *, expect: str) -> bool:
         """Write `job` if its stored status is still `expect`; False if another got there first."""
 
-    async def lease(self, *, holder: str, now: float, until: float) -> Job | None:
-        """A job that needs job-level work, leased to `holder` until `until`."""
+    async def lease(
+        self, *, holder: str, now: float, until: float, avoid: Collection[str] = ()
+    ) -> Job | None:
+        """A job that needs job-level work, leased to `holder` until `until`; jobs of the
+        tenants in `avoid` only when no other tenant has one. Its `attempts` are counted up by
+        one (durably: a process that dies mid-step leaves the count behind)."""
 
-    async def release(self, job_id: str, *, holder: str) -> None: ...
+    async def release(self, job_id: str, *, holder: str, settled: bool = True) -> None:
+        """Give the job's lease back; `settled` (its step ended as a step should, done or
+        waiting) clears its `attempts`, otherwise they keep counting."""
 
 
 class LineStore(Protocol):
@@ -66,7 +92,13 @@ class LineStore(Protocol):
     async def add_lines(self, job_id: str, rows: Sequence[LineRow]) -> None:
         """Rows with a request are pending; rows without one are finished errors already."""
 
-    async def claim(self, *, holder: str, now: float, until: float, limit: int) -> list[Claim]: ...
+    async def claimable(self, *, now: float) -> list[str]:
+        """The tenants that have a line to claim (pending, unleased, its job in progress)."""
+
+    async def claim(
+        self, *, holder: str, now: float, until: float, limit: int, tenant: str | None = None
+    ) -> list[Claim]:
+        """Up to `limit` lines (of `tenant`'s jobs only, if given), oldest job first."""
 
     async def renew(self, *, holder: str, until: float) -> int:
         """Extend every lease (lines and jobs) `holder` has; the number of lines it holds."""
@@ -89,4 +121,7 @@ class LineStore(Protocol):
 
 
 class Store(FileIndex, JobStore, LineStore, Protocol):
+    async def usage(self, *, tenant: str) -> Usage:
+        """What `tenant` holds: its files, their bytes, its open jobs and what they hold."""
+
     async def aclose(self) -> None: ...

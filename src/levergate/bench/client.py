@@ -23,6 +23,7 @@ import orjson
 from levergate.bench.config import BenchConfig
 from levergate.bench.recorder import Outcome
 from levergate.core.clock import Clock
+from levergate.core.json_bound import parse_json
 from levergate.protocol.sse import DONE, SSEDecoder
 
 _TOKEN_FIELDS = ("content", "tool_calls", "reasoning_content", "reasoning")
@@ -104,7 +105,7 @@ class HttpSender:
         raw = await reply.read()
         outcome = Outcome(end_at=self._clock.now(), status=reply.status)
         try:
-            data = orjson.loads(raw)
+            data = parse_json(raw)
         except orjson.JSONDecodeError:
             outcome.error = "protocol"
             return outcome
@@ -127,7 +128,7 @@ class HttpSender:
                     finished = True
                     continue
                 try:
-                    event = orjson.loads(payload)
+                    event = parse_json(payload)
                 except orjson.JSONDecodeError:
                     outcome.error = "protocol"
                     continue

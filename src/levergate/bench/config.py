@@ -78,6 +78,9 @@ class BenchConfig:
     late_after_s: float = DEFAULT_LATE_AFTER_S
     # Where `--trace azure|mooncake` names are looked up; None = `<project>/../shared/data`.
     data_dir: Path | None = None
+    # Keep every request's latencies in the result (`samples`): what `levergate report` draws
+    # CDFs and histograms from.
+    samples: bool = False
 
     @property
     def mode(self) -> Mode:
@@ -166,6 +169,7 @@ class BenchConfig:
             "seed": self.seed,
             "timeout_s": self.timeout_s,
             "header_names": sorted(name for name, _ in self.headers),
+            "samples": self.samples,
         }
 
 

@@ -72,6 +72,8 @@ class BenchResult:
     client_cpu_utilization: float | None
     percentile_method: str = PERCENTILE_METHOD
     warnings: tuple[str, ...] = ()
+    # Every sample in milliseconds, by series (`--samples`): total_ms, ttft_ms, itl_ms.
+    samples: dict[str, list[float]] | None = None
 
     @classmethod
     def build(
@@ -112,6 +114,7 @@ class BenchResult:
             client_cpu_s=totals.cpu_s,
             client_cpu_ms_per_request=totals.cpu_s * 1000 / done if done else None,
             client_cpu_utilization=cpu_share,
+            samples=_samples(recorder) if config.samples else None,
         )
         return dataclasses.replace(result, warnings=_warnings(result, cpu_share))
 
@@ -204,6 +207,12 @@ def _launch_rate(recorder: Recorder) -> float | None:
     if recorder.sent < 2 or first is None or last is None or last <= first:
         return None
     return (recorder.sent - 1) / (last - first)
+
+
+def _samples(recorder: Recorder) -> dict[str, list[float]]:
+    """Every latency sample, milliseconds to the microsecond, in completion order."""
+    series = {"total_ms": recorder.total, "ttft_ms": recorder.ttft, "itl_ms": recorder.itl}
+    return {name: [round(v * 1000, 3) for v in values] for name, values in series.items()}
 
 
 def _warnings(result: BenchResult, cpu_share: float | None) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import orjson
 
+from levergate.core.json_bound import parse_json
 from levergate.errors import ConfigError
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -93,7 +94,7 @@ def read_mooncake(path: Path) -> Iterator[TraceRecord]:
             if not line.strip():
                 continue
             try:
-                item = orjson.loads(line)
+                item = parse_json(line)
                 yield TraceRecord(
                     float(item["timestamp"]) / 1000.0,
                     int(item["input_length"]),

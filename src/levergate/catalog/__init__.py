@@ -4,7 +4,9 @@ cap, tokenizer, capabilities — built once per pipeline (`Shared.catalog`).
 Where it is read: the cost ledger prices every answer at `Catalog.rates(alias, model)` (the
 alias that answered; for `*` the model name it was sent under); trimming reads an alias's
 `context_window` and `max_output`, routers and cascades its prices and capabilities, through
-`Catalog.spec(alias)`.
+`Catalog.spec(alias)`. A model's service tiers (flex, priority; policies/tiers.py) have rates of
+their own where the provider sells them (`Catalog.tier_rates`): the ledger prices an answer at
+the tier its `service_tier` says served it, the Tiers layer chooses only among priced tiers.
 
 Three levels, each overriding the one below field by field (`config.catalog`): the built-in
 table shipped in this package (`models.yaml`, dated, sources named; read from the package, never
@@ -22,7 +24,7 @@ import functools
 import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -31,18 +33,20 @@ import yaml
 from pydantic import ValidationError
 
 from levergate.config.base import WILDCARD
-from levergate.config.catalog import CatalogEntry, Price
+from levergate.config.catalog import CatalogEntrySettings, PriceSettings, TierPriceSettings
 from levergate.errors import ConfigError
 from levergate.policies.pricing import FREE, Rates
+from levergate.policies.tiers import Tier
 
 if TYPE_CHECKING:
-    from levergate.config import Model, Settings
+    from levergate.config import ModelSettings, Settings
 
 __all__ = ["Abilities", "Catalog", "ModelSpec", "builtin_entries", "builtin_meta"]
 
 log = logging.getLogger("levergate.catalog")
 
 BUILTIN_FILE = "models.yaml"
+NO_TIERS: Mapping[Tier, Rates] = MappingProxyType({})
 _SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
 
 
@@ -66,6 +70,8 @@ class ModelSpec:
     max_output: int | None = None
     tokenizer: str | None = None
     capabilities: Abilities = Abilities()
+    # The rates of the service tiers the provider sells this model at (flex, priority).
+    tiers: Mapping[Tier, Rates] = field(default_factory=lambda: NO_TIERS)
 
     @property
     def rates(self) -> Rates:
@@ -85,7 +91,7 @@ def builtin_meta() -> dict[str, Any]:
     return {"checked": str(data.get("checked", "")), "sources": dict(data.get("sources", {}))}
 
 
-def builtin_entries() -> Mapping[str, CatalogEntry]:
+def builtin_entries() -> Mapping[str, CatalogEntrySettings]:
     return _builtin_entries()
 
 
@@ -98,12 +104,12 @@ def _builtin_data() -> dict[str, Any]:
 
 
 @functools.cache
-def _builtin_entries() -> Mapping[str, CatalogEntry]:
+def _builtin_entries() -> Mapping[str, CatalogEntrySettings]:
     """Parsed once per process: the file is part of the package, immutable, and the entries
     are frozen models behind a read-only mapping."""
     raw = _builtin_data().get("models") or {}
     try:
-        entries = {str(name): CatalogEntry.model_validate(v) for name, v in raw.items()}
+        entries = {str(name): CatalogEntrySettings.model_validate(v) for name, v in raw.items()}
     except ValidationError as exc:  # a packaging bug; a test validates the shipped file
         raise ConfigError(f"built-in catalog {BUILTIN_FILE} is invalid: {exc}") from None
     return MappingProxyType(entries)
@@ -118,7 +124,7 @@ def _names(name: str) -> Iterator[str]:
     yield _SUFFIX.sub("", base)
 
 
-def _resolved(price: Price, *, what: str) -> Rates:
+def _resolved(price: PriceSettings, *, what: str) -> Rates:
     if price.input is None or price.output is None:
         missing = " and ".join(f for f in ("input", "output") if getattr(price, f) is None)
         raise ConfigError(f"{what}: price needs {missing} (use 0 for a bucket that is free)")
@@ -133,7 +139,36 @@ def _resolved(price: Price, *, what: str) -> Rates:
     )
 
 
-def _spec(name: str, entry: CatalogEntry, price: Rates | None) -> ModelSpec:
+def _tier_rates(price: PriceSettings, rates: Rates | None, *, what: str) -> Mapping[Tier, Rates]:
+    """The flex and priority rates of a resolved price (none for an unpriced model)."""
+    if rates is None:
+        return NO_TIERS
+    found = {}
+    for tier in (Tier.FLEX, Tier.PRIORITY):
+        tier_price: TierPriceSettings | None = getattr(price, tier.value)
+        if tier_price is not None:
+            found[tier] = _tier_resolved(tier_price, rates, what=f"{what} ({tier.value} tier)")
+    return MappingProxyType(found)
+
+
+def _tier_resolved(price: TierPriceSettings, base: Rates, *, what: str) -> Rates:
+    if price.input is None or price.output is None:
+        missing = " and ".join(f for f in ("input", "output") if getattr(price, f) is None)
+        raise ConfigError(f"{what}: price needs {missing}")
+    scale = price.input / base.input if base.input else 1.0
+    return Rates(
+        input=price.input,
+        output=price.output,
+        cache_read=base.cache_read * scale if price.cache_read is None else price.cache_read,
+        cache_write=base.cache_write * scale,
+        cache_write_1h=base.cache_write_1h * scale,
+    )
+
+
+def _spec(
+    name: str, entry: CatalogEntrySettings, price: Rates | None,
+    tiers: Mapping[Tier, Rates] = NO_TIERS,
+) -> ModelSpec:  # fmt: skip
     c = entry.capabilities
     return ModelSpec(
         name=name,
@@ -148,6 +183,7 @@ def _spec(name: str, entry: CatalogEntry, price: Rates | None) -> ModelSpec:
             json_mode=bool(c.json_mode),
             logprobs=bool(c.logprobs),
         ),
+        tiers=tiers,
     )
 
 
@@ -157,8 +193,8 @@ class Catalog:
     def __init__(
         self,
         *,
-        entries: Mapping[str, CatalogEntry],
-        models: Sequence[Model] = (),
+        entries: Mapping[str, CatalogEntrySettings],
+        models: Sequence[ModelSettings] = (),
     ) -> None:
         self._entries = dict(entries)
         self._index: dict[str, str] = {}
@@ -166,7 +202,7 @@ class Catalog:
             for known in (name, *entry.aliases):
                 self._index.setdefault(known.lower(), name)
         self._specs: dict[str, ModelSpec] = {}
-        self._wildcard_price = Price()
+        self._wildcard_price = PriceSettings()
         for model in models:
             if model.name == WILDCARD:
                 self._wildcard_price = model.price
@@ -194,15 +230,21 @@ class Catalog:
         return catalog
 
     @classmethod
-    def of_prices(cls, prices: Mapping[str, Price]) -> Catalog:
-        """Aliases priced by their own `Price` alone, no table: for tests and for library
-        callers who price outside the settings."""
-        from levergate.config import Model
+    def builtin(cls) -> Catalog:
+        """The built-in table alone, every model priced by its own entry: for pricing answers
+        away from any gateway's config (`levergate batch run --url`)."""
+        return cls(entries=builtin_entries())
 
-        models = [Model(name=n, upstream="-", price=p) for n, p in prices.items()]
+    @classmethod
+    def of_prices(cls, prices: Mapping[str, PriceSettings]) -> Catalog:
+        """Aliases priced by their own `PriceSettings` alone, no table: for tests and for library
+        callers who price outside the settings."""
+        from levergate.config import ModelSettings
+
+        models = [ModelSettings(name=n, upstream="-", price=p) for n, p in prices.items()]
         return cls(entries={}, models=models)
 
-    def lookup(self, name: str) -> tuple[str, CatalogEntry] | None:
+    def lookup(self, name: str) -> tuple[str, CatalogEntrySettings] | None:
         """A model's catalog entry by any of its names, or None."""
         for candidate in _names(name):
             found = self._index.get(candidate)
@@ -221,7 +263,12 @@ class Catalog:
             return self._fallback
         name, value = entry
         price = self._wildcard_price.over(value.price)
-        return _spec(name, value, None if price.empty else self._try(price))
+        rates = None if price.empty else self._try(price)
+        try:
+            tiers = _tier_rates(price, rates, what=f"catalog entry {name!r}")
+        except ConfigError:
+            tiers = NO_TIERS  # met at run time with a partial tier price: none
+        return _spec(name, value, rates, tiers)
 
     def rates(self, alias: str, model: str = "") -> Rates:
         """The rates an answer is charged at: the alias's, or for the `*` alias (and names no
@@ -240,16 +287,28 @@ class Catalog:
             self._dynamic[name] = rates
         return rates
 
-    def table(self) -> list[tuple[str, CatalogEntry]]:
+    def tier_rates(self, alias: str, tier: Tier, model: str = "") -> Rates | None:
+        """The rates of `tier` for the alias (for `*`, the model it was sent under): the
+        standard rates for standard, None for a tier with no price for it (batch: the
+        standard rates' `batched()`, when the model has a batch discount)."""
+        if tier is Tier.STANDARD:
+            return self.rates(alias, model)
+        if tier is Tier.BATCH:
+            rates = self.rates(alias, model)
+            return rates.batched() if rates.batch_discount else None
+        name = model if alias == WILDCARD and model else alias
+        return self.spec(name).tiers.get(tier)
+
+    def table(self) -> list[tuple[str, CatalogEntrySettings]]:
         return sorted(self._entries.items())
 
-    def _try(self, price: Price) -> Rates | None:
+    def _try(self, price: PriceSettings) -> Rates | None:
         try:
             return _resolved(price, what="catalog")
         except ConfigError:
             return None  # a name met at run time with a partial price: unpriced, not a crash
 
-    def _resolve(self, model: Model) -> ModelSpec:
+    def _resolve(self, model: ModelSettings) -> ModelSpec:
         what = f"model {model.name!r}"
         entry = self._entry_for(model)
         if entry is None:
@@ -258,7 +317,8 @@ class Catalog:
             if model.name == WILDCARD:
                 # Partial is fine here: it is laid over each model's entry met behind `*`.
                 return ModelSpec(price=self._try(model.price))
-            return ModelSpec(price=_resolved(model.price, what=what))
+            rates = _resolved(model.price, what=what)
+            return ModelSpec(price=rates, tiers=_tier_rates(model.price, rates, what=what))
         name, value = entry
         merged = model.price.over(value.price)
         if merged.empty:
@@ -266,9 +326,11 @@ class Catalog:
                 f"{what}: its catalog entry {name!r} has no prices; set catalog.{name}.price "
                 "(input and output) or the model's own price"
             )
-        return _spec(name, value, _resolved(merged, what=f"{what} (catalog entry {name!r})"))
+        what = f"{what} (catalog entry {name!r})"
+        rates = _resolved(merged, what=what)
+        return _spec(name, value, rates, _tier_rates(merged, rates, what=what))
 
-    def _entry_for(self, model: Model) -> tuple[str, CatalogEntry] | None:
+    def _entry_for(self, model: ModelSettings) -> tuple[str, CatalogEntrySettings] | None:
         if model.catalog is not None:
             found = self.lookup(model.catalog)
             if found is None:

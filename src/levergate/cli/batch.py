@@ -7,7 +7,9 @@
 
 `run` is resumable: the same command again attaches to the batch it started (batch_run.py says
 how and why the server-side batch is the unit). Its output is `out.jsonl` (the answered lines,
-in input order) and `out.jsonl.errors.jsonl` (the failed ones), then a summary on stdout.
+in input order) and `out.jsonl.errors.jsonl` (the failed ones), then a summary on stdout. The
+summary prices the usage at the config's aliases (`--config`, or `--prices` with `--url`), else
+over `--url` from the built-in catalog by the model each line names.
 
 Exit codes: 0 every line answered; 1 the batch ended with failed lines, or failed, expired or
 was cancelled; 2 bad input (missing file, not JSONL, a request the gateway refused, a bad
@@ -28,15 +30,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from levergate.catalog import Catalog
 from levergate.cli import batch_run
 from levergate.cli.batch_summary import Tally, money, render
+from levergate.cli.commands import SUMMARY
+from levergate.cli.output import add_json_flag, print_json
 
 if TYPE_CHECKING:
     import openai
     from openai.types import Batch
     from rich.console import Console
 
+    from levergate.catalog import Catalog
     from levergate.layers.measure.record import RequestRecord
 
 OK, FAILED_LINES, BAD_INPUT, GATEWAY, INTERRUPTED = 0, 1, 2, 3, 130
@@ -45,9 +49,7 @@ MIN_POLL, MAX_POLL = 0.05, 60.0
 
 
 def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "batch", help="run a JSONL batch through levergate (resumable), or watch/cancel one"
-    )
+    parser: argparse.ArgumentParser = subparsers.add_parser("batch", help=SUMMARY["batch"])
     commands = parser.add_subparsers(dest="batch_command", required=True)
     run = commands.add_parser("run", help="run in.jsonl to -o out.jsonl; run again to resume")
     run.add_argument("input", type=Path, help="OpenAI batch input (JSONL)")
@@ -56,7 +58,8 @@ def register(subparsers: Any) -> None:
     target.add_argument("--url", help="a levergate gateway's base URL (…/v1)")
     target.add_argument("--config", help="run in-process with this levergate YAML config")
     run.add_argument("--api-key", help="gateway key (default: the SDK's OPENAI_API_KEY)")
-    run.add_argument("--prices", help="with --url: a levergate config whose model prices apply")
+    run.add_argument("--prices", help="with --url: a levergate config whose model prices apply "
+                     "(default: the built-in catalog, by the model each line names)")  # fmt: skip
     run.add_argument("--poll", type=_poll, default=0.5, help="seconds between status checks")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=run_command)
@@ -65,6 +68,7 @@ def register(subparsers: Any) -> None:
         command.add_argument("id", help="the batch id (batch_...)")
         command.add_argument("--url", required=True, help="the gateway's base URL (…/v1)")
         command.add_argument("--api-key", help="gateway key (default: OPENAI_API_KEY)")
+        add_json_flag(command, "the batch")
         command.set_defaults(func=status_command if name == "status" else cancel_command)
 
 
@@ -102,7 +106,8 @@ def run_command(args: argparse.Namespace) -> int:
     totals = batch_run.tally(plan)
     totals.lever_savings, totals.records = state.tally.lever_savings, state.tally.records
     shown = render(totals, money(totals, prices), status=batch.status, output=str(plan.output),
-                   errors=errors, in_process=args.config is not None)  # fmt: skip
+                   errors=errors, in_process=args.config is not None,
+                   builtin=bool(args.url) and not args.prices)  # fmt: skip
     print("\n".join(shown))
     return OK if batch.status == "completed" and totals.failed == 0 else FAILED_LINES
 
@@ -130,7 +135,11 @@ def _one_batch(args: argparse.Namespace, *, cancel: bool) -> int:
         batch = asyncio.run(work())
     except _Failure as exc:
         return _fail(exc.message, exc.code)
-    for key, value in batch_run.describe(batch).items():
+    described = batch_run.describe(batch)
+    if args.as_json:
+        print_json(dict(described))
+        return OK
+    for key, value in described.items():
         print(f"{key}: {value}")
     return OK
 
@@ -177,20 +186,25 @@ class _Failure(Exception):
 
 async def _run(
     args: argparse.Namespace, plan: batch_run.Plan, state: RunState
-) -> tuple[Batch, str | None, Catalog | None]:
+) -> tuple[Batch, str | None, Catalog]:
+    from levergate.catalog import Catalog
+
     if args.url:
-        prices = _prices(args.prices) if args.prices else None
+        # The gateway's aliases are not known from here: without --prices each line is priced
+        # by the model it names, in the built-in catalog (what `levergate catalog` prints).
+        prices = _prices(args.prices) if args.prices else Catalog.builtin()
         async with _remote(args) as client:
             batch, errors = await _api(_drive(client, plan, args, state), url=args.url)
         return batch, errors, prices
+    from levergate.app import build_gateway
     from levergate.config import Settings
-    from levergate.gateway import Gateway
     from levergate.pipeline import Deps
+    from levergate.server.transport import GatewayTransport
 
     settings = Settings.load(args.config, batch={"enabled": True})
     async with (
-        Gateway(settings, deps=Deps(sinks=[state])) as gateway,
-        _client(args, base_url=IN_PROCESS_URL, transport=gateway.transport()) as client,
+        build_gateway(settings, deps=Deps(sinks=[state])) as gateway,
+        _client(args, base_url=IN_PROCESS_URL, transport=GatewayTransport(gateway)) as client,
     ):
         batch, errors = await _api(_drive(client, plan, args, state), url="the in-process gateway")
     return batch, errors, Catalog.build(settings)
@@ -216,6 +230,7 @@ async def _drive(
 
 
 def _prices(path: str) -> Catalog:
+    from levergate.catalog import Catalog
     from levergate.config import Settings
 
     return Catalog.build(Settings.load(path))

@@ -8,7 +8,7 @@ creates, watches and downloads; the same code path serves both targets:
 
 - `--url`: the OpenAI SDK against a levergate gateway; killing the CLI does not stop the batch,
   and running the command again attaches to it;
-- `--config`: the same SDK calls into an in-process `Gateway` (its `transport()`) with
+- `--config`: the same SDK calls into an in-process `Gateway` (its `GatewayTransport`) with
   `batch.enabled` forced on and the config's durable job store — the CLI process is the
   runner, so killing it stops the work, and running again resumes it from the store (lines
   in flight at the kill come back when their lease lapses, `batch.lease_seconds`).
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from levergate.cli.batch_summary import Tally
+from levergate.core.json_bound import parse_json
 
 if TYPE_CHECKING:
     import openai
@@ -84,7 +85,7 @@ def _first_endpoint(path: Path) -> str:
 
 def _endpoint_of(raw: bytes, *, number: int, path: Path) -> str:
     try:
-        line = orjson.loads(raw)
+        line = parse_json(raw)
     except orjson.JSONDecodeError:
         raise InputError(
             f"{path} is not JSONL: line {number} is not a JSON object "
@@ -180,7 +181,7 @@ def tally(run: Plan) -> Tally:
     result = Tally()
     for path in (run.output, run.errors):
         for line in _lines(path):
-            custom_id = orjson.loads(line).get("custom_id")
+            custom_id = parse_json(line).get("custom_id")
             result.add_result(line, model=asked.get(custom_id) if custom_id else None)
     return result
 
@@ -188,7 +189,7 @@ def tally(run: Plan) -> Tally:
 def _asked_models(path: Path) -> Iterator[tuple[str, str]]:
     for line in _lines(path):
         with contextlib.suppress(orjson.JSONDecodeError):
-            data = orjson.loads(line)
+            data = parse_json(line)
             body = data.get("body") if isinstance(data, dict) else None
             model = body.get("model") if isinstance(body, dict) else None
             if isinstance(data.get("custom_id"), str) and isinstance(model, str):

@@ -24,11 +24,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import orjson
+from levergate.core.json_bound import parse_json
+from levergate.policies.pricing import Lever, Tokens, cost, from_usage, prompt_cache_saving
 
-from levergate.catalog import Catalog
-from levergate.policies.pricing import Tokens, cost, from_usage, prompt_cache_saving
+if TYPE_CHECKING:
+    from levergate.catalog import Catalog
 
 
 @dataclass(slots=True)
@@ -62,7 +64,7 @@ class Tally:
 
     def add_result(self, line: bytes, *, model: str | None) -> None:
         """One output-file line; `model` is what its input line asked for."""
-        data = orjson.loads(line)
+        data = parse_json(line)
         response = data.get("response") or {}
         body = response.get("body") if isinstance(response, dict) else None
         status = response.get("status_code", 0) if isinstance(response, dict) else 0
@@ -76,7 +78,7 @@ class Tally:
         name = model or (body.get("model") if isinstance(body, dict) else None) or "?"
         self.by_model[str(name)].add(from_usage(usage))
 
-    def add_record(self, savings: Mapping[str, float]) -> None:
+    def add_record(self, savings: Mapping[Lever, float]) -> None:
         self.records += 1
         for lever, dollars in savings.items():
             self.lever_savings[lever] += dollars
@@ -119,8 +121,10 @@ def render(
     output: str,
     errors: str | None,
     in_process: bool,
+    builtin: bool = False,
 ) -> list[str]:
-    """The summary as lines of plain text (the CLI prints them; tests read them)."""
+    """The summary as lines of plain text (the CLI prints them; tests read them). `builtin`:
+    priced by the built-in catalog (over --url without --prices), not by a config's aliases."""
     tokens = [u.tokens for u in tally.by_model.values()]
     prompt = sum(t.input for t in tokens)
     completion = sum(t.output for t in tokens)
@@ -131,12 +135,17 @@ def render(
     ]
     if worth.priced:
         less = worth.usage_cost - worth.cost
+        source = "the built-in catalog" if builtin else "the config's catalog"
         lines.append(
-            f"cost: ${worth.cost:.6f} (usage priced by the ledger at the config's catalog"
+            f"cost: ${worth.cost:.6f} (usage priced by the ledger at {source}"
             + (f", less ${less:.6f} answered by the gateway's caches)" if less > 0 else ")")
         )
         if worth.unpriced:
-            lines.append(f"  not priced (no alias matches): {', '.join(worth.unpriced)}")
+            why = "not in the built-in catalog" if builtin else "no alias matches"
+            lines.append(f"  not priced ({why}): {', '.join(worth.unpriced)}")
+        if builtin:
+            lines.append("  (by the model each line names; --prices CONFIG.yaml prices the "
+                         "gateway's own aliases)")  # fmt: skip
     else:
         lines.append("cost: not priced (pass --prices CONFIG.yaml to price the usage)")
     if worth.savings:

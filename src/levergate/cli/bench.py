@@ -2,7 +2,9 @@
 
 The sync edge of `levergate.bench`: parses flags into a `BenchConfig`, runs one event loop
 (uvloop when installed: it cuts the client's CPU per request by about a fifth), draws a one-line
-progress display on stderr when that is a terminal, and writes the JSON and markdown reports.
+progress display on stderr (live on a terminal, a plain line every few seconds otherwise), and
+prints the result on stdout: the markdown table by default, one JSON document with `--json`
+(levergate/cli/output.py: the CLI's conventions); `--json-out` and `--markdown` write files.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import SecretStr
@@ -25,6 +27,9 @@ from levergate.bench.config import (
     DEFAULT_TIMEOUT_S,
 )
 from levergate.bench.traces import TRACE_NAMES
+from levergate.cli.commands import SUMMARY
+from levergate.cli.output import PLAIN_EVERY_S, ExitCode, Progress, add_json_flag
+from levergate.core.json_bound import parse_json
 from levergate.errors import ConfigError
 
 _T = TypeVar("_T")
@@ -33,7 +38,7 @@ _T = TypeVar("_T")
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "bench",
-        help="load-test an OpenAI-compatible URL (closed or open loop, exact percentiles)",
+        help=SUMMARY["bench"],
         description=(
             "Closed loop with --concurrency, open loop with --rate or --trace. Open-loop "
             "latencies count from each request's intended send time (no coordinated omission)."
@@ -116,11 +121,21 @@ def _request_flags(parser: argparse.ArgumentParser) -> None:
 
 def _output_flags(parser: argparse.ArgumentParser) -> None:
     output = parser.add_argument_group("output")
-    output.add_argument("--json", type=Path, help="write the JSON result here (else print it)")
+    add_json_flag(output, "the result (instead of the markdown table)")  # type: ignore[arg-type]
+    output.add_argument("--json-out", type=Path, metavar="PATH", help="also write the JSON here")
     output.add_argument(
-        "--markdown", type=Path, help="write the markdown table here (else print it)"
+        "--markdown", type=Path, metavar="PATH", help="also write the markdown here"
     )
-    output.add_argument("--quiet", action="store_true", help="no progress line")
+    output.add_argument(
+        "--samples", action="store_true",
+        help="keep every request's latencies in the JSON (for `levergate report --bench`)",
+    )  # fmt: skip
+    output.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress on stderr (else live on a terminal, a plain line every "
+        f"{PLAIN_EVERY_S:g} s otherwise)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
@@ -148,17 +163,19 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         drain_timeout_s=args.drain_timeout,
         late_after_s=args.late_after,
         data_dir=args.data_dir,
+        samples=args.samples,
     ).validate()
 
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    line = None if args.quiet or not sys.stderr.isatty() else ProgressLine(sys.stderr)
-    result = _run_loop(run_bench(config, progress=None if line is None else line.update))
-    if line is not None:
+    line = ProgressLine(Progress(quiet=args.quiet))
+    try:
+        result = _run_loop(run_bench(config, progress=None if args.quiet else line.update))
+    finally:
         line.close()
-    _emit(result, json_path=args.json, markdown_path=args.markdown)
-    return 0 if result.ok > 0 else 1
+    _emit(result, as_json=args.as_json, json_path=args.json_out, markdown_path=args.markdown)
+    return ExitCode.OK if result.ok > 0 else ExitCode.FAILED
 
 
 def _run_loop(coro: Coroutine[Any, Any, _T]) -> _T:
@@ -169,15 +186,19 @@ def _run_loop(coro: Coroutine[Any, Any, _T]) -> _T:
     return uvloop.run(coro)
 
 
-def _emit(result: BenchResult, *, json_path: Path | None, markdown_path: Path | None) -> None:
+def _emit(
+    result: BenchResult, *, as_json: bool, json_path: Path | None, markdown_path: Path | None
+) -> None:
+    """stdout gets exactly one thing: the JSON document with `--json`, else the markdown."""
     if json_path is not None:
         json_path.write_text(result.to_json() + "\n", encoding="utf-8")
-    else:
-        print(result.to_json())
     if markdown_path is not None:
         markdown_path.write_text(result.to_markdown(), encoding="utf-8")
+    if as_json:
+        sys.stdout.write(result.to_json() + "\n")
     else:
-        print(result.to_markdown(), end="")
+        sys.stdout.write(result.to_markdown())
+    sys.stdout.flush()
 
 
 def _header(item: str) -> tuple[str, str]:
@@ -191,7 +212,7 @@ def _extra_body(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        value = orjson.loads(text)
+        value = parse_json(text)
     except orjson.JSONDecodeError as exc:
         raise ConfigError(f"bench: --extra-body is not JSON ({exc})") from None
     if not isinstance(value, dict):
@@ -200,11 +221,12 @@ def _extra_body(text: str | None) -> dict[str, Any] | None:
 
 
 class ProgressLine:
-    """One stderr line rewritten in place: sent, done, errors, late, current rps, elapsed."""
+    """The run's progress: sent, done, errors, late, current rps, elapsed (`output.Progress`
+    draws it on stderr)."""
 
     __slots__ = ("_last", "_out")
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: Progress) -> None:
         self._out = out
         self._last: Snapshot | None = None
 
@@ -214,14 +236,10 @@ class ProgressLine:
         done_since = snap.done - previous.done if previous else snap.done
         rps = done_since / window if window > 0 else 0.0
         self._last = snap
-        text = (
+        self._out.update(
             f"sent {snap.sent:>8,}  done {snap.done:>8,}  errors {snap.errors:>6,}  "
             f"late {snap.late:>6,}  rps {rps:>9,.1f}  elapsed {snap.elapsed_s:>7.1f}s"
         )
-        self._out.write("\r" + text + "\x1b[K")
-        self._out.flush()
 
     def close(self) -> None:
-        if self._last is not None:
-            self._out.write("\n")
-            self._out.flush()
+        self._out.close()

@@ -22,11 +22,10 @@ RouteLLM's convention of counting strong calls only), saving = 1 - escalation - 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from levergate.cli.output import emit_report
 from levergate.config.routing import TRAIN_TARGET_QUALITY
 from levergate.errors import ConfigError
 
@@ -61,9 +60,7 @@ def run(args: argparse.Namespace) -> int:
     report = summary(c, scores, labels, threshold=threshold, target=target)
     report["confidence_column"] = args.confidence_col
     report["threshold_chosen_on_these_rows"] = chosen
-    print(render(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    emit_report(report, args, render)
     return 0
 
 

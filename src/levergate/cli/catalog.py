@@ -15,14 +15,13 @@ import json
 from typing import Any
 
 from levergate.catalog import Catalog, ModelSpec, builtin_meta
+from levergate.cli.commands import SUMMARY
 from levergate.config import Settings
-from levergate.config.catalog import CatalogEntry
+from levergate.config.catalog import CatalogEntrySettings, TierPriceSettings
 
 
 def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "catalog", help="list the model catalog: prices, context windows, tokenizers"
-    )
+    parser: argparse.ArgumentParser = subparsers.add_parser("catalog", help=SUMMARY["catalog"])
     parser.add_argument("--config", help="YAML settings file (its `catalog:` and models)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=run)
@@ -32,7 +31,14 @@ def _money(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def _row(name: str, entry: CatalogEntry) -> list[str]:
+def _tier(price: TierPriceSettings | None) -> str:
+    """A tier's price as `input/output`, `-` when the model is not sold at it."""
+    if price is None:
+        return "-"
+    return f"{_money(price.input)}/{_money(price.output)}"
+
+
+def _row(name: str, entry: CatalogEntrySettings) -> list[str]:
     p = entry.price
     return [
         name,
@@ -43,6 +49,8 @@ def _row(name: str, entry: CatalogEntry) -> list[str]:
         _money(p.cache_write),
         _money(p.cache_write_1h),
         _money(p.batch_discount),
+        _tier(p.flex),
+        _tier(p.priority),
         str(entry.context_window or "-"),
         str(entry.max_output or "-"),
         entry.tokenizer or "-",
@@ -50,7 +58,7 @@ def _row(name: str, entry: CatalogEntry) -> list[str]:
 
 
 HEAD = ["model", "provider", "input", "output", "cache read", "write 5m", "write 1h", "batch",
-        "context", "max out", "tokenizer"]  # fmt: skip
+        "flex", "priority", "context", "max out", "tokenizer"]  # fmt: skip
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -64,6 +72,7 @@ def _spec(spec: ModelSpec) -> dict[str, Any]:
         "catalog": spec.name or None,
         "provider": spec.provider,
         "price": spec.price._asdict() if spec.price is not None else None,
+        "tiers": {tier.value: rates._asdict() for tier, rates in spec.tiers.items()},
         "context_window": spec.context_window,
         "max_output": spec.max_output,
         "tokenizer": spec.tokenizer,

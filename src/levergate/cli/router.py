@@ -1,12 +1,15 @@
 """`levergate router train | eval`: the learned router, offline.
 
-    levergate router train labels.csv -o router.json
-    levergate router eval labels.csv --router router.json
+    levergate router train labels.csv --cheap-model fast --strong-model smart -o router.json
+    levergate router eval held_out.csv --router router.json
     levergate router eval labels.csv --confidence-col mean_logprob [--cheap-cost 0.05]
 
-Both read CSV or JSONL with the columns of RouteLLM's MMLU release by default (`prompt`,
-`mixtral_8x7b_correct`, `gpt4_1106_correct`), chosen with `--prompt-col / --cheap-col /
---strong-col`, so they run unchanged on any labelled set of that shape. `eval` prints the
+Both read CSV or JSONL: a `prompt` column and, per model, a `MODEL_correct` column (1/true where
+that model answered right). `--cheap-model / --strong-model` name the models, which are the
+gateway aliases the router will choose between (a route refuses a router trained for other
+models), and so the columns read; `eval --router` takes them from the file. With neither, the
+columns are those of RouteLLM's MMLU release (`mixtral_8x7b_correct`, `gpt4_1106_correct`);
+`--prompt-col / --cheap-col / --strong-col` name any columns explicitly. `eval` prints the
 cost-quality curve against random routing and the oracle, the saving at 95% of the strong
 model's quality, and what the router's configured threshold keeps and saves on these rows.
 Cost is the RouteLLM convention: the share of calls sent to the strong model.
@@ -20,11 +23,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from levergate.config import LocalEmbeddings, Routing
+from levergate.cli.commands import SUMMARY
+from levergate.cli.output import emit_report
+from levergate.config import LocalEmbeddingsSettings, RoutingSettings
 from levergate.config.routing import TRAIN_C, TRAIN_FOLDS, TRAIN_TARGET_QUALITY
 from levergate.errors import ConfigError
 
@@ -36,21 +40,17 @@ if TYPE_CHECKING:
     from levergate.routing.labels import Labels
     from levergate.routing.model import RouterFile
 
+CORRECT = "_correct"  # a model's labels are the column MODEL_correct
 SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "router", help="train and evaluate the learned router (model aliases routed by score)"
-    )
+    parser = subparsers.add_parser("router", help=SUMMARY["router"])
     commands = parser.add_subparsers(dest="router_command", required=True)
     train = commands.add_parser("train", help="train a router file from labelled prompts")
     _labels_arguments(train)
     add = train.add_argument
     add("-o", "--output", required=True, metavar="FILE", help="the router file to write (JSON)")
-    add("--cheap-model", help="the cheap model's name, recorded in the file (default: the "
-        "cheap column without _correct)")  # fmt: skip
-    add("--strong-model", help="the strong model's name, recorded in the file")
     add("--target", choices=("gain", "strong_needed", "cheap_wrong"), default="gain",
         help="what the router learns (default gain: E[strong - cheap correct])")  # fmt: skip
     add("--target-quality", type=float, default=TRAIN_TARGET_QUALITY,
@@ -64,7 +64,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="folds for choosing the threshold (default %(default)s)",
     )
     add("--seed", type=int, default=0)
-    add("--quantize", choices=("int8", "off"), default=Routing().embeddings.quantize,
+    serving = RoutingSettings().embeddings
+    add("--max-tokens", type=int, default=serving.max_tokens,
+        help="embedding tokens (default %(default)s, as routing.embeddings)")  # fmt: skip
+    add("--quantize", choices=("int8", "off"), default=serving.quantize,
         help="the embedder's MatMuls (default %(default)s, as routing.embeddings)")  # fmt: skip
     train.set_defaults(func=run_train)
     evaluate = commands.add_parser(
@@ -86,7 +89,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--cheap-cost", type=float, metavar="R", help="a cascade: the cheap call's price as a "
         "share of the strong call's, 0 <= R < 1 (default 0: count strong calls only, as "
         "RouteLLM); saving = 1 - escalated - R")  # fmt: skip
-    add("--json", metavar="FILE", help="also write the numbers as JSON")
+    add(
+        "--json",
+        dest="as_json",
+        action="store_true",
+        help="print the numbers as one JSON document on stdout (instead of the table)",
+    )
+    add("--json-out", metavar="FILE", help="also write the numbers as JSON to FILE")
+    # Accepted only to be refused by name: eval embeds as the router file says (as serving does).
+    add("--max-tokens", type=int, default=None, help=argparse.SUPPRESS)
     evaluate.set_defaults(func=run_eval)
 
 
@@ -94,13 +105,27 @@ def _labels_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("labels", help="labelled prompts: .csv or .jsonl")
     add("--prompt-col", default="prompt")
-    add(
-        "--cheap-col", default="mixtral_8x7b_correct", help="1/true where the cheap model was right"
-    )
-    add("--strong-col", default="gpt4_1106_correct", help="1/true where the strong one was right")
-    serving = Routing().embeddings
-    add("--max-tokens", type=int, default=serving.max_tokens,
-        help="embedding tokens (default %(default)s, as routing.embeddings)")  # fmt: skip
+    add("--cheap-model", metavar="ALIAS", help="the cheap model: the alias a route will name "
+        "(recorded in a trained file; its labels are the column ALIAS_correct)")  # fmt: skip
+    add("--strong-model", metavar="ALIAS", help="the strong model, likewise")
+    add("--cheap-col", help="1/true where the cheap model was right (default: "
+        "CHEAP-MODEL_correct, else RouteLLM's mixtral_8x7b_correct)")  # fmt: skip
+    add("--strong-col", help="1/true where the strong one was right (default: "
+        "STRONG-MODEL_correct, else RouteLLM's gpt4_1106_correct)")  # fmt: skip
+
+
+def name_columns(
+    args: argparse.Namespace, *, cheap: str | None = None, strong: str | None = None
+) -> None:
+    """Settle `args.cheap_col / strong_col`: as given, else the named model's `MODEL_correct`
+    (`--cheap-model`, else `cheap`: a router file's), else RouteLLM's columns."""
+    from levergate.routing.labels import DEFAULT_CHEAP, DEFAULT_STRONG
+
+    for role, fallback, default in (("cheap", cheap, DEFAULT_CHEAP),
+                                    ("strong", strong, DEFAULT_STRONG)):  # fmt: skip
+        model = getattr(args, f"{role}_model") or fallback
+        column = getattr(args, f"{role}_col") or (model + CORRECT if model else default)
+        setattr(args, f"{role}_col", column)
 
 
 def _read(args: argparse.Namespace) -> Labels:
@@ -116,6 +141,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     if not 0 < args.target_quality <= 1 or args.c <= 0 or args.folds < 2 or args.hidden < 0:
         raise ConfigError("need 0 < --target-quality <= 1, --c > 0, --folds >= 2, --hidden >= 0")
+    name_columns(args)
     labels = _read(args)
     settings = _embeddings(args.max_tokens, quantize=args.quantize)
     embed = embedder(settings)
@@ -142,8 +168,13 @@ def run_eval(args: argparse.Namespace) -> int:
     if (args.router is None) == (args.confidence_col is None):
         raise ConfigError("router eval takes one of --router FILE (a learned router) and "
                           "--confidence-col COL (a cascade's confidence per row)")  # fmt: skip
+    if args.max_tokens is not None:
+        raise ConfigError("router eval embeds with the settings the router file was trained "
+                          "with (its features.max_tokens), as serving does: --max-tokens is a "
+                          "`router train` option")  # fmt: skip
     cascade_eval.check_pick(args.threshold, args.target_quality)
     if args.confidence_col is not None:
+        name_columns(args)
         return cascade_eval.run(args)
     if args.cheap_cost is not None:
         raise ConfigError("--cheap-cost prices a cascade's cheap calls; a router makes one call "
@@ -157,6 +188,7 @@ def _eval_router(args: argparse.Namespace) -> int:
     from levergate.routing.train import embedder, features
 
     router, scorer = load(args.router)
+    name_columns(args, cheap=router.models.cheap, strong=router.models.strong)
     labels = _read(args)
     settings = _embeddings_of(router)
     x = features(labels.prompts, embed=embedder(settings), text_chars=router.features.text_chars)
@@ -169,9 +201,7 @@ def _eval_router(args: argparse.Namespace) -> int:
     report["router"] = {"file": args.router, **router.models.model_dump()}
     digest = hashlib.sha256(Path(args.labels).read_bytes()).hexdigest()
     report["seen_in_training"] = digest == router.training.get("labels_sha256")
-    print(render(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    emit_report(report, args, render)
     return 0
 
 
@@ -235,15 +265,15 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _embeddings(max_tokens: int, quantize: Literal["off", "int8"]) -> LocalEmbeddings:
+def _embeddings(max_tokens: int, quantize: Literal["off", "int8"]) -> LocalEmbeddingsSettings:
     """routing.embeddings with these tokens and MatMuls."""
     if not 8 <= max_tokens <= 512:
         raise ConfigError("--max-tokens must be between 8 and 512")
     update = {"max_tokens": max_tokens, "quantize": quantize}
-    return Routing().embeddings.model_copy(update=update)
+    return RoutingSettings().embeddings.model_copy(update=update)
 
 
-def _embeddings_of(router: RouterFile) -> LocalEmbeddings:
+def _embeddings_of(router: RouterFile) -> LocalEmbeddingsSettings:
     """The embedder a router file was trained on."""
     found = _embeddings(router.features.max_tokens, "off").named(router.features.embedder)
     if found is None:
@@ -253,4 +283,4 @@ def _embeddings_of(router: RouterFile) -> LocalEmbeddings:
 
 
 def _bare(column: str) -> str:
-    return column.removesuffix("_correct") or column
+    return column.removesuffix(CORRECT) or column

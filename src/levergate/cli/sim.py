@@ -1,7 +1,7 @@
 """`levergate sim`: run the simulated OpenAI-compatible provider.
 
 Flags override the `--config` YAML file, which overrides the defaults in
-`levergate.upstreams.simulator.settings`. Everything a flag sets can also be changed on the
+`levergate.simulator.settings`. Everything a flag sets can also be changed on the
 running simulator with `POST /sim/config`.
 """
 
@@ -12,8 +12,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from levergate.cli.commands import SUMMARY
 from levergate.errors import ConfigError
-from levergate.upstreams.simulator import SimSettings, serve
+from levergate.simulator import SimSettings, serve
 
 # flag destination -> path in SimSettings
 _FIELDS: dict[str, tuple[str, ...]] = {
@@ -41,7 +42,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "sim",
-        help="run a simulated OpenAI-compatible provider (for tests, demos, benchmarks)",
+        help=SUMMARY["sim"],
         description="A fake, deterministic OpenAI-compatible provider with latency, rate "
         "limits, faults and prompt caching. Answers are generated words, not a model.",
     )
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry point (`python -m levergate.upstreams.simulator`)."""
+    """Standalone entry point (`python -m levergate.simulator`)."""
     parser = argparse.ArgumentParser(prog="levergate sim", description="simulated provider")
     add_arguments(parser)
     args = parser.parse_args(argv)

@@ -9,14 +9,28 @@ from pydantic import Field
 
 from levergate.config.base import _Strict
 from levergate.config.local import cache_home
+from levergate.config.stores import MEMCACHED_ADDRESS, ConnectionName
 
 CacheMode = Literal["off", "deterministic", "always"]
 
 
-class CacheRule(_Strict):
-    """When answers may be cached. `deterministic` (the default) caches only requests that ask
-    for one answer: temperature 0 or a fixed seed. `always` also caches sampled answers (for
-    callers who want the same answer to the same question); `off` never reads nor writes."""
+class CacheRuleSettings(_Strict):
+    """When answers may be cached: `cache.default`, or per model alias, route or named cascade
+    (`cache.models`, keyed by the name the client sends) or per feature tag (`cache.features`).
+
+    `deterministic` (the default) caches only requests that ask for one answer: temperature 0
+    or a fixed seed. `always` also caches sampled answers; `off` never reads nor writes. A
+    bypassed request says why: `x-levergate-cache: bypass; reason=nondeterministic` (or `n`,
+    `off`).
+
+    Why `deterministic` is the default although OpenAI's default temperature is 1, so most SDK
+    calls (which set none) bypass: a request at temperature > 0 without a seed asks for a
+    *sample*. Serving every later identical request the first stored sample silently turns that
+    into a fixed answer — a "regenerate" button, best-of-k by repeated calls, evaluation runs
+    and synthetic data that rely on variety would all get the same text back, for free, with no
+    sign of it. That changes what the client asked for, so it is the operator's decision, per
+    alias, route or feature, where the traffic is one question wanting one answer (FAQ,
+    classification, extraction): `cache: {models: {auto: {mode: always}}}`."""
 
     mode: CacheMode = "deterministic"
     ttl_seconds: float = Field(24 * 3600.0, gt=0)
@@ -28,30 +42,48 @@ class CacheRule(_Strict):
     semantic: bool = False
 
 
-class CacheStore(_Strict):
-    """Where exact entries live. `sqlite` survives restarts; `redis` is shared by replicas;
-    `memory` is per gateway instance. The default is `memory`, so that gateways built in one
-    process (tests, library users) never see each other's entries and nothing writes a file
-    unasked; `levergate serve` with no upstream (the embedded default, `make run`) uses
-    `sqlite` at `$XDG_CACHE_HOME/levergate/cache.sqlite3` unless a backend is set. A bounded
-    in-memory LRU sits in front of sqlite and redis when `front_bytes` > 0."""
+class CacheStoreSettings(_Strict):
+    """Where exact entries live. `sqlite` survives restarts; `redis` and `memcached` are shared
+    by replicas (Memcached may evict anything at any time and restarts empty: a pure cache);
+    `memory` is per gateway instance. The default (`auto` with no `stores` connection) is
+    `memory`, so that gateways built in one process (tests, library users) never see each
+    other's entries and nothing writes a file unasked; `levergate serve` with no upstream (the
+    embedded default, `make run`) uses `sqlite` at `$XDG_CACHE_HOME/levergate/cache.sqlite3`
+    unless a backend or a connection is set. A bounded in-memory LRU sits in front of the
+    shared and file stores when `front_bytes` > 0."""
 
-    backend: Literal["memory", "sqlite", "redis"] = "memory"
+    # `auto`: what the section's connection offers (redis, then memcached, then sqlite), else
+    # `memory`.
+    backend: Literal["auto", "memory", "sqlite", "redis", "memcached"] = "auto"
+    # The `stores` connection the entries live in (None: `stores.default`, when there is one).
+    connection: ConnectionName | None = None
     memory_bytes: int = Field(256 * 1024 * 1024, ge=0)
     front_bytes: int = Field(64 * 1024 * 1024, ge=0)
     # How long an entry may stay in the front LRU before the back store is asked again.
     front_ttl_seconds: float = Field(60.0, gt=0)
     # Under the user's cache folder, never the working directory (nor a checkout).
     sqlite_path: str = Field(default_factory=lambda: str(Path(cache_home()) / "cache.sqlite3"))
+    # Deprecated: set `stores.<connection>.redis_url` (kept for one release).
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "levergate:cache:"
+    # `host:port` (`[::1]:11211` for IPv6) of one Memcached server. Deprecated: set
+    # `stores.<connection>.memcached_address` (kept for one release).
+    memcached_address: str = Field("127.0.0.1:11211", pattern=MEMCACHED_ADDRESS)
+    # Keys are `<prefix><40 hex digits>[chunk suffix]`: printable ASCII with no spaces, within
+    # Memcached's 250 bytes.
+    memcached_prefix: str = Field("levergate:cache:", pattern=r"^[!-~]{0,180}$")
+    # The server's item size limit (memcached -I, 1 MiB by default): larger values are split
+    # into items this big (stores/kv_memcached.py).
+    memcached_item_bytes: int = Field(1024 * 1024, ge=4096, le=1024 * 1024 * 1024)
+    # Connections, and the threads that drive them (pymemcache is a blocking client).
+    memcached_connections: int = Field(8, ge=1, le=256)
     # A store slower than this is treated as down for the request (a miss, never a failure).
     timeout_seconds: float = Field(0.1, gt=0)
     # After a store failure, skip the store for this long instead of waiting on it again; then
     # one request tries it while the others still skip it (stores/circuit.py).
     cooldown_seconds: float = Field(1.0, ge=0)
-    # A larger entry is not written to sqlite or redis (Redis refuses values over 512 MB and
-    # drops the connection); counted as a `refused` fault, with no cool-down.
+    # A larger entry is not written to sqlite, redis or memcached (Redis refuses values over
+    # 512 MB and drops the connection); counted as a `refused` fault, with no cool-down.
     max_entry_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
 
@@ -63,9 +95,10 @@ class SemanticCacheSettings(_Strict):
     labelled paraphrase data (benchmarks/results/cache_semantic_eval.md): 0.95 with every guard
     is the lowest threshold whose false hits stay <= 1% of qqp_dev's non-duplicate pairs
     (0.74%, precision 91.8%, recall 14.2% on all 40,370 pairs); without guards 1% needs 0.97
-    (recall 12.5%). Dropping `swapped` would lift qqp_dev recall to 16.0% at 0.85% false hits;
-    it stays, because a swapped direction ("USD to EUR" / "EUR to USD") is exactly the wrong
-    answer that paraphrase sets rarely contain.
+    (recall 12.5%). On the four sets it was not chosen on (mrpc, stsb, semeval, sick) the same
+    setting gives 0-0.37% false hits at 2.0-15.7% recall. Dropping `swapped` would lift qqp_dev
+    recall to 16.0% at 0.85% false hits; it stays, because a swapped direction ("USD to EUR" /
+    "EUR to USD") is exactly the wrong answer that paraphrase sets rarely contain.
     Above `hnsw_above` entries a partition is searched with HNSW (exact numpy search costs
     3-10 ms at 100k entries on the project's machines, HNSW 0.2-0.7 ms).
 
@@ -92,21 +125,23 @@ class SemanticCacheSettings(_Strict):
     hnsw_above: int = Field(20_000, ge=1)
     # Optional: ask this model whether the cached answer answers the new question.
     verify_model: str | None = None
-    index: Literal["local", "redis"] = "local"
-    # For `index: redis`; None takes the cache store's `redis_url` and `redis_prefix`.
+    # `auto`: `redis` when the cache store is Redis through a `stores` connection, else `local`.
+    index: Literal["auto", "local", "redis"] = "auto"
+    # For `index: redis`; None takes the cache store's Redis and `redis_prefix`. Deprecated:
+    # the index follows the cache store's connection (kept for one release).
     index_redis_url: str | None = None
     index_redis_prefix: str | None = None
 
 
-class Cache(_Strict):
+class CacheSettings(_Strict):
     """The exact cache, in-flight coalescing, the embeddings cache and the semantic cache."""
 
     enabled: bool = True
-    store: CacheStore = Field(default_factory=CacheStore)
-    default: CacheRule = Field(default_factory=CacheRule)
+    store: CacheStoreSettings = Field(default_factory=CacheStoreSettings)
+    default: CacheRuleSettings = Field(default_factory=CacheRuleSettings)
     # Overrides by model alias, and by feature tag (a feature rule wins over a model rule).
-    models: dict[str, CacheRule] = Field(default_factory=dict)
-    features: dict[str, CacheRule] = Field(default_factory=dict)
+    models: dict[str, CacheRuleSettings] = Field(default_factory=dict)
+    features: dict[str, CacheRuleSettings] = Field(default_factory=dict)
     # Tenants never share entries; map several tenants to one namespace to let them.
     tenant_namespaces: dict[str, str] = Field(default_factory=dict)
     coalesce: bool = True
@@ -118,4 +153,10 @@ class Cache(_Strict):
     # The bytes of vectors one embeddings response may carry when the cache assembles it; a
     # 413 beyond. 2,048 inputs of 3,072 dimensions (OpenAI's largest) at ~20 bytes a float fit.
     embeddings_max_response_bytes: int = Field(128 * 1024 * 1024, ge=1024)
+    # Inputs an embeddings request may hold per distinct input (400 `too_many_copies` beyond).
+    # The cache embeds each distinct input once and answers every copy with a full vector, so
+    # copies cost the upstream nothing and the gateway everything: 2,048 x "a" (10 KB in, one
+    # input upstream) made a 66.7 MB answer and let four slow clients stall everyone else
+    # (issue 20). 16 still takes a column of 2,048 rows holding 128 distinct values.
+    embeddings_max_copies: int = Field(16, ge=1)
     semantic: SemanticCacheSettings = Field(default_factory=SemanticCacheSettings)

@@ -46,29 +46,29 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from levergate.config.base import WILDCARD, _Strict
-from levergate.config.shadow import Shadow, ShadowSampling, unknown_judge
+from levergate.config.shadow import ShadowSamplingSettings, ShadowSettings, unknown_judge
 
 CASCADE_PREFIX = "cascade:"
 STEP_SEPARATOR = ">"
 
 
-class MeanLogprob(_Strict):
+class MeanLogprobSettings(_Strict):
     kind: Literal["mean_logprob"] = "mean_logprob"
     # exp(-0.5) ~ 0.61 geometric-mean token probability.
     threshold: float = Field(-0.5, le=0)
 
 
-class MinLogprob(_Strict):
+class MinLogprobSettings(_Strict):
     kind: Literal["min_logprob"] = "min_logprob"
     # exp(-4) ~ 0.018: one token the model itself found this unlikely.
     threshold: float = Field(-4.0, le=0)
 
 
-class MustParse(_Strict):
+class MustParseSettings(_Strict):
     kind: Literal["json"] = "json"
 
 
-class JsonSchema(_Strict):
+class JsonSchemaSettings(_Strict):
     kind: Literal["json_schema"] = "json_schema"
     json_schema: dict[str, Any] = Field(alias="schema")
 
@@ -81,7 +81,7 @@ class JsonSchema(_Strict):
         return schema
 
 
-class Regex(_Strict):
+class RegexSettings(_Strict):
     kind: Literal["regex"] = "regex"
     pattern: str = Field(min_length=1, max_length=4096)
     full: bool = False  # True: the whole answer must match (re.fullmatch), else re.search
@@ -96,13 +96,13 @@ class Regex(_Strict):
         return pattern
 
 
-class ConfidenceField(_Strict):
+class ConfidenceFieldSettings(_Strict):
     kind: Literal["confidence_field"] = "confidence_field"
     field: str = Field("confidence", min_length=1, max_length=64, pattern=r"^[A-Za-z_][\w-]*$")
     threshold: float = Field(0.7, ge=0, le=1)
 
 
-class Judge(_Strict):
+class JudgeSettings(_Strict):
     kind: Literal["judge"] = "judge"
     alias: str = Field(min_length=1)
     threshold: float = Field(0.7, ge=0, le=1)  # the judge's score: a probability in [0, 1]
@@ -113,17 +113,23 @@ class Judge(_Strict):
 
 
 Check = Annotated[
-    MeanLogprob | MinLogprob | MustParse | JsonSchema | Regex | ConfidenceField | Judge,
+    MeanLogprobSettings
+    | MinLogprobSettings
+    | MustParseSettings
+    | JsonSchemaSettings
+    | RegexSettings
+    | ConfidenceFieldSettings
+    | JudgeSettings,
     Field(discriminator="kind"),
 ]
 
 
-class NamedCascade(_Strict):
+class NamedCascadeSettings(_Strict):
     name: str = Field(min_length=1, max_length=128)
     steps: list[str] = Field(min_length=2)
     checks: list[Check] = Field(min_length=1)
     # None: the cascade-level `cascade.shadow` sampling.
-    shadow: ShadowSampling | None = None
+    shadow: ShadowSamplingSettings | None = None
 
     @field_validator("name")
     @classmethod
@@ -134,7 +140,7 @@ class NamedCascade(_Strict):
 
 
 def _default_checks() -> list[Check]:
-    return [MeanLogprob()]
+    return [MeanLogprobSettings()]
 
 
 class CascadeSettings(_Strict):
@@ -146,11 +152,11 @@ class CascadeSettings(_Strict):
     max_steps: int = Field(4, ge=2, le=8)
     # What a `cascade:` name is checked with (a named cascade lists its own).
     checks: list[Check] = Field(default_factory=_default_checks, min_length=1)
-    cascades: list[NamedCascade] = Field(default_factory=list)
+    cascades: list[NamedCascadeSettings] = Field(default_factory=list)
     # Distinct `cascade:` names given their own metric labels; later ones share "other".
     max_metric_names: int = Field(50, ge=1)
     # Quality measured: accepted answers shadowed by the strongest step (off by default).
-    shadow: Shadow = Field(default_factory=Shadow)
+    shadow: ShadowSettings = Field(default_factory=ShadowSettings)
 
     @model_validator(mode="after")
     def _steps_bounded(self) -> CascadeSettings:
@@ -169,7 +175,7 @@ class CascadeSettings(_Strict):
     def enabled(self) -> bool:
         return self.ad_hoc or bool(self.cascades)
 
-    def sampling(self, named: NamedCascade | None) -> ShadowSampling:
+    def sampling(self, named: NamedCascadeSettings | None) -> ShadowSamplingSettings:
         """The shadow sampling of `named` (None: of the `cascade:` names)."""
         if named is not None and named.shadow is not None:
             return named.shadow
@@ -208,5 +214,5 @@ def check_references(settings: CascadeSettings, aliases: Collection[str]) -> Non
             raise ValueError(f"cascade {named.name!r}: unknown shadow judge alias {shadow!r}")
 
 
-def _judges(checks: list[Check]) -> list[Judge]:
-    return [c for c in checks if isinstance(c, Judge)]
+def _judges(checks: list[Check]) -> list[JudgeSettings]:
+    return [c for c in checks if isinstance(c, JudgeSettings)]

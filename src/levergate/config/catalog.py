@@ -22,11 +22,30 @@ from pydantic import AliasChoices, Field
 from levergate.config.base import _Strict
 
 
-class Price(_Strict):
+class TierPriceSettings(_Strict):
+    """A service tier's price where the provider sells one (policies/tiers.py): US dollars per
+    million tokens, like the standard price. Unset `cache_read` keeps the standard price's
+    discount on cached input (`cache_read / input`); cache writes likewise. Both `input` and
+    `output` must end up set."""
+
+    input: float | None = Field(None, ge=0)
+    output: float | None = Field(None, ge=0)
+    cache_read: float | None = Field(None, ge=0)
+
+    def over(self, base: TierPriceSettings | None) -> TierPriceSettings:
+        if base is None:
+            return self
+        mine = {k: v for k, v in self.model_dump().items() if v is not None}
+        return base.model_copy(update=mine)
+
+
+class PriceSettings(_Strict):
     """US dollars per million tokens; an unset field comes from the level below (the catalog
     entry, then the built-in table). Resolved: `cache_read` and `cache_write` default to
     `input` (no discount, no premium), `cache_write_1h` to `cache_write`, `batch_discount`
-    to 0. `input` and `output` must both end up set (`output: 0` for an embedding model)."""
+    to 0. `input` and `output` must both end up set (`output: 0` for an embedding model).
+    `flex` and `priority` price those service tiers; a model without one is never sent at it
+    (asked for explicitly, it is a 400 naming the tier and the model)."""
 
     input: float | None = Field(None, ge=0)
     output: float | None = Field(None, ge=0)
@@ -40,18 +59,25 @@ class Price(_Strict):
     cache_write_1h: float | None = Field(None, ge=0)
     # The share off every bucket through the provider's batch API (0.5 = half price).
     batch_discount: float | None = Field(None, ge=0, le=1)
+    # Service tiers: OpenAI's flex (Batch API rates) and priority (a premium).
+    flex: TierPriceSettings | None = None
+    priority: TierPriceSettings | None = None
 
-    def over(self, base: Price) -> Price:
-        """This price's set fields over `base`'s."""
-        mine = {k: v for k, v in self.model_dump().items() if v is not None}
+    def over(self, base: PriceSettings) -> PriceSettings:
+        """This price's set fields over `base`'s (a tier's price field by field too)."""
+        mine = {k: getattr(self, k) for k in type(self).model_fields
+                if getattr(self, k) is not None}  # fmt: skip
+        for tier in ("flex", "priority"):
+            if tier in mine:
+                mine[tier] = mine[tier].over(getattr(base, tier))
         return base.model_copy(update=mine)
 
     @property
     def empty(self) -> bool:
-        return all(v is None for v in self.model_dump().values())
+        return all(getattr(self, k) is None for k in type(self).model_fields)
 
 
-class Capabilities(_Strict):
+class CapabilitiesSettings(_Strict):
     """What a model accepts; None inherits (and ends as False)."""
 
     tools: bool | None = None
@@ -59,29 +85,29 @@ class Capabilities(_Strict):
     json_mode: bool | None = None
     logprobs: bool | None = None
 
-    def over(self, base: Capabilities) -> Capabilities:
+    def over(self, base: CapabilitiesSettings) -> CapabilitiesSettings:
         mine = {k: v for k, v in self.model_dump().items() if v is not None}
         return base.model_copy(update=mine)
 
 
-class CatalogEntry(_Strict):
+class CatalogEntrySettings(_Strict):
     """One model: its provider, prices, limits, tokenizer and capabilities."""
 
     provider: str | None = Field(None, max_length=64)
-    price: Price = Field(default_factory=Price)
+    price: PriceSettings = Field(default_factory=PriceSettings)
     context_window: int | None = Field(None, ge=1)
     max_output: int | None = Field(None, ge=1)
     # A tiktoken encoding name (`o200k_base`), `hf:<repo or file>` for a Hugging Face
     # tokenizer, or `none` for a model without a public tokenizer (counts are estimates).
     tokenizer: str | None = Field(None, max_length=200)
-    capabilities: Capabilities = Field(default_factory=Capabilities)
+    capabilities: CapabilitiesSettings = Field(default_factory=CapabilitiesSettings)
     # Other names the provider accepts for the model (dated snapshots). Dated suffixes
     # (`-2024-08-06`, `-20250929`) and `-latest` are also stripped when a name is looked up.
     aliases: tuple[str, ...] = ()
 
-    def over(self, base: CatalogEntry) -> CatalogEntry:
+    def over(self, base: CatalogEntrySettings) -> CatalogEntrySettings:
         """This entry's set fields over `base`'s, field by field (prices and capabilities too)."""
-        return CatalogEntry(
+        return CatalogEntrySettings(
             provider=self.provider or base.provider,
             price=self.price.over(base.price),
             context_window=self.context_window or base.context_window,
@@ -92,12 +118,12 @@ class CatalogEntry(_Strict):
         )
 
 
-class Ledger(_Strict):
+class LedgerSettings(_Strict):
     """The cost ledger's `/metrics` series: spend and savings by lever, model, tenant and
     feature. Tenants (and features, and model names behind `*`) are client-influenced, so each
     label keeps at most `max_label_values` distinct values (later ones are `other`), and the
     (model, tenant, feature) combinations at most `max_label_sets` (later ones are all
-    `other`): with 8 levers that bounds the savings series at 8 x max_label_sets."""
+    `other`): with 9 levers that bounds the savings series at 9 x max_label_sets."""
 
     enabled: bool = True
     max_label_values: int = Field(100, ge=1)

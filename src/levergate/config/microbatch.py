@@ -25,7 +25,7 @@ from levergate.config.base import _Strict
 MAX_INPUTS = 2048
 
 
-class MicroBatchRule(_Strict):
+class MicroBatchRuleSettings(_Strict):
     """One alias's override; unset fields take the section's values."""
 
     enabled: bool | None = None
@@ -48,7 +48,7 @@ class MicroBatchSettings(_Strict):
     max_bytes: int = Field(1_000_000, ge=1024, le=64 * 1024 * 1024)
     # Batches of one alias in flight at once; a batch due while all are busy keeps filling.
     max_running: int = Field(64, ge=1, le=4096)
-    models: dict[str, MicroBatchRule] = Field(default_factory=dict)
+    models: dict[str, MicroBatchRuleSettings] = Field(default_factory=dict)
 
     def for_model(self, name: str) -> MicroBatchSettings:
         """The settings for alias `name`: its override over the section's values."""

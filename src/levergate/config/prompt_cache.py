@@ -10,7 +10,7 @@ from pydantic import Field
 from levergate.config.base import _Strict
 
 
-class PrefixLint(_Strict):
+class PrefixLintSettings(_Strict):
     """Comparing a route's requests to find early content that breaks prefix caching
     (policies/prefix_lint.py). Sampled: at most one request per model alias every
     `every_seconds` is compared, with the last `compare_with` sampled ones."""
@@ -27,7 +27,7 @@ class PrefixLint(_Strict):
     keep_findings: int = Field(200, ge=0, le=100_000)
 
 
-class Breakpoints(_Strict):
+class BreakpointsSettings(_Strict):
     """Automatic Anthropic `cache_control` breakpoints (policies/prompt_cache.py decides).
     Placed only where the observed reuse pays for the cache writes. Client breakpoints are
     kept; more than Anthropic's 4 is refused with a 400 before any call (no money spent)."""
@@ -45,13 +45,13 @@ class Breakpoints(_Strict):
     prefixes: int = Field(50_000, ge=1, le=10_000_000)  # prefixes whose reuse is remembered
 
 
-class PromptCache(_Strict):
+class PromptCacheSettings(_Strict):
     enabled: bool = True
-    lint: PrefixLint = Field(default_factory=PrefixLint)
+    lint: PrefixLintSettings = Field(default_factory=PrefixLintSettings)
     # Tools sorted by name and schema keys sorted (`properties` keep their order: structured
     # output generates fields in it). Changes what the model reads, so off by default.
     canonical_tools: bool = False
     # `prompt_cache_key` from the tenant and the first ~256 tokens (what OpenAI routes by):
     # `auto` sets it for upstreams at api.openai.com only (others may reject the field).
     openai_cache_key: Literal["auto", "on", "off"] = "auto"
-    breakpoints: Breakpoints = Field(default_factory=Breakpoints)
+    breakpoints: BreakpointsSettings = Field(default_factory=BreakpointsSettings)

@@ -3,25 +3,84 @@ background jobs."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 
 from levergate.config.base import DEFAULT_HOST, DEFAULT_PORT, _Strict
 
+ReadinessMode = Literal["any_model", "every_model", "started"]
 
-class Server(_Strict):
+
+class ResponseHeadersSettings(_Strict):
+    """Headers that tell a client what its request did (layers/measure/disclose.py), each on by
+    default and turned off here. A stream's head leaves at its first token, before its cost is
+    known, so cost, savings and a budget net of the request are on whole answers only; a stream
+    gets the alias, the attempts and the budget left when it was admitted.
+
+        x-levergate-model                  the alias that answered (a route's or cascade's
+                                           choice, a fallback); absent on a cache hit
+        x-levergate-attempts, -retries     upstream calls made, and how many were retries
+        x-levergate-cost-usd               what it cost (answer + side spends), 8 decimals
+        x-levergate-savings-usd            what the levers saved, net (policies/pricing.py)
+        x-levergate-budget-remaining-usd   with a gateway key that has a budget: what is left
+                                           of the tighter one (daily, monthly)
+        x-levergate-tier                   the service tier the provider was asked for
+                                           (flex, standard, priority; layers/tiers/): the
+                                           client's own or the deadline's choice; absent when
+                                           none was asked"""
+
+    model: bool = True  # x-levergate-model
+    attempts: bool = True  # x-levergate-attempts and x-levergate-retries
+    cost: bool = True  # x-levergate-cost-usd and x-levergate-savings-usd
+    budget: bool = True  # x-levergate-budget-remaining-usd
+    tier: bool = True  # x-levergate-tier
+
+
+# What a streamed upload's body may carry besides the file: multipart framing (boundaries,
+# part headers, the `purpose` field; batch/files.py bounds each). Added to the body limit, so
+# `max_upload_bytes` (and `batch.max_file_bytes`) apply to the file's own bytes: a file of
+# exactly 200 MiB was refused, the framing counted against it.
+MULTIPART_OVERHEAD_BYTES = 64 * 1024
+
+
+class ServerSettings(_Strict):
+    """The HTTP server `levergate serve` runs (uvicorn with levergate's own protocol limits,
+    server/run.py): where it listens, the bounds every client is held to, logging of requests,
+    shutdown and readiness."""
+
+    # The address to listen on: loopback by default; `0.0.0.0` for every interface.
     host: str = DEFAULT_HOST
-    port: int = Field(DEFAULT_PORT, ge=0, le=65535)
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535)  # 0: any free port
     # Body limits per route (server/routes.py): JSON routes read the body whole under
     # `max_body_bytes` (413 beyond); streaming routes (uploads, written to disk in chunks) get
-    # `max_upload_bytes`, OpenAI's limit for a batch input file.
+    # `max_upload_bytes`, OpenAI's limit for a batch input file, for the file's bytes (plus
+    # `MULTIPART_OVERHEAD_BYTES` of framing).
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_upload_bytes: int = Field(200 * 1024 * 1024, ge=1024)
-    # Files sent from disk (server/exchange.py: file_response) go out in chunks of this size.
+    # Whole answers larger than this (a 2,048-vector embeddings answer is ~67 MB) go out in
+    # chunks of this size, each when the client has read the one before: one write of the
+    # whole body copied it into the socket's buffer at once (~0.15 s of event loop per 67 MB)
+    # and kept a copy per slow reader.
     file_chunk_bytes: int = Field(256 * 1024, ge=1024)
     # Seconds an in-flight request may take to finish when the server stops; after them a stream
     # ends with a `shutting_down` error event and an unanswered request gets a 503 (server/run.py).
     graceful_shutdown_seconds: float = Field(10.0, ge=0)
+    # Seconds between the shutdown signal (SIGTERM, Ctrl-C) and the listener closing, during
+    # which requests are still served and /readyz answers 503 `draining`, so a load balancer
+    # takes this replica out before it stops accepting (a rolling restart loses nothing). Set
+    # it to the balancer's health-check interval times its failure count, plus one interval.
+    # A second signal ends it at once. The graceful shutdown follows.
+    drain_seconds: float = Field(0.0, ge=0, le=3600)
+    # What /readyz asks of the model aliases (layers/traffic/readiness.py): `any_model` can
+    # serve (an endpoint of its own or of a fallback not ejected nor failing its health checks),
+    # `every_model`, or only that the gateway is `started` and not draining.
+    readiness: ReadinessMode = "any_model"
+    # One line per answered request (server/access_log.py): client, method, path, status,
+    # duration, request id; JSON fields with `log_format: json`.
     access_log: bool = False
+    # x-levergate-* headers on each answer saying what the request did and cost.
+    response_headers: ResponseHeadersSettings = Field(default_factory=ResponseHeadersSettings)
     # A client disconnect is watched for once a request has run this long (see server/asgi.py):
     # cheaper than a watcher per request, and quick enough to stop paying for abandoned calls.
     # Measured: at 50 ms the watcher started right as typical answers arrived and added ~0.7 ms.
@@ -29,10 +88,23 @@ class Server(_Strict):
     # CPUs `levergate serve` is pinned to (server/run.py: tune_process); None leaves it to the
     # scheduler. On a small machine shared with an engine, give the gateway a core of its own.
     cpus: list[int] | None = None
+    # Worker processes serving one port (`levergate serve --workers N`, server/workers.py): a
+    # supervising parent holds the port and restarts a worker that dies; the kernel spreads
+    # connections over the workers (SO_REUSEPORT). They behave as one gateway: state that
+    # would live in memory (limits, the exact cache, budgets, stored responses) moves to SQLite
+    # files on this machine unless `stores` names Redis, and /metrics adds every worker's
+    # counters up. At most 64 and 4 per core (more only adds switching).
+    workers: int = Field(1, ge=1, le=64)
     # Garbage-collector tuning for `levergate serve` (server/run.py: tune_process): freeze what
     # start-up built, and run young collections every this many allocations (0: leave as is).
     gc_freeze: bool = True
     gc_gen0_threshold: int = Field(50_000, ge=0)
+    # `levergate serve` gives freed memory back to the system (glibc's malloc_trim) when
+    # malloc holds this much more free than it did after the last trim, looking every so many
+    # seconds (server/memory.py): after a burst of large requests it stayed at 1,660 MiB idle;
+    # with this, 520 (benchmarks/results/memory_highwater.md). 0: never.
+    memory_trim_above_mib: int = Field(64, ge=0)
+    memory_trim_every_seconds: float = Field(5.0, gt=0)
     # Client limits, enforced by the HTTP server under the ASGI app (server/http_protocol.py),
     # so a hostile or broken client holds no more than these; each answer is OpenAI-shaped JSON
     # and the connection is closed after it.
@@ -62,13 +134,22 @@ class Server(_Strict):
     # connection_cap): at a 1,024-descriptor limit, 1,100 idle connections used to make normal
     # requests get empty replies with nothing logged.
     max_connections: int = Field(4096, ge=1)
+    # Open connections from one peer address; one beyond it is answered 503
+    # (`too_many_connections_from_peer`) once its head arrives, and is shed first while it has
+    # sent nothing (server/peers.py). 0: no per-peer limit. Behind a load balancer every client
+    # is the balancer's address: set 0 (or above the balancer's pool) and limit per client
+    # there. One peer re-opening 4,300 idle sockets left a normal client 1 answer in 20.
+    max_connections_per_peer: int = Field(1024, ge=0)
+    # A connection arriving at the cap closes the oldest one that has sent no byte for at least
+    # this long (a client that just connected is about to send its head) and takes its place.
+    shed_idle_after_seconds: float = Field(1.0, ge=0)
     # The warning that connections were refused is logged at most once per this many seconds,
     # with the count refused since the last one: a flood does not become a flood of log lines.
     overload_log_seconds: float = Field(10.0, gt=0)
 
 
-class RequestLimits(_Strict):
-    """Bounds on what one client request may ask for, checked at the edge (protocol/openai.py
+class RequestLimitsSettings(_Strict):
+    """Bounds on what one client request may ask for, checked at the edge (protocol/openai/body.py
     `check_body`, gateway.py `make_call`) before any work is done: a breach is a 400 naming the
     field. Where OpenAI's API has a bound it is the default, so what OpenAI accepts passes."""
 
@@ -95,7 +176,7 @@ class RequestLimits(_Strict):
     max_timeout_seconds: float = Field(3600.0, gt=0)
 
 
-class Metrics(_Strict):
+class MetricsSettings(_Strict):
     """`/metrics` names every tenant's features, models, request counts and spend. With auth off
     it is open, like the rest of the gateway. With auth on it needs its own credential:
     `Authorization: Bearer <metrics.token>` (a client key is not enough, and is refused); with
@@ -122,7 +203,7 @@ class Metrics(_Strict):
     max_label_sets: int = Field(500, ge=1)
 
 
-class Background(_Strict):
+class BackgroundSettings(_Strict):
     """Restarting a background job (health checks, the shared semantic index follower) that
     crashed: waits double from `restart_base_seconds` up to `restart_cap_seconds`, so a job
     that fails at every start (its Redis is down) costs one log line and one try per cap."""

@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 from levergate.config.base import _Strict
 
 
-class ShadowSampling(_Strict):
+class ShadowSamplingSettings(_Strict):
     """Which cheap answers are shadowed by the strong model, and how the two are compared."""
 
     # The share of cheap answers shadowed (0: none; each one is a strong-model call).
@@ -37,7 +37,7 @@ class ShadowSampling(_Strict):
     judge_max_chars: int = Field(32_000, ge=256)
 
     @model_validator(mode="after")
-    def _judge_iff_judged(self) -> ShadowSampling:
+    def _judge_iff_judged(self) -> ShadowSamplingSettings:
         if self.compare == "judge" and self.judge is None:
             raise ValueError("shadow.compare 'judge' needs shadow.judge (an alias)")
         if self.compare != "judge" and self.judge is not None:
@@ -45,7 +45,7 @@ class ShadowSampling(_Strict):
         return self
 
 
-class Shadow(ShadowSampling):
+class ShadowSettings(ShadowSamplingSettings):
     """A layer's default sampling (of every cascade, of every route) and its one shadow queue."""
 
     # Shadow calls waiting for a worker; a sample that finds the queue full is dropped (and
@@ -57,7 +57,7 @@ class Shadow(ShadowSampling):
     timeout_seconds: float = Field(120.0, gt=0, le=3600)
 
 
-def unknown_judge(sampling: ShadowSampling | None, known: Collection[str]) -> str | None:
+def unknown_judge(sampling: ShadowSamplingSettings | None, known: Collection[str]) -> str | None:
     """The judge `sampling` names when it is not one of the `known` aliases, else None."""
     judge = sampling.judge if sampling is not None else None
     return judge if judge is not None and judge not in known else None

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from levergate.config.base import _Strict
-from levergate.config.upstreams import BalanceStrategy, RateLimits
+from levergate.config.local import cache_home
+from levergate.config.stores import ConnectionName
+from levergate.config.upstreams import BalanceStrategy, RateLimitsSettings
 
 
-class MaxWait(_Strict):
+class MaxWaitSettings(_Strict):
     """Seconds a request of each priority class may wait for capacity when it brings no deadline
     (`x-levergate-timeout`) of its own. Beyond it the request is shed with a Retry-After.
-    Waiting is in priority order within one process only (see `Traffic`)."""
+    Waiting is in priority order within one process only (see `TrafficSettings`)."""
 
     interactive: float = Field(10.0, gt=0)
     default: float = Field(30.0, gt=0)
@@ -54,8 +57,10 @@ class AffinitySettings(_Strict):
     load_factor: float = Field(1.25, ge=1.0, le=100.0)
     # What a prompt byte not cached on a member weighs against a byte of prefill already
     # waiting there. Above 1 because a miss is paid again: the conversation's later turns
-    # follow it to the new member. Measured on the Mooncake trace (1.5x time): 1 keeps 84% of
-    # the ceiling's cache hits, 4 keeps 92% (TTFT p50 2.3x better than round robin), 16 93%.
+    # follow it to the new member. Chosen on the Mooncake trace at 1.5x time: 1 keeps 84% of the
+    # ceiling's cache hits, 4 keeps 92% (TTFT p50 2.3x better than round robin), 16 93%.
+    # Replayed at 1x and 1.25x and with a quarter of the cache, 4 stays within 3% of 16's TTFT
+    # p50 and 1-11% ahead of 1's (benchmarks/results/affinity.md).
     miss_weight: float = Field(4.0, ge=0.0, le=1000.0)
 
 
@@ -117,20 +122,36 @@ class AimdSettings(_Strict):
 FallbackOn = Literal["rate_limited", "overloaded", "unavailable", "timeout"]
 
 
-class Traffic(_Strict):
+class TrafficSettings(_Strict):
     """Limits, scheduling, retries, fallbacks and balancing (see layers/traffic/).
 
-    What replicas share: with `store: redis`, the rpm and tpm of every key, endpoint and tenant.
-    Everything else is per process: concurrency caps, the priority queues (each replica orders
-    its own waiters; between replicas the shared limiter serves whichever asks first, so a
-    batch flood on one replica can take capacity an interactive request on another is waiting
-    for), the retry budget, ejection and health-check state, and the balancer's statistics."""
+    What replicas share: with limits in Redis (`stores.default.redis_url`, or `store: redis`),
+    the rpm and tpm of every key, endpoint and tenant. Everything else is per process:
+    concurrency caps, the priority queues (each replica orders its own waiters; between
+    replicas the shared limiter serves whichever asks first, so a batch flood on one replica
+    can take capacity an interactive request on another is waiting for), the retry budget,
+    ejection and health-check state, and the balancer's statistics."""
 
-    # Where rate-limit state lives: per process, or in Redis shared by every replica.
-    store: Literal["memory", "redis"] = "memory"
+    # Where rate-limit state lives: per process, in Redis shared by every replica, or in a
+    # SQLite file shared by the processes of one machine. `auto`: `redis` when the section's
+    # `stores` connection has a Redis, else `sqlite` with `server.workers` above 1 (or a
+    # connection's `sqlite_dir`), else `memory`.
+    store: Literal["auto", "memory", "redis", "sqlite"] = "auto"
+    # The `stores` connection (None: `stores.default`, when there is one).
+    connection: ConnectionName | None = None
+    # Deprecated: set `stores.<connection>.redis_url` (kept for one release).
     redis_url: str = "redis://127.0.0.1:6379/0"
     # The hash tag keeps every limit key in one Redis Cluster slot (multi-key Lua scripts).
     redis_prefix: str = "levergate:{limits}:"
+    # For `sqlite`: every gateway process on this machine using this file shares its limits,
+    # as replicas on one Redis do (stores/limits_sqlite.py).
+    sqlite_path: str = Field(default_factory=lambda: str(Path(cache_home()) / "limits.sqlite3"))
+    # For `sqlite`: the longest a check waits on the file's lock (on the event loop). Each
+    # check holds it for tens of microseconds, but a worker preempted while holding it holds
+    # it for the preemption: on a loaded machine that is tens of milliseconds, and a wait cut
+    # shorter falls back to per-process limits (as for a Redis outage), which lets N workers
+    # send N times the limit for `redis_retry_seconds`.
+    sqlite_busy_seconds: float = Field(0.25, gt=0, le=5)
     # A limit check slower than this counts as Redis being down. Generous, because a busy
     # event loop makes a healthy Redis look slow (measured: 250 ms timed out at load 8 on 2
     # cores), and a false outage costs more than a slow check.
@@ -140,10 +161,10 @@ class Traffic(_Strict):
     # while the others stay local (stores/circuit.py): a hung Redis stalls no one else.
     local_share: float = Field(1.0, gt=0, le=1)
     redis_retry_seconds: float = Field(1.0, gt=0)
-    tenants: dict[str, RateLimits] = Field(default_factory=dict)
+    tenants: dict[str, RateLimitsSettings] = Field(default_factory=dict)
     # Limits of every tenant not listed in `tenants` (each gets its own).
-    tenant_default: RateLimits | None = None
-    max_wait: MaxWait = Field(default_factory=MaxWait)
+    tenant_default: RateLimitsSettings | None = None
+    max_wait: MaxWaitSettings = Field(default_factory=MaxWaitSettings)
     # Requests waiting for one limit (in this process) beyond which the lowest priority ones
     # are shed.
     max_queue: int = Field(10_000, ge=1)

@@ -33,7 +33,7 @@ TRIM_MARKER = "[… {tokens:,} tokens trimmed by levergate …]"
 _TOKENIZER = re.compile(r"auto|estimate|o200k_base|cl100k_base|minilm|bundled|(hf|gguf):.+")
 
 
-class TrimRule(_Strict):
+class TrimRuleSettings(_Strict):
     """Trim for one alias. Token figures are the alias's own tokenizer's."""
 
     # The model's window and output limit: the model catalog's values once it is wired in.
@@ -71,7 +71,7 @@ class TrimRule(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> TrimRule:
+    def _consistent(self) -> TrimRuleSettings:
         if (
             self.default_max_tokens
             and self.max_tokens
@@ -87,8 +87,8 @@ class TrimRule(_Strict):
         )
 
 
-class Trim(_Strict):
-    models: dict[str, TrimRule] = Field(default_factory=dict)
+class TrimSettings(_Strict):
+    models: dict[str, TrimRuleSettings] = Field(default_factory=dict)
     # Tokens an image costs when its size is unknown: 1024x1024 at high detail (85 + 4 x 170).
     image_tokens: int = Field(765, ge=0)
     marker: str = TRIM_MARKER

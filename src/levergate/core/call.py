@@ -23,32 +23,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from levergate.core.controls import ANONYMOUS, DEFAULT_CONTROLS, Controls, Principal
 from levergate.core.quota import Quota
 from levergate.core.tokenizer import TokenSource
 
 if TYPE_CHECKING:
+    from levergate.core.spans import Spans
+    from levergate.policies.tiers import Tier, TierDecision
     from levergate.stores.keys import KeyRecord
 
 # "response": an OpenAI Responses API request passed through to an upstream that serves
 # `/v1/responses` itself (layers/responses.py); translated ones become "chat" calls.
 Kind = Literal["chat", "completion", "embedding", "response"]
-
-
-class Priority(enum.IntEnum):
-    """Lower value is served first."""
-
-    INTERACTIVE = 0
-    DEFAULT = 1
-    BATCH = 2
-
-    @classmethod
-    def parse(cls, text: str | None) -> Priority:
-        if not text:
-            return cls.DEFAULT
-        try:
-            return cls[text.strip().upper()]
-        except KeyError:
-            return cls.DEFAULT
 
 
 class CacheOutcome(enum.StrEnum):
@@ -72,6 +58,12 @@ class CacheResult:
     saved_cached: int = 0
     saved_written: int = 0
     saved_written_1h: int = 0
+    # What answered the served answer first: the alias Dispatch reached and the model name it
+    # was sent under (`Trace.alias`, `Trace.upstream_model` of the request that produced it).
+    # The ledger prices the hit at them, not at the alias asked for, which may be a route's or
+    # a cascade's with no price. "": not known (an entry written before they were kept).
+    alias: str = ""
+    upstream_model: str = ""
 
     @property
     def free(self) -> bool:
@@ -147,12 +139,16 @@ class Trace:
     failed_endpoints: set[str] = field(default_factory=set)
     # The provider's rate-limit headroom as the last attempt's answer stated it (None: not sent).
     quota: Quota | None = None
+    # Dollars left of the gateway key's tighter budget (daily or monthly) when Authenticate
+    # admitted the request, before its own cost (None: no budget, or the spend store was down).
+    budget_left: float | None = None
     cache: CacheResult | None = None
     # The alias Fallback moved to when the one asked for failed; None when it answered itself.
     fallback: str | None = None
     # What Route or Cascade decided (None: the alias asked for was served as it is).
     route: RouteDecision | None = None
     escalations: int = 0  # cascade steps taken beyond the first model
+    escalation_reasons: list[str] = field(default_factory=list)  # why each step escalated
     # Prompt tokens Trim did not send (counted with the target model's tokenizer).
     trimmed_input: int = 0
     # How `trimmed_input` was counted: COUNTED, or ESTIMATED when the model's tokenizer is not
@@ -165,9 +161,20 @@ class Trace:
     expected_cached: int = 0
     # Answered through a provider's batch API, at its discount (the batch lever sets it).
     batch: bool = False
+    # The service tier the last attempt asked the provider for (None: it asked none, so the
+    # provider's default), and how it was chosen (layers/tiers/: explicit or by the deadline).
+    tier: Tier | None = None
+    tier_decision: TierDecision | None = None
     # The micro-batch this request's upstream call was part of (None: it went alone).
     microbatch: BatchShare | None = None
+    # Seconds the request waited in the gateway's own queues (tenant admission, endpoint limits).
+    queued_seconds: float = 0.0
+    # How the request came (the record's `origin`): "request" for HTTP and in-process calls;
+    # the Batch API sets "batch", "deferred" or "async" for the requests it runs or records.
+    origin: str = "request"
     notes: list[Note] = field(default_factory=list)
+    # The W3C trace context and upstream attempts, only while tracing is on (core/spans.py).
+    spans: Spans | None = None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -181,12 +188,13 @@ class Context:
     """Everything about a call that is not the body. Set at the edge, read by layers."""
 
     request_id: str
-    tenant: str = "default"
-    priority: Priority = Priority.DEFAULT
-    deadline: float | None = None  # absolute seconds on the gateway's clock, or None for none
-    feature: str = ""
-    # Incoming request headers, lower-cased; layers read their controls here
-    # (cache-control, x-levergate-*). Empty for library calls without headers.
+    # Who the call is for; Authenticate decides it (levergate/principal.py: `identify`).
+    principal: Principal = ANONYMOUS
+    # What the caller asked of this call (priority, deadline, feature, cache policy, ...),
+    # parsed once at the edge (levergate/control_headers.py) or given by a library call.
+    controls: Controls = DEFAULT_CONTROLS
+    # Incoming request headers, lower-cased, for pass-through only (and the key Authenticate
+    # checks): no layer reads a control from them. Empty for library calls without headers.
     headers: Mapping[str, str] = field(default_factory=dict)
     trace: Trace = field(default_factory=Trace)
     # A gateway key already established in-process (a batch line runs as the key that made
@@ -194,8 +202,8 @@ class Context:
     # from a request: only code inside the gateway builds a Context.
     key: KeyRecord | None = None
     # Features of another protocol the body carries beyond the OpenAI API (Anthropic's
-    # cache_control, thinking, document blocks...: protocol/extensions.py). Empty for plain
-    # OpenAI calls; an OpenAI-compatible upstream checks it with one attribute test.
+    # cache_control, thinking, document blocks...: protocol/anthropic/extensions.py). Empty for
+    # plain OpenAI calls; an OpenAI-compatible upstream checks it with one attribute test.
     extensions: frozenset[str] = frozenset()
 
 
@@ -228,3 +236,7 @@ class Call:
 
     def with_ctx(self, **changes: Any) -> Call:
         return dataclasses.replace(self, ctx=dataclasses.replace(self.ctx, **changes))
+
+    def with_controls(self, **changes: Any) -> Call:
+        controls = dataclasses.replace(self.ctx.controls, **changes)
+        return dataclasses.replace(self, ctx=dataclasses.replace(self.ctx, controls=controls))

@@ -22,13 +22,13 @@ from prometheus_client import CollectorRegistry, Counter
 from levergate.core.clock import Clock
 
 if TYPE_CHECKING:
-    from levergate.config import Background
+    from levergate.config import BackgroundSettings
 
 _log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Job:
+class BackgroundJob:
     """A named coroutine function that runs until cancelled; the name labels its metrics."""
 
     name: str
@@ -37,7 +37,9 @@ class Job:
 
 class Supervisor:
     @classmethod
-    def of(cls, settings: Background, *, clock: Clock, registry: CollectorRegistry) -> Supervisor:
+    def of(
+        cls, settings: BackgroundSettings, *, clock: Clock, registry: CollectorRegistry
+    ) -> Supervisor:
         return cls(
             base_seconds=settings.restart_base_seconds,
             cap_seconds=settings.restart_cap_seconds,
@@ -67,7 +69,7 @@ class Supervisor:
         """Seconds before restart number `crashes` (1, 2, ...): base, 2 x base, ... up to cap."""
         return min(self._cap, self._base * 2.0 ** max(0, crashes - 1))
 
-    async def keep_running(self, job: Job) -> None:
+    async def keep_running(self, job: BackgroundJob) -> None:
         """Run `job` until it returns or this task is cancelled, restarting it after a crash."""
         crashes = 0
         while True:

@@ -13,12 +13,19 @@ from typing import Any
 
 import orjson
 
+from levergate.core.json_bound import parse_json
+
 
 class Completed:
     """A whole answer. `raw` is the JSON as received, passed through byte for byte unless a
-    layer replaces it; `data` parses it once, on first use."""
+    layer replaces it; `data` parses it once, on first use.
 
-    __slots__ = ("_data", "headers", "raw", "status")
+    A layer that assembles a large answer itself (the embeddings cache: 2,048 vectors, 67 MB)
+    gives it as `parts` and its `usage`: the edge sends the parts as they are, in chunks, so
+    the whole is never joined (a copy per slow reader, tens of ms of event loop) unless a
+    layer reads `raw`, and reading the usage never parses the whole answer again."""
+
+    __slots__ = ("_data", "_parts", "_raw", "_usage", "headers", "status")
 
     def __init__(
         self,
@@ -27,24 +34,47 @@ class Completed:
         data: dict[str, Any] | None = None,
         status: int = 200,
         headers: dict[str, str] | None = None,
+        usage: dict[str, Any] | None = None,
+        parts: list[bytes] | None = None,
     ) -> None:
-        if raw is None and data is None:
-            raise ValueError("Completed needs raw bytes or data")
-        self.raw = raw if raw is not None else orjson.dumps(data)
+        if raw is None and data is None and parts is None:
+            raise ValueError("Completed needs raw bytes, parts or data")
+        self._raw = raw if raw is not None or parts is not None else orjson.dumps(data)
+        self._parts = parts
         self._data = data
+        self._usage = usage
         self.status = status
         # Extra response headers layers want the client to see (x-levergate-*).
         self.headers: dict[str, str] = headers if headers is not None else {}
 
     @property
+    def raw(self) -> bytes:
+        if self._raw is None:
+            self._raw = b"".join(self._parts or ())
+            self._parts = None
+        return self._raw
+
+    @property
+    def parts(self) -> list[bytes]:
+        """The answer's bytes, in pieces whose concatenation is `raw` (one piece unless a
+        layer assembled it from parts and nothing has joined them since)."""
+        return self._parts if self._parts is not None else [self.raw]
+
+    @property
+    def size(self) -> int:
+        return len(self.raw) if self._parts is None else sum(map(len, self._parts))
+
+    @property
     def data(self) -> dict[str, Any]:
         if self._data is None:
-            parsed = orjson.loads(self.raw)
+            parsed = parse_json(self.raw)
             self._data = parsed if isinstance(parsed, dict) else {"data": parsed}
         return self._data
 
     @property
     def usage(self) -> dict[str, Any] | None:
+        if self._usage is not None:
+            return self._usage
         usage = self.data.get("usage")
         return usage if isinstance(usage, dict) else None
 
@@ -86,7 +116,7 @@ class Event:
     def json(self) -> dict[str, Any]:
         if self._json is None:
             try:
-                parsed = orjson.loads(self.data)
+                parsed = parse_json(self.data)
             except orjson.JSONDecodeError:
                 parsed = {}
             self._json = parsed if isinstance(parsed, dict) else {}

@@ -15,8 +15,9 @@ tokenizer, so a figure built from it carries where it came from (`weakest`).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 # Characters per token of English text in the OpenAI tokenizers: the usual rule of thumb.
 CHARS_PER_TOKEN = 4.0
@@ -29,6 +30,18 @@ class TokenSource(enum.StrEnum):
     COUNTED = "counted"  # the model's tokenizer, run here
     ESTIMATED = "estimated"  # the text's length, for a model whose tokenizer is unknown
     NONE = "none"  # nothing was generated, or nothing could be counted
+
+
+# The field levergate adds to a usage block it filled itself (an upstream that reported none):
+# `counted` or `estimated`, as `TokenSource` says. Absent from what an upstream reported.
+USAGE_SOURCE = "levergate_source"
+
+
+def filled_flag(usage: Mapping[str, Any] | None) -> dict[str, str]:
+    """The flag of a usage block levergate filled, to carry into a translation's own usage
+    block (empty for one the upstream reported)."""
+    source = usage.get(USAGE_SOURCE) if usage is not None else None
+    return {USAGE_SOURCE: source} if isinstance(source, str) else {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ and `trace.microbatch` records it. A request alone in its batch goes upstream un
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from levergate.config import MicroBatchSettings, Model
+from levergate.config import MicroBatchSettings, ModelSettings
 from levergate.core.call import BatchShare, Call, Context, Trace
 from levergate.core.clock import Clock, timeout
 from levergate.core.microbatch import BatchLimits, MicroBatcher
@@ -45,7 +46,7 @@ from levergate.core.reply import Completed, Reply
 from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from levergate.policies.prorate import prorate
-from levergate.protocol.openai import embedding_inputs, is_token_ids
+from levergate.protocol.openai.body import embedding_inputs, is_token_ids
 
 if TYPE_CHECKING:
     from levergate.layers.shared import Shared
@@ -68,7 +69,9 @@ Outcome = Reply | Exception
 
 class MicroBatch:
     @classmethod
-    def layer(cls, settings: MicroBatchSettings, *, model: Model, shared: Shared) -> Layer | None:
+    def layer(
+        cls, settings: MicroBatchSettings, *, model: ModelSettings, shared: Shared
+    ) -> Layer | None:
         """None unless micro-batching is on for this alias."""
         s = settings.for_model(model.name)
         if not s.enabled:
@@ -100,7 +103,7 @@ class MicroBatch:
     async def _join(self, pending: Pending, key: Hashable) -> Outcome:
         """Wait for this request's share, no longer than its own deadline: leaving early
         leaves the batch running for the others."""
-        deadline = pending.call.ctx.deadline
+        deadline = pending.call.ctx.controls.deadline
         if deadline is None:
             return await self.batcher.submit(pending, key=key)
         remaining = deadline - self._clock.now()
@@ -157,20 +160,22 @@ def _group(call: Call) -> Hashable | None:
         shape = orjson.dumps(rest, option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
-    return (call.model, call.ctx.tenant, shape)
+    return (call.model, call.ctx.principal.tenant, shape)
 
 
 def _merged(batch: Sequence[Pending]) -> Call:
     """One call for the batch: the most urgent priority, the latest deadline (each request
     still leaves at its own), a record of its own copied back to every request."""
     first = batch[0].call
-    deadlines = [p.call.ctx.deadline for p in batch]
+    deadlines = [p.call.ctx.controls.deadline for p in batch]
     ctx = Context(
         request_id=f"{first.ctx.request_id}+{len(batch) - 1}",
-        tenant=first.ctx.tenant,
-        priority=min(p.call.ctx.priority for p in batch),
-        deadline=None if None in deadlines else max(d for d in deadlines if d is not None),
-        feature=first.ctx.feature,
+        principal=first.ctx.principal,
+        controls=dataclasses.replace(
+            first.ctx.controls,
+            priority=min(p.call.ctx.controls.priority for p in batch),
+            deadline=None if None in deadlines else max(d for d in deadlines if d is not None),
+        ),
         headers=first.ctx.headers,
         trace=Trace(tenant=first.ctx.trace.tenant, alias=first.ctx.trace.alias),
     )

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge
 
-from levergate.config import Model, RouteSpec, Routing
-from levergate.config.shadow import ShadowSampling
+from levergate.config import ModelSettings, RouteSpecSettings, RoutingSettings
+from levergate.config.shadow import ShadowSamplingSettings
 from levergate.core.call import Call, RouteDecision
 from levergate.core.embedder import Embedder
 from levergate.core.reply import Reply
@@ -66,20 +66,20 @@ class LearnedRouter:
 
 @dataclass(frozen=True)
 class Resolved:
-    spec: RouteSpec
+    spec: RouteSpecSettings
     learned: LearnedRouter | None
     count_tokens: bool
     count_model: str  # the name the prompt is counted for (the default alias's model)
-    sampling: ShadowSampling  # which answers from another alias the default answers again
+    sampling: ShadowSamplingSettings  # which answers from another alias the default answers again
 
 
 class Route:
     @classmethod
     def layer(
         cls,
-        settings: Routing,
+        settings: RoutingSettings,
         *,
-        models: Mapping[str, Model],
+        models: Mapping[str, ModelSettings],
         shared: Shared,
         embedder: Embedder | None = None,
         tokenizer: Tokenizer | None = None,
@@ -138,7 +138,8 @@ class Route:
     async def decide(self, route: Resolved, call: Call) -> RouteDecision:
         spec, body = route.spec, call.body
         facts = rules.Facts(
-            feature=call.ctx.feature, tenant=call.ctx.trace.tenant or call.ctx.tenant,
+            feature=call.ctx.controls.feature,
+            tenant=call.ctx.trace.tenant or call.ctx.principal.tenant,
             metadata=rules.metadata_of(body),
             prompt_tokens=self._prompt_tokens(route, body) if route.count_tokens else None,
             tools=rules.has_tools(body), images=rules.has_images(body),
@@ -193,7 +194,10 @@ class RouteMetrics:
 
 
 def _resolve(
-    spec: RouteSpec, settings: Routing, models: Mapping[str, Model], embedder: Embedder | None
+    spec: RouteSpecSettings,
+    settings: RoutingSettings,
+    models: Mapping[str, ModelSettings],
+    embedder: Embedder | None,
 ) -> Resolved:
     default = models[spec.default]
     learned = None
@@ -205,7 +209,10 @@ def _resolve(
 
 
 def _learned(
-    spec: RouteSpec, settings: Routing, models: Mapping[str, Model], embedder: Embedder
+    spec: RouteSpecSettings,
+    settings: RoutingSettings,
+    models: Mapping[str, ModelSettings],
+    embedder: Embedder,
 ) -> LearnedRouter:
     from levergate.routing.model import load
 
@@ -238,7 +245,7 @@ def _learned(
                          threshold=threshold, embedder=embedder)  # fmt: skip
 
 
-def _names(model: Model) -> set[str]:
+def _names(model: ModelSettings) -> set[str]:
     """The names a model alias answers as: the alias and each upstream model behind it."""
     found = {model.name}
     if model.upstream_model:
@@ -247,7 +254,7 @@ def _names(model: Model) -> set[str]:
     return found
 
 
-def _local_embedder(settings: Routing, shared: Shared) -> Embedder:
+def _local_embedder(settings: RoutingSettings, shared: Shared) -> Embedder:
     try:
         from levergate.upstreams.embeddings_local import LocalEmbedder
     except ImportError:

@@ -40,7 +40,7 @@ from levergate.policies.confidence import answer_text
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from levergate.config.shadow import ShadowSampling
+    from levergate.config.shadow import ShadowSamplingSettings
     from levergate.core.call import Call, RouteDecision
     from levergate.core.reply import Reply
 
@@ -65,7 +65,7 @@ class RouteShadows(ShadowQueue):
     JOB_NAME = "route_shadow"
 
     def offer(
-        self, call: Call, decision: RouteDecision, sampling: ShadowSampling, reply: Reply
+        self, call: Call, decision: RouteDecision, sampling: ShadowSamplingSettings, reply: Reply
     ) -> None:
         """Count `reply`, the answer to the routed `call`, toward the route's retention, and
         maybe shadow it (module docstring). Never waits; `reply` is read, never changed."""

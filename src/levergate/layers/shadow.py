@@ -16,9 +16,9 @@ never waits and memory stays bounded by `queue` samples (each holds the request'
 bounded at the edge, and the cheap answer's text). The client's answer has gone out before the
 sample is taken from the queue.
 
-The queue's workers (`concurrency`) run as one background `Job` under the pipeline's Supervisor;
-the Gateway cancels them when it closes, and samples still queued are discarded then. Each
-sample is one call to the strong alias with the client's body, whole (never streamed, one
+The queue's workers (`concurrency`) run as one background `BackgroundJob` under the pipeline's
+Supervisor; the Gateway cancels them when it closes, and samples still queued are discarded then.
+Each sample is one call to the strong alias with the client's body, whole (never streamed, one
 choice), through the service the layer's own calls go through: the alias's fallbacks, retries,
 balancing and limits apply. It runs under a fresh `Context` of its own — the client's request is
 finished and its record (`Trace`) already measured, so nothing may write to it — with the
@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from levergate.core.call import Call, Context, Priority
-from levergate.core.jobs import Job
+from levergate.core.call import Call, Context
+from levergate.core.controls import Controls, Principal, Priority
+from levergate.core.jobs import BackgroundJob
 from levergate.errors import LevergateError
 from levergate.layers.cache.replay import whole
 from levergate.policies.confidence import answer_text
@@ -49,7 +50,7 @@ from levergate.policies.pricing import spent
 from levergate.policies.shadow import agree, equivalence_messages, equivalence_score, retention
 
 if TYPE_CHECKING:
-    from levergate.config.shadow import Shadow, ShadowSampling
+    from levergate.config.shadow import ShadowSamplingSettings, ShadowSettings
     from levergate.core.clock import Clock
     from levergate.core.reply import Completed
     from levergate.core.service import Service
@@ -67,7 +68,7 @@ class Sample:
 
     label: str  # the layer's metric label (a cascade's, a route's)
     strong: str  # the alias that answers the shadow call
-    sampling: ShadowSampling
+    sampling: ShadowSamplingSettings
     body: Mapping[str, Any]  # the client's body, for the strong alias, whole
     cheap: str  # the cheap answer's text
     request_id: str
@@ -81,16 +82,16 @@ class ShadowQueue:
     JOB_NAME: ClassVar[str]
 
     @classmethod
-    def build(cls, settings: Shadow, *, shared: Shared, metrics: ShadowMeter) -> Self:
+    def build(cls, settings: ShadowSettings, *, shared: Shared, metrics: ShadowMeter) -> Self:
         """The queue, with its workers registered as a background job of the pipeline."""
         shadows = cls(settings, metrics=metrics, clock=shared.clock, rng=shared.rng(),
                       spend=shared.own_spend)  # fmt: skip
-        shared.jobs.append(Job(cls.JOB_NAME, shadows.run))
+        shared.jobs.append(BackgroundJob(cls.JOB_NAME, shadows.run))
         return shadows
 
     def __init__(
         self,
-        settings: Shadow,
+        settings: ShadowSettings,
         *,
         metrics: ShadowMeter,
         clock: Clock,
@@ -110,19 +111,19 @@ class ShadowQueue:
         """The service the layer's calls go through (known once the layer wraps it)."""
         self._inner = inner
 
-    def drawn(self, sampling: ShadowSampling) -> bool:
+    def drawn(self, sampling: ShadowSamplingSettings) -> bool:
         """Whether this answer is sampled: one draw, none at all when the rate is 0."""
         return sampling.rate > 0 and self._rng.random() < sampling.rate
 
     def put(
-        self, call: Call, *, label: str, strong: str, sampling: ShadowSampling, cheap: str
+        self, call: Call, *, label: str, strong: str, sampling: ShadowSamplingSettings, cheap: str
     ) -> None:
         """Queue a sample of `cheap`, the answer to `call`, for `strong`. Never waits."""
         body = {k: v for k, v in call.body.items() if k not in _NOT_SHADOWED}
         body["model"] = strong
         ctx = call.ctx
-        sample = Sample(label, strong, sampling, body, cheap, ctx.request_id, ctx.tenant,
-                        ctx.feature)  # fmt: skip
+        sample = Sample(label, strong, sampling, body, cheap, ctx.request_id, ctx.principal.tenant,
+                        ctx.controls.feature)  # fmt: skip
         try:
             self._queue.put_nowait(sample)
         except asyncio.QueueFull:
@@ -172,8 +173,8 @@ class ShadowQueue:
         if self._inner is None:
             raise RuntimeError("the shadow queue was never bound to a service")
         ctx = Context(
-            request_id=f"shadow-{sample.request_id}", tenant=sample.tenant,
-            priority=Priority.BATCH, deadline=deadline, feature=sample.feature,
+            request_id=f"shadow-{sample.request_id}", principal=Principal(tenant=sample.tenant),
+            controls=Controls(priority=Priority.BATCH, deadline=deadline, feature=sample.feature),
         )  # fmt: skip
         reply = await whole(await self._inner(Call(kind="chat", body=body, ctx=ctx)))
         spend = spent(str(body["model"]), "shadow", reply.usage)

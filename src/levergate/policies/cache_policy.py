@@ -1,93 +1,63 @@
 """Whether a request may use the cache, and what its own headers ask for — pure functions.
 
-The rule comes from the config (a feature rule over a model rule over the default); the request
-then narrows it with `Cache-Control` (`no-cache`: skip the lookup and refresh the entry;
-`no-store`: do not write; `max-age=N`: accept only entries younger than N seconds) and
-`x-levergate-cache-ttl: N` (store this answer for N seconds).
+The rule comes from the config (a feature rule over a model rule over the default); the call
+then narrows it with its `CachePolicy` (core/controls.py: skip the lookup and refresh the entry,
+do not write, accept only entries younger than N seconds, store this answer for N seconds),
+which the edge reads from `Cache-Control` and `x-levergate-cache-ttl` (control_headers.py).
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from levergate.config import Cache, CacheRule
-from levergate.errors import BadRequest
-
-TTL_HEADER = "x-levergate-cache-ttl"
+from levergate.config import CacheRuleSettings, CacheSettings
+from levergate.core.controls import CachePolicy
 
 
-@dataclass(frozen=True, slots=True)
-class Controls:
-    lookup: bool = True
-    store: bool = True
-    max_age: float | None = None
-    ttl: float | None = None
-
-
-DEFAULT_CONTROLS = Controls()
-
-
-def rule_for(settings: Cache, *, model: str, feature: str) -> CacheRule:
+def rule_for(settings: CacheSettings, *, model: str, feature: str) -> CacheRuleSettings:
     if feature and feature in settings.features:
         return settings.features[feature]
     return settings.models.get(model, settings.default)
 
 
-def bypass_reason(rule: CacheRule, body: Mapping[str, Any]) -> str | None:
+# Why a request was not looked up, as `x-levergate-cache: bypass; reason=...` says it.
+OFF = "off"  # the rule's mode is `off`
+CHOICES = "n"  # n > 1 asks for variety (`cache_n: false`)
+NONDETERMINISTIC = "nondeterministic"  # sampled: no temperature 0, no seed (mode deterministic)
+
+
+def bypass_reason(rule: CacheRuleSettings, body: Mapping[str, Any]) -> str | None:
     """None when the request may be served from and written to the cache, else why not."""
     if rule.mode == "off":
-        return "off"
+        return OFF
     n = body.get("n")
     if isinstance(n, int) and n > 1 and not rule.cache_n:
-        return "n"
+        return CHOICES
     if rule.mode == "always":
         return None
     temperature = body.get("temperature")
     seed = body.get("seed")
     if temperature == 0 or (isinstance(seed, int) and not isinstance(seed, bool)):
         return None
-    return "sampled"
+    return NONDETERMINISTIC
 
 
-def controls(headers: Mapping[str, str], *, max_ttl: float) -> Controls:
-    """Read the request's cache directives. Unknown directives are ignored, as HTTP caches do;
-    a number that is not one (garbage, nan, inf, negative) is a 400 before any work is done,
-    and a TTL above `max_ttl` is clamped to it: these values reach a store shared by every
-    tenant (an infinite TTL made a 500 after the upstream was paid, 1e20 a Redis refusal)."""
-    if "cache-control" not in headers and TTL_HEADER not in headers:
-        return DEFAULT_CONTROLS
-    lookup = store = True
-    max_age: float | None = None
-    for part in headers.get("cache-control", "").split(","):
-        name, _, value = part.strip().partition("=")
-        name = name.strip().lower()
-        if name == "no-cache":
-            lookup = False
-        elif name == "no-store":
-            store = False
-        elif name == "max-age":
-            max_age = _seconds(value, "Cache-Control max-age")
-    ttl = None
-    if TTL_HEADER in headers:
-        ttl = min(_seconds(headers[TTL_HEADER], TTL_HEADER), max_ttl)
-    return Controls(lookup=lookup, store=store, max_age=max_age, ttl=ttl or None)
+def bypass_header(reason: str) -> str:
+    """The `x-levergate-cache` value of a bypass: the outcome, then why (a client that sent no
+    temperature learns that it is the reason, and which setting changes it)."""
+    return f"bypass; reason={reason}"
 
 
-def _seconds(text: str, name: str) -> float:
-    try:
-        value = float(text.strip().strip('"'))
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise BadRequest(
-            f"'{name}' must be a finite, non-negative number of seconds.",
-            code="invalid_header_value",
-        )
-    return value
+def clamped(policy: CachePolicy, *, max_ttl: float) -> CachePolicy:
+    """The call's cache policy (`ctx.controls.cache`) with its TTL clamped to `max_ttl`: the TTL
+    reaches a store shared by every tenant (an infinite one made a 500 after the upstream was
+    paid, 1e20 a Redis refusal). The edge has refused garbage with a 400 already."""
+    if policy.ttl is None or policy.ttl <= max_ttl:
+        return policy
+    return dataclasses.replace(policy, ttl=max_ttl)
 
 
-def namespace(settings: Cache, tenant: str) -> str:
+def namespace(settings: CacheSettings, tenant: str) -> str:
     return settings.tenant_namespaces.get(tenant, tenant)

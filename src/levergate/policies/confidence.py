@@ -29,15 +29,16 @@ import orjson
 
 from levergate.config.cascade import (
     Check,
-    ConfidenceField,
-    JsonSchema,
-    Judge,
-    MeanLogprob,
-    MinLogprob,
-    MustParse,
-    Regex,
+    ConfidenceFieldSettings,
+    JsonSchemaSettings,
+    JudgeSettings,
+    MeanLogprobSettings,
+    MinLogprobSettings,
+    MustParseSettings,
+    RegexSettings,
 )
-from levergate.protocol.openai import content_text
+from levergate.core.json_bound import parse_json
+from levergate.protocol.openai.body import content_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +139,7 @@ class ParseSignal:
         if text is None:
             return Verdict.failed(self.kind, "no text to parse")
         try:
-            value = orjson.loads(_unfenced(text))
+            value = parse_json(_unfenced(text))
         except orjson.JSONDecodeError as exc:
             return Verdict.failed(self.kind, f"not JSON: {exc}")
         if self.validator is not None:
@@ -191,7 +192,7 @@ class FieldSignal:
 def reported_confidence(text: str, *, field: str) -> float | None:
     value: Any = None
     try:
-        parsed = orjson.loads(_unfenced(text))
+        parsed = parse_json(_unfenced(text))
     except orjson.JSONDecodeError:
         parsed = None
     if isinstance(parsed, dict):
@@ -263,25 +264,25 @@ def judge_verdict(text: str | None, *, threshold: float) -> Verdict:
 # ---- compiling the configured checks --------------------------------------------------------
 
 
-def compile_check(check: Check) -> Signal | Judge:
+def compile_check(check: Check) -> Signal | JudgeSettings:
     """A configured check as its signal (a judge stays configuration: the layer calls it)."""
-    if isinstance(check, MeanLogprob):
+    if isinstance(check, MeanLogprobSettings):
         return LogprobSignal(check.threshold)
-    if isinstance(check, MinLogprob):
+    if isinstance(check, MinLogprobSettings):
         return LogprobSignal(check.threshold, use_min=True)
-    if isinstance(check, MustParse):
+    if isinstance(check, MustParseSettings):
         return ParseSignal()
-    if isinstance(check, JsonSchema):
+    if isinstance(check, JsonSchemaSettings):
         return ParseSignal(_validator(check.json_schema))
-    if isinstance(check, Regex):
+    if isinstance(check, RegexSettings):
         return RegexSignal(re.compile(check.pattern), full=check.full)
-    if isinstance(check, ConfidenceField):
+    if isinstance(check, ConfidenceFieldSettings):
         return FieldSignal(check.field, check.threshold)
     return check
 
 
 def needs_logprobs(checks: Sequence[Check]) -> bool:
-    return any(isinstance(c, MeanLogprob | MinLogprob) for c in checks)
+    return any(isinstance(c, MeanLogprobSettings | MinLogprobSettings) for c in checks)
 
 
 def check_schema(schema: Mapping[str, Any]) -> None:

@@ -36,6 +36,10 @@ each lever saved. Pure functions of values; `layers.measure.ledger` feeds them f
   back.
 - `batch` (provider batch APIs): full price minus the discounted price. Every other lever is
   priced at the rates actually paid (discounted when batched), so levers never double count.
+- `tier` (service tiers, policies/tiers.py): the standard tier's price of the same tokens minus
+  the price of the tier that served (the answer's own `service_tier`): half for flex, negative
+  for priority. A routed request's `route` saving is then the difference at standard rates,
+  so route and tier add up to the whole difference without counting it twice.
 Negative savings cannot go into a Prometheus counter: `/metrics` puts the positive parts in
 `levergate_savings_usd_total` and the magnitudes of the negative ones in
 `levergate_overspend_usd_total`; their difference is the net.
@@ -43,16 +47,33 @@ Negative savings cannot go into a Prometheus counter: `/metrics` puts the positi
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from levergate.core.call import Spend
-from levergate.core.tokenizer import TokenSource
+from levergate.core.tokenizer import USAGE_SOURCE, TokenSource
+
+
+class Lever(enum.StrEnum):
+    """A lever whose savings a record states (the key of `Bill.savings`; a `StrEnum`, so the
+    metrics label and a request log column are its value)."""
+
+    EXACT = "exact"  # the exact cache (`CacheResult.cache` names the cache that served)
+    SEMANTIC = "semantic"
+    EMBEDDINGS = "embeddings"  # the embeddings cache, each input alone
+    COALESCED = "coalesced"
+    ROUTE = "route"  # a router or a cascade
+    TRIM = "trim"
+    PROMPT_CACHE = "prompt_cache"
+    BATCH = "batch"
+    TIER = "tier"  # a service tier other than standard (flex saves, priority costs)
+
 
 PER = 1e6  # prices are US dollars per million tokens
-NO_SAVINGS: Mapping[str, float] = MappingProxyType({})
-SIDE_FOR_LEVER = {"cascade": "route", "judge": "route", "summary": "trim"}
+NO_SAVINGS: Mapping[Lever, float] = MappingProxyType({})
+SIDE_FOR_LEVER = {"cascade": Lever.ROUTE, "judge": Lever.ROUTE, "summary": Lever.TRIM}
 
 
 class Tokens(NamedTuple):
@@ -168,14 +189,23 @@ def from_anthropic(usage: Mapping[str, Any]) -> Tokens:
 
 
 def from_usage(usage: Mapping[str, Any] | None) -> Tokens:
-    """Any provider's usage block, its convention told by its keys (module docstring)."""
+    """Any provider's usage block, its convention told by its keys (module docstring). A block
+    levergate filled itself says so (`USAGE_SOURCE`), and the output keeps that source."""
     if not usage:
         return Tokens()
     if "prompt_tokens" in usage or "completion_tokens" in usage:
-        return from_openai_chat(usage)
-    if "total_tokens" in usage or "input_tokens_details" in usage:
-        return from_openai_responses(usage)
-    return from_anthropic(usage)
+        tokens = from_openai_chat(usage)
+    elif "total_tokens" in usage or "input_tokens_details" in usage:
+        tokens = from_openai_responses(usage)
+    else:
+        tokens = from_anthropic(usage)
+    filled = usage.get(USAGE_SOURCE)
+    if tokens.output_source is TokenSource.REPORTED and filled in _FILLED:
+        return tokens._replace(output_source=TokenSource(filled))
+    return tokens
+
+
+_FILLED = frozenset({TokenSource.COUNTED.value, TokenSource.ESTIMATED.value})
 
 
 def spent(alias: str, purpose: str, usage: Mapping[str, Any] | None) -> Spend:
@@ -223,7 +253,7 @@ class Bill(NamedTuple):
     cost_usd: float
     answer_usd: float
     side: tuple[Side, ...]
-    savings: Mapping[str, float]
+    savings: Mapping[Lever, float]
 
 
 def bill(
@@ -234,32 +264,40 @@ def bill(
     default: Rates | None = None,
     trimmed: int = 0,
     side: tuple[Side, ...] = (),
+    tier: Rates | None = None,
 ) -> Bill:
     """Price an answered request and attribute its savings (module docstring): `default` is the
     rates of the model a router or cascade replaced (None: no routing), `trimmed` the prompt
-    tokens Trim removed, `side` the priced side spends."""
-    paid = rates.batched() if batch and rates.batch_discount else rates
+    tokens Trim removed, `side` the priced side spends, `tier` the rates of the service tier
+    that served it when not standard."""
+    paid = tier if tier is not None else rates
+    if batch and rates.batch_discount:
+        paid = rates.batched()
     answer = cost(tokens, paid)
     if not (side or trimmed or default is not None or paid is not rates):
         # The common request: no lever but perhaps the provider's prompt cache.
         if not (tokens.cached_read or tokens.cache_write):
             return Bill(answer, answer, (), NO_SAVINGS)
         saved = prompt_cache_saving(tokens, paid)
-        return Bill(answer, answer, (), {"prompt_cache": saved} if saved else NO_SAVINGS)
-    side_usd = {"route": 0.0, "trim": 0.0}
+        return Bill(answer, answer, (), {Lever.PROMPT_CACHE: saved} if saved else NO_SAVINGS)
+    side_usd = {Lever.ROUTE: 0.0, Lever.TRIM: 0.0}
     for spend in side:
         lever = SIDE_FOR_LEVER.get(spend.purpose)
         if lever is not None:
             side_usd[lever] += spend.usd
-    savings: dict[str, float] = {}
+    savings: dict[Lever, float] = {}
     if paid is not rates:
-        savings["batch"] = cost(tokens, rates) - answer
+        savings[Lever.TIER if paid is tier else Lever.BATCH] = cost(tokens, rates) - answer
     if tokens.cached_read or tokens.cache_write:
-        savings["prompt_cache"] = prompt_cache_saving(tokens, paid)
-    if trimmed > 0 or side_usd["trim"]:
-        savings["trim"] = trimmed * paid.input / PER - side_usd["trim"]
+        savings[Lever.PROMPT_CACHE] = prompt_cache_saving(tokens, paid)
+    if trimmed > 0 or side_usd[Lever.TRIM]:
+        savings[Lever.TRIM] = trimmed * paid.input / PER - side_usd[Lever.TRIM]
     if default is not None:
-        default_paid = default.batched() if batch and default.batch_discount else default
-        savings["route"] = cost(tokens, default_paid) - answer - side_usd["route"]
+        if paid is tier:  # compared at standard: the tier's difference is the tier lever's
+            savings[Lever.ROUTE] = cost(tokens, default) - cost(tokens, rates)
+            savings[Lever.ROUTE] -= side_usd[Lever.ROUTE]
+        else:
+            default_paid = default.batched() if batch and default.batch_discount else default
+            savings[Lever.ROUTE] = cost(tokens, default_paid) - answer - side_usd[Lever.ROUTE]
     total = answer + sum(spend.usd for spend in side)
     return Bill(total, answer, side, {k: v for k, v in savings.items() if v})

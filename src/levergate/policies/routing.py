@@ -13,14 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from levergate.config import Rule, When
+from levergate.config import RuleSettings, WhenSettings
 from levergate.config.routing import (
     MAX_METADATA_KEY_CHARS,
     MAX_METADATA_KEYS,
     MAX_METADATA_VALUE_CHARS,
 )
 from levergate.errors import BadRequest
-from levergate.protocol.openai import content_text, content_texts
+from levergate.protocol.openai.body import content_text, content_texts
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ class Facts:
     response_format: bool = False
 
 
-def matches(when: When, facts: Facts) -> bool:
+def matches(when: WhenSettings, facts: Facts) -> bool:
     if when.feature is not None and facts.feature not in when.feature:
         return False
     if when.tenant is not None and facts.tenant not in when.tenant:
@@ -54,11 +54,11 @@ def matches(when: When, facts: Facts) -> bool:
     return all(wanted is None or wanted == actual for wanted, actual in flags)
 
 
-def first_match(rules: Sequence[Rule], facts: Facts) -> Rule | None:
+def first_match(rules: Sequence[RuleSettings], facts: Facts) -> RuleSettings | None:
     return next((rule for rule in rules if matches(rule.when, facts)), None)
 
 
-def counts_tokens(rules: Sequence[Rule]) -> bool:
+def counts_tokens(rules: Sequence[RuleSettings]) -> bool:
     """Whether any rule tests the prompt's size (otherwise nothing is counted)."""
     return any(
         r.when.min_prompt_tokens is not None or r.when.max_prompt_tokens is not None for r in rules

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from levergate.config import LocalEmbeddings
+from levergate.config import LocalEmbeddingsSettings
 from levergate.config.routing import TRAIN_C, TRAIN_FOLDS, TRAIN_TARGET_QUALITY
 from levergate.errors import ConfigError
 from levergate.routing.curve import Curve, curve
@@ -148,7 +148,7 @@ def _network(x: Matrix, y: npt.NDArray[np.int64], options: Options) -> Network:
                    values=[values[k] for k in found])  # fmt: skip
 
 
-def embedder(settings: LocalEmbeddings) -> Callable[[list[str]], npt.NDArray[np.float32]]:
+def embedder(settings: LocalEmbeddingsSettings) -> Callable[[list[str]], npt.NDArray[np.float32]]:
     """MiniLM run directly, in batches (the CLI is synchronous; no micro-batcher needed)."""
     from levergate.upstreams.embeddings_local.minilm import MiniLM
 
@@ -200,7 +200,7 @@ def train(
     )  # fmt: skip
 
 
-def spec_for(settings: LocalEmbeddings, *, dimensions: int) -> FeatureSpec:
+def spec_for(settings: LocalEmbeddingsSettings, *, dimensions: int) -> FeatureSpec:
     return FeatureSpec(embedder=settings.identity, dimensions=dimensions,
                        max_tokens=settings.max_tokens, text_chars=settings.max_tokens * 8,
                        structure=list(STRUCTURE))  # fmt: skip

@@ -3,9 +3,11 @@
 routes.py       the route table: (method, path pattern) -> handler, guard, body limit
 edge.py         `Edge.handle`: match the route, guard it, hand over the body, run the handler
 exchange.py     `Request`, `Response` (whole, streamed, or a file from disk), `BodySource`
+route.py        one route line (`Route`) and `Routed`, what a feature that serves HTTP adds
+params.py       the caller, query string and list limit of the routes that run no call
 guards.py       who may call the routes that run no call (`/v1/models`, `/metrics`)
 handlers/       one module per protocol: openai.py (chat, completions, embeddings, models),
-                ops.py (health, readiness, metrics)
+                ops.py (health, readiness, metrics); features bring their own (batch/http.py)
 asgi.py         the ASGI adapter (the proxy); transport.py: the in-process httpx transport
 http_protocol.py, run.py   uvicorn, tuned, on a real socket
 """

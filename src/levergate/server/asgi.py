@@ -18,13 +18,17 @@ from typing import Any
 
 import orjson
 
+from levergate.config import Settings
 from levergate.core.call import Trace
 from levergate.errors import LevergateError, PayloadTooLarge, ShuttingDown
 from levergate.gateway import Gateway
 from levergate.protocol.sse import encode
+from levergate.server import access_log
 from levergate.server.edge import Edge, error_response
 from levergate.server.exchange import Response, body_cut_short, declared_length
-from levergate.server.routes import ROUTES, Route
+from levergate.server.reload import Reloader
+from levergate.server.route import Route
+from levergate.server.routes import ROUTES
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -35,11 +39,39 @@ log = logging.getLogger("levergate.server")
 
 
 class App:
-    def __init__(self, gateway: Gateway, *, routes: tuple[Route, ...] = ROUTES) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        routes: tuple[Route, ...] = ROUTES,
+        load: Callable[[], Settings] | None = None,
+        fan_out: Callable[[], None] | None = None,
+    ) -> None:
+        """`load`: how to read the configuration again, for a reload (server/reload.py);
+        `fan_out`: how a worker has every worker reload (server/workers.py)."""
+        self._routes = routes
+        self.reloader = Reloader(self, load, fan_out=fan_out) if load is not None else None
         self.gateway = gateway
-        self.edge = Edge(gateway, routes=routes)
+        self.edge = self._edge(gateway)
         self._watch_after = gateway.settings.server.disconnect_watch_after_seconds
         self._running: set[_Answering] = set()
+        # Set when a request that began on a pipeline since swapped out ends (a reload waits).
+        self.ended = asyncio.Event()
+        self._access_log = gateway.settings.server.access_log
+
+    def _edge(self, gateway: Gateway) -> Edge:
+        edge = Edge(gateway, routes=self._routes)
+        edge.reloader = self.reloader
+        return edge
+
+    def swap(self, gateway: Gateway) -> None:
+        """Serve new requests with `gateway` (a reload); running ones keep the edge they began
+        on. The one place the app's pipeline is replaced."""
+        self.gateway, self.edge = gateway, self._edge(gateway)
+
+    def running_on(self, gateway: Gateway) -> bool:
+        """Whether a request (or a stream's body) is still being answered by `gateway`."""
+        return any(answering.edge.gateway is gateway for answering in self._running)
 
     def end_requests(self) -> tuple[int, int]:
         """End every request still being answered (server/run.py calls this once the graceful
@@ -61,10 +93,12 @@ class App:
         # ASGI servers deliver header names lower-cased already.
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         body = _Body(receive, headers)
-        answering = _Answering(receive, body, after=self._watch_after)
+        edge = self.edge  # a reload swaps it for later requests, never under this one
+        answering = _Answering(receive, body, edge, after=self._watch_after)
         self._running.add(answering)
+        response: Response | None = None
         try:
-            response = await self.edge.handle(
+            response = await edge.handle(
                 scope["method"], scope["path"], headers, body, trace=trace,
                 query=scope.get("query_string", b"").decode("latin-1"),
             )  # fmt: skip
@@ -78,14 +112,22 @@ class App:
             # The client went away, or the server is stopping: swallow our own cancellation.
             _uncancel()
             if answering.ended and not answering.answered:
-                await _send(send, error_response(ShuttingDown()), head_only=False)
+                response = error_response(ShuttingDown())
+                await _send(send, response, head_only=False)
         except Exception:
             log.exception("unhandled error while serving %s", scope["path"])
+            response = _internal_error()
             with contextlib.suppress(Exception):
-                await _send(send, _internal_error(), head_only=False)
+                await _send(send, response, head_only=False)
         finally:
             answering.close()
             self._running.discard(answering)
+            if answering.edge is not self.edge:
+                self.ended.set()
+            if self._access_log:
+                status = access_log.CLIENT_CLOSED if response is None else response.status
+                headers_out = () if response is None else response.headers
+                access_log.write(scope, status=status, started=trace.started, headers=headers_out)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -94,6 +136,8 @@ class App:
                 await self.gateway.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.reloader is not None:
+                    await self.reloader.aclose()
                 await self.gateway.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -158,11 +202,12 @@ class _Answering:
     for the body to be done, checking again every `after` seconds."""
 
     __slots__ = (
-        "after", "answered", "body", "cut_short", "ended", "handler", "over", "receive",
+        "after", "answered", "body", "cut_short", "edge", "ended", "handler", "over", "receive",
         "streaming", "timer", "watcher",
     )  # fmt: skip
 
-    def __init__(self, receive: Receive, body: _Body, *, after: float) -> None:
+    def __init__(self, receive: Receive, body: _Body, edge: Edge, *, after: float) -> None:
+        self.edge = edge
         self.handler = asyncio.current_task()
         self.receive = receive
         self.body = body

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -29,7 +30,11 @@ from levergate.server.exchange import (
     declared_length,
 )
 from levergate.server.guards import Credentials
-from levergate.server.routes import ROUTES, ErrorShape, Route, Router
+from levergate.server.route import Divert, ErrorShape, Route, Routed
+from levergate.server.routes import ROUTES, Router
+
+if TYPE_CHECKING:
+    from levergate.server.reload import Reloader
 
 log = logging.getLogger("levergate.edge")
 
@@ -45,7 +50,18 @@ class Edge:
         # Counts prompts for `/v1/messages/count_tokens` (encodings load on first use).
         self.tokenizer: Tokenizer = TiktokenCounter()
         settings = gateway.settings
-        served = tuple(r for r in routes if r.enabled is None or r.enabled(settings))
+        # A whole answer larger than this goes out in chunks of it (server/handlers/openai.py).
+        self.chunk_bytes = settings.server.file_chunk_bytes
+        # The features' routes after the core's (levergate/extension.py), and what they take
+        # over of the model-call routes (async requests).
+        extensions = [e for e in gateway.extensions if isinstance(e, Routed)]
+        added = tuple(route for extension in extensions for route in extension.routes())
+        self.diverts: tuple[Divert, ...] = tuple(
+            divert for extension in extensions for divert in extension.diverts()
+        )
+        served = tuple(r for r in (*routes, *added) if r.enabled is None or r.enabled(settings))
+        # The app's reloader (`POST /admin/reload`), when it was started from a file.
+        self.reloader: Reloader | None = None
         self._router = Router(served, settings=settings.server)
 
     async def handle(
@@ -64,11 +80,13 @@ class Edge:
         if query:
             request.query = query
         shape: ErrorShape = error_response
+        id_header: str | None = None
         try:
             bound, request.params = self._router.match(method, path)
             route = bound.route
             if route.errors is not None:
                 shape = route.errors
+            id_header = route.id_header
             if route.guard is not None:
                 await route.guard(self, request)
             source = BytesBody(body) if isinstance(body, bytes) else body
@@ -81,6 +99,8 @@ class Edge:
         except LevergateError as exc:
             response = shape(exc)
             response.headers.append((REQUEST_ID_HEADER, request.request_id))
+            if id_header is not None:
+                response.headers.append((id_header, request.request_id))
             return response
 
 

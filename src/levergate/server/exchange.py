@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from levergate.core.call import Trace
+from levergate.core.json_bound import TooDeep, parse_json
 from levergate.errors import BadRequest, PayloadTooLarge
 from levergate.gateway import request_id_for
 
 if TYPE_CHECKING:
+    from levergate.core.controls import Principal
     from levergate.stores.keys import KeyRecord
 
 # The parameters of a static path: shared, and never written to.
@@ -56,6 +58,7 @@ class Request:
         "method",
         "params",
         "path",
+        "principal",
         "query",
         "trace",
     )
@@ -75,7 +78,9 @@ class Request:
         # PayloadTooLarge as soon as the chunks pass the route's limit.
         self.chunks: AsyncIterator[bytes] | None = None
         self._request_id: str | None = None
-        # The caller's key record once a `client_key` guard has checked it (None: auth off).
+        # The caller once a `client_key` guard has identified it (levergate/principal.py), and
+        # its key record (None: auth off).
+        self.principal: Principal | None = None
         self.key: KeyRecord | None = None
 
     @property
@@ -85,9 +90,16 @@ class Request:
         return self._request_id
 
     def json(self) -> Any:
-        """The body parsed as JSON; a 400 `invalid_json` when it is not."""
+        """The body parsed as JSON; a 400 `invalid_json` when it is not, `json_too_deep` when
+        it nests deeper than the gateway parses anywhere (core/json_bound.py)."""
         try:
-            return orjson.loads(self.body)
+            return parse_json(self.body)
+        except TooDeep as exc:
+            raise BadRequest(
+                f"The JSON body nests arrays and objects deeper than {exc.limit} levels, the "
+                "most this gateway accepts.",
+                code="json_too_deep",
+            ) from None
         except orjson.JSONDecodeError as exc:
             raise BadRequest(
                 f"We could not parse the JSON body of your request: {exc.msg}.",

@@ -1,7 +1,7 @@
 """uvicorn's httptools protocol with fewer, larger writes (server.http_writes) and the limits a
 hostile client meets before any request reaches the ASGI app.
 
-Limits (`config.Server`, each answered with OpenAI-shaped JSON and `connection: close`):
+Limits (`config.ServerSettings`, each answered with OpenAI-shaped JSON and `connection: close`):
 - The request head: at most `max_header_bytes` (URL and headers) and `max_headers` lines, else
   431. httptools keeps a header it has not finished in memory, so the bytes of a head still
   incomplete after a read are counted too: a 100 MB header is refused after 64 KiB and at most
@@ -12,10 +12,16 @@ Limits (`config.Server`, each answered with OpenAI-shaped JSON and `connection: 
   requests uvicorn's keep-alive timeout closes an idle connection.
 - After any of these answers the connection is half-closed and what the client still sends is
   read and dropped for up to `error_linger_seconds`, then closed: closing with the request
-  unread resets the connection, which can destroy the answer before the client reads it.
-- Connections: one opened while `limits.max_connections` are open is answered 503 once its head
-  has arrived (not at once: closing a socket with the request unread can reset it before the
-  client reads the answer), and the refusals are logged once per `overload_log_seconds`.
+  unread resets the connection, which can destroy the answer before the client reads it. The
+  same holds for an answer of the app's that ends the connection while the request's body is
+  still arriving (a guard's 401 on an upload: the client saw a reset, not the 401).
+- Connections: one opened while `limits.max_connections` are open first closes a connection
+  that has never sent a byte (server.peers: over its peer's limit first, else the oldest
+  silent for `shed_idle_after_seconds`) and takes its place; if there is none it is answered
+  503 once its head has arrived (not at once: closing a socket with the request unread can
+  reset it before the client reads the answer). A connection beyond its peer address's
+  `max_connections_per_peer` is answered 503 the same way. Refusals are logged once per
+  `overload_log_seconds`.
 
 A request that cannot be parsed gets a 400, but only after the answers still owed on the
 connection: a valid request pipelined before garbage is answered first.
@@ -45,6 +51,7 @@ from levergate.errors import (
     error_payload,
 )
 from levergate.server.http_writes import Coalescing, HeadOnly, Unchunked
+from levergate.server.peers import Peers
 
 log = logging.getLogger("levergate.server")
 # The per-request callbacks call their base directly: `super()` builds an object per call.
@@ -57,6 +64,8 @@ class Overload:
     per `every` seconds, with the count since the last line."""
 
     every: float
+    what: str = "connection cap of %d reached"
+    setting: str = "server.max_connections"
     refused: int = 0
     next_log: float = 0.0
 
@@ -64,10 +73,10 @@ class Overload:
         self.refused += 1
         if now >= self.next_log:
             log.warning(
-                "connection cap of %d reached: %d connection(s) answered 503 since the last "
-                "warning (server.max_connections)",
-                cap,
+                "%s: %d connection(s) answered 503 since the last warning (%s)",
+                self.what % cap,
                 self.refused,
+                self.setting,
             )
             self.refused = 0
             self.next_log = now + self.every
@@ -75,8 +84,8 @@ class Overload:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """One server's client limits (from `config.Server`; the cap fitted to the descriptor limit
-    by server.run.connection_cap)."""
+    """One server's client limits (from `config.ServerSettings`; the cap fitted to the descriptor
+    limit by server.run.connection_cap)."""
 
     header_bytes: int
     headers: int
@@ -87,6 +96,8 @@ class Limits:
     linger: float
     max_connections: int
     overload: Overload = field(compare=False)
+    peers: Peers = field(compare=False)
+    peer_overload: Overload = field(compare=False)
 
 
 class HttpProtocol(HttpToolsProtocol):
@@ -108,7 +119,8 @@ class HttpProtocol(HttpToolsProtocol):
         self.timeout_keep_alive = limits.keep_alive_timeout  # type: ignore[assignment]
         self._timer: asyncio.TimerHandle | None = None
         self._in_head = self._in_body = self._head_fresh = False
-        self._over_cap = self._refused = False
+        self._over_cap = self._refused = self._over_peer = self._silent = False
+        self._peer = ""
         # Bytes of the reads a head came in: those wholly inside it (a lower bound of its size,
         # `_head_raw`) and all of them but the current one (`_head_upper`, with `_reading` an
         # upper bound).
@@ -116,16 +128,30 @@ class HttpProtocol(HttpToolsProtocol):
         self._refusal: LevergateError | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._writes = Coalescing(transport)
+        self._writes = Coalescing(transport, close=lambda: self._close(transport))
         super().connection_made(self._writes)  # type: ignore[arg-type]
-        self._over_cap = len(self.connections) > self.limits.max_connections
-        self._timer = self.loop.call_later(self.limits.head_timeout, self._head_timed_out)
+        limits = self.limits
+        peer = transport.get_extra_info("peername")
+        self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self._over_peer = limits.peers.opened(self, peer=self._peer, now=self.loop.time())
+        self._silent = True
+        self._over_cap = len(self.connections) > limits.max_connections
+        self._timer = self.loop.call_later(limits.head_timeout, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        self.limits.peers.closed(self, peer=self._peer)
         super().connection_lost(exc)
 
+    def shed(self) -> None:
+        """Closed to make room at the cap (server.peers): it has sent nothing, owes nothing."""
+        self.limits.peers.spoke(self)  # no longer a candidate to shed
+        self._cancel_timer()
+        self.transport.close()
+
     def data_received(self, data: bytes) -> None:
+        if self._silent:
+            self._spoke()
         if self._refused:
             return  # the parser has failed or an answer is decided: the rest is not read
         self._reading = len(data)
@@ -174,6 +200,15 @@ class HttpProtocol(HttpToolsProtocol):
                 code="too_many_connections",
                 retry_after=1,
             )
+        if self._over_peer and limits.peers.over(self._peer):
+            most = limits.peers.per_peer
+            limits.peer_overload.refuse(now=self.loop.time(), cap=most)
+            raise Overloaded(
+                f"Your address has more than {most} connections open to the gateway; close "
+                "some or try again shortly.",
+                code="too_many_connections_from_peer",
+                retry_after=1,
+            )
         _Base.on_headers_complete(self)
         self._in_body = True
         scope = self.scope
@@ -204,6 +239,15 @@ class HttpProtocol(HttpToolsProtocol):
                 self._timer = self.loop.call_later(self.limits.head_timeout, self._head_timed_out)
 
     # Limits
+    def _spoke(self) -> None:
+        """The first bytes of this connection: a client at work. Over the cap, it takes the
+        place of a connection that has sent nothing (server.peers), if there is one."""
+        self._silent = False
+        peers = self.limits.peers
+        peers.spoke(self)
+        if self._over_cap and peers.shed(now=self.loop.time(), keep=self):
+            self._over_cap = False
+
     def _head_read(self, size: int) -> None:
         self._head_upper += size
         if self._head_fresh:  # the head began in this read, after bytes of the last request
@@ -303,6 +347,18 @@ class HttpProtocol(HttpToolsProtocol):
             self._timer = self.loop.call_later(self.limits.linger, self.transport.close)
         else:  # TLS has no half-close
             self.transport.close()
+
+    def _close(self, transport: asyncio.Transport) -> None:
+        """End the connection; while the request's body is still arriving, half-close first and
+        drop what still comes for up to `linger` seconds (as after the limits' own answers)."""
+        if not self._in_body or not transport.can_write_eof() or transport.is_closing():
+            transport.close()
+            return
+        self._refused = True
+        self._in_body = False
+        self._cancel_timer()
+        transport.write_eof()
+        self._timer = self.loop.call_later(self.limits.linger, transport.close)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

@@ -35,6 +35,7 @@ end of the connection (uvicorn closes it after a 1.0 answer) ends the body.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 # Above this a body is written after the head rather than copied behind it.
@@ -45,10 +46,14 @@ class Coalescing:
     """A transport that holds a response head until the body's first write, and gathers the
     writes after that into one per turn of the event loop."""
 
-    __slots__ = ("_held", "_loop", "_pending", "_transport")
+    __slots__ = ("_close", "_held", "_loop", "_pending", "_transport")
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(
+        self, transport: asyncio.Transport, *, close: Callable[[], None] | None = None
+    ) -> None:
         self._transport = transport
+        # How the connection ends once everything is written (the protocol's: it may linger).
+        self._close = close if close is not None else transport.close
         self._loop = asyncio.get_running_loop()
         self._held: bytes | None = None
         self._pending: list[bytes] = []
@@ -65,6 +70,13 @@ class Coalescing:
                 self._transport.write(data)
         elif data[:9] == b"HTTP/1.1 " and data[9:10] != b"1" and data[-4:] == b"\r\n\r\n":
             self._held = data
+        elif len(data) > _JOIN_AT_MOST:
+            # A large chunk (a large answer sent in chunks) goes at once, after what is
+            # collected: gathered, every chunk of the body would be joined into one write, and
+            # the flow control that waits for a slow reader would never see the buffer fill.
+            self._flush()
+            if not self._transport.is_closing():
+                self._transport.write(data)
         else:
             if not self._pending:
                 self._loop.call_soon(self._flush)
@@ -78,7 +90,7 @@ class Coalescing:
 
     def close(self) -> None:
         self._flush_all()
-        self._transport.close()
+        self._close()
 
     def write_eof(self) -> None:
         self._flush_all()

@@ -1,9 +1,11 @@
 """The edge's route table: (method, path pattern) -> handler, one line per endpoint.
 
-Adding an endpoint is one line in `ROUTES` plus its handler (a module under `server/handlers/`).
-A line says, besides method, path and handler:
+Adding an endpoint is one line in `ROUTES` plus its handler (a module under `server/handlers/`);
+a feature adds its own through its `routes()` (`server.route.Routed`: the Batch API's are in
+batch/http.py), which `Edge` appends to these. A line (`server.route.Route`)
+says, besides method, path and handler:
 
-- `guard`: who may call it (`server.guards`, `server.admin.admin_token`), checked before the
+- `guard`: who may call it (`server.guards`), checked before the
   body is read. Routes that run a `Call` leave it to the pipeline's `Authenticate` layer, which
   also counts refused requests; the others need one.
 - `enabled`: whether the gateway serves the route at all, decided from the settings at start
@@ -11,9 +13,12 @@ A line says, besides method, path and handler:
 - `stream`: the handler gets the body as an async iterator of chunks (`Request.chunks`: uploads
   written to disk as they arrive) instead of whole (`Request.body`).
 - `max_body_bytes`: the route's own body limit; by default `server.max_body_bytes` for whole
-  bodies and `server.max_upload_bytes` for streamed ones (config/server.py).
+  bodies and `server.max_upload_bytes` for streamed ones, plus the multipart framing around
+  the file (`MULTIPART_OVERHEAD_BYTES`, config/server.py), so the limit is the file's.
 - `errors`: how the route's errors are written, when not in OpenAI's envelope (the Anthropic
   routes answer in Anthropic's, 413s and guard refusals included).
+- `id_header`: the protocol's own request-id header, sent beside `x-request-id` on every
+  answer of the route, errors included (the anthropic SDK reads `request-id`).
 
 Matching (`Router.match`) looks static paths up in a dict first — the hot path, POST
 /v1/chat/completions, costs two dict lookups — and tries the precompiled patterns only for the
@@ -25,73 +30,31 @@ allowed wherever GET is.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import KW_ONLY, dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from levergate.errors import LevergateError, MethodNotAllowed, NotFound
+from levergate.config.server import MULTIPART_OVERHEAD_BYTES
+from levergate.errors import MethodNotAllowed, NotFound
 from levergate.server import admin, guards
-from levergate.server.exchange import NO_PARAMS, Request, Response
-from levergate.server.handlers import (
-    anthropic,
-    async_requests,
-    batches,
-    files,
-    openai,
-    ops,
-    prompt_cache,
-    responses,
-)
+from levergate.server.exchange import NO_PARAMS
+from levergate.server.handlers import anthropic, openai, ops, prompt_cache, responses
+from levergate.server.route import Guard, Handler, Route
 
 if TYPE_CHECKING:
-    from levergate.config import Server, Settings
-    from levergate.server.edge import Edge
-
-Handler = Callable[["Edge", Request], Awaitable[Response]]
-Guard = Callable[["Edge", Request], Awaitable[None]]
-ErrorShape = Callable[[LevergateError], Response]
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    method: str
-    path: str
-    handler: Handler
-    _: KW_ONLY
-    guard: Guard | None = None
-    stream: bool = False
-    max_body_bytes: int | None = None
-    enabled: Callable[[Settings], bool] | None = None
-    errors: ErrorShape | None = None
+    from levergate.config import ServerSettings
 
 
 def _admin(method: str, path: str, handler: Handler) -> Route:
     """An admin API route: on its own credential, and absent unless `admin.enabled`."""
-    return Route(method, path, handler, guard=admin.admin_token, enabled=admin.enabled)
-
-
-def _batch(method: str, path: str, handler: Handler, *, stream: bool = False) -> Route:
-    """A Batch API route: a client key as for /v1/models, absent unless `batch.enabled`."""
-    return Route(method, path, handler, guard=guards.client_key, stream=stream,
-                 enabled=_batch_enabled)  # fmt: skip
-
-
-def _batch_enabled(settings: Settings) -> bool:
-    return settings.batch.enabled
-
-
-def _async(method: str, path: str, handler: Handler) -> Route:
-    """An async-request route: a client key as for /v1/batches, absent unless enabled."""
-    return Route(method, path, handler, guard=guards.client_key, enabled=_async_enabled)
-
-
-def _async_enabled(settings: Settings) -> bool:
-    return settings.async_requests.enabled
+    return Route(method, path, handler, guard=guards.admin_token, enabled=admin.enabled)
 
 
 def _anthropic(method: str, path: str, handler: Handler, *, guard: Guard | None = None) -> Route:
-    """An Anthropic API route: its errors in Anthropic's envelope, so the SDK's classes apply."""
-    return Route(method, path, handler, guard=guard, errors=anthropic.error_response)
+    """An Anthropic API route: its errors in Anthropic's envelope, so the SDK's classes apply,
+    and its request id where the SDK reads it (`message._request_id`, `error.request_id`)."""
+    return Route(method, path, handler, guard=guard, errors=anthropic.error_response,
+                 id_header=anthropic.REQUEST_ID)  # fmt: skip
 
 
 ROUTES: tuple[Route, ...] = (
@@ -112,19 +75,6 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/healthz", ops.healthz),
     Route("GET", "/readyz", ops.readyz),
     Route("GET", "/metrics", ops.metrics, guard=guards.metrics_token),
-    # The Batch API (batch/): the tenant's own files and batches; absent unless batch.enabled.
-    _batch("POST", "/v1/files", files.create_file, stream=True),
-    _batch("GET", "/v1/files", files.list_files),
-    _batch("GET", "/v1/files/{id}", files.retrieve_file),
-    _batch("DELETE", "/v1/files/{id}", files.delete_file),
-    _batch("GET", "/v1/files/{id}/content", files.file_content),
-    _batch("POST", "/v1/batches", batches.create_batch),
-    _batch("GET", "/v1/batches", batches.list_batches),
-    _batch("GET", "/v1/batches/{id}", batches.retrieve_batch),
-    _batch("POST", "/v1/batches/{id}/cancel", batches.cancel_batch),
-    # Async single requests (batch/async_requests.py): submit, then read the result later.
-    _async("POST", "/v1/async/{rest:path}", async_requests.create),
-    _async("GET", "/v1/async/{rest:path}", async_requests.retrieve),
     # The admin API (server/admin.py), on its own credential; absent unless admin.enabled.
     _admin("POST", "/admin/keys", admin.create_key),
     _admin("GET", "/admin/keys", admin.list_keys),
@@ -135,6 +85,7 @@ ROUTES: tuple[Route, ...] = (
     _admin("POST", "/admin/keys/{id}/rotate", admin.rotate_key),
     _admin("POST", "/admin/keys/{id}/revoke", admin.revoke_key),
     _admin("GET", "/admin/keys/{id}/spend", admin.key_spend),
+    _admin("POST", "/admin/reload", admin.reload_config),
     # The prompt-cache optimizer's prefix breakers (server/handlers/prompt_cache.py).
     _admin("GET", "/admin/prompt-cache/findings", prompt_cache.findings),
 )
@@ -155,12 +106,13 @@ _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(:path)?\}")
 
 
 class Router:
-    def __init__(self, routes: tuple[Route, ...], *, settings: Server) -> None:
+    def __init__(self, routes: tuple[Route, ...], *, settings: ServerSettings) -> None:
         self._static: dict[str, Methods] = {}
         self._patterns: list[tuple[re.Pattern[str], Methods]] = []
         by_pattern: dict[str, Methods] = {}
         for route in routes:
-            default = settings.max_upload_bytes if route.stream else settings.max_body_bytes
+            default = (settings.max_upload_bytes + MULTIPART_OVERHEAD_BYTES if route.stream
+                       else settings.max_body_bytes)  # fmt: skip
             limit = default if route.max_body_bytes is None else route.max_body_bytes
             bound = Bound(route, limit)
             if _PARAM.search(route.path) is None:

@@ -3,31 +3,37 @@
 uvicorn with uvloop and httptools was measured against the alternatives on this machine
 (benchmarks/results/server_choice.md) and chosen for the lowest CPU per proxied request among
 servers that can also be embedded in a running event loop, which the tests and the library need.
-The client limits (`config.Server`) are enforced in its protocol (server.http_protocol); this
-module fits the connection cap to the descriptor limit and, at shutdown, ends what outlasts the
+The client limits (`config.ServerSettings`) are enforced in its protocol (server.http_protocol);
+this module fits the connection cap to the descriptor limit and, at shutdown, ends what outlasts the
 grace period with a `shutting_down` error instead of letting uvicorn cancel it mid-write.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import logging
 import math
 import os
 import resource
+import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import FrameType
 
 import uvicorn
 
-from levergate.config import Server
+from levergate.config import ServerSettings, Settings
+from levergate.core.jobs import BackgroundJob
 from levergate.errors import ConfigError
 from levergate.gateway import Gateway
 from levergate.server.asgi import App
 from levergate.server.http_protocol import HttpProtocol, Limits, Overload
+from levergate.server.memory import MIB, Trimmer, glibc
+from levergate.server.peers import Peers
 
 log = logging.getLogger("levergate.server")
 
@@ -46,7 +52,7 @@ def connection_cap(*, configured: int, open_files: int) -> int:
     return max(1, min(configured, (open_files - _RESERVED_FDS) // 2))
 
 
-def limits_for(settings: Server) -> Limits:
+def limits_for(settings: ServerSettings) -> Limits:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     open_files = soft if soft != resource.RLIM_INFINITY else 1 << 20
     cap = connection_cap(configured=settings.max_connections, open_files=open_files)
@@ -65,14 +71,24 @@ def limits_for(settings: Server) -> Limits:
         linger=settings.error_linger_seconds,
         max_connections=cap,
         overload=Overload(every=settings.overload_log_seconds),
-    )
+        peers=Peers(per_peer=settings.max_connections_per_peer,
+                    shed_after=settings.shed_idle_after_seconds),
+        peer_overload=Overload(every=settings.overload_log_seconds,
+                               what="connections per peer address over %d",
+                               setting="server.max_connections_per_peer"),
+    )  # fmt: skip
 
 
-def server_for(gateway: Gateway) -> uvicorn.Server:
+def server_for(
+    gateway: Gateway,
+    *,
+    load: Callable[[], Settings] | None = None,
+    fan_out: Callable[[], None] | None = None,
+) -> uvicorn.Server:
     """A uvicorn server for the gateway; the caller's event loop runs it (uvloop is installed by
-    the CLI before the loop starts)."""
+    the CLI before the loop starts). `load` reads the configuration again for a reload."""
     settings = gateway.settings.server
-    app = App(gateway)
+    app = App(gateway, load=load, fan_out=fan_out)
     grace = settings.graceful_shutdown_seconds
     config = uvicorn.Config(
         app,
@@ -82,7 +98,11 @@ def server_for(gateway: Gateway) -> uvicorn.Server:
         http=functools.partial(HttpProtocol, limits=limits_for(settings)),  # type: ignore[arg-type]
         ws="none",
         lifespan="on",
-        access_log=settings.access_log,
+        # The app writes the access log (server/access_log.py), and uvicorn's own records go to
+        # the process's handlers: no logging setup of uvicorn's (it replaced the handlers and
+        # the format, and its access line was held at WARNING: nothing was printed).
+        access_log=False,
+        log_config=None,
         log_level=logging.WARNING,
         timeout_graceful_shutdown=math.ceil(grace) + _CANCEL_MARGIN_SECONDS,
         server_header=False,
@@ -92,7 +112,7 @@ def server_for(gateway: Gateway) -> uvicorn.Server:
         date_header=False,
         backlog=4096,
     )
-    return _Server(config, app=app, grace=grace)
+    return _Server(config, app=app, grace=grace, drain=settings.drain_seconds)
 
 
 class _Server(uvicorn.Server):
@@ -102,17 +122,43 @@ class _Server(uvicorn.Server):
     how many. uvicorn cancelled those tasks itself: streams stopped mid-body without a word and
     each logged a traceback."""
 
-    def __init__(self, config: uvicorn.Config, *, app: App, grace: float) -> None:
+    def __init__(self, config: uvicorn.Config, *, app: App, grace: float, drain: float) -> None:
         super().__init__(config)
         self._app = app
         self._grace = grace
+        self._drain = drain
+        self._forced: asyncio.Event | None = None  # set by a second signal while draining
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._app.gateway.draining = True
+        await self._drained()
         ending = asyncio.get_running_loop().call_later(self._grace, self._end_requests)
         try:
             await super().shutdown(sockets)
         finally:
             ending.cancel()
+
+    async def _drained(self) -> None:
+        """Keep serving, /readyz answering 503, for `server.drain_seconds` (a second signal
+        ends the wait): the load balancer's checks see the replica leave before its listener
+        closes."""
+        if self._drain <= 0:
+            return
+        log.info(
+            "draining: /readyz answers 503 for %s s (server.drain_seconds), then the listener "
+            "closes", self._drain,
+        )  # fmt: skip
+        self._forced = asyncio.Event()
+        if self.force_exit:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._forced.wait(), self._drain)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self.force_exit and self._forced is not None:
+            # A signal handler: the event is set from the loop, not from inside it.
+            asyncio.get_event_loop().call_soon_threadsafe(self._forced.set)
 
     def _end_requests(self) -> None:
         streams, others = self._app.end_requests()
@@ -142,7 +188,7 @@ def raise_open_files_limit() -> None:
         log.info("open-files limit raised from %d to %d", soft, hard)
 
 
-def tune_process(settings: Server) -> None:
+def tune_process(settings: ServerSettings) -> None:
     """Process-wide tuning for a serving process, applied once start-up is done. Only the CLI
     calls this; a library user's process keeps its own settings.
 
@@ -167,15 +213,25 @@ def tune_process(settings: Server) -> None:
 
 
 @asynccontextmanager
-async def serving(gateway: Gateway, *, process_wide: bool = False) -> AsyncIterator[str]:
+async def serving(
+    gateway: Gateway,
+    *,
+    process_wide: bool = False,
+    sock: socket.socket | None = None,
+    load: Callable[[], Settings] | None = None,
+    fan_out: Callable[[], None] | None = None,
+) -> AsyncIterator[str]:
     """Serve `gateway` on its configured host and port (0 picks a free one) inside the running
-    loop; yields the base URL (`http://host:port/v1`). Used by tests and `levergate serve`,
-    which passes `process_wide=True` to also raise the open-files limit before listening and
-    tune the garbage collector once started."""
+    loop, or on `sock` (a bound socket: a worker's, server/workers.py); yields the base URL
+    (`http://host:port/v1`). Used by tests and `levergate serve`, which passes
+    `process_wide=True` to also raise the open-files limit before listening, tune the garbage
+    collector once started, and give freed memory back (server/memory.py), and `load` to
+    reload the configuration on SIGHUP and `POST /admin/reload` (server/reload.py)."""
     if process_wide:
         raise_open_files_limit()
-    server = server_for(gateway)
-    task = asyncio.create_task(server.serve())
+    server = server_for(gateway, load=load, fan_out=fan_out)
+    _on_sighup(server)
+    task = asyncio.create_task(server.serve(sockets=None if sock is None else [sock]))
     try:
         while not server.started:
             if task.done():
@@ -183,9 +239,38 @@ async def serving(gateway: Gateway, *, process_wide: bool = False) -> AsyncItera
                 raise OSError("the server stopped before it started")
             await asyncio.sleep(0.01)
         port = server.servers[0].sockets[0].getsockname()[1]
+        trimmer = None
         if process_wide:
             tune_process(gateway.settings.server)
-        yield f"http://{gateway.settings.server.host}:{port}/v1"
+            trimmer = _trimming(gateway)
+        try:
+            yield f"http://{gateway.settings.server.host}:{port}/v1"
+        finally:
+            if trimmer is not None:
+                trimmer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await trimmer
     finally:
         server.should_exit = True
         await task
+
+
+def _on_sighup(server: uvicorn.Server) -> None:
+    """SIGHUP reloads the configuration when the app can (else the signal keeps its default)."""
+    reloader = server._app.reloader if isinstance(server, _Server) else None
+    if reloader is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.signal)
+
+
+def _trimming(gateway: Gateway) -> asyncio.Task[None] | None:
+    """The memory trimmer's task under the gateway's supervisor, or None (off, or no glibc)."""
+    settings = gateway.settings.server
+    found = glibc() if settings.memory_trim_above_mib else None
+    if found is None:
+        return None
+    trim, free = found
+    trimmer = Trimmer(every=settings.memory_trim_every_seconds,
+                      above=settings.memory_trim_above_mib * MIB,
+                      clock=gateway.clock, trim=trim, free=free)  # fmt: skip
+    job = BackgroundJob("memory-trim", trimmer.run)
+    return asyncio.create_task(gateway.pipeline.supervisor.keep_running(job))

@@ -1,6 +1,6 @@
 """`SyncGatewayTransport`: the in-process transport for synchronous clients.
 
-    with httpx.Client(transport=gw.sync_transport()) as http:
+    with httpx.Client(transport=SyncGatewayTransport(gw)) as http:
         client = openai.OpenAI(api_key="-", base_url="http://levergate/v1", http_client=http)
         client.chat.completions.create(model="m", messages=[...])
 
@@ -34,7 +34,7 @@ class SyncGatewayTransport(httpx.BaseTransport):
     def __init__(self, gateway: Gateway) -> None:
         if gateway.ready:
             raise RuntimeError(
-                "this gateway is already started on an event loop; give sync_transport() a "
+                "this gateway is already started on an event loop; give SyncGatewayTransport a "
                 "gateway that is not started: the transport runs it on a loop of its own"
             )
         self._gateway = gateway

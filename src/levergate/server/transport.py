@@ -1,5 +1,5 @@
 """`GatewayTransport`: an httpx transport that hands requests to the gateway's `Edge` in-process,
-so `openai.AsyncOpenAI(http_client=httpx.AsyncClient(transport=gw.transport()))` runs the same
+so `openai.AsyncOpenAI(http_client=httpx.AsyncClient(transport=GatewayTransport(gw)))` runs the same
 pipeline as the proxy, with no socket in between. Streams stay streams: each SSE frame reaches
 the SDK as the pipeline produces it, and closing the response closes the upstream. Request
 bodies reach the edge as a source (`_Body`) it reads whole or in chunks under the route's limit,
@@ -23,7 +23,8 @@ from levergate.core.call import Trace
 from levergate.errors import PayloadTooLarge
 from levergate.server.edge import Edge
 from levergate.server.exchange import declared_length
-from levergate.server.routes import ROUTES, Route
+from levergate.server.route import Route
+from levergate.server.routes import ROUTES
 
 if TYPE_CHECKING:
     from levergate.gateway import Gateway

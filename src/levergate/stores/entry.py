@@ -10,8 +10,9 @@ TTL the store itself enforces; the key tag binds the value to the key it was wri
 an entry that lands under the wrong key (a store bug, a shared Redis written by something else)
 is refused rather than served as the answer to another question; the CRC catches truncation and
 bit rot. Any mismatch raises `CorruptEntry`, which the caches count and drop. `meta` is a small
-blob the owning cache reads without touching the parts (the exact cache keeps the answer's token
-counts there, so a hit can count what it saved without parsing the answer).
+blob the owning cache reads without touching the parts (the caches keep the answer's token
+counts there, and the alias and upstream model that produced it, so a hit can count what it
+saved, at that model's price, without parsing the answer: `layers/cache/entries.usage_meta`).
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from levergate.core.json_bound import parse_json
+
 KEY_PREFIX = "lg-"
 _KEY_BYTES = 32  # 256 bits: see the module docstring for why a plain sha256 is then enough
 
@@ -69,7 +71,7 @@ class KeyRecord:
     @classmethod
     def from_bytes(cls, raw: bytes | str) -> KeyRecord:
         try:
-            data = orjson.loads(raw)
+            data = parse_json(raw)
             data["models"] = tuple(data.get("models") or ())
             # Fields a newer gateway added are skipped, so replicas can be upgraded one by one.
             return cls(**{k: v for k, v in data.items() if k in _FIELDS})

@@ -76,6 +76,7 @@ class SafeKV:
         self._on_fault = on_fault
         self._circuit = Circuit(cooldown=cooldown, clock=clock)
         self._refusals_logged_until = float("-inf")
+        self._failures_logged_until = float("-inf")
 
     async def get(self, key: str) -> bytes | None:
         return await self._run("get", lambda: self._inner.get(key))
@@ -114,11 +115,15 @@ class SafeKV:
     def _failed(self, op: str, exc: BaseException) -> None:
         reason = "timeout" if isinstance(exc, TimeoutError) else "error"
         self._on_fault(self.name, op, reason)
-        # Logged once per cool-down: a dead store must not flood the log at request rate.
-        log.warning(
-            "cache store %r failed on %s (%s: %s); treating as a miss for %.1fs",
-            self.name, op, type(exc).__name__, exc or reason, self._cooldown,
-        )  # fmt: skip
+        # Logged once per cool-down: a dead store must not flood the log at request rate (the
+        # calls already in flight when it died all fail at once, before the circuit opens).
+        now = self._clock.now()
+        if now >= self._failures_logged_until:
+            self._failures_logged_until = now + max(self._cooldown, 1.0)
+            log.warning(
+                "cache store %r failed on %s (%s: %s); treating as a miss for %.1fs",
+                self.name, op, type(exc).__name__, exc or reason, self._cooldown,
+            )  # fmt: skip
 
     def _refused(self, op: str, exc: StoreRefused) -> None:
         self._on_fault(self.name, op, "refused")

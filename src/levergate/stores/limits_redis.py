@@ -33,20 +33,24 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 # KEYS: one per charge. ARGV[1]: "1" to spend when everything fits, "0" to only look.
-# ARGV[2..]: cost, interval, burst for each key in order. Returns the wait in seconds, as a
-# string because Lua numbers are truncated to integers on the way back to the client.
+# ARGV[2..]: cost, interval, burst, slack for each key in order (the math of gcra.check).
+# Returns the wait in seconds, as a string because Lua numbers are truncated to integers on
+# the way back to the client.
 ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local wait = 0
 local pushed = {}
+local slacks = {}
 for i, key in ipairs(KEYS) do
-  local cost = tonumber(ARGV[3 * i - 1])
-  local interval = tonumber(ARGV[3 * i])
-  local burst = tonumber(ARGV[3 * i + 1])
+  local cost = tonumber(ARGV[4 * i - 2])
+  local interval = tonumber(ARGV[4 * i - 1])
+  local burst = tonumber(ARGV[4 * i])
+  local slack = tonumber(ARGV[4 * i + 1])
   local start = now
   local tat = tonumber(redis.call('GET', key))
-  if tat and tat > now then start = tat end
+  if tat then start = math.max(tat, now - slack) end
+  slacks[i] = slack
   pushed[i] = start + cost * interval
   local w = pushed[i] - math.max(burst, cost) * interval - now
   if w > wait then wait = w end
@@ -55,7 +59,8 @@ if wait <= 1e-9 then
   wait = 0
   if ARGV[1] == '1' then
     for i, key in ipairs(KEYS) do
-      local ttl = math.ceil((pushed[i] - now) * 1000) + 1000
+      -- Kept while a late arrival could still use it (an expired key starts from now).
+      local ttl = math.ceil((pushed[i] - now + slacks[i]) * 1000) + 1000
       redis.call('SET', key, string.format('%.6f', pushed[i]), 'PX', ttl)
     end
   end
@@ -104,7 +109,9 @@ class RedisLimitStore:
             return 0.0
         args: list[str] = ["1" if commit else "0"]
         for c in charges:
-            args += [repr(float(c.cost)), repr(c.rate.interval), repr(float(c.rate.burst))]
+            rate = c.rate
+            args += [repr(float(c.cost)), repr(rate.interval), repr(float(rate.burst)),
+                     repr(rate.slack)]  # fmt: skip
         result = await self._run(self._acquire, charges, args)
         return max(0.0, float(result))
 
@@ -201,7 +208,7 @@ class FailoverLimitStore:
 
     def _recovered(self) -> None:
         if self._circuit.succeeded():
-            _log.warning("rate limits are shared through Redis again")
+            _log.warning("rate limits are shared again (the shared store answers)")
 
     def _scaled(self, charges: Sequence[Charge]) -> list[Charge]:
         if self._share >= 1.0:

@@ -12,6 +12,7 @@ replica: `INCRBYFLOAT` is atomic, so concurrent charges from many replicas add u
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import datetime as dt
 import math
@@ -95,11 +96,14 @@ class MemorySpendStore:
 
 
 class RedisSpendStore:
-    def __init__(self, client: Redis, *, prefix: str) -> None:
+    def __init__(self, client: Redis, *, prefix: str, timeout: float) -> None:
         from redis.exceptions import RedisError
 
         self._client = client
         self._prefix = prefix
+        # The client's pool is shared and its socket timeout a backstop: every call is
+        # bounded by the section's own timeout.
+        self._timeout = timeout
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
         # ValueError: a counter that is not a number (written by something else).
         self._read_errors = (*self._errors, ValueError)
@@ -112,7 +116,8 @@ class RedisSpendStore:
     async def spent(self, key_id: str, periods: Periods) -> Spent:
         try:
             with cancellation_kept():
-                day, month = await self._client.mget(self._names(key_id, periods))
+                async with asyncio.timeout(self._timeout):
+                    day, month = await self._client.mget(self._names(key_id, periods))
             return Spent(day=float(day or 0.0), month=float(month or 0.0))
         except self._read_errors as exc:
             raise SpendUnavailable(f"redis spend store: {type(exc).__name__}: {exc}") from exc
@@ -121,7 +126,10 @@ class RedisSpendStore:
         day, month = self._names(key_id, periods)
         try:
             with cancellation_kept():
-                async with self._client.pipeline(transaction=True) as pipe:
+                async with (
+                    asyncio.timeout(self._timeout),
+                    self._client.pipeline(transaction=True) as pipe,
+                ):
                     pipe.incrbyfloat(day, usd)
                     pipe.expireat(day, int(periods.day_ends + _DAY))
                     pipe.incrbyfloat(month, usd)

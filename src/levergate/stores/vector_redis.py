@@ -48,9 +48,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from levergate.config import CacheStore, SemanticCacheSettings
+from levergate.config import CacheStoreSettings, SemanticCacheSettings
 from levergate.core.clock import Clock
-from levergate.errors import ConfigError
 from levergate.policies.backoff import FullJitter
 from levergate.stores.kv import FaultHook, StoreError
 from levergate.stores.redis_calls import cancellation_kept
@@ -116,27 +115,18 @@ class RedisLog:
     """The stream: batches appended, entries read after an id. Raises only `StoreError` (or
     `TimeoutError`); every call is bounded by `timeout` (a read by the block time plus it)."""
 
-    def __init__(self, *, url: str, key: str, max_len: int, timeout: float) -> None:
-        try:
-            import redis.asyncio as aioredis
-            from redis.exceptions import RedisError
-        except ImportError:
-            raise ConfigError(
-                "cache.semantic.index 'redis' needs the 'redis' package: "
-                "pip install 'levergate[redis]'"
-            ) from None
+    def __init__(self, *, client: aioredis.Redis, key: str, max_len: int, timeout: float) -> None:
+        """`client`'s pool may be shared (stores/registry.py): its socket timeout must stay
+        above the blocking read's `_BLOCK_SECONDS` (a connection's is at least 2 s); the pool
+        hands the blocking read a connection of its own, so it never holds up a write."""
+        from redis.exceptions import RedisError
+
         self.key = key
         self._max_len = max_len
         self._timeout = timeout
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
-        # Two clients: the follower's blocking read must not hold up (or time out like) a write.
-        self._writer: aioredis.Redis = aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry_on_timeout=False
-        )
-        self._reader: aioredis.Redis = aioredis.Redis.from_url(
-            url, socket_timeout=_BLOCK_SECONDS + timeout, socket_connect_timeout=timeout,
-            retry_on_timeout=False,
-        )  # fmt: skip
+        self._writer: aioredis.Redis = client
+        self._reader: aioredis.Redis = client
 
     async def append(self, ops: Sequence[Op]) -> None:
         try:
@@ -163,7 +153,6 @@ class RedisLog:
 
     async def aclose(self) -> None:
         await self._writer.aclose()
-        await self._reader.aclose()
 
 
 class SharedIndex:
@@ -301,20 +290,20 @@ class SharedIndex:
 def connect(
     local: PartitionedIndex,
     *,
-    store: CacheStore,
+    client: aioredis.Redis,
+    store: CacheStoreSettings,
     options: SemanticCacheSettings,
     clock: Clock,
     on_fault: FaultHook,
 ) -> SharedIndex:
-    """The shared index `cache.semantic.index: redis` asks for; nothing connects until used.
-    Redis URL and key prefix default to the cache store's, and so do timeout and cool-down."""
+    """The shared index on `client` (the cache store's Redis, or the deprecated
+    `index_redis_url`'s); nothing connects until used. The key prefix defaults to the cache
+    store's, and so do timeout and cool-down."""
     prefix = (
         store.redis_prefix if options.index_redis_prefix is None else options.index_redis_prefix
     )
-    redis_log = RedisLog(
-        url=options.index_redis_url or store.redis_url, key=f"{prefix}semantic:log",
-        max_len=options.max_entries, timeout=store.timeout_seconds,
-    )  # fmt: skip
+    redis_log = RedisLog(client=client, key=f"{prefix}semantic:log",
+                         max_len=options.max_entries, timeout=store.timeout_seconds)  # fmt: skip
     return SharedIndex(
         local, log=redis_log, cooldown=store.cooldown_seconds, clock=clock,
         rng=random.Random(), on_fault=on_fault,  # noqa: S311 - jitter, not secrets

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from levergate.config import AnthropicUpstream, LocalUpstream, Upstream
+from levergate.config import AnthropicUpstreamSettings, LocalUpstreamSettings, UpstreamSettings
 from levergate.core.call import Call
 from levergate.core.reply import Reply
 from levergate.upstreams.client import client_for
@@ -27,19 +27,19 @@ class Endpoint(Protocol):
 
 
 def make_endpoint(
-    settings: Upstream | LocalUpstream,
+    settings: UpstreamSettings | LocalUpstreamSettings,
     *,
-    http_client: Callable[[Upstream], HttpClient] = client_for,
+    http_client: Callable[[UpstreamSettings], HttpClient] = client_for,
 ) -> Endpoint:
-    if isinstance(settings, LocalUpstream):
+    if isinstance(settings, LocalUpstreamSettings):
         # Imported here: the local engine needs the optional `local` extra (llama-cpp-python).
         from levergate.upstreams.local import LocalEndpoint
 
         return LocalEndpoint(settings)
-    if isinstance(settings, AnthropicUpstream):
-        from levergate.upstreams.anthropic import AnthropicUpstream as AnthropicEndpoint
+    if isinstance(settings, AnthropicUpstreamSettings):
+        from levergate.upstreams.anthropic import AnthropicUpstream
 
-        return AnthropicEndpoint(settings, client=http_client(settings))
+        return AnthropicUpstream(settings, client=http_client(settings))
     from levergate.upstreams.http import OpenAIUpstream
 
     return OpenAIUpstream(settings, client=http_client(settings))

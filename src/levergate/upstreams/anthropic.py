@@ -7,13 +7,16 @@ path reads; 401/403 become 502 as for any upstream; 429 and `retry-after` feed R
 `overloaded_error` and other 5xx are `UpstreamUnavailable`, retried and sent to fallbacks as a
 503 is). What differs is only the wire format, in four hooks:
 
-- `_request`: the OpenAI chat body -> `POST /v1/messages` (protocol/anthropic_request.py),
+- `_request`: the OpenAI chat body -> `POST /v1/messages` (protocol/anthropic/upstream_request.py),
   with `x-api-key`, `anthropic-version` and `anthropic-beta` headers;
 - `_note_quota`: `anthropic-ratelimit-*` (RFC 3339 resets) -> the call's `Quota`, which the
   balancer and Retry's backoff floor read as they read `x-ratelimit-*`;
 - `_completed`: the Anthropic message -> an OpenAI `chat.completion`
-  (protocol/anthropic_response.py, with the usage contract the ledger prices);
-- `_events`: Anthropic stream events -> OpenAI chunks (protocol/anthropic_stream.py).
+  (protocol/anthropic/upstream_answer.py, with the usage contract the ledger prices);
+- `_events`: Anthropic stream events -> OpenAI chunks (protocol/anthropic/upstream_stream.py).
+
+`count_tokens` asks the provider's own `/v1/messages/count_tokens` for the Anthropic edge's
+count_tokens route (server/handlers/anthropic.py), over the same exchange.
 
 Only chat calls are served: Anthropic has no completions or embeddings endpoint (a 400 says so).
 """
@@ -27,24 +30,30 @@ from typing import Any
 import orjson
 from pydantic import SecretStr
 
-from levergate.config import AnthropicUpstream as AnthropicSettings
+from levergate.config import AnthropicUpstreamSettings
 from levergate.core.call import Call, Trace
 from levergate.core.reply import Completed, Event, EventSource
 from levergate.errors import BadRequest, UpstreamError, UpstreamUnavailable
-from levergate.protocol.anthropic_request import to_messages_request
-from levergate.protocol.anthropic_response import anthropic_quota, chat_completion, provider_error
-from levergate.protocol.anthropic_stream import StreamError, StreamTranslator
+from levergate.protocol.anthropic.upstream_answer import (
+    anthropic_quota,
+    chat_completion,
+    provider_error,
+)
+from levergate.protocol.anthropic.upstream_request import to_messages_request
+from levergate.protocol.anthropic.upstream_stream import StreamError, StreamTranslator
 from levergate.protocol.sse import SSEDecoder
-from levergate.upstreams.http import OpenAIUpstream, close_chunks
+from levergate.upstreams.http import OpenAIUpstream, close_chunks, event_object
+from levergate.upstreams.stream_timer import StreamTimer
 from levergate.upstreams.wire import HttpClient, HttpResponse
 
 MESSAGES_PATH = "/v1/messages"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 
 
 class AnthropicUpstream(OpenAIUpstream):
     def __init__(
         self,
-        settings: AnthropicSettings,
+        settings: AnthropicUpstreamSettings,
         *,
         client: HttpClient,
         wall: Callable[[], float] = time.time,
@@ -83,6 +92,19 @@ class AnthropicUpstream(OpenAIUpstream):
         completion = chat_completion(data, created=int(self._wall()))
         return Completed(data=completion, headers=headers)
 
+    async def count_tokens(self, body: Mapping[str, Any]) -> int:
+        """Anthropic's own count of a Messages request's prompt (`POST
+        /v1/messages/count_tokens`, exact for Claude models): `body` is the client's request,
+        its `model` already this upstream's name. Failures are the upstream error tree."""
+        data = await self._post_json(COUNT_TOKENS_PATH, orjson.dumps(body))
+        tokens = data.get("input_tokens")
+        if type(tokens) is not int or tokens < 0:
+            raise UpstreamUnavailable(
+                f"upstream '{self.name}' returned a token count that is not a count",
+                upstream=self.name,
+            )
+        return tokens
+
     async def models(self) -> list[dict[str, Any]]:
         """Anthropic's `GET /v1/models`, in OpenAI's model-object shape."""
         return [
@@ -95,22 +117,23 @@ class AnthropicUpstream(OpenAIUpstream):
         self, response: HttpResponse, trace: Trace, deadline: float, call: Call
     ) -> EventSource:
         translator = StreamTranslator(created=int(self._wall()), model=call.model)
+        window = self._scrub.window() if self._scrub is not None else None
         try:
             async for data in self._data(response, trace, deadline):
-                parsed = _json_object(data)
-                if parsed is None:
-                    raise UpstreamUnavailable(
-                        f"upstream '{self.name}' sent a stream event that is not a JSON object",
-                        upstream=self.name,
-                        code="malformed_stream_event",
-                    )
+                parsed = event_object(data, upstream=self.name)
                 try:
                     chunks = translator.feed(parsed)
                 except StreamError as exc:
                     raise self._anthropic_stream_error(exc.error) from None
                 for chunk in chunks:
-                    yield Event.of(chunk)
+                    if window is None:
+                        yield Event.of(chunk)
+                        continue
+                    for ready in window.feed(Event.of(chunk)):
+                        yield ready
                 if translator.done:
+                    for ready in window.flush() if window is not None else ():
+                        yield ready
                     return
             raise UpstreamUnavailable(
                 f"upstream '{self.name}' ended the stream before it was complete",
@@ -126,12 +149,13 @@ class AnthropicUpstream(OpenAIUpstream):
         """The `data` payload of each SSE event, under the idle and total timeouts."""
         decoder = SSEDecoder(max_event_bytes=self._limits.event_bytes)
         chunks = response.chunks()
-        idle = self._settings.timeouts.idle
+        timer = StreamTimer(idle=self._settings.timeouts.idle, deadline=deadline)
         try:
-            while (chunk := await self._next_chunk(chunks, trace, deadline, idle=idle)) is not None:
+            while (chunk := await self._next_chunk(chunks, trace, deadline, timer)) is not None:
                 for data in self._decoded(decoder, chunk):
                     yield data
         finally:
+            timer.close()
             await close_chunks(chunks)
 
     def _anthropic_stream_error(self, error: Mapping[str, Any]) -> UpstreamError:
@@ -144,14 +168,14 @@ class AnthropicUpstream(OpenAIUpstream):
         )
 
 
-def api_root(settings: AnthropicSettings) -> str:
+def api_root(settings: AnthropicUpstreamSettings) -> str:
     """The API root requests are made under (`/v1/...` is appended): the SDK's `base_url`
     convention, with a trailing `/v1` tolerated."""
     return settings.base_url.rstrip("/").removesuffix("/v1")
 
 
 def auth_headers(
-    settings: AnthropicSettings, key: SecretStr | None = None, *, keyed: bool = False
+    settings: AnthropicUpstreamSettings, key: SecretStr | None = None, *, keyed: bool = False
 ) -> dict[str, str]:
     """Anthropic's request headers: `anthropic-version` (and `-beta`), the configured extra
     headers, and the key in `x-api-key` (`key` when `keyed`, else the settings' own)."""
@@ -162,11 +186,3 @@ def auth_headers(
     if secret is not None:
         headers["x-api-key"] = secret.get_secret_value()
     return headers
-
-
-def _json_object(raw: bytes) -> dict[str, Any] | None:
-    try:
-        parsed = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 import aiohttp
 import httpx
 
-from levergate.config import Upstream
+from levergate.config import UpstreamSettings
 from levergate.upstreams.h1 import H1Client
 from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
@@ -55,7 +55,7 @@ class _AiohttpResponse:
 
 
 class AiohttpClient:
-    def __init__(self, settings: Upstream) -> None:
+    def __init__(self, settings: UpstreamSettings) -> None:
         self._settings = settings
         self._session: aiohttp.ClientSession | None = None
 
@@ -122,7 +122,7 @@ class _HttpxResponse:
 
 
 class HttpxClient:
-    def __init__(self, settings: Upstream, *, http2: bool, http1: bool = True) -> None:
+    def __init__(self, settings: UpstreamSettings, *, http2: bool, http1: bool = True) -> None:
         self._client = httpx.AsyncClient(
             verify=tls_context(settings),
             http1=http1,
@@ -149,7 +149,7 @@ class HttpxClient:
         await self._client.aclose()
 
 
-def client_for(settings: Upstream) -> HttpClient:
+def client_for(settings: UpstreamSettings) -> HttpClient:
     """levergate's own `H1Client` for cleartext HTTP/1.1, httpx where HTTP/2 is wanted (TLS with
     ALPN, or forced), aiohttp for TLS with HTTP/2 turned off."""
     tls = settings.base_url.startswith("https://")
@@ -163,7 +163,7 @@ def client_for(settings: Upstream) -> HttpClient:
     return H1Client(settings)
 
 
-def tls_context(settings: Upstream) -> ssl.SSLContext:
+def tls_context(settings: UpstreamSettings) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=settings.ca_bundle)
 
 

@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 import httptools
 
-from levergate.config import Upstream
+from levergate.config import UpstreamSettings
 from levergate.upstreams.wire import TransportFailed
 
 _HIGH_WATER = 1 << 20  # buffered body bytes before the socket is paused
@@ -176,7 +176,7 @@ class _Response:
 class H1Client:
     """Implements `client.HttpClient` for `http://` upstreams."""
 
-    def __init__(self, settings: Upstream) -> None:
+    def __init__(self, settings: UpstreamSettings) -> None:
         parts = urlsplit(settings.base_url)
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or 80

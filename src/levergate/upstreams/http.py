@@ -7,7 +7,8 @@ provider's own error object, and records in the call's trace how long the gatewa
 provider, which is what lets the measurement layer report the gateway's own overhead.
 
 An upstream is not trusted: what it says is scrubbed of the secrets it was given before it goes
-anywhere (`Redactor`, levergate/redact.py), its answer is read up to `response_limits` only (a
+anywhere (`Redactor`, levergate/redact.py; its answers and streams too, when it has any secret:
+levergate/redact_answers.py), its answer is read up to `response_limits` only (a
 whole answer, an error body, one streamed event), the total timeout is checked on every chunk
 (a flood of buffered bytes never yields to the event loop, so a timer alone would not fire), and
 a stream event that is not a JSON object ends the stream with an error instead of reaching the
@@ -23,8 +24,9 @@ from typing import Any, TypeVar
 
 import orjson
 
-from levergate.config import Upstream
+from levergate.config import UpstreamSettings
 from levergate.core.call import Call, Kind, Trace
+from levergate.core.json_bound import parse_json
 from levergate.core.quota import Quota
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import (
@@ -33,10 +35,12 @@ from levergate.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from levergate.protocol.extensions import for_openai
+from levergate.protocol.anthropic.extensions import for_openai
 from levergate.protocol.sse import DONE, EventTooLarge, SSEDecoder
 from levergate.redact import Redactor
+from levergate.redact_answers import AnswerScrubber
 from levergate.upstreams.passed_headers import HeaderAllowList
+from levergate.upstreams.stream_timer import StreamTimer
 from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 T = TypeVar("T")
@@ -54,7 +58,7 @@ _USAGE_OPTION = frozenset({"chat", "completion"})
 
 
 class OpenAIUpstream:
-    def __init__(self, settings: Upstream, *, client: HttpClient) -> None:
+    def __init__(self, settings: UpstreamSettings, *, client: HttpClient) -> None:
         self.name = settings.name
         self._settings = settings
         self._client = client
@@ -67,6 +71,7 @@ class OpenAIUpstream:
         # The secrets this upstream is sent (keys, URL credentials, credential headers): the
         # ones it could echo back.
         self._redact = Redactor.of(settings)
+        self._scrub = AnswerScrubber.of(self._redact)
         self._limits = settings.response_limits
 
     def _request(self, call: Call) -> tuple[str, bytes]:
@@ -74,7 +79,7 @@ class OpenAIUpstream:
         wire format translates here)."""
         if call.ctx.extensions:
             # Another protocol's features (an Anthropic request): hints dropped, a 400 for
-            # what the OpenAI API cannot express (protocol/extensions.py).
+            # what the OpenAI API cannot express (protocol/anthropic/extensions.py).
             call = for_openai(call, upstream=self.name)
         payload = call.raw
         if call.stream and call.kind in _USAGE_OPTION and not call.wants_usage_chunk:
@@ -102,28 +107,18 @@ class OpenAIUpstream:
         trace.upstream = self.name
         trace.upstream_model = call.model
         trace.attempts += 1
+        headers, attempt = self._headers, None
+        if (spans := trace.spans) is not None:  # tracing on: this attempt's span, sent upstream
+            attempt = spans.attempt(self.name, call.model)
+            headers = {**headers, "traceparent": spans.traceparent(attempt)}
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(min(timeouts.ttfb, timeouts.total)):
-                response = await self._client.request(
-                    "POST",
-                    url,
-                    body=payload,
-                    headers=self._headers,
-                )
-        except TimeoutError:
+            response = await self._send(url, payload, headers)
+        except UpstreamError as exc:
             trace.upstream_seconds += time.perf_counter() - started
-            raise UpstreamTimeout(
-                f"upstream '{self.name}' sent no response within {timeouts.ttfb:g}s",
-                upstream=self.name,
-                code="upstream_timeout",
-            ) from None
-        except TransportFailed as exc:
-            trace.upstream_seconds += time.perf_counter() - started
-            raise UpstreamUnavailable(
-                f"cannot reach upstream '{self.name}': {self._redact(str(exc))}",
-                upstream=self.name,
-            ) from None
+            if attempt is not None:
+                attempt.end(exc)
+            raise
         self._note_quota(response.headers, trace)
         passed = self._passed.pick(response.headers, redact=self._redact)
         try:
@@ -135,17 +130,61 @@ class OpenAIUpstream:
             raw = await self._read(response, deadline, limit=self._limits.body_bytes)
         except BaseException as exc:
             trace.upstream_seconds += time.perf_counter() - started
+            if attempt is not None:
+                attempt.end(exc)
             await response.aclose()
             if isinstance(exc, UpstreamError):
                 exc.passed_headers = passed
             raise
         trace.upstream_seconds += time.perf_counter() - started
-        data = _json_object(raw)
+        if attempt is not None:
+            attempt.end()
+        reply = self._completed(raw, self._object(raw), headers=passed)
+        return reply if self._scrub is None else self._scrub.completed(reply)
+
+    async def _send(
+        self, url: str, payload: bytes, headers: Mapping[str, str] | None = None
+    ) -> HttpResponse:
+        """POST `payload` to `url`: the response once its head arrived within the
+        time-to-first-byte timeout, else `UpstreamTimeout` / `UpstreamUnavailable`."""
+        timeouts = self._settings.timeouts
+        sent = self._headers if headers is None else headers
+        try:
+            async with asyncio.timeout(min(timeouts.ttfb, timeouts.total)):
+                return await self._client.request("POST", url, body=payload, headers=sent)
+        except TimeoutError:
+            raise UpstreamTimeout(
+                f"upstream '{self.name}' sent no response within {timeouts.ttfb:g}s",
+                upstream=self.name,
+                code="upstream_timeout",
+            ) from None
+        except TransportFailed as exc:
+            raise UpstreamUnavailable(
+                f"cannot reach upstream '{self.name}': {self._redact(str(exc))}",
+                upstream=self.name,
+            ) from None
+
+    async def _post_json(self, path: str, payload: bytes) -> dict[str, Any]:
+        """A whole JSON object from `POST path` (a side request such as Anthropic's
+        count_tokens), under the same timeouts, caps and error tree as an answer."""
+        deadline = time.monotonic() + self._settings.timeouts.total
+        response = await self._send(self._base + path, payload)
+        try:
+            if response.status >= 400:
+                await self._raise_for(response, deadline)
+            raw = await self._read(response, deadline, limit=self._limits.body_bytes)
+        except BaseException:
+            await response.aclose()
+            raise
+        return self._object(raw)
+
+    def _object(self, raw: bytes) -> dict[str, Any]:
+        data = json_object(raw)
         if data is None:
             raise UpstreamUnavailable(
                 f"upstream '{self.name}' returned a malformed body", upstream=self.name
             )
-        return self._completed(raw, data, headers=passed)
+        return data
 
     async def models(self) -> list[dict[str, Any]]:
         """The upstream's own `/models` list, for `--upstream URL` mode."""
@@ -159,9 +198,10 @@ class OpenAIUpstream:
         )
         deadline = time.monotonic() + self._settings.timeouts.ttfb
         raw = await self._read(response, deadline, limit=self._limits.body_bytes)
-        body = _json_object(raw) if response.status < 400 else None
+        body = json_object(raw) if response.status < 400 else None
         data = body.get("data") if body is not None else None
-        return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+        found = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+        return self._redact.scrub(found)  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -178,10 +218,12 @@ class OpenAIUpstream:
         responses = call.kind == "response"
         decoder = SSEDecoder(max_event_bytes=self._limits.event_bytes)
         chunks = response.chunks()
-        idle = self._settings.timeouts.idle
+        timer = StreamTimer(idle=self._settings.timeouts.idle, deadline=deadline)
         done = False
+        # Secrets this upstream was given, cut out of its events (levergate/redact_answers.py).
+        window = self._scrub.window() if self._scrub is not None else None
         try:
-            while (chunk := await self._next_chunk(chunks, trace, deadline, idle=idle)) is not None:
+            while (chunk := await self._next_chunk(chunks, trace, deadline, timer)) is not None:
                 for data in self._decoded(decoder, chunk):
                     if data == DONE:
                         done = True
@@ -193,19 +235,16 @@ class OpenAIUpstream:
                         event = Event(data)
                         if responses and not done:
                             done = _is_terminal(event)
+                    else:
+                        event = self._parsed_event(data)
+                        done = done or (responses and event.json().get("type") in _TERMINAL)
+                    if window is None:
                         yield event
-                        continue
-                    parsed = _json_object(data)
-                    if parsed is None:
-                        raise UpstreamUnavailable(
-                            f"upstream '{self.name}' sent a stream event that is not a JSON object",
-                            upstream=self.name,
-                            code="malformed_stream_event",
-                        )
-                    if parsed.get("error") is not None:
-                        raise self._stream_error(parsed)
-                    done = done or (responses and parsed.get("type") in _TERMINAL)
-                    yield Event(data, parsed)
+                    else:
+                        for ready in window.feed(event):
+                            yield ready
+            for ready in window.flush() if window is not None else ():
+                yield ready
             if not done:
                 raise UpstreamUnavailable(
                     f"upstream '{self.name}' ended the stream before it was complete",
@@ -213,17 +252,34 @@ class OpenAIUpstream:
                     code="stream_interrupted",
                 )
         finally:
+            timer.close()
             await close_chunks(chunks)
             await response.aclose()
 
+    def _parsed_event(self, data: bytes) -> Event:
+        """An event whose bytes do not look like a plain JSON object: parsed, and refused
+        unless it is one; an `error` event ends the stream with the upstream's error."""
+        parsed = event_object(data, upstream=self.name)
+        if parsed.get("error") is not None:
+            raise self._stream_error(parsed)
+        return Event(data, parsed)
+
     async def _next_chunk(
-        self, chunks: AsyncIterator[bytes], trace: Trace, deadline: float, *, idle: float
+        self, chunks: AsyncIterator[bytes], trace: Trace, deadline: float, timer: StreamTimer
     ) -> bytes | None:
         """A stream body's next chunk (None at its end) under the idle and total timeouts,
         the wait counted as upstream time."""
         waited = time.perf_counter()
         try:
-            chunk = await self._bounded(anext(chunks, None), deadline, limit=idle)
+            chunk = await timer.read(anext(chunks, None))
+        except TimeoutError:
+            raise UpstreamTimeout(
+                f"upstream '{self.name}' exceeded its {timer.expired or 'total'} timeout",
+                upstream=self.name,
+                code="upstream_timeout",
+            ) from None
+        except TransportFailed as exc:
+            raise self._failed_while_sending(exc) from None
         finally:
             trace.upstream_seconds += time.perf_counter() - waited
         if chunk is not None:
@@ -295,28 +351,26 @@ class OpenAIUpstream:
                 code="upstream_timeout",
             )
 
-    async def _bounded(
-        self, awaitable: Awaitable[T], deadline: float, *, limit: float | None = None
-    ) -> T:
-        """Await under the phase limit and the exchange's total deadline, whichever is sooner."""
-        remaining = deadline - time.monotonic()
-        budget = remaining if limit is None else min(limit, remaining)
+    async def _bounded(self, awaitable: Awaitable[T], deadline: float) -> T:
+        """Await under the exchange's total deadline (a stream's chunks: `StreamTimer`)."""
         try:
-            async with asyncio.timeout(max(0.0, budget)):
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                 result: T = await awaitable
         except TimeoutError:
-            what = "total" if limit is None or remaining <= limit else "idle"
             raise UpstreamTimeout(
-                f"upstream '{self.name}' exceeded its {what} timeout",
+                f"upstream '{self.name}' exceeded its total timeout",
                 upstream=self.name,
                 code="upstream_timeout",
             ) from None
         except TransportFailed as exc:
-            raise UpstreamUnavailable(
-                f"upstream '{self.name}' failed while sending its answer: {self._redact(str(exc))}",
-                upstream=self.name,
-            ) from None
+            raise self._failed_while_sending(exc) from None
         return result
+
+    def _failed_while_sending(self, exc: TransportFailed) -> UpstreamUnavailable:
+        return UpstreamUnavailable(
+            f"upstream '{self.name}' failed while sending its answer: {self._redact(str(exc))}",
+            upstream=self.name,
+        )
 
     async def _raise_for(self, response: HttpResponse, deadline: float) -> None:
         limit = self._limits.error_body_bytes
@@ -392,17 +446,33 @@ def _is_event_stream(headers: Mapping[str, str]) -> bool:
     return headers.get("content-type", "").startswith("text/event-stream")
 
 
-def _json_object(raw: bytes) -> dict[str, Any] | None:
+def json_object(raw: bytes) -> dict[str, Any] | None:
+    """An upstream body parsed under the gateway's bounds when it is a JSON object, else None."""
     try:
-        parsed = orjson.loads(raw)
+        parsed = parse_json(raw)
     except orjson.JSONDecodeError:
         return None
     return parsed if isinstance(parsed, dict) else None
 
 
+def event_object(data: bytes, *, upstream: str) -> dict[str, Any]:
+    """One upstream stream event's JSON object. Anything else (not JSON, nested past the bound,
+    an array, a bare string) is `malformed_stream_event`, whichever protocol the upstream
+    speaks: both stream readers (this module's and upstreams/anthropic.py) call this one guard,
+    so a bad event is refused the same way everywhere."""
+    parsed = json_object(data)
+    if parsed is None:
+        raise UpstreamUnavailable(
+            f"upstream '{upstream}' sent a stream event that is not a JSON object",
+            upstream=upstream,
+            code="malformed_stream_event",
+        )
+    return parsed
+
+
 def _error_object(raw: bytes) -> dict[str, Any]:
     try:
-        parsed = orjson.loads(raw)
+        parsed = parse_json(raw)
     except orjson.JSONDecodeError:
         return {}
     error = parsed.get("error") if isinstance(parsed, dict) else None

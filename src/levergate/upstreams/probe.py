@@ -18,11 +18,11 @@ from typing import Protocol
 
 from pydantic import SecretStr
 
-from levergate.config import AnthropicUpstream, Pool, Upstream
+from levergate.config import AnthropicUpstreamSettings, PoolSettings, UpstreamSettings
 from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 # Probes are sequential per endpoint key: one connection, kept alive between them, is enough.
-_PROBE_POOL = Pool(max_connections=1)
+_PROBE_POOL = PoolSettings(max_connections=1)
 
 
 class Probe(Protocol):
@@ -52,18 +52,18 @@ class HttpProbe:
     @classmethod
     def of(
         cls,
-        upstream: Upstream,
+        upstream: UpstreamSettings,
         key: SecretStr | None,
         *,
         path: str,
         timeout: float,
-        http_client: Callable[[Upstream], HttpClient],
+        http_client: Callable[[UpstreamSettings], HttpClient],
     ) -> HttpProbe:
         headers = dict(upstream.headers)
         if key is not None:
             headers["authorization"] = f"Bearer {key.get_secret_value()}"
         url = upstream.base_url.rstrip("/") + path
-        if isinstance(upstream, AnthropicUpstream):  # its own auth headers and version path
+        if isinstance(upstream, AnthropicUpstreamSettings):  # its own auth headers and version path
             from levergate.upstreams.anthropic import api_root, auth_headers
 
             headers = auth_headers(upstream, key, keyed=True)

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from levergate.batch.lines import FileBounds, read_rows, scan_upload, validate_line
-from levergate.config import RequestLimits
+from levergate.config import RequestLimitsSettings
 from levergate.errors import BadRequest
 
 BOUNDS = FileBounds(max_lines=3, max_line_bytes=4096, max_custom_id_chars=8)
@@ -63,7 +63,7 @@ def test_files_that_are_not_batch_files_are_refused(
 )
 def test_a_bad_line_becomes_its_own_error_line(change: dict[str, object], code: str) -> None:
     line = orjson.dumps({**orjson.loads(good("x")), **change})
-    row = validate_line(line, idx=4, number=5, endpoint=CHAT, limits=RequestLimits())
+    row = validate_line(line, idx=4, number=5, endpoint=CHAT, limits=RequestLimitsSettings())
     assert row.request is None
     assert row.result is not None
     error = orjson.loads(row.result)
@@ -75,7 +75,9 @@ def test_a_bad_line_becomes_its_own_error_line(change: dict[str, object], code: 
 
 def test_rows_come_in_chunks_in_input_order(tmp_path: Path) -> None:
     path = written(tmp_path, good("a"), good("b"), good("c"))
-    chunks = list(read_rows(path, endpoint=CHAT, bounds=BOUNDS, limits=RequestLimits(), chunk=2))
+    chunks = list(
+        read_rows(path, endpoint=CHAT, bounds=BOUNDS, limits=RequestLimitsSettings(), chunk=2)
+    )
     assert [[r.custom_id for r in c] for c in chunks] == [["a", "b"], ["c"]]
     assert [r.idx for c in chunks for r in c] == [0, 1, 2]
     assert all(r.request is not None for c in chunks for r in c)

@@ -118,3 +118,65 @@ async def test_save_is_a_compare_and_set_on_the_status(store: Store) -> None:
     assert found is not None
     assert found.status == "cancelling"
     assert await store.get_job("batch_f", tenant="other") is None
+
+
+async def test_a_jobs_attempts_count_each_lease_until_a_settled_release(store: Store) -> None:
+    # The poison-job guard's count (batch/runner.py): a process that dies mid-step leaves its
+    # attempt counted; a step that failed keeps counting; only a settled release clears it.
+    await running_job(store, "batch_g", 1)
+    await store.finish("batch_g", [(0, True, b"a")])  # nothing pending: it needs finalizing
+    counted = []
+    for now in (0, 40, 80):  # each lease lapses unreleased: its holder died
+        job = await store.lease(holder=f"h{now}", now=now, until=now + 30)
+        assert job is not None
+        counted.append(job.attempts)
+    assert counted == [1, 2, 3]
+    await store.release("batch_g", holder="h80", settled=False)  # a failed step: still counting
+    job = await store.lease(holder="h", now=120, until=150)
+    assert job is not None
+    assert job.attempts == 4
+    await store.release("batch_g", holder="h")  # settled
+    job = await store.lease(holder="h", now=160, until=190)
+    assert job is not None
+    assert job.attempts == 1
+    # Not part of the job's data: saving the job leaves the count to the store.
+    assert await store.save(job.moved("finalizing", now=161, end="completed"), expect=job.status)
+    saved = await store.get_job("batch_g", tenant=None)
+    assert saved is not None
+    assert saved.attempts == 0  # reads outside a lease do not report it
+
+
+OLD_JOBS = (
+    "CREATE TABLE {name} (seq {serial} PRIMARY KEY, id TEXT UNIQUE NOT NULL, tenant TEXT NOT NULL,"
+    " kind TEXT NOT NULL, status TEXT NOT NULL, created_at BIGINT NOT NULL, expires_at BIGINT "
+    "NOT NULL, holder TEXT, lease_until DOUBLE PRECISION, data {blob} NOT NULL)"
+)
+
+
+async def test_a_store_made_before_attempts_were_counted_gains_the_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    import psycopg
+
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.execute(OLD_JOBS.format(name="jobs", serial="INTEGER", blob="BLOB"))
+    sqlite = SqliteStore(path, timeout=5)
+    try:
+        await running_job(sqlite, "batch_old", 0)
+        job = await sqlite.lease(holder="h", now=0, until=30)
+        assert job is not None
+        assert job.attempts == 1
+    finally:
+        await sqlite.aclose()
+    async with postgres_database("levergate_batch_old") as dsn:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute(OLD_JOBS.format(name="lg_jobs", serial="BIGSERIAL", blob="BYTEA"))
+        pg = PostgresStore(dsn, timeout=5)
+        try:
+            await running_job(pg, "batch_old", 0)
+            job = await pg.lease(holder="h", now=0, until=30)
+            assert job is not None
+            assert job.attempts == 1
+        finally:
+            await pg.aclose()

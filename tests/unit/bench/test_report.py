@@ -11,6 +11,7 @@ from levergate.bench import BenchConfig, BenchResult, Outcome, Snapshot, markdow
 from levergate.bench.recorder import Recorder
 from levergate.bench.report import RunTotals
 from levergate.cli.bench import ProgressLine
+from levergate.cli.output import Progress
 
 URL = "http://127.0.0.1:9"
 
@@ -85,14 +86,27 @@ def test_markdown_table_has_one_row_per_run_and_dashes_for_missing_samples() -> 
     assert len(markdown_table([plain, plain]).splitlines()) == 4
 
 
-def test_progress_line_rewrites_one_line_and_ends_with_a_newline() -> None:
-    out = io.StringIO()
-    line = ProgressLine(out)
+def test_progress_off_a_terminal_is_plain_lines_at_most_every_few_seconds() -> None:
+    out = io.StringIO()  # not a terminal
+    now = [0.0]
+    line = ProgressLine(Progress(out=out, every=5.0, clock=lambda: now[0]))
     line.update(Snapshot(elapsed_s=1.0, sent=100, done=90, errors=1, late=0))
-    line.update(Snapshot(elapsed_s=2.0, sent=300, done=290, errors=2, late=3))
+    now[0] = 1.0
+    line.update(Snapshot(elapsed_s=2.0, sent=300, done=290, errors=2, late=3))  # too soon
+    now[0] = 6.0
+    line.update(Snapshot(elapsed_s=3.0, sent=400, done=390, errors=2, late=3))
     line.close()
-    text = out.getvalue()
-    assert text.count("\r") == 2
-    assert text.endswith("\n")
-    assert "rps     200.0" in text
-    assert "errors      2" in text
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert "\r" not in out.getvalue()
+    assert "\x1b" not in out.getvalue()
+    assert "rps     100.0" in lines[1]
+    assert "errors      2" in lines[1]
+
+
+def test_quiet_progress_writes_nothing() -> None:
+    out = io.StringIO()
+    line = ProgressLine(Progress(quiet=True, out=out))
+    line.update(Snapshot(elapsed_s=1.0, sent=1, done=1, errors=0, late=0))
+    line.close()
+    assert out.getvalue() == ""

@@ -13,6 +13,7 @@ from levergate.config import Settings
 from levergate.errors import ConfigError
 from levergate.gateway import Gateway
 from levergate.policies.pricing import FREE
+from levergate.policies.tiers import Tier
 
 UP = [{"name": "up", "base_url": "http://127.0.0.1:9/v1"}]
 
@@ -144,3 +145,53 @@ def test_names_clients_invent_behind_the_wildcard_are_not_remembered_without_bou
     for n in range(5000):
         assert catalog.rates("*", f"vendor{n}/gpt-4o-2024-01-{n % 28 + 1:02d}").input == 2.5
     assert len(catalog._dynamic) <= catalog._dynamic_cap < 5000
+
+
+def test_service_tier_prices_are_sourced_and_flex_is_the_batch_rate() -> None:
+    """OpenAI bills flex "at Batch API rates": each flex price is half the standard one."""
+    assert {"openai_flex", "openai_priority", "groq_flex", "anthropic_tiers"} <= set(
+        builtin_meta()["sources"]
+    )
+    entries = builtin_entries()
+    flexed = {name for name, e in entries.items() if e.price.flex is not None}
+    assert flexed == {"gpt-5", "gpt-5-mini", "gpt-5-nano", "o3", "o4-mini"}
+    for name in flexed:
+        price = entries[name].price
+        assert price.flex is not None
+        assert price.batch_discount == 0.5
+        assert (price.flex.input, price.flex.output) == pytest.approx(
+            (price.input * 0.5, price.output * 0.5)  # type: ignore[operator]
+        )
+    gpt5 = entries["gpt-5"].price.priority
+    assert gpt5 is not None
+    assert (gpt5.input, gpt5.output, gpt5.cache_read) == (2.5, 20.0, 0.25)
+    assert all(e.price.flex is None and e.price.priority is None
+               for e in entries.values() if e.provider == "anthropic")  # fmt: skip
+
+
+def test_tier_prices_resolve_override_and_stay_unpriced_where_not_sold() -> None:
+    catalog = Catalog.build(settings(
+        {"name": "mini", "upstream": "up", "upstream_model": "gpt-5-mini"},
+        {"name": "mine", "upstream": "up", "upstream_model": "gpt-5-mini",
+         "price": {"flex": {"input": 0.1}}},
+        {"name": "4o", "upstream": "up", "upstream_model": "gpt-4o"},
+    ))  # fmt: skip
+    flex = catalog.tier_rates("mini", Tier.FLEX)
+    assert flex is not None
+    assert (flex.input, flex.output, flex.cache_read) == (0.125, 1.0, 0.0125)
+    mine = catalog.tier_rates("mine", Tier.FLEX)
+    assert mine is not None
+    assert (mine.input, mine.output) == (0.1, 1.0)
+    assert catalog.tier_rates("4o", Tier.FLEX) is None
+    assert catalog.tier_rates("4o", Tier.PRIORITY) is not None
+    assert catalog.tier_rates("4o", Tier.BATCH) == catalog.rates("4o").batched()
+    with pytest.raises(ConfigError, match=r"flex tier.*output"):
+        Catalog.build(
+            settings(
+                {
+                    "name": "x",
+                    "upstream": "up",
+                    "price": {"input": 1, "output": 2, "flex": {"input": 0.5}},
+                }
+            )
+        )

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from levergate.catalog import Catalog
 from levergate.cli.batch_run import InputError, plan
 from levergate.cli.batch_summary import Tally, money, render
-from levergate.config import Price
+from levergate.config import PriceSettings
+from levergate.policies.pricing import Lever
 
-BIG = Price(input=2.0, output=8.0, cache_read=0.5)
-MODELS = Catalog.of_prices({"big": BIG, "*": Price(input=1.0, output=1.0)})
+BIG = PriceSettings(input=2.0, output=8.0, cache_read=0.5)
+MODELS = Catalog.of_prices({"big": BIG, "*": PriceSettings(input=1.0, output=1.0)})
 
 
 def result(custom_id: str, *, status: int = 200, prompt: int = 0, completion: int = 0,
@@ -55,7 +56,7 @@ def test_what_the_gateway_caches_answered_comes_off_the_cost() -> None:
     tally = Tally()
     for custom_id in ("a", "b"):  # b was a cache hit: the same usage, nothing paid
         tally.add_result(result(custom_id, prompt=1_000_000, completion=0), model="big")
-    tally.add_record({"exact": 2.0})
+    tally.add_record({Lever.EXACT: 2.0})
     worth = money(tally, MODELS)
     assert worth.usage_cost == pytest.approx(4.0)
     assert worth.cost == pytest.approx(2.0)
@@ -72,8 +73,8 @@ def test_what_the_gateway_caches_answered_comes_off_the_cost() -> None:
 def test_without_prices_the_summary_says_so_and_keeps_the_gateway_levers() -> None:
     tally = Tally()
     tally.add_result(result("a", prompt=10, completion=5), model="big")
-    tally.add_record({"exact": 0.5})
-    tally.add_record({"exact": 0.25, "semantic": 1.0})
+    tally.add_record({Lever.EXACT: 0.5})
+    tally.add_record({Lever.EXACT: 0.25, Lever.SEMANTIC: 1.0})
     worth = money(tally, None)
     assert not worth.priced
     assert worth.savings == {"exact": 0.75, "semantic": 1.0}

@@ -29,7 +29,7 @@ def labelled(path: Path, rows: int = 300, *, seed: int = 0) -> Path:
 
 def run(args: list[str], tmp_path: Path) -> dict[str, object]:
     out = tmp_path / "report.json"
-    assert main(["router", "eval", *args, *COLUMNS, "--json", str(out)]) == 0
+    assert main(["router", "eval", *args, *COLUMNS, "--json-out", str(out)]) == 0
     numbers: dict[str, object] = json.loads(out.read_text())
     return numbers
 
@@ -131,6 +131,9 @@ def test_a_broken_confidence_column_is_one_clear_error(
         (["--confidence-col", "lp", "--threshold", "nan"], "--threshold must be a finite"),
         (["--confidence-col", "lp", "--target-quality", "0"], "--target-quality must be above"),
         (["--confidence-col", "lp", "--target-quality", "1.5"], "--target-quality must be"),
+        # eval embeds as the router file says: a token limit of its own would be ignored
+        (["--router", "r.json", "--max-tokens", "64"], "--max-tokens is a `router train`"),
+        (["--confidence-col", "lp", "--max-tokens", "64"], "--max-tokens is a `router train`"),
     ],
 )
 def test_bad_flags_are_one_clear_error(

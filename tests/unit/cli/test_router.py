@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from levergate.cli.main import main
+from levergate.cli.router import name_columns
 from levergate.routing.model import load
 
 EASY = ["Say hello to {}.", "What colour is the {} sky?", "Thank {} for the gift.",
@@ -55,7 +58,7 @@ def test_train_then_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     test_file = labelled(tmp_path / "test.jsonl", rows=60, seed=1, jsonl=True)
     report = tmp_path / "eval.json"
     assert main(["router", "eval", str(test_file), "--router", str(out), *COLUMNS,
-                 "--json", str(report)]) == 0  # fmt: skip
+                 "--json-out", str(report)]) == 0  # fmt: skip
     printed = capsys.readouterr().out
     assert "saving at 95.0% of strong quality" in printed
     assert "at the configured threshold" in printed
@@ -70,9 +73,32 @@ def test_train_then_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     # As `learned.target_quality` does: the file's own threshold for another target.
     loose = tmp_path / "loose.json"
     assert main(["router", "eval", str(test_file), "--router", str(out), *COLUMNS,
-                 "--target-quality", "0.5", "--json", str(loose)]) == 0  # fmt: skip
+                 "--target-quality", "0.5", "--json-out", str(loose)]) == 0  # fmt: skip
     capsys.readouterr()
     assert json.loads(loose.read_text())["threshold"] == router.threshold_for(0.5)[0]
+    # --json: the numbers alone on stdout, one document (`| jq` works)
+    assert main(["router", "eval", str(test_file), "--router", str(out), *COLUMNS,
+                 "--target-quality", "0.5", "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out) == json.loads(loose.read_text())
+
+
+def test_the_models_named_choose_the_columns() -> None:
+    """`--cheap-model fast` reads `fast_correct`: the aliases a route will name are the models
+    the labels are for (README: `router train labels.csv --cheap-model fast ...`)."""
+
+    def columns(cheap: str | None = None, strong: str | None = None, **given: str | None) -> Any:
+        args = argparse.Namespace(cheap_model=None, strong_model=None, cheap_col=None,
+                                  strong_col=None)  # fmt: skip
+        vars(args).update(given)
+        name_columns(args, cheap=cheap, strong=strong)
+        return args.cheap_col, args.strong_col
+
+    assert columns(cheap_model="fast", strong_model="smart") == ("fast_correct", "smart_correct")
+    # eval --router: the file's models, unless a column or a model is named.
+    assert columns("mini", "big") == ("mini_correct", "big_correct")
+    assert columns("mini", "big", strong_col="ok") == ("mini_correct", "ok")
+    assert columns("mini", "big", cheap_model="fast") == ("fast_correct", "big_correct")
+    assert columns() == ("mixtral_8x7b_correct", "gpt4_1106_correct")  # RouteLLM's
 
 
 def test_bad_input_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

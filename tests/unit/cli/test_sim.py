@@ -29,6 +29,7 @@ def test_every_flag_lands_in_its_setting(tmp_path: Path) -> None:
     assert (settings.host, settings.port, settings.seed) == ("127.0.0.2", 0, 5)
     assert settings.latency.model_dump() == {
         "ttft_ms": 50, "prefill_ms_per_token": 0.1, "tokens_per_second": 80, "jitter": 0.2,
+        "per_request": False,
     }  # fmt: skip
     assert (settings.limits.rpm, settings.limits.tpm, settings.limits.max_concurrency) == (
         10,

@@ -6,7 +6,8 @@ import contextlib
 
 import pytest
 
-from levergate.core.call import Call, Context, Priority
+from levergate.core.call import Call, Context
+from levergate.core.controls import Principal, Priority
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.core.service import Service, stack
 
@@ -72,8 +73,12 @@ def test_calls_are_derived_not_mutated() -> None:
     assert call.model == "m"
     assert renamed.model == "upstream-m"
     assert renamed.ctx is call.ctx
-    assert call.with_ctx(tenant="t").ctx.tenant == "t"
-    assert call.ctx.tenant == "default"
+    assert call.with_ctx(principal=Principal(tenant="t")).ctx.principal.tenant == "t"
+    assert call.ctx.principal.tenant == "default"
+    later = call.with_controls(priority=Priority.BATCH)
+    assert later.ctx.controls.priority is Priority.BATCH
+    assert call.ctx.controls.priority is Priority.DEFAULT
+    assert later.ctx.trace is call.ctx.trace
     assert call.stream
     assert not call.wants_usage_chunk
     assert make_call(stream_options={"include_usage": True}).wants_usage_chunk
@@ -81,15 +86,8 @@ def test_calls_are_derived_not_mutated() -> None:
 
 def test_raw_bytes_travel_only_while_the_body_is_unchanged() -> None:
     call = Call(kind="chat", body={"model": "m"}, ctx=Context("r"), raw=b'{"model":"m"}')
-    assert call.with_ctx(tenant="t").raw == b'{"model":"m"}'
+    assert call.with_ctx(principal=Principal(tenant="t")).raw == b'{"model":"m"}'
     assert call.with_body(model="n").raw is None
-
-
-def test_priority_parses_names_and_defaults_otherwise() -> None:
-    assert Priority.parse("interactive") is Priority.INTERACTIVE
-    assert Priority.parse("BATCH") is Priority.BATCH
-    assert Priority.parse("urgent!") is Priority.DEFAULT
-    assert Priority.parse(None) is Priority.DEFAULT
 
 
 async def test_stack_applies_layers_outermost_first() -> None:

@@ -9,7 +9,7 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry
 
-from levergate.core.jobs import Job, Supervisor
+from levergate.core.jobs import BackgroundJob, Supervisor
 from levergate.testing import ManualClock
 from tests.unit.layers.traffic.fakes import settle
 
@@ -37,7 +37,9 @@ async def test_a_job_that_raises_twice_is_restarted_and_counted(
         await asyncio.Event().wait()
 
     with caplog.at_level(logging.ERROR, logger="levergate.core.jobs"):
-        task = asyncio.create_task(supervisor(clock, registry).keep_running(Job("flaky", flaky)))
+        task = asyncio.create_task(
+            supervisor(clock, registry).keep_running(BackgroundJob("flaky", flaky))
+        )
         await settle()
         assert runs == [0.0]
         clock.advance(1.0)  # first restart after base_seconds
@@ -71,7 +73,7 @@ async def test_a_job_that_returns_is_not_restarted() -> None:
     async def once() -> None:
         runs.append(1)
 
-    await supervisor(clock, registry).keep_running(Job("once", once))
+    await supervisor(clock, registry).keep_running(BackgroundJob("once", once))
     assert runs == [1]
     assert not crashes(registry, "once")
 
@@ -89,7 +91,7 @@ async def test_a_crashing_job_of_a_gateway_shows_in_its_metrics() -> None:
     async def broken() -> None:
         raise OSError("the index's Redis is gone")
 
-    gateway.pipeline.background.append(Job("semantic_index", broken))
+    gateway.pipeline.background.append(BackgroundJob("semantic_index", broken))
     async with gateway:
         await settle()
         clock.advance(1.0)

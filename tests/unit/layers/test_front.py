@@ -9,13 +9,15 @@ from prometheus_client import generate_latest
 from pydantic import SecretStr
 
 from levergate.catalog import Catalog
-from levergate.config import ApiKey, Auth, Metrics, Price
+from levergate.config import ApiKeySettings, AuthSettings, MetricsSettings, PriceSettings
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
+from levergate.core.controls import Controls
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import AuthenticationFailed, ModelNotFound, UpstreamUnavailable
 from levergate.layers.auth import Authenticate
 from levergate.layers.dispatch import Dispatch
 from levergate.layers.measure.measure import OVERHEAD_HEADER, Measure, Telemetry
+from levergate.layers.measure.recorder import Recorder
 
 
 def call_with(
@@ -24,12 +26,16 @@ def call_with(
     """A call as it reaches Measure; its record says Authenticate established the tenant (as it
     would below), so its feature and model may be labels."""
     body = {"model": model, "messages": [{"role": "user", "content": "x"}]}
-    call = Call(kind="chat", body=body, ctx=Context("r", headers=headers or {}, feature=feature))
-    call.ctx.trace.tenant = call.ctx.tenant
+    call = Call(
+        kind="chat",
+        body=body,
+        ctx=Context("r", headers=headers or {}, controls=Controls(feature=feature)),
+    )
+    call.ctx.trace.tenant = call.ctx.principal.tenant
     return call
 
 
-class Recorder:
+class Scripted:
     def __init__(self, reply: Reply | None = None) -> None:
         self.calls: list[Call] = []
         self.reply = reply
@@ -40,12 +46,15 @@ class Recorder:
 
 
 async def test_auth_maps_keys_to_tenants_and_refuses_others() -> None:
-    inner = Recorder()
+    inner = Scripted()
     auth = Authenticate(
-        inner, settings=Auth(enabled=True, keys=[ApiKey(key=SecretStr("k-1"), tenant="acme")])
+        inner,
+        settings=AuthSettings(
+            enabled=True, keys=[ApiKeySettings(key=SecretStr("k-1"), tenant="acme")]
+        ),
     )
     await auth(call_with({"authorization": "Bearer k-1"}))
-    assert inner.calls[-1].ctx.tenant == "acme"
+    assert inner.calls[-1].ctx.principal.tenant == "acme"
     for headers in ({}, {"authorization": "Bearer nope"}, {"authorization": "Basic k-1"}):
         with pytest.raises(AuthenticationFailed):
             await auth(call_with(headers))
@@ -53,15 +62,15 @@ async def test_auth_maps_keys_to_tenants_and_refuses_others() -> None:
 
 
 async def test_without_auth_the_tenant_header_names_the_tenant() -> None:
-    inner = Recorder()
-    auth = Authenticate(inner, settings=Auth())
+    inner = Scripted()
+    auth = Authenticate(inner, settings=AuthSettings())
     await auth(call_with({"x-levergate-tenant": "blue"}))
     await auth(call_with())
-    assert [c.ctx.tenant for c in inner.calls] == ["blue", "default"]
+    assert [c.ctx.principal.tenant for c in inner.calls] == ["blue", "default"]
 
 
 async def test_dispatch_resolves_aliases_then_the_wildcard_then_refuses() -> None:
-    fast, anything = Recorder(), Recorder()
+    fast, anything = Scripted(), Scripted()
     dispatch = Dispatch({"fast": fast}, fallback=anything)
     await dispatch(call_with(model="fast"))
     await dispatch(call_with(model="other"))
@@ -77,13 +86,13 @@ def metric(telemetry: Telemetry, name: str, **labels: str) -> float:
 
 
 async def test_measure_counts_tokens_cost_and_sets_the_overhead_header() -> None:
-    telemetry = Telemetry(Metrics())
+    telemetry = Telemetry(MetricsSettings())
     usage = {"prompt_tokens": 1000, "completion_tokens": 500,
              "prompt_tokens_details": {"cached_tokens": 200}}  # fmt: skip
+    catalog = Catalog.of_prices({"m": PriceSettings(input=1.0, output=2.0, cache_read=0.5)})
     measure = Measure(
-        Recorder(Completed(data={"usage": usage})),
-        telemetry=telemetry,
-        catalog=Catalog.of_prices({"m": Price(input=1.0, output=2.0, cache_read=0.5)}),
+        Scripted(Completed(data={"usage": usage})),
+        recorder=Recorder(telemetry, catalog=catalog),
     )
     call = call_with({"x-levergate-feature": "search"}, feature="search")
     call.ctx.trace.upstream = "up"
@@ -108,9 +117,9 @@ async def test_measure_records_ttft_at_the_first_generated_token_when_a_stream_c
         yield Event(b'{"choices":[{"delta":{"content":"llo"}}]}')
         yield Event(b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}')
 
-    telemetry = Telemetry(Metrics())
+    telemetry = Telemetry(MetricsSettings())
     measure = Measure(
-        Recorder(Stream(events())), telemetry=telemetry, catalog=Catalog.of_prices({})
+        Scripted(Stream(events())), recorder=Recorder(telemetry, catalog=Catalog.of_prices({}))
     )
     reply = await measure(call_with())
     assert isinstance(reply, Stream)
@@ -131,17 +140,16 @@ async def test_measure_counts_failures_by_type_and_a_cut_stream_as_cancelled() -
         async def __call__(self, call: Call) -> Reply:
             raise UpstreamUnavailable("down")
 
-    telemetry = Telemetry(Metrics())
+    telemetry = Telemetry(MetricsSettings())
+    recorder = Recorder(telemetry, catalog=Catalog.of_prices({}))
     with pytest.raises(UpstreamUnavailable):
-        await Measure(Failing(), telemetry=telemetry, catalog=Catalog.of_prices({}))(call_with())
+        await Measure(Failing(), recorder=recorder)(call_with())
 
     async def endless() -> EventSource:
         while True:
             yield Event(b'{"choices":[{"delta":{"content":"x"}}]}')
 
-    reply = await Measure(
-        Recorder(Stream(endless())), telemetry=telemetry, catalog=Catalog.of_prices({})
-    )(call_with())
+    reply = await Measure(Scripted(Stream(endless())), recorder=recorder)(call_with())
     assert isinstance(reply, Stream)
     await anext(aiter(reply))
     await reply.aclose()
@@ -152,19 +160,18 @@ async def test_measure_counts_failures_by_type_and_a_cut_stream_as_cancelled() -
 
 
 def test_feature_labels_are_bounded() -> None:
-    telemetry = Telemetry(Metrics())
+    telemetry = Telemetry(MetricsSettings())
     labels = {telemetry.bounded("feature", f"f{i}") for i in range(500)}
     assert len(labels) == 101
     assert "other" in labels
 
 
 async def test_answers_served_from_a_cache_are_not_counted_as_spent() -> None:
-    telemetry = Telemetry(Metrics())
+    telemetry = Telemetry(MetricsSettings())
     usage = {"prompt_tokens": 10, "completion_tokens": 5}
-    measure = Measure(
-        Recorder(Completed(data={"usage": usage})), telemetry=telemetry,
-        catalog=Catalog.of_prices({"m": Price(input=1.0, output=1.0)}),
-    )  # fmt: skip
+    catalog = Catalog.of_prices({"m": PriceSettings(input=1.0, output=1.0)})
+    measure = Measure(Scripted(Completed(data={"usage": usage})),
+                      recorder=Recorder(telemetry, catalog=catalog))  # fmt: skip
     hit = call_with()
     hit.ctx.trace.cache = CacheResult("exact", CacheOutcome.HIT, 10, 5)
     await measure(hit)

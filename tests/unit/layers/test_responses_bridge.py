@@ -9,25 +9,33 @@ import pytest
 
 from levergate.config import ResponsesSettings
 from levergate.core.call import Call, Context
+from levergate.core.controls import Principal
 from levergate.core.reply import Completed, Event, Reply, Stream
 from levergate.errors import BadRequest, NotFound, UpstreamUnavailable
 from levergate.layers.responses import ResponsesBridge
-from levergate.stores.kv_memory import MemoryKV
 from levergate.stores.responses import ResponseStore
+from levergate.stores.tenant_kv import Bounds, MemoryTenantKV
 from levergate.testing import FakeUpstream, ManualClock
 
 TOOLS = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
 
 
+def memory(size: int) -> MemoryTenantKV:
+    return MemoryTenantKV(bounds=Bounds(size, size, ttl=3600), clock=ManualClock())
+
+
 def bridge(inner: Any, *, native: bool = False) -> ResponsesBridge:
     settings = ResponsesSettings()
-    store = ResponseStore(MemoryKV(max_bytes=1 << 24, clock=ManualClock()), settings=settings,
-                          timeout=1)  # fmt: skip
+    store = ResponseStore(memory(1 << 24), settings=settings, timeout=1)
     return ResponsesBridge(inner, settings=settings, store=store, native=lambda _: native)
 
 
 def call(body: dict[str, Any], *, tenant: str = "a") -> Call:
-    return Call(kind="response", body={"model": "m", **body}, ctx=Context("r", tenant=tenant))
+    return Call(
+        kind="response",
+        body={"model": "m", **body},
+        ctx=Context("r", principal=Principal(tenant=tenant)),
+    )
 
 
 async def whole(reply: Reply) -> dict[str, Any]:
@@ -60,7 +68,7 @@ async def test_a_function_call_round_trip_through_chat() -> None:
     sent = upstream.calls[1].body["messages"]
     assert sent == [
         {"role": "user", "content": "where is Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
          "function": {"name": "lookup", "arguments": '{"city":"Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "in France"},
     ]  # fmt: skip
@@ -145,8 +153,7 @@ async def test_a_conversation_cannot_switch_between_native_and_translated() -> N
 
 async def test_a_conversation_over_the_item_limit_is_refused() -> None:
     settings = ResponsesSettings(max_conversation_items=3)
-    store = ResponseStore(MemoryKV(max_bytes=1 << 20, clock=ManualClock()), settings=settings,
-                          timeout=1)  # fmt: skip
+    store = ResponseStore(memory(1 << 20), settings=settings, timeout=1)
     gate = ResponsesBridge(FakeUpstream(), settings=settings, store=store, native=lambda _: False)
     first = await whole(await gate(call({"input": "one"})))
     items = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from levergate.config import Routing, Settings
+from levergate.config import RoutingSettings, Settings
 from levergate.core.call import Call, Context, RouteDecision
 from levergate.core.clock import SystemClock
+from levergate.core.controls import Controls, Principal
 from levergate.core.service import Service
 from levergate.errors import BadRequest, ConfigError
 from levergate.layers.route import Route
@@ -22,7 +23,7 @@ from levergate.routing.features import STRUCTURE, vectors
 from levergate.routing.labels import Labels
 from levergate.routing.model import FeatureSpec, Models
 from levergate.routing.train import Options, train
-from tests.unit.layers.test_front import Recorder
+from tests.unit.layers.test_front import Scripted
 
 HARD = ("integral", "prove", "theorem", "derivative")
 MODELS = [{"name": n, "upstream": "up", "upstream_model": f"{n}-model"} for n in ("mini", "big")]
@@ -55,7 +56,7 @@ def build(s: Settings, inner: Service) -> tuple[Service, CollectorRegistry]:
 
 def chat(text: str, *, model: str = "auto", feature: str = "", **body: Any) -> Call:
     payload = {"model": model, "messages": [{"role": "user", "content": text}], **body}
-    return Call(kind="chat", body=payload, ctx=Context("r", feature=feature))
+    return Call(kind="chat", body=payload, ctx=Context("r", controls=Controls(feature=feature)))
 
 
 async def test_rules_first_match_then_default() -> None:
@@ -64,7 +65,7 @@ async def test_rules_first_match_then_default() -> None:
         {"name": "faq", "to": "mini", "when": {"feature": ["faq"]}},
         {"name": "short", "to": "mini", "when": {"max_prompt_tokens": 5}},
     ]}]}  # fmt: skip
-    inner = Recorder()
+    inner = Scripted()
     route, registry = build(settings(routing), inner)
     calls = [
         chat("a long question about many different things", feature="faq"),
@@ -100,7 +101,7 @@ def router_file(tmp_path: Path, *, cheap: str = "mini-model", strong: str = "big
     strong_ok = np.where(hard, rng.random(200) < 0.95, rng.random(200) < 0.95).astype(float)
     labels = Labels(prompts, cheap_ok, strong_ok, "synthetic")
     embedded = np.array([keywords(p) for p in prompts])
-    serving = Routing().embeddings  # what the route checks the file against
+    serving = RoutingSettings().embeddings  # what the route checks the file against
     spec = FeatureSpec(embedder=serving.identity, dimensions=3, max_tokens=serving.max_tokens,
                        text_chars=1024, structure=list(STRUCTURE))  # fmt: skip
     router = train(labels, x=vectors(prompts, embedded), spec=spec,
@@ -115,7 +116,7 @@ async def test_the_learned_router_sends_hard_prompts_to_the_strong_model(tmp_pat
     routing = {"routes": [{"name": "auto", "default": "big", "rules": [
         {"name": "pinned", "to": "big", "when": {"tenant": ["vip"]}}],
         "learned": {"file": str(path), "cheap": "mini", "strong": "big"}}]}  # fmt: skip
-    inner = Recorder()
+    inner = Scripted()
     route, registry = build(settings(routing), inner)
     easy, hard = chat("thanks a lot"), chat("prove the theorem on this integral")
     await route(easy)
@@ -126,7 +127,7 @@ async def test_the_learned_router_sends_hard_prompts_to_the_strong_model(tmp_pat
     assert easy.ctx.trace.route.router == "learned"
     assert easy.ctx.trace.route.default == "big"
     assert (easy.ctx.trace.route.score or 0) < (hard.ctx.trace.route.score or 0)
-    vip = Call(kind="chat", body=easy.body, ctx=Context("r", tenant="vip"))
+    vip = Call(kind="chat", body=easy.body, ctx=Context("r", principal=Principal(tenant="vip")))
     await route(vip)
     assert inner.calls[-1].model == "big"
     text = generate_latest(registry).decode()
@@ -139,7 +140,7 @@ def test_a_target_quality_rereads_the_threshold(tmp_path: Path) -> None:
     for quality in (0.5, 1.0):
         learned = {"file": str(path), "cheap": "mini", "strong": "big", "target_quality": quality}
         s = settings({"routes": [{"name": "auto", "default": "big", "learned": learned}]})
-        _, registry = build(s, Recorder())
+        _, registry = build(s, Scripted())
         kept = registry.get_sample_value("levergate_router_quality_retention", {"route": "auto"})
         assert kept is not None
         assert kept >= quality
@@ -169,10 +170,10 @@ def test_a_router_for_other_models_or_a_broken_file_is_refused(tmp_path: Path) -
     learned = {"file": str(path), "cheap": "mini", "strong": "big"}
     s = settings({"routes": [{"name": "auto", "default": "big", "learned": learned}]})
     with pytest.raises(ConfigError, match=rf"{path}.*trained for cheap model 'llama-3-8b'"):
-        build(s, Recorder())
+        build(s, Scripted())
     path.write_text("{}")
     with pytest.raises(ConfigError, match="not a levergate router"):
-        build(s, Recorder())
+        build(s, Scripted())
 
 
 @pytest.mark.parametrize(
@@ -189,4 +190,4 @@ def test_a_router_trained_on_other_embeddings_is_refused(
                   "embeddings": embeddings})  # fmt: skip
     with pytest.raises(ConfigError, match=rf"trained on all-minilm-l6-v2\+int8 embeddings of "
                        rf"32 tokens, routing.embeddings gives .*{re.escape(served)}"):  # fmt: skip
-        build(s, Recorder())
+        build(s, Scripted())

@@ -13,10 +13,10 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from levergate.config import Ledger as LedgerSettings
-from levergate.config import Settings
-from levergate.core.call import Call, Context, Priority, RouteDecision
+from levergate.config import LedgerSettings, Settings
+from levergate.core.call import Call, Context, RouteDecision
 from levergate.core.clock import SystemClock
+from levergate.core.controls import Controls, Principal, Priority
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.core.service import Service
 from levergate.errors import ConfigError
@@ -34,6 +34,7 @@ JUDGE_CALL_USD = (1000 * 2.0 + 100 * 4.0) / 1e6
 MODELS = [{"name": n, "upstream": "up", "price": p} for n, p in PRICES.items()]
 # "faq" requests go to the cheap alias, everything else to the default.
 RULES = [{"name": "faq", "to": "mini", "when": {"feature": ["faq"]}}]
+ACME, FAQ = Principal(tenant="acme"), Controls(feature="faq")
 
 
 class Scripted:
@@ -103,7 +104,13 @@ class Rig:
 
     async def ask(self, question: str, *, feature: str = "faq", i: int = 0, **body: Any) -> Call:
         payload = {"model": "auto", "messages": [{"role": "user", "content": question}], **body}
-        call = Call("chat", payload, Context(f"r{i}", tenant="acme", feature=feature))
+        call = Call(
+            "chat",
+            payload,
+            Context(
+                f"r{i}", principal=Principal(tenant="acme"), controls=Controls(feature=feature)
+            ),
+        )
         await self.route(call)
         return call
 
@@ -160,7 +167,7 @@ async def test_agreement_retention_and_the_client_reply_and_record_untouched() -
             before = len(inner.replies)
             call = Call("chat", {"model": "auto", "messages": [{"role": "user",
                                                                  "content": question}]},
-                        Context(f"r{i}", tenant="acme", feature="faq"))  # fmt: skip
+                        Context(f"r{i}", principal=ACME, controls=FAQ))  # fmt: skip
             reply = await rig.route(call)
             assert reply is inner.replies[before]  # the very reply, its bytes as they came
             assert isinstance(reply, Completed)
@@ -179,8 +186,13 @@ async def test_agreement_retention_and_the_client_reply_and_record_untouched() -
     shadows = inner.shadowed()
     assert [c.body["messages"][-1]["content"] for c in shadows] == ["q1", "q2", "q3", "q4"]
     assert {c.model for c in shadows} == {"big"}
-    assert all(c.ctx.priority is Priority.BATCH and c.ctx.deadline is not None for c in shadows)
-    assert all(c.ctx.tenant == "acme" and c.ctx.feature == "faq" for c in shadows)
+    assert all(
+        c.ctx.controls.priority is Priority.BATCH and c.ctx.controls.deadline is not None
+        for c in shadows
+    )
+    assert all(
+        c.ctx.principal.tenant == "acme" and c.ctx.controls.feature == "faq" for c in shadows
+    )
     for call in calls:  # the client's record is the route's decision, and nothing of the shadow
         assert call.ctx.trace.route == RouteDecision(
             router="rules", asked="auto", chosen="mini", default="big", reason="faq"
@@ -217,7 +229,7 @@ async def test_a_route_of_its_own_judges_and_the_judge_is_paid_for() -> None:
     async with rig.running():
         await rig.ask("q")
         call = Call("chat", {"model": "quiet", "messages": [{"role": "user", "content": "q"}]},
-                    Context("r9", tenant="acme", feature="faq"))  # fmt: skip
+                    Context("r9", principal=ACME, controls=FAQ))  # fmt: skip
         await rig.route(call)
         await until(lambda: rig.results()["agree"] == 1)
     [judged] = [c for c in inner.calls if c.model == "judge"]
@@ -238,7 +250,7 @@ async def test_tool_calls_and_legacy_completions_are_not_compared() -> None:
         await rig.ask("TOOL please")
         completion = Call("completion", {"model": "auto", "prompt": "hi",
                                          "messages": [{"role": "user", "content": "hi"}]},
-                          Context("r1", feature="faq"))  # fmt: skip
+                          Context("r1", controls=Controls(feature="faq")))  # fmt: skip
         await rig.route(completion)
         await rig.ask("q", i=2)
         await until(lambda: rig.results()["disagree"] == 1)
@@ -293,7 +305,7 @@ async def test_a_sampled_streamed_answer_passes_through_as_it_came_and_is_counte
     rig = Rig(inner, shadow={"rate": 1.0})
     call = Call("chat", {"model": "auto", "stream": True,
                          "messages": [{"role": "user", "content": "q"}]},
-                Context("r0", feature="faq"))  # fmt: skip
+                Context("r0", controls=Controls(feature="faq")))  # fmt: skip
     reply = await rig.route(call)
     assert reply is inner.replies[0]
     assert isinstance(reply, Stream)

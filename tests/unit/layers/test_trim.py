@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from levergate.catalog import Catalog
-from levergate.config import TRIM_MARKER, Model, TrimRule
-from levergate.config import Trim as TrimSettings
+from levergate.config import TRIM_MARKER, ModelSettings, TrimRuleSettings, TrimSettings
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed
 from levergate.core.tokenizer import TokenSource
@@ -20,7 +19,7 @@ from levergate.layers.dispatch import Dispatch
 from levergate.layers.trim import Deferred, Trim
 from levergate.layers.trim.edit import truncate
 from levergate.policies.trim import TOOL_ROLES
-from levergate.protocol.prompt_tokens import Counter
+from levergate.protocol.openai.prompt_tokens import Counter
 from levergate.protocol.tokens import Tiktoken, Tokenizers
 from levergate.testing import FakeUpstream
 
@@ -42,8 +41,8 @@ def conversation(turns: int) -> list[dict[str, Any]]:
 
 
 def trim(inner: Any, summarise: Any = None, **rule: Any) -> Trim:
-    settings = TrimSettings(models={"gpt-4o": TrimRule(**rule)})
-    layer = Trim.layer(settings, model=Model(name="gpt-4o", upstream="u"), shared=_shared(),
+    settings = TrimSettings(models={"gpt-4o": TrimRuleSettings(**rule)})
+    layer = Trim.layer(settings, model=ModelSettings(name="gpt-4o", upstream="u"), shared=_shared(),
                        summarise_with=summarise)  # fmt: skip
     assert layer is not None
     return layer(inner)  # type: ignore[return-value]
@@ -222,8 +221,8 @@ async def test_a_failed_summary_leaves_the_history_simply_dropped() -> None:
 
 async def test_a_model_without_a_public_tokenizer_is_trimmed_by_estimate() -> None:
     upstream = FakeUpstream()
-    settings = TrimSettings(models={"local": TrimRule(budget=400)})
-    layer = Trim.layer(settings, model=Model(name="local", upstream="u",
+    settings = TrimSettings(models={"local": TrimRuleSettings(budget=400)})
+    layer = Trim.layer(settings, model=ModelSettings(name="local", upstream="u",
                        upstream_model="llama-3-8b"), shared=_shared())  # fmt: skip
     assert layer is not None
     call = chat(conversation(10))
@@ -233,16 +232,19 @@ async def test_a_model_without_a_public_tokenizer_is_trimmed_by_estimate() -> No
 
 
 def test_an_alias_without_a_rule_has_no_layer() -> None:
-    settings = TrimSettings(models={"gpt-4o": TrimRule(budget=10)})
-    assert Trim.layer(settings, model=Model(name="other", upstream="u"), shared=_shared()) is None
+    settings = TrimSettings(models={"gpt-4o": TrimRuleSettings(budget=10)})
+    assert (
+        Trim.layer(settings, model=ModelSettings(name="other", upstream="u"), shared=_shared())
+        is None
+    )
 
 
 async def test_a_large_prompt_counted_in_a_worker_thread_is_trimmed_alike() -> None:
     inline, threaded = FakeUpstream(), FakeUpstream()
     messages = conversation(10)
     await trim(inline, budget=600)(chat(messages))
-    settings = TrimSettings(models={"gpt-4o": TrimRule(budget=600)}, thread_chars=1)
-    layer = Trim.layer(settings, model=Model(name="gpt-4o", upstream="u"), shared=_shared())
+    settings = TrimSettings(models={"gpt-4o": TrimRuleSettings(budget=600)}, thread_chars=1)
+    layer = Trim.layer(settings, model=ModelSettings(name="gpt-4o", upstream="u"), shared=_shared())
     assert layer is not None
     call = chat(messages)
     await layer(threaded)(call)

@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from levergate.config.cascade import ConfidenceField, JsonSchema, MeanLogprob, MinLogprob, Regex
+from levergate.config.cascade import (
+    ConfidenceFieldSettings,
+    JsonSchemaSettings,
+    MeanLogprobSettings,
+    MinLogprobSettings,
+    RegexSettings,
+)
 from levergate.policies.confidence import (
     FieldSignal,
     LogprobSignal,
@@ -67,7 +73,7 @@ def test_logprob_verdicts_agree_with_the_arithmetic(values: list[float], thresho
 
 def test_must_parse_and_schema() -> None:
     schema = compile_check(
-        JsonSchema.model_validate({"schema": {"type": "object", "required": ["a"]}})
+        JsonSchemaSettings.model_validate({"schema": {"type": "object", "required": ["a"]}})
     )
     assert ParseSignal()(answer('{"a": 1}')).passed
     assert ParseSignal()(answer('```json\n{"a": 1}\n```')).passed
@@ -82,7 +88,7 @@ def test_must_parse_and_schema() -> None:
 
 def test_a_broken_schema_is_refused_at_start_up() -> None:
     with pytest.raises(ValueError, match="invalid JSON schema"):
-        JsonSchema.model_validate({"schema": {"type": "no-such-type"}})
+        JsonSchemaSettings.model_validate({"schema": {"type": "no-such-type"}})
 
 
 def test_regex() -> None:
@@ -90,7 +96,7 @@ def test_regex() -> None:
     assert not RegexSignal(re.compile(r"\d+"), full=True)(answer("answer: 42")).passed
     assert not RegexSignal(re.compile(r"x"))(answer(None)).passed
     with pytest.raises(ValueError, match="invalid regex"):
-        Regex(pattern="(")
+        RegexSettings(pattern="(")
 
 
 def test_self_reported_confidence() -> None:
@@ -125,6 +131,6 @@ def test_judge_score_and_prompt() -> None:
 
 
 def test_which_checks_need_logprobs() -> None:
-    assert needs_logprobs([MeanLogprob()])
-    assert needs_logprobs([ConfidenceField(), MinLogprob()])
-    assert not needs_logprobs([ConfidenceField(), Regex(pattern="x")])
+    assert needs_logprobs([MeanLogprobSettings()])
+    assert needs_logprobs([ConfidenceFieldSettings(), MinLogprobSettings()])
+    assert not needs_logprobs([ConfidenceFieldSettings(), RegexSettings(pattern="x")])

@@ -9,34 +9,46 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from levergate.config import Rule, When
+from levergate.config import RuleSettings, WhenSettings
 from levergate.errors import BadRequest
 from levergate.policies import routing as rules
 from levergate.policies.routing import Facts
 
 
-def rule(name: str, to: str, **when: Any) -> Rule:
-    return Rule(name=name, to=to, when=When(**when))
+def rule(name: str, to: str, **when: Any) -> RuleSettings:
+    return RuleSettings(name=name, to=to, when=WhenSettings(**when))
 
 
 def test_each_condition_decides_alone() -> None:
     facts = Facts(feature="support", tenant="acme", metadata={"tier": "free"}, prompt_tokens=500,
                   tools=True, images=False, response_format=True)  # fmt: skip
     holds = [
-        When(feature=["support", "faq"]), When(tenant=["acme"]), When(metadata={"tier": "free"}),
-        When(min_prompt_tokens=500), When(max_prompt_tokens=500), When(tools=True),
-        When(images=False), When(response_format=True),
-    ]  # fmt: skip
+        WhenSettings(feature=["support", "faq"]),
+        WhenSettings(tenant=["acme"]),
+        WhenSettings(metadata={"tier": "free"}),
+        WhenSettings(min_prompt_tokens=500),
+        WhenSettings(max_prompt_tokens=500),
+        WhenSettings(tools=True),
+        WhenSettings(images=False),
+        WhenSettings(response_format=True),
+    ]
     fails = [
-        When(feature=["faq"]), When(tenant=["other"]), When(metadata={"tier": "paid"}),
-        When(metadata={"missing": "x"}), When(min_prompt_tokens=501),
-        When(max_prompt_tokens=499), When(tools=False), When(images=True),
-        When(response_format=False),
-    ]  # fmt: skip
+        WhenSettings(feature=["faq"]),
+        WhenSettings(tenant=["other"]),
+        WhenSettings(metadata={"tier": "paid"}),
+        WhenSettings(metadata={"missing": "x"}),
+        WhenSettings(min_prompt_tokens=501),
+        WhenSettings(max_prompt_tokens=499),
+        WhenSettings(tools=False),
+        WhenSettings(images=True),
+        WhenSettings(response_format=False),
+    ]
     assert all(rules.matches(w, facts) for w in holds)
     assert not any(rules.matches(w, facts) for w in fails)
-    assert rules.matches(When(feature=["support"], tools=True, max_prompt_tokens=600), facts)
-    assert not rules.matches(When(feature=["support"], tools=False), facts)
+    assert rules.matches(
+        WhenSettings(feature=["support"], tools=True, max_prompt_tokens=600), facts
+    )
+    assert not rules.matches(WhenSettings(feature=["support"], tools=False), facts)
 
 
 def test_first_match_wins_in_config_order() -> None:
@@ -53,7 +65,7 @@ def test_first_match_wins_in_config_order() -> None:
                  prompt_tokens=st.none() | st.integers(0, 10**6), tools=st.booleans(),
                  images=st.booleans(), response_format=st.booleans()))  # fmt: skip
 def test_an_empty_when_matches_everything(facts: Facts) -> None:
-    assert rules.matches(When(), facts)
+    assert rules.matches(WhenSettings(), facts)
 
 
 def test_request_shapes_are_read() -> None:

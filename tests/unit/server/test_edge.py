@@ -20,7 +20,7 @@ from levergate.gateway import Gateway
 from levergate.server.asgi import App
 from levergate.server.edge import Edge
 from levergate.server.exchange import Request, Response, file_response
-from levergate.server.routes import Route
+from levergate.server.route import Route
 from levergate.server.transport import GatewayTransport
 
 KIB = 1024

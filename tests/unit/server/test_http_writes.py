@@ -181,3 +181,19 @@ def test_unframe_reads_one_chunk_and_the_last_chunk() -> None:
     assert unframe(b"5\r\nhello\r\n0\r\n\r\n") == b"hello"
     assert unframe(b"0\r\n\r\n") == b""
     assert unframe(b"") == b""
+
+
+async def test_a_large_chunk_of_a_body_is_written_at_once_so_flow_control_sees_it() -> None:
+    # A large answer sent in chunks: gathered to the end of the turn, all of it would have been
+    # joined into one write, and uvicorn's wait for a slow reader (it pauses when the socket's
+    # buffer fills) would never have seen the buffer fill.
+    real = Recording()
+    transport = Coalescing(real)
+    transport.write(HEAD)
+    transport.write(b"small")
+    transport.write(b"x" * 100_000)
+    transport.write(b"y" * 100_000)
+    assert real.writes == [HEAD + b"small", b"x" * 100_000, b"y" * 100_000]
+    transport.write(b"tail")
+    await next_turn()
+    assert real.writes[-1] == b"tail"

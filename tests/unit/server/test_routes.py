@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from levergate.config import Server
+from levergate.config import ServerSettings
+from levergate.config.server import MULTIPART_OVERHEAD_BYTES
 from levergate.errors import MethodNotAllowed, NotFound
 from levergate.server.edge import Edge
 from levergate.server.exchange import Request, Response
-from levergate.server.routes import ROUTES, Route, Router
+from levergate.server.route import Route
+from levergate.server.routes import ROUTES, Router
 
 
 async def nothing(_edge: Edge, _request: Request) -> Response:
@@ -24,7 +26,7 @@ TABLE = (
     Route("POST", "/v1/batches/{id}/cancel", nothing, max_body_bytes=4096),
     Route("GET", "/v1/models/{model:path}", nothing),
 )
-SERVER = Server(max_body_bytes=2048, max_upload_bytes=10_000)
+SERVER = ServerSettings(max_body_bytes=2048, max_upload_bytes=10_000)
 
 
 def test_static_paths_and_parameters_match() -> None:
@@ -71,7 +73,7 @@ def test_head_is_allowed_wherever_get_is() -> None:
 def test_body_limits_are_per_route_with_defaults_from_the_settings() -> None:
     router = Router(TABLE, settings=SERVER)
     assert router.match("POST", "/v1/chat/completions")[0].limit == 2048
-    assert router.match("POST", "/v1/files")[0].limit == 10_000
+    assert router.match("POST", "/v1/files")[0].limit == 10_000 + MULTIPART_OVERHEAD_BYTES
     assert router.match("POST", "/v1/batches/b/cancel")[0].limit == 4096
 
 
@@ -81,7 +83,7 @@ def test_two_routes_for_the_same_method_and_path_are_refused() -> None:
 
 
 def test_the_shipped_table_builds_and_serves_the_openai_paths() -> None:
-    router = Router(ROUTES, settings=Server())
+    router = Router(ROUTES, settings=ServerSettings())
     for method, path in [
         ("POST", "/v1/chat/completions"),
         ("POST", "/v1/completions"),

@@ -9,21 +9,21 @@ import sys
 
 import pytest
 
-from levergate.config import Server
+from levergate.config import ServerSettings
 from levergate.errors import ConfigError
 from levergate.server.run import connection_cap, tune_process
 
 
 def test_pinning_to_the_cpus_already_allowed_keeps_them() -> None:
     allowed = sorted(os.sched_getaffinity(0))
-    tune_process(Server(cpus=allowed, gc_freeze=False, gc_gen0_threshold=0))
+    tune_process(ServerSettings(cpus=allowed, gc_freeze=False, gc_gen0_threshold=0))
     assert sorted(os.sched_getaffinity(0)) == allowed
 
 
 def test_cpus_that_do_not_exist_are_a_config_error() -> None:
     allowed = os.sched_getaffinity(0)
     with pytest.raises(ConfigError, match=r"server\.cpus"):
-        tune_process(Server(cpus=[100_000], gc_freeze=False, gc_gen0_threshold=0))
+        tune_process(ServerSettings(cpus=[100_000], gc_freeze=False, gc_gen0_threshold=0))
     assert os.sched_getaffinity(0) == allowed
 
 

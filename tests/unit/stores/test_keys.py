@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from levergate.config import KeyPolicy
+from levergate.config import KeyPolicySettings
 from levergate.layers.keys.keyring import Keyring
 from levergate.stores.keys import (
     KeyRecord,
@@ -85,7 +85,7 @@ async def test_no_key_is_kept_in_plaintext(tmp_path: Path) -> None:
     path = tmp_path / "keys.sqlite3"
     store = SqliteKeyStore(path, busy_timeout=1.0)
     keyring = Keyring(config_keys=[], store=store, clock=ManualClock(), cache_seconds=0, timeout=1)
-    made, key = await keyring.create(tenant="acme", name="ci", policy=KeyPolicy())
+    made, key = await keyring.create(tenant="acme", name="ci", policy=KeyPolicySettings())
     _rotated, new = await keyring.rotate(made.id)
     await store.aclose()
     written = b"".join(p.read_bytes() for p in tmp_path.iterdir())
@@ -103,7 +103,7 @@ async def test_redis_holds_only_digests() -> None:
     prefix = f"test:{{{uuid.uuid4().hex}}}:"
     store = RedisKeyStore(redis_client(url=REDIS_URL, timeout=1.0, what="t"), prefix=prefix)
     keyring = Keyring(config_keys=[], store=store, clock=ManualClock(), cache_seconds=0, timeout=1)
-    _, key = await keyring.create(tenant="acme", name="ci", policy=KeyPolicy(rpm=5))
+    _, key = await keyring.create(tenant="acme", name="ci", policy=KeyPolicySettings(rpm=5))
     await store.aclose()
     raw = Redis.from_url(REDIS_URL)
     try:

@@ -18,7 +18,7 @@ from levergate.stores.kv import KV, SafeKV, StoreError, TieredKV
 from levergate.stores.kv_memory import ENTRY_OVERHEAD, MemoryKV
 from levergate.stores.kv_redis import RedisKV
 from levergate.stores.kv_sqlite import SqliteKV
-from levergate.testing import FakeUpstream, ManualClock
+from levergate.testing import FakeUpstream, ManualClock, sample_value
 from tests.redis_required import require_redis, swallowed_cancellations
 from tests.unit.layers.cache.helpers import chat, exact_cache
 
@@ -125,8 +125,8 @@ async def test_a_down_redis_is_a_counted_miss_never_a_failed_request() -> None:
         reply = await cache(chat())
         assert reply.headers[CACHE_HEADER] == "miss"
     assert len(upstream.calls) == 2
-    assert stats.faults.labels("test", "get", "error")._value.get() == 2
-    assert stats.faults.labels("test", "set", "error")._value.get() == 2
+    assert sample_value(stats.faults, "test", "get", "error") == 2
+    assert sample_value(stats.faults, "test", "set", "error") == 2
     await down.aclose()
 
 
@@ -147,14 +147,14 @@ async def test_a_slow_store_times_out_into_a_miss_then_cools_down() -> None:
     store = safe(SlowKV(), clock, stats, cooldown=5)
     cache, _ = exact_cache(FakeUpstream(), store=store, stats=stats)
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
-    assert stats.faults.labels("test", "get", "timeout")._value.get() == 1
+    assert sample_value(stats.faults, "test", "get", "timeout") == 1
     # Cooling down: the store is skipped rather than waited on again.
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
-    assert stats.faults.labels("test", "get", "cooling_down")._value.get() == 1
-    assert stats.faults.labels("test", "set", "cooling_down")._value.get() == 2
+    assert sample_value(stats.faults, "test", "get", "cooling_down") == 1
+    assert sample_value(stats.faults, "test", "set", "cooling_down") == 2
     clock.advance(6)
     assert await store.get("k") is None
-    assert stats.faults.labels("test", "get", "timeout")._value.get() == 2
+    assert sample_value(stats.faults, "test", "get", "timeout") == 2
 
 
 async def test_a_locked_sqlite_file_is_a_counted_miss(tmp_path: Path) -> None:
@@ -170,7 +170,7 @@ async def test_a_locked_sqlite_file_is_a_counted_miss(tmp_path: Path) -> None:
         cache, _ = exact_cache(upstream, store=store, stats=stats)
         assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
         faults = sum(
-            stats.faults.labels("test", op, reason)._value.get()
+            sample_value(stats.faults, "test", op, reason)
             for op in ("get", "set")
             for reason in ("error", "timeout")
         )
@@ -189,7 +189,7 @@ async def test_a_sqlite_file_that_cannot_be_made_is_a_counted_miss(tmp_path: Pat
         store = safe(sqlite, clock, stats)
         cache, _ = exact_cache(FakeUpstream(), store=store, stats=stats)
         assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
-        assert stats.faults.labels("test", "get", "error")._value.get() == 1
+        assert sample_value(stats.faults, "test", "get", "error") == 1
     finally:
         await sqlite.aclose()
 
@@ -203,7 +203,7 @@ async def test_a_corrupt_sqlite_row_is_dropped_and_counted(tmp_path: Path) -> No
     conn.execute("UPDATE kv SET value = substr(value, 1, 30)")
     conn.close()
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
-    assert stats.corrupt.labels("exact")._value.get() == 1
+    assert sample_value(stats.corrupt, "exact") == 1
     assert (await cache(chat())).headers[CACHE_HEADER] == "hit"
     await sqlite.aclose()
 
@@ -225,6 +225,22 @@ async def test_safe_kv_swallows_only_store_failures() -> None:
     await store.set("k", b"v", ttl=1)
     with pytest.raises(ValueError, match="a bug"):
         await store.delete("k")
+
+
+async def test_a_store_failing_many_calls_at_once_is_logged_once_per_cooldown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every call in flight when the store died fails together, before the circuit opens: each
+    is counted, one line is logged, and the next line comes only after the cool-down."""
+    clock, stats = ManualClock(), CacheStats()
+    store = safe(SlowKV(), clock, stats, cooldown=5)
+    with caplog.at_level("WARNING", logger="levergate.cache"):
+        assert await asyncio.gather(*(store.get(f"k{i}") for i in range(50))) == [None] * 50
+        assert sample_value(stats.faults, "test", "get", "timeout") == 50
+        clock.advance(6)
+        assert await store.get("k") is None
+    failed = [r for r in caplog.records if "failed on get" in r.getMessage()]
+    assert len(failed) == 2
 
 
 async def test_tiered_store_answers_from_the_front_and_writes_both() -> None:

@@ -79,6 +79,28 @@ async def test_peeking_spends_nothing_and_adjust_corrects(prefix: str) -> None:
         await store.aclose()
 
 
+async def test_a_late_arrival_keeps_its_slot_as_in_the_pure_math(prefix: str) -> None:
+    """The script does what `gcra.check` does: a request arriving less than the slack after
+    the key's TAT is charged from that TAT, not from its own late arrival."""
+    store = connect(url=REDIS_URL, prefix=prefix, timeout=1.0)
+    rate = Rate(limit=10, window=100.0, burst=1, margin=0.04)  # slack 2 s, interval 10.4 s
+    client = store._client  # the script's own state, read back
+    try:
+        seconds, micros = await client.time()
+        tat = seconds + micros / 1e6 - 1.0  # the slot passed a second ago: within the slack
+        await client.set(f"{prefix}k", f"{tat:.6f}")
+        assert await store.acquire([Charge("k", 1, rate)]) == 0
+        kept = float(await client.get(f"{prefix}k") or "nan")
+        assert kept == pytest.approx(tat + rate.interval, abs=1e-5)
+        # Past the slack the schedule restarts from the arrival, as plain GCRA does.
+        await client.set(f"{prefix}k", f"{tat - 5.0:.6f}")
+        assert await store.acquire([Charge("k", 1, rate)]) == 0
+        restarted = float(await client.get(f"{prefix}k") or "nan")
+        assert restarted > tat - 5.0 + rate.interval + 2.0
+    finally:
+        await store.aclose()
+
+
 async def test_a_down_redis_falls_back_to_per_process_limits() -> None:
     clock = ManualClock()
     failovers: list[int] = []

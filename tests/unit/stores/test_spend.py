@@ -36,7 +36,7 @@ async def spend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     else:
         await require_redis(REDIS_URL)
         client = redis_client(url=REDIS_URL, timeout=1.0, what="test")
-        made = RedisSpendStore(client, prefix=f"test:{uuid.uuid4().hex}:")
+        made = RedisSpendStore(client, prefix=f"test:{uuid.uuid4().hex}:", timeout=1.0)
     yield made
     await made.aclose()
 
@@ -59,8 +59,8 @@ async def test_spend_adds_up_per_day_and_month_and_per_key(spend: SpendStore) ->
 async def test_concurrent_charges_from_two_replicas_sum_exactly() -> None:
     await require_redis(REDIS_URL)
     prefix = f"test:{uuid.uuid4().hex}:"
-    stores = [RedisSpendStore(redis_client(url=REDIS_URL, timeout=1, what="t"), prefix=prefix)
-              for _ in range(2)]  # fmt: skip
+    stores = [RedisSpendStore(redis_client(url=REDIS_URL, timeout=1, what="t"), prefix=prefix,
+                              timeout=1.0) for _ in range(2)]  # fmt: skip
     now = Periods.at(time.time())  # Redis expires counters by its own clock
     await asyncio.gather(*(s.add("k", 0.125, now) for s in stores for _ in range(40)))
     assert (await stores[0].spent("k", now)).month == 10.0

@@ -20,7 +20,7 @@ from levergate.stores.kv import SafeKV
 from levergate.stores.kv_redis import RedisKV
 from levergate.stores.limits import Charge
 from levergate.stores.limits_redis import FailoverLimitStore, connect
-from levergate.testing import ManualClock
+from levergate.testing import ManualClock, sample_value
 from tests.hung_redis import HungRedis
 from tests.redis_required import require_redis
 
@@ -62,11 +62,11 @@ async def test_a_write_redis_refuses_cools_nothing_down(redis_client: aioredis.R
         await store.set("huge-value", bytes(5000), ttl=60)  # over the entry limit: not sent
         await redis_client.rpush(prefix + "list", b"x")  # Redis refuses GET on a list
         assert await store.get("list") is None
-        assert stats.faults.labels("redis", "set", "refused")._value.get() == 1
-        assert stats.faults.labels("redis", "get", "refused")._value.get() == 1
+        assert sample_value(stats.faults, "redis", "set", "refused") == 1
+        assert sample_value(stats.faults, "redis", "get", "refused") == 1
         assert await store.get("victim") == b"answer"  # no cool-down for anyone
         assert await store.get("huge-value") is None
-        assert stats.faults.labels("redis", "get", "cooling_down")._value.get() == 0
+        assert sample_value(stats.faults, "redis", "get", "cooling_down") == 0
     finally:
         await redis.aclose()
         await redis_client.delete(*[prefix + k for k in ("victim", "huge-ttl", "list")])
@@ -83,7 +83,7 @@ async def test_a_hung_cache_store_costs_one_timeout_then_one_trial_per_cooldown(
         store = safe(redis, clock, stats)
         try:
             await _one_trial_at_a_time(hung, clock, lambda: store.get(key), missing=None)
-            assert stats.faults.labels("redis", "get", "timeout")._value.get() == 2
+            assert sample_value(stats.faults, "redis", "get", "timeout") == 2
             hung.relay = True
             clock.advance(10)
             await store.set(key, b"back", ttl=60)  # the trial finds it answering

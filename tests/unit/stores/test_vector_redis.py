@@ -18,8 +18,10 @@ from redis.asyncio import Redis
 
 from levergate.core.clock import SystemClock
 from levergate.layers.cache.stats import CacheStats
+from levergate.stores.redis_calls import redis_client
 from levergate.stores.vector import PartitionedIndex
 from levergate.stores.vector_redis import STORE, Op, RedisLog, SharedIndex, decode, encode
+from levergate.testing import sample_value
 from tests.redis_required import require_redis
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
@@ -47,7 +49,8 @@ def replica(
     cooldown: float = 1.0,
 ) -> SharedIndex:
     stats = stats or CacheStats()
-    log = RedisLog(url=url, key=key, max_len=max_entries, timeout=timeout)
+    client = redis_client(url=url, timeout=max(timeout, 2.0), what="test")
+    log = RedisLog(client=client, key=key, max_len=max_entries, timeout=timeout)
     local = PartitionedIndex(max_entries=max_entries, hnsw_above=1000)
     return SharedIndex(
         local, log=log, cooldown=cooldown, clock=SystemClock(), rng=random.Random(0),
@@ -93,7 +96,7 @@ def angle(radians: float) -> list[float]:
 
 
 def faults(stats: CacheStats, op: str, reason: str) -> float:
-    return float(stats.faults.labels(STORE, op, reason)._value.get())
+    return float(sample_value(stats.faults, STORE, op, reason))
 
 
 def test_an_operation_survives_the_wire() -> None:

@@ -1,6 +1,7 @@
-"""`kind: anthropic` in the settings tree: how a YAML upstream becomes an `AnthropicUpstream`
-and its endpoint, the headers it sends (x-api-key, anthropic-version, anthropic-beta), one
-endpoint per key, the health probe's URL and headers, and the errors of a bad entry."""
+"""`kind: anthropic` in the settings tree: how a YAML upstream becomes an
+`AnthropicUpstreamSettings` and its endpoint, the headers it sends (x-api-key, anthropic-version,
+anthropic-beta), one endpoint per key, the health probe's URL and headers, and the errors of a bad
+entry."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from levergate.config import AnthropicUpstream, Settings
+from levergate.config import AnthropicUpstreamSettings, Settings
 from levergate.errors import ConfigError
 from levergate.upstreams import make_endpoint
-from levergate.upstreams.anthropic import AnthropicUpstream as AnthropicEndpoint
-from levergate.upstreams.anthropic import api_root, auth_headers
+from levergate.upstreams.anthropic import AnthropicUpstream, api_root, auth_headers
 from levergate.upstreams.probe import HttpProbe
 from levergate.upstreams.wire import HttpClient
 
@@ -31,7 +31,7 @@ def test_yaml_kind_anthropic_with_keys_from_the_environment(
     monkeypatch.setenv("ANT_KEY", "sk-ant-one")
     monkeypatch.setenv("ANT_KEY2", "sk-ant-two")
     upstream = Settings.load(path).upstreams[0]
-    assert isinstance(upstream, AnthropicUpstream)
+    assert isinstance(upstream, AnthropicUpstreamSettings)
     assert upstream.base_url == "https://api.anthropic.com"
     assert upstream.anthropic_version == "2023-06-01"
     assert upstream.default_max_tokens == 1024
@@ -46,7 +46,7 @@ def test_yaml_kind_anthropic_with_keys_from_the_environment(
     # The balancer makes one endpoint per key from a copy of the settings: still Anthropic.
     copy = upstream.model_copy(update={"api_key": SecretStr("sk-ant-two"), "name": "claude/key1"})
     endpoint = make_endpoint(copy)
-    assert isinstance(endpoint, AnthropicEndpoint)
+    assert isinstance(endpoint, AnthropicUpstream)
     assert endpoint._headers["x-api-key"] == "sk-ant-two"
     assert "authorization" not in endpoint._headers
 
@@ -60,7 +60,7 @@ def test_yaml_kind_anthropic_with_keys_from_the_environment(
     ],
 )
 def test_base_url_is_the_api_root(base_url: str, root: str) -> None:
-    assert api_root(AnthropicUpstream(name="a", base_url=base_url)) == root
+    assert api_root(AnthropicUpstreamSettings(name="a", base_url=base_url)) == root
 
 
 def test_bad_entries_are_config_errors() -> None:
@@ -79,7 +79,7 @@ class _NoClient:
 
 
 def test_the_health_probe_speaks_anthropic() -> None:
-    upstream = AnthropicUpstream(name="a", base_url="http://127.0.0.1:9/v1")
+    upstream = AnthropicUpstreamSettings(name="a", base_url="http://127.0.0.1:9/v1")
 
     def client(_: object) -> HttpClient:
         return _NoClient()  # type: ignore[return-value]

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from levergate.config import PASSED_RESPONSE_HEADERS, Upstream
+from levergate.config import PASSED_RESPONSE_HEADERS, UpstreamSettings
 from levergate.redact import Redactor
 from levergate.upstreams.passed_headers import HeaderAllowList
 
@@ -28,10 +28,12 @@ def test_the_default_list_passes_limits_and_timings_and_renames_the_request_id()
 
 
 def test_the_list_is_configured_per_upstream_and_may_be_empty() -> None:
-    upstream = Upstream(name="u", base_url="http://127.0.0.1:1/v1", response_headers=("server",))
+    upstream = UpstreamSettings(
+        name="u", base_url="http://127.0.0.1:1/v1", response_headers=("server",)
+    )
     assert HeaderAllowList(upstream.response_headers).pick(PROVIDER) == {"server": "cloudflare"}
     assert HeaderAllowList(()).pick(PROVIDER) == {}
-    default = Upstream(name="u", base_url="http://127.0.0.1:1/v1")
+    default = UpstreamSettings(name="u", base_url="http://127.0.0.1:1/v1")
     assert default.response_headers == PASSED_RESPONSE_HEADERS
 
 

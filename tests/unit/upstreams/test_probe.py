@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 from pydantic import SecretStr
 
-from levergate.config import Upstream
+from levergate.config import UpstreamSettings
 from levergate.upstreams.probe import HttpProbe
 from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
-UPSTREAM = Upstream(
+UPSTREAM = UpstreamSettings(
     name="p",
     base_url="http://provider.test/v1/",
     headers={"x-org": "acme"},
@@ -62,7 +62,7 @@ class FakeClient:
     sent: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     responses: list[FakeResponse] = field(default_factory=list)
     closed: bool = False
-    settings: Upstream | None = None
+    settings: UpstreamSettings | None = None
 
     async def request(
         self, method: str, url: str, *, body: bytes | None, headers: Mapping[str, str]
@@ -80,7 +80,7 @@ class FakeClient:
 
 
 def probe_with(client: FakeClient, key: SecretStr | None = None) -> HttpProbe:
-    def factory(upstream: Upstream) -> HttpClient:
+    def factory(upstream: UpstreamSettings) -> HttpClient:
         client.settings = upstream
         return client
 

@@ -10,39 +10,72 @@ psycopg 3 because it is async-native (no thread per query, unlike psycopg2 behin
 `to_thread`) and the maintained PostgreSQL driver; one connection per process, its statements
 serialised by a lock (the runner's load is a few statements per batch of lines; a pool would
 buy nothing measurable here). A broken connection is dropped and reopened on the next call.
+
+Every call answers within `timeout_seconds`, whatever the server does: `statement_timeout`
+and `lock_timeout` bound a server that answers slowly; a hung one (stopped, its network cut)
+answers nothing, so the wait for the lock, the connect and the statement are bounded together
+by one asyncio deadline, at which the socket is shut down and the connection dropped (a hung
+PostgreSQL held `GET /v1/batches`, uploads and async submits for a whole 40 s stall with
+`timeout_seconds: 5`). The call then fails as `StoreError`, which a request answers as 503
+with `Retry-After` (batch/service.py) and the runner retries.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+import os
+import socket
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
-import orjson
 import psycopg
 
-from levergate.batch.model import Claim, Counts, FileRecord, Job, LineRow
+from levergate.batch.model import (
+    OPEN_NOT,
+    Claim,
+    Counts,
+    FileRecord,
+    Job,
+    LineRow,
+    Usage,
+    not_after_of,
+)
 from levergate.batch.store import StoreError
+from levergate.core.json_bound import parse_json
 
 T = TypeVar("T")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS lg_files (
   seq BIGSERIAL PRIMARY KEY, id TEXT UNIQUE NOT NULL, tenant TEXT NOT NULL,
   filename TEXT NOT NULL, purpose TEXT NOT NULL, bytes BIGINT NOT NULL,
-  created_at BIGINT NOT NULL, lines INTEGER NOT NULL);
+  created_at BIGINT NOT NULL, lines INTEGER NOT NULL, expires_at BIGINT);
 CREATE TABLE IF NOT EXISTS lg_jobs (
   seq BIGSERIAL PRIMARY KEY, id TEXT UNIQUE NOT NULL, tenant TEXT NOT NULL,
   kind TEXT NOT NULL, status TEXT NOT NULL, created_at BIGINT NOT NULL,
-  expires_at BIGINT NOT NULL, holder TEXT, lease_until DOUBLE PRECISION, data BYTEA NOT NULL);
+  expires_at BIGINT NOT NULL, holder TEXT, lease_until DOUBLE PRECISION, data BYTEA NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0, bytes BIGINT NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS lg_lines (
   job_id TEXT NOT NULL, idx INTEGER NOT NULL, custom_id TEXT NOT NULL, request BYTEA,
   state TEXT NOT NULL, holder TEXT, lease_until DOUBLE PRECISION,
   attempts INTEGER NOT NULL DEFAULT 0, result BYTEA, PRIMARY KEY (job_id, idx));
 CREATE INDEX IF NOT EXISTS lg_lines_pending ON lg_lines (job_id, idx) WHERE state = 'pending';
 CREATE INDEX IF NOT EXISTS lg_lines_holder ON lg_lines (holder) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS lg_jobs_status ON lg_jobs (status, seq);
 """
-JOB_COLUMNS = "id, tenant, status, kind, created_at, expires_at, data"
-FILE_COLUMNS = "id, tenant, filename, purpose, bytes, created_at, lines"
+# Indexes over added columns: made once they exist.
+INDEXES = (
+    """
+CREATE INDEX IF NOT EXISTS lg_files_tenant ON lg_files (tenant);
+CREATE INDEX IF NOT EXISTS lg_files_expiry ON lg_files (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS lg_jobs_open ON lg_jobs (tenant, kind)
+  WHERE status NOT IN """
+    + OPEN_NOT
+    + """;
+"""
+)
+JOB_COLUMNS = "id, tenant, status, kind, created_at, expires_at, data, bytes"
+FILE_COLUMNS = "id, tenant, filename, purpose, bytes, created_at, lines, expires_at"
 NEEDS_WORK = """
   j.status IN ('validating', 'cancelling', 'finalizing')
   OR (j.status = 'in_progress' AND (j.expires_at < %(now)s OR NOT EXISTS (
@@ -52,20 +85,49 @@ CLAIM = """
 WITH picked AS (
   SELECT l.job_id, l.idx FROM lg_lines l JOIN lg_jobs j ON j.id = l.job_id
   WHERE j.status = 'in_progress' AND l.state = 'pending'
+    AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
     AND (l.lease_until IS NULL OR l.lease_until < %(now)s)
   ORDER BY j.seq, l.idx LIMIT %(limit)s FOR UPDATE OF l SKIP LOCKED)
 UPDATE lg_lines l SET holder = %(holder)s, lease_until = %(until)s, attempts = l.attempts + 1
 FROM picked, lg_jobs j WHERE l.job_id = picked.job_id AND l.idx = picked.idx AND j.id = l.job_id
 RETURNING l.job_id, l.idx, l.custom_id, l.request, l.attempts, j.tenant, j.data
 """
+CLAIMABLE = """
+SELECT j.tenant FROM lg_jobs j WHERE j.status = 'in_progress' AND EXISTS (
+  SELECT 1 FROM lg_lines l WHERE l.job_id = j.id AND l.state = 'pending'
+    AND (l.lease_until IS NULL OR l.lease_until < %(now)s))
+GROUP BY j.tenant ORDER BY MIN(j.seq)
+"""
 
 Cursor = psycopg.AsyncCursor[tuple[Any, ...]]
 
 
-def _job(row: Sequence[Any]) -> Job:
-    id_, tenant, status, kind, created, expires, data = row
+# Columns added since the first release, added to a database made before them.
+ADDED = (
+    ("lg_files", "expires_at", "BIGINT"),
+    ("lg_jobs", "attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("lg_jobs", "bytes", "BIGINT NOT NULL DEFAULT 0"),
+)
+
+
+async def _add_columns(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
+    """A database made before a column existed gains it (its values start at the default).
+    Looked up first: ALTER TABLE would take the table's exclusive lock on every connect."""
+    for table, column, declared in ADDED:
+        found = await conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = %s AND column_name = %s",
+            (table, column),
+        )
+        if await found.fetchone() is None:
+            await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declared}")
+
+
+def _job(row: Sequence[Any], *, attempts: int = 0) -> Job:
+    id_, tenant, status, kind, created, expires, data, size = row
     return Job.from_row(id=id_, tenant=tenant, status=status, kind=kind, created_at=created,
-                        expires_at=expires, data=bytes(data))  # fmt: skip
+                        expires_at=expires, data=bytes(data), attempts=attempts,
+                        holds=int(size))  # fmt: skip
 
 
 def _file(row: Sequence[Any]) -> FileRecord:
@@ -78,35 +140,95 @@ class PostgresStore:
         self._timeout = timeout
         self._conn: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
         self._lock = asyncio.Lock()
+        # Connects given up on at a deadline, left to finish (psycopg's own connect timeout
+        # bounds them) so that a connection made just too late is closed, not leaked.
+        self._late: set[asyncio.Task[None]] = set()
 
     async def aclose(self) -> None:
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await conn.close()
+        await asyncio.gather(*self._late)
 
     async def _run(self, work: Callable[[Cursor], Awaitable[T]]) -> T:
-        """One unit of work in one transaction; every driver failure becomes StoreError."""
-        async with self._lock:
+        """One unit of work in one transaction, answered within `timeout` of the call (the wait
+        for the lock and the connect included); a driver failure or no answer is StoreError."""
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._lock.acquire()
+        except TimeoutError:
+            raise StoreError(f"postgres: busy, no turn within {self._timeout:g}s") from None
+        try:
+            return await self._unit(work, deadline)
+        finally:
+            self._lock.release()
+
+    async def _unit(self, work: Callable[[Cursor], Awaitable[T]], deadline: float) -> T:
+        # The statement's own bound is not a cancellation: cancelled mid-statement, psycopg asks
+        # the server to cancel it and waits for that (up to 10 s, against a server that answers
+        # nothing). At the deadline the socket is shut down instead, and every wait on it ends
+        # at once with a driver error.
+        cut = asyncio.Event()
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = await self._connected(deadline)
+            conn = self._conn
+            guard = asyncio.get_running_loop().call_at(deadline, _shut, conn, cut)
             try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = await self._connect()
-                async with self._conn.transaction(), self._conn.cursor() as cur:
+                async with conn.transaction(), conn.cursor() as cur:
                     return await work(cur)
-            except psycopg.Error as exc:
-                if self._conn is not None and self._conn.broken:
-                    self._conn = None
-                raise StoreError(f"postgres: {type(exc).__name__}: {exc}") from exc
+            finally:
+                guard.cancel()
+        except (psycopg.Error, TimeoutError) as exc:
+            if cut.is_set() or isinstance(exc, TimeoutError):
+                await self._discard()
+                raise StoreError(f"postgres: no answer within {self._timeout:g}s") from None
+            if self._conn is not None and (self._conn.broken or self._conn.closed):
+                await self._discard()
+            raise StoreError(f"postgres: {type(exc).__name__}: {exc}") from exc
+        except BaseException:
+            await self._discard()  # cut off mid-statement: its state is unknown, never reused
+            raise
+
+    async def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            _shut(conn)
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()  # the socket is shut: nothing to wait for
+
+    async def _connected(self, deadline: float) -> psycopg.AsyncConnection[tuple[Any, ...]]:
+        """A new connection by `deadline`. The connect is never cancelled midway (psycopg then
+        drops a connection it has just opened, unclosed): one that finishes too late is closed."""
+        attempt = asyncio.ensure_future(self._connect())
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await asyncio.shield(attempt)
+        except BaseException:
+            late = asyncio.ensure_future(_close_when_made(attempt))
+            self._late.add(late)
+            late.add_done_callback(self._late.discard)
+            raise
 
     async def _connect(self) -> psycopg.AsyncConnection[tuple[Any, ...]]:
         ms = int(self._timeout * 1000)
+        seconds = max(1, int(self._timeout))
         conn = await psycopg.AsyncConnection.connect(
-            self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout)),
-            options=f"-c statement_timeout={ms} -c lock_timeout={ms}",
+            self._dsn, autocommit=True, connect_timeout=max(2, seconds),
+            # The network's own bounds, for the runner's idle connection: keepalives find a
+            # peer that vanished, tcp_user_timeout one that stopped acknowledging.
+            keepalives=1, keepalives_idle=seconds, keepalives_interval=1, keepalives_count=3,
+            tcp_user_timeout=ms,
+            options=f"-c statement_timeout={ms} -c lock_timeout={ms} "
+                    f"-c idle_in_transaction_session_timeout={2 * ms}",
         )  # fmt: skip
         async with conn.transaction():
             # Two processes starting at once both create the tables: one waits on this lock.
             await conn.execute("SELECT pg_advisory_xact_lock(7140142)")
             await conn.execute(SCHEMA)
+            await _add_columns(conn)
+            await conn.execute(INDEXES)
         return conn
 
     # ---- files ----------------------------------------------------------------------------
@@ -116,9 +238,18 @@ class PostgresStore:
 
         async def work(cur: Cursor) -> None:
             await cur.execute(
-                f"INSERT INTO lg_files ({FILE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                f"INSERT INTO lg_files ({FILE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (id) DO NOTHING",
-                (r.id, r.tenant, r.filename, r.purpose, r.bytes, r.created_at, r.lines),
+                (
+                    r.id,
+                    r.tenant,
+                    r.filename,
+                    r.purpose,
+                    r.bytes,
+                    r.created_at,
+                    r.lines,
+                    r.expires_at,
+                ),
             )
 
         await self._run(work)
@@ -155,6 +286,33 @@ class PostgresStore:
 
         return await self._run(work)
 
+    async def expired_files(self, *, now: float, limit: int) -> list[FileRecord]:
+        async def work(cur: Cursor) -> list[FileRecord]:
+            await cur.execute(
+                f"SELECT {FILE_COLUMNS} FROM lg_files WHERE expires_at IS NOT NULL "
+                "AND expires_at <= %s ORDER BY expires_at LIMIT %s", (now, limit),
+            )  # fmt: skip
+            return [_file(r) for r in await cur.fetchall()]
+
+        return await self._run(work)
+
+    async def usage(self, *, tenant: str) -> Usage:
+        async def work(cur: Cursor) -> Usage:
+            await cur.execute("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM lg_files "
+                              "WHERE tenant = %s", (tenant,))  # fmt: skip
+            files, size = await cur.fetchone() or (0, 0)
+            await cur.execute(
+                "SELECT kind, COUNT(*), COALESCE(SUM(bytes), 0) FROM lg_jobs WHERE tenant = %s "
+                f"AND status NOT IN {OPEN_NOT} GROUP BY kind", (tenant,),
+            )  # fmt: skip
+            open_jobs: dict[str, int] = {}
+            for kind, count, held in await cur.fetchall():
+                open_jobs[str(kind)] = int(count)
+                size += int(held)
+            return Usage(int(files), int(size), open_jobs)
+
+        return await self._run(work)
+
     # ---- jobs -----------------------------------------------------------------------------
 
     async def add_job(self, job: Job) -> None:
@@ -162,8 +320,8 @@ class PostgresStore:
 
         async def work(cur: Cursor) -> None:
             await cur.execute(
-                f"INSERT INTO lg_jobs ({JOB_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                (j.id, j.tenant, j.status, j.kind, j.created_at, j.expires_at, j.data()),
+                f"INSERT INTO lg_jobs ({JOB_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (j.id, j.tenant, j.status, j.kind, j.created_at, j.expires_at, j.data(), j.holds),
             )
 
         await self._run(work)
@@ -199,31 +357,37 @@ class PostgresStore:
 
         return await self._run(work)
 
-    async def lease(self, *, holder: str, now: float, until: float) -> Job | None:
+    async def lease(
+        self, *, holder: str, now: float, until: float, avoid: Collection[str] = ()
+    ) -> Job | None:
         async def work(cur: Cursor) -> Job | None:
+            # The tenants in `avoid` (those this process is busy with) go last (batch/runner.py).
             await cur.execute(
                 f"SELECT {JOB_COLUMNS} FROM lg_jobs j WHERE (j.lease_until IS NULL OR "
                 f"j.lease_until < %(now)s) AND ({NEEDS_WORK}) "
-                "ORDER BY j.seq LIMIT 1 FOR UPDATE SKIP LOCKED",
-                {"now": now},
+                "ORDER BY (j.tenant = ANY(%(avoid)s::text[])), j.seq "
+                "LIMIT 1 FOR UPDATE SKIP LOCKED",
+                {"now": now, "avoid": list(avoid)},
             )
             row = await cur.fetchone()
             if row is None:
                 return None
             await cur.execute(
-                "UPDATE lg_jobs SET holder = %s, lease_until = %s WHERE id = %s",
+                "UPDATE lg_jobs SET holder = %s, lease_until = %s, attempts = attempts + 1 "
+                "WHERE id = %s RETURNING attempts",
                 (holder, until, row[0]),
             )
-            return _job(row)
+            counted = await cur.fetchone()
+            return _job(row, attempts=int(counted[0]) if counted is not None else 1)
 
         return await self._run(work)
 
-    async def release(self, job_id: str, *, holder: str) -> None:
+    async def release(self, job_id: str, *, holder: str, settled: bool = True) -> None:
         async def work(cur: Cursor) -> None:
             await cur.execute(
-                "UPDATE lg_jobs SET holder = NULL, lease_until = NULL WHERE id = %s "
-                "AND holder = %s",
-                (job_id, holder),
+                "UPDATE lg_jobs SET holder = NULL, lease_until = NULL, attempts = CASE WHEN "
+                "%s THEN 0 ELSE attempts END WHERE id = %s AND holder = %s",
+                (settled, job_id, holder),
             )
 
         await self._run(work)
@@ -247,9 +411,21 @@ class PostgresStore:
 
         await self._run(work)
 
-    async def claim(self, *, holder: str, now: float, until: float, limit: int) -> list[Claim]:
+    async def claimable(self, *, now: float) -> list[str]:
+        """Tenants with a line to claim, the one with the oldest such job first."""
+
+        async def work(cur: Cursor) -> list[str]:
+            await cur.execute(CLAIMABLE, {"now": now})
+            return [str(r[0]) for r in await cur.fetchall()]
+
+        return await self._run(work)
+
+    async def claim(
+        self, *, holder: str, now: float, until: float, limit: int, tenant: str | None = None
+    ) -> list[Claim]:
         async def work(cur: Cursor) -> list[Claim]:
-            params = {"holder": holder, "now": now, "until": until, "limit": limit}
+            params = {"holder": holder, "now": now, "until": until, "limit": limit,
+                      "tenant": tenant}  # fmt: skip
             await cur.execute(CLAIM, params)
             return [_claim(r) for r in await cur.fetchall()]
 
@@ -329,11 +505,30 @@ class PostgresStore:
         return await self._run(work)
 
 
+async def _close_when_made(attempt: asyncio.Future[psycopg.AsyncConnection[Any]]) -> None:
+    with contextlib.suppress(psycopg.Error, OSError):
+        await (await attempt).close()
+
+
+def _shut(conn: psycopg.AsyncConnection[tuple[Any, ...]], cut: asyncio.Event | None = None) -> None:
+    """Shut the connection's socket down (both ways) without closing its descriptor, which the
+    event loop may still be watching: every wait on it ends at once, with an error."""
+    if cut is not None:
+        cut.set()
+    if conn.closed:
+        return
+    with (
+        contextlib.suppress(OSError, psycopg.Error),
+        socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock,
+    ):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 def _claim(row: Sequence[Any]) -> Claim:
     job_id, idx, custom_id, request, attempts, tenant, data = row
-    extra = orjson.loads(bytes(data))
+    extra = parse_json(bytes(data))
     return Claim(
         job_id=job_id, idx=idx, custom_id=custom_id, request=bytes(request),
         attempts=int(attempts), tenant=tenant, endpoint=str(extra["endpoint"]),
-        key_id=extra.get("key_id"),
+        key_id=extra.get("key_id"), not_after=not_after_of(extra),
     )  # fmt: skip

@@ -9,36 +9,60 @@ restarted gateway is a new holder, and gets the old one's lines when their lease
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from levergate.batch.model import Claim, Counts, FileRecord, Job, LineRow
+from levergate.batch.model import (
+    OPEN_NOT,
+    Claim,
+    Counts,
+    FileRecord,
+    Job,
+    LineRow,
+    Usage,
+    not_after_of,
+)
 from levergate.batch.store import StoreError
+from levergate.core.json_bound import parse_json
 from levergate.stores.sqlite_worker import SqliteWorker, connect
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, tenant TEXT NOT NULL,
   filename TEXT NOT NULL, purpose TEXT NOT NULL, bytes INTEGER NOT NULL,
-  created_at INTEGER NOT NULL, lines INTEGER NOT NULL);
+  created_at INTEGER NOT NULL, lines INTEGER NOT NULL, expires_at INTEGER);
 CREATE TABLE IF NOT EXISTS jobs (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, tenant TEXT NOT NULL,
   kind TEXT NOT NULL, status TEXT NOT NULL, created_at INTEGER NOT NULL,
-  expires_at INTEGER NOT NULL, holder TEXT, lease_until REAL, data BLOB NOT NULL);
+  expires_at INTEGER NOT NULL, holder TEXT, lease_until REAL, data BLOB NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS lines (
   job_id TEXT NOT NULL, idx INTEGER NOT NULL, custom_id TEXT NOT NULL, request BLOB,
   state TEXT NOT NULL, holder TEXT, lease_until REAL, attempts INTEGER NOT NULL DEFAULT 0,
   result BLOB, PRIMARY KEY (job_id, idx));
 CREATE INDEX IF NOT EXISTS lines_pending ON lines (job_id, idx) WHERE state = 'pending';
 CREATE INDEX IF NOT EXISTS lines_holder ON lines (holder) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, seq);
 """
-JOB_COLUMNS = "id, tenant, status, kind, created_at, expires_at, data"
-FILE_COLUMNS = "id, tenant, filename, purpose, bytes, created_at, lines"
+# Columns added since the first release, added to a file made before them.
+ADDED = (
+    ("files", "expires_at", "INTEGER"),
+    ("jobs", "attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "bytes", "INTEGER NOT NULL DEFAULT 0"),
+)
+# Indexes over those columns: made once they exist.
+INDEXES = f"""
+CREATE INDEX IF NOT EXISTS files_tenant ON files (tenant);
+CREATE INDEX IF NOT EXISTS files_expiry ON files (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_open ON jobs (tenant, kind) WHERE status NOT IN {OPEN_NOT};
+"""
+JOB_COLUMNS = "id, tenant, status, kind, created_at, expires_at, data, bytes"
+FILE_COLUMNS = "id, tenant, filename, purpose, bytes, created_at, lines, expires_at"
 # Jobs whose next step is the runner's: validate, cancel, finalize, or an in_progress job whose
 # lines are all done or whose window has passed.
 NEEDS_WORK = """
   status IN ('validating', 'cancelling', 'finalizing')
-  OR (status = 'in_progress' AND (expires_at < :now OR NOT EXISTS (
+  OR (status = 'in_progress' AND (expires_at < ? OR NOT EXISTS (
       SELECT 1 FROM lines l WHERE l.job_id = jobs.id AND l.state = 'pending')))
 """
 
@@ -48,21 +72,31 @@ class _Worker(SqliteWorker):
         # synchronous=FULL: a finished line survives power loss, not only a killed process.
         conn = connect(self.path, busy_ms=self._busy_ms, synchronous="FULL")
         conn.executescript(SCHEMA)
+        for table, column, declared in ADDED:
+            if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+                try:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declared}")
+                except sqlite3.OperationalError as exc:  # another process added it first
+                    if "duplicate column" not in str(exc):
+                        raise
+        conn.executescript(INDEXES)
         return conn
 
 
-def _job(row: sqlite3.Row | tuple[object, ...]) -> Job:
-    id_, tenant, status, kind, created, expires, data = row
+def _job(row: sqlite3.Row | tuple[object, ...], *, attempts: int = 0) -> Job:
+    id_, tenant, status, kind, created, expires, data, size = row
     return Job.from_row(
         id=str(id_), tenant=str(tenant), status=str(status), kind=str(kind),
         created_at=int(created), expires_at=int(expires), data=data,  # type: ignore[arg-type]
+        attempts=attempts, holds=int(size),  # type: ignore[arg-type]
     )  # fmt: skip
 
 
 def _file(row: tuple[object, ...]) -> FileRecord:
-    id_, tenant, filename, purpose, size, created, lines = row
+    id_, tenant, filename, purpose, size, created, lines, expires = row
     return FileRecord(str(id_), str(tenant), str(filename), str(purpose), int(size),  # type: ignore[call-overload]
-                      int(created), int(lines))  # type: ignore[call-overload]  # fmt: skip
+                      int(created), int(lines),  # type: ignore[call-overload]
+                      None if expires is None else int(expires))  # type: ignore[call-overload]  # fmt: skip
 
 
 class SqliteStore:
@@ -77,8 +111,9 @@ class SqliteStore:
     async def add_file(self, record: FileRecord) -> None:
         r = record
         await self._db.run(lambda c: c.execute(
-            f"INSERT OR IGNORE INTO files ({FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (r.id, r.tenant, r.filename, r.purpose, r.bytes, r.created_at, r.lines)))  # fmt: skip
+            f"INSERT OR IGNORE INTO files ({FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (r.id, r.tenant, r.filename, r.purpose, r.bytes, r.created_at, r.lines,
+             r.expires_at)))  # fmt: skip
 
     async def get_file(self, file_id: str, *, tenant: str | None) -> FileRecord | None:
         def work(c: sqlite3.Connection) -> FileRecord | None:
@@ -106,13 +141,35 @@ class SqliteStore:
 
         return await self._db.run(work)
 
+    async def expired_files(self, *, now: float, limit: int) -> list[FileRecord]:
+        return await self._db.run(lambda c: [_file(r) for r in c.execute(
+            f"SELECT {FILE_COLUMNS} FROM files WHERE expires_at IS NOT NULL AND expires_at <= ? "
+            "ORDER BY expires_at LIMIT ?", (now, limit))])  # fmt: skip
+
+    async def usage(self, *, tenant: str) -> Usage:
+        def work(c: sqlite3.Connection) -> Usage:
+            files, size = c.execute("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM files "
+                                    "WHERE tenant = ?", (tenant,)).fetchone()  # fmt: skip
+            open_jobs: dict[str, int] = {}
+            for kind, count, held in c.execute(
+                "SELECT kind, COUNT(*), COALESCE(SUM(bytes), 0) FROM jobs WHERE tenant = ? "
+                f"AND status NOT IN {OPEN_NOT} GROUP BY kind",
+                (tenant,),
+            ):
+                open_jobs[str(kind)] = int(count)
+                size += int(held)
+            return Usage(int(files), int(size), open_jobs)
+
+        return await self._db.run(work)
+
     # ---- jobs -----------------------------------------------------------------------------
 
     async def add_job(self, job: Job) -> None:
         j = job
         await self._db.run(lambda c: c.execute(
-            f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (j.id, j.tenant, j.status, j.kind, j.created_at, j.expires_at, j.data())))  # fmt: skip
+            f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (j.id, j.tenant, j.status, j.kind, j.created_at, j.expires_at, j.data(),
+             j.holds)))  # fmt: skip
 
     async def get_job(self, job_id: str, *, tenant: str | None) -> Job | None:
         def work(c: sqlite3.Connection) -> Job | None:
@@ -141,30 +198,39 @@ class SqliteStore:
 
         return await self._db.run(work)
 
-    async def lease(self, *, holder: str, now: float, until: float) -> Job | None:
+    async def lease(
+        self, *, holder: str, now: float, until: float, avoid: Collection[str] = ()
+    ) -> Job | None:
+        marks = ", ".join("?" * len(avoid))
+        # The tenants in `avoid` (those this process is busy with) go last: another tenant's job
+        # is not kept waiting behind a tenant's many (batch/runner.py).
+        order = f"(tenant IN ({marks})), seq" if avoid else "seq"
+
         def work(c: sqlite3.Connection) -> Job | None:
             c.execute("BEGIN IMMEDIATE")
             try:
                 row = c.execute(
-                    f"SELECT {JOB_COLUMNS} FROM jobs WHERE (lease_until IS NULL OR lease_until < "
-                    f":now) AND ({NEEDS_WORK}) ORDER BY seq LIMIT 1",
-                    {"now": now},
+                    f"SELECT {JOB_COLUMNS}, attempts FROM jobs WHERE (lease_until IS NULL OR "
+                    f"lease_until < ?) AND ({NEEDS_WORK}) ORDER BY {order} LIMIT 1",
+                    (now, now, *avoid),
                 ).fetchone()
                 if row is not None:
-                    c.execute("UPDATE jobs SET holder = ?, lease_until = ? WHERE id = ?",
+                    c.execute("UPDATE jobs SET holder = ?, lease_until = ?, "
+                              "attempts = attempts + 1 WHERE id = ?",
                               (holder, until, row[0]))  # fmt: skip
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
-            return None if row is None else _job(row)
+            return None if row is None else _job(row[:-1], attempts=int(row[-1]) + 1)
 
         return await self._db.run(work)
 
-    async def release(self, job_id: str, *, holder: str) -> None:
+    async def release(self, job_id: str, *, holder: str, settled: bool = True) -> None:
         await self._db.run(lambda c: c.execute(
-            "UPDATE jobs SET holder = NULL, lease_until = NULL WHERE id = ? AND holder = ?",
-            (job_id, holder)))  # fmt: skip
+            "UPDATE jobs SET holder = NULL, lease_until = NULL, attempts = CASE WHEN ? THEN 0 "
+            "ELSE attempts END WHERE id = ? AND holder = ?",
+            (settled, job_id, holder)))  # fmt: skip
 
     # ---- lines ----------------------------------------------------------------------------
 
@@ -189,16 +255,27 @@ class SqliteStore:
 
         await self._db.run(work)
 
-    async def claim(self, *, holder: str, now: float, until: float, limit: int) -> list[Claim]:
+    async def claimable(self, *, now: float) -> list[str]:
+        """Tenants with a line to claim, the one with the oldest such job first."""
+        return await self._db.run(lambda c: [str(r[0]) for r in c.execute(
+            "SELECT j.tenant FROM jobs j WHERE j.status = 'in_progress' AND EXISTS (SELECT 1 "
+            "FROM lines l WHERE l.job_id = j.id AND l.state = 'pending' AND (l.lease_until IS "
+            "NULL OR l.lease_until < ?)) GROUP BY j.tenant ORDER BY MIN(j.seq)",
+            (now,))])  # fmt: skip
+
+    async def claim(
+        self, *, holder: str, now: float, until: float, limit: int, tenant: str | None = None
+    ) -> list[Claim]:
         def work(c: sqlite3.Connection) -> list[Claim]:
             c.execute("BEGIN IMMEDIATE")
             try:
                 rows = c.execute(
                     "SELECT l.job_id, l.idx, l.custom_id, l.request, l.attempts, j.tenant, j.data "
                     "FROM jobs j JOIN lines l ON l.job_id = j.id WHERE j.status = 'in_progress' "
-                    "AND l.state = 'pending' AND (l.lease_until IS NULL OR l.lease_until < ?) "
+                    "AND (? IS NULL OR j.tenant = ?) AND l.state = 'pending' "
+                    "AND (l.lease_until IS NULL OR l.lease_until < ?) "
                     "ORDER BY j.seq, l.idx LIMIT ?",
-                    (now, limit),
+                    (tenant, tenant, now, limit),
                 ).fetchall()
                 c.executemany(
                     "UPDATE lines SET holder = ?, lease_until = ?, attempts = attempts + 1 "
@@ -270,12 +347,12 @@ class SqliteStore:
 
 
 def _claim(row: tuple[object, ...]) -> Claim:
-    import orjson
 
     job_id, idx, custom_id, request, attempts, tenant, data = row
-    extra = orjson.loads(data)  # type: ignore[arg-type]
+    extra = parse_json(data)  # type: ignore[arg-type]
     return Claim(
         job_id=str(job_id), idx=int(idx), custom_id=str(custom_id),  # type: ignore[call-overload]
         request=bytes(request), attempts=int(attempts) + 1,  # type: ignore[call-overload]
         tenant=str(tenant), endpoint=str(extra["endpoint"]), key_id=extra.get("key_id"),
+        not_after=not_after_of(extra),
     )  # fmt: skip

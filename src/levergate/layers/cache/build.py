@@ -16,18 +16,21 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
-from levergate.config import WILDCARD, Cache, Model, SemanticCacheSettings
+from levergate.config import WILDCARD, CacheSettings, ModelSettings, SemanticCacheSettings, Settings
 from levergate.core.call import Call, Context
 from levergate.core.clock import Clock
 from levergate.core.embedder import Embedder
-from levergate.core.jobs import Job
+from levergate.core.jobs import BackgroundJob
 from levergate.core.reply import Completed
 from levergate.core.service import Layer, Service
 from levergate.errors import ConfigError, UpstreamUnavailable
-from levergate.layers.cache.entries import Entries
+from levergate.layers.cache.entries import CacheView, Entries
 from levergate.layers.cache.stats import CacheStats
+from levergate.stores import select
 from levergate.stores.build import build_store
 from levergate.stores.kv import KV
+from levergate.stores.registry import StoreRegistry
+from levergate.stores.select import Choice
 
 if TYPE_CHECKING:
     from levergate.layers.shared import Shared
@@ -38,31 +41,42 @@ class CacheState:
     stats: CacheStats
     store: KV
     resolve: Callable[[str, str], str]  # (alias, feature tag) -> what answers it
+    # Where the entries live and the semantic index (`redis`: shared; `memory`: local), by
+    # `stores.select.cache_store` and `semantic_index`; `stores` opens their Redis.
+    where: Choice
+    index: Choice
+    stores: StoreRegistry
 
     @classmethod
     def build(
         cls,
-        settings: Cache,
+        settings: Settings,
         *,
-        models: Mapping[str, Model],
+        models: Mapping[str, ModelSettings],
         clock: Clock,
         registry: CollectorRegistry,
         closers: list[Callable[[], Awaitable[None]]],
-        routed: frozenset[str] = frozenset(),
+        stores: StoreRegistry,
     ) -> CacheState:
         stats = CacheStats(registry)
-        built = build_store(settings.store, clock=clock, on_fault=stats.fault)
+        where = select.cache_store(settings)
+        built = build_store(settings.cache.store, choice=where, registry=stores, clock=clock,
+                            on_fault=stats.fault)  # fmt: skip
         closers.extend(built.closers)
+        routed = frozenset(r.name for r in settings.routing.routes)
         resolve = partial(resolve_model, models, routed=routed)
-        return cls(stats=stats, store=built.kv, resolve=resolve)
+        index = select.semantic_index(settings, where)
+        return cls(stats=stats, store=built.kv, resolve=resolve, where=where, index=index,
+                   stores=stores)  # fmt: skip
 
-    def entries(self, cache: str) -> Entries:
-        """The store as one cache layer sees it (its name labels the counters)."""
-        return Entries(self.store, cache=cache, stats=self.stats)
+    def view(self, cache: str, settings: CacheSettings) -> CacheView:
+        """All one cache layer is built with; its name labels the counters."""
+        entries = Entries(self.store, cache=cache, stats=self.stats)
+        return CacheView(settings=settings, entries=entries, stats=self.stats, resolve=self.resolve)
 
 
 def semantic_layer(
-    settings: Cache, *, shared: Shared, routes: Service, embedder: Embedder | None
+    settings: CacheSettings, *, shared: Shared, routes: Service, embedder: Embedder | None
 ) -> Layer | None:
     """The semantic cache layer, or None when the cache is off or no rule opts in (then
     nothing is loaded). `routes` is the service under the front layers: the upstream embedder
@@ -76,29 +90,28 @@ def semantic_layer(
     from levergate.stores.vector import PartitionedIndex, Partitions
 
     options = settings.semantic
-    if options.index == "redis" and settings.store.backend == "memory":
+    if state.index.backend == "redis" and state.where.backend == "memory":
         raise ConfigError(
             "cache.semantic.index 'redis' shares the index between replicas, but with "
             "cache.store.backend 'memory' no replica can load another's entries: set "
-            "cache.store.backend to 'redis'"
+            "cache.store.backend to 'redis' (or stores.default.redis_url)"
         )
     if embedder is None:
         embedder = _default_embedder(options, routes, shared.closers)
     local = PartitionedIndex(max_entries=options.max_entries, hnsw_above=options.hnsw_above)
     index: Partitions = local
-    if options.index == "redis":
+    if state.index.backend == "redis":
         from levergate.stores.vector_redis import connect
 
-        follower = connect(local, store=settings.store, options=options, clock=shared.clock,
-                           on_fault=state.stats.fault)  # fmt: skip
-        shared.jobs.append(Job("semantic_index", follower.run))
+        client = state.stores.redis(state.index, what="cache.semantic.index")
+        follower = connect(local, client=client, store=settings.store, options=options,
+                           clock=shared.clock, on_fault=state.stats.fault)  # fmt: skip
+        shared.jobs.append(BackgroundJob("semantic_index", follower.run))
         shared.closers.append(follower.aclose)
         index = follower
-    return partial(
-        SemanticCache, settings=settings, entries=state.entries("semantic"), stats=state.stats,
-        resolve=state.resolve, embedder=embedder, index=index,
-        verify=routes if options.verify_model else None,
-    )  # fmt: skip
+    verify = routes if options.verify_model else None
+    view = state.view("semantic", settings)
+    return partial(SemanticCache, view=view, embedder=embedder, index=index, verify=verify)
 
 
 class ServiceEmbedder:
@@ -143,7 +156,7 @@ def _default_embedder(
 
 
 def resolve_model(
-    models: Mapping[str, Model],
+    models: Mapping[str, ModelSettings],
     alias: str,
     feature: str = "",
     *,

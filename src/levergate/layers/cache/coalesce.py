@@ -12,6 +12,10 @@ in flight waits for the same outcome:
 - a failure: raised to every waiter once. Nobody retries on their own, and the flight ends with
   the failure, so the next request starts afresh — no retry storm.
 
+Each waiter also gets the leader's `origin` (the exact cache passes the call's trace): what
+answered the shared reply is known only to the call that went upstream, and a follower's saving
+is priced at it.
+
 The upstream call runs in a task the flight owns, shielded from any one waiter's cancellation,
 and cancelled once no waiter is left; each upstream read runs the same way. No task outlives the
 flight.
@@ -22,34 +26,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from levergate.core.reply import Completed, Event, Reply, Stream
 
+T = TypeVar("T")
 
-class SingleFlight:
+
+class SingleFlight(Generic[T]):
     def __init__(self) -> None:
-        self._flights: dict[str, _Flight] = {}
+        self._flights: dict[str, _Flight[T]] = {}
 
     def __len__(self) -> int:
         return len(self._flights)
 
-    async def run(self, key: str, fetch: Callable[[], Awaitable[Reply]]) -> tuple[Reply, bool]:
-        """The reply for this waiter, and whether this waiter led the flight."""
+    async def run(
+        self, key: str, fetch: Callable[[], Awaitable[Reply]], *, origin: T
+    ) -> tuple[Reply, T]:
+        """The reply for this waiter, and the `origin` of the waiter that led the flight (this
+        waiter's own when it led)."""
         flight = self._flights.get(key)
-        leader = flight is None
         if flight is None:
-            flight = self._flights[key] = _Flight(key, self._flights)
+            flight = self._flights[key] = _Flight(key, self._flights, origin)
             flight.start(fetch)
-        return await flight.join(), leader
+        return await flight.join(), flight.origin
 
 
-class _Flight:
-    __slots__ = ("_flights", "_key", "_task", "_waiters")
+class _Flight(Generic[T]):
+    __slots__ = ("_flights", "_key", "_task", "_waiters", "origin")
 
-    def __init__(self, key: str, flights: dict[str, _Flight]) -> None:
+    def __init__(self, key: str, flights: dict[str, _Flight[T]], origin: T) -> None:
         self._key = key
         self._flights = flights
+        self.origin = origin
         self._waiters = 0
         self._task: asyncio.Task[Completed | _Shared] | None = None
 

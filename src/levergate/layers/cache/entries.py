@@ -1,4 +1,5 @@
-"""`Entries`: how a cache layer reads and writes entries over its store.
+"""`Entries`: how a cache layer reads and writes entries over its store; `CacheView`: all that
+one cache layer is built with.
 
 Reading decodes and checks the entry (format, key binding, checksum, expiry). An entry that does
 not decode is logged, counted, deleted and treated as a miss: a corrupt entry must never be
@@ -8,11 +9,15 @@ store is already a miss here.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from levergate.config import CacheSettings
+from levergate.core.call import CacheOutcome, CacheResult, Trace
 from levergate.layers.cache.stats import CacheStats
 from levergate.policies.pricing import from_usage
 from levergate.stores.entry import CorruptEntry, Entry, Form, decode, encode
@@ -61,24 +66,69 @@ class Entries:
         await self.store.set(key, encode(entry, key=key), ttl=ttl)
 
 
-def usage_meta(usage: Any) -> bytes:
-    """An answer's token counts, as kept in its entry's meta:
-    b"prompt,completion,cached,written,written_1h" (the prompt includes the cached parts)."""
+def usage_meta(usage: Any, *, alias: str = "", model: str = "") -> bytes:
+    """An answer's token counts and what answered it, as kept in its entry's meta:
+    b"prompt,completion,cached,written,written_1h" (the prompt includes the cached parts), then
+    a newline and the JSON [alias, upstream model] of the call that produced it: a route's or a
+    cascade's alias ("auto") has no price, so a hit is priced at the model that answered."""
     t = from_usage(usage if isinstance(usage, dict) else None)
-    return b"%d,%d,%d,%d,%d" % (t.input, t.output, t.cached_read, t.cache_write, t.cache_write_1h)
+    counts = b"%d,%d,%d,%d,%d" % (t.input, t.output, t.cached_read, t.cache_write, t.cache_write_1h)
+    return counts + b"\n" + json.dumps([alias, model]).encode() if alias or model else counts
 
 
 def meta_usage(meta: bytes) -> tuple[int, int, int, int, int]:
     """(prompt, completion, cached, written, written_1h); entries written before the prompt
     cache was kept have the first two only."""
     try:
-        values = [int(part) for part in meta.split(b",")]
+        values = [int(part) for part in meta.partition(b"\n")[0].split(b",")]
     except ValueError:
         return 0, 0, 0, 0, 0
     values = (values + [0] * 5)[:5]
     return values[0], values[1], values[2], values[3], values[4]
 
 
+def meta_origin(meta: bytes) -> tuple[str, str]:
+    """(alias, upstream model) that produced the entry; ("", "") for an entry written before
+    they were kept, or whose origin does not parse: such a hit is priced as the alias asked."""
+    origin = meta.partition(b"\n")[2]
+    try:
+        found = json.loads(origin) if origin else None
+    except (ValueError, RecursionError):  # not what `usage_meta` writes: origin unknown
+        return "", ""
+    if isinstance(found, list) and len(found) == 2 and all(isinstance(x, str) for x in found):
+        return found[0], found[1]
+    return "", ""
+
+
+def answered_by(trace: Trace) -> tuple[str, str]:
+    """(alias, upstream model) that answered the call of `trace`: what Dispatch reached, or
+    what answered the entry a cache below served it from."""
+    if trace.alias or trace.cache is None:
+        return trace.alias, trace.upstream_model
+    return trace.cache.alias, trace.cache.upstream_model
+
+
+def served(cache: str, meta: bytes) -> CacheResult:
+    """A hit on an entry with `meta`: the tokens it saved, and the model that answered them."""
+    prompt, completion, cached, written, written_1h = meta_usage(meta)
+    alias, model = meta_origin(meta)
+    return CacheResult(cache, CacheOutcome.HIT, prompt, completion, cached, written, written_1h,
+                       alias=alias, upstream_model=model)  # fmt: skip
+
+
 def hit_headers(outcome: str, entry: Entry, now: float) -> dict[str, str]:
     age = entry.age(now)
     return {CACHE_HEADER: outcome, AGE_HEADER: f"{age:.3f}", "age": str(int(age))}
+
+
+@dataclass(frozen=True, slots=True)
+class CacheView:
+    """What each cache layer (exact, semantic, embeddings) is built with, as one value: the
+    cache's rules, the layer's own `Entries` (its name labels the counters), the shared
+    counters, and the resolver that turns (alias, feature tag) into the model that answers (part
+    of every key). `CacheState.view(name, settings)` makes one per layer."""
+
+    settings: CacheSettings
+    entries: Entries
+    stats: CacheStats
+    resolve: Callable[[str, str], str]

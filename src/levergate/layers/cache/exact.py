@@ -16,8 +16,9 @@ error, a cut stream or a content-filtered answer. Answers that came from the sem
 from a fallback model are never written here: a fuzzy answer, or another model's, must not
 become the exact answer to this request.
 
-Response headers: `x-levergate-cache: hit|miss|bypass|coalesced` and, on a hit, the entry's age
-(`x-levergate-cache-age` in seconds, `age` as HTTP has it).
+Response headers: `x-levergate-cache: hit|miss|bypass; reason=...|coalesced` and, on a hit, the
+entry's age (`x-levergate-cache-age` in seconds, `age` as HTTP has it). A bypass names its reason
+(`nondeterministic`, `n`, `off`: policies/cache_policy.py).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from levergate.config import Cache, CacheRule
-from levergate.core.call import CacheOutcome, CacheResult, Call
+from levergate.config import CacheRuleSettings, CacheSettings
+from levergate.core.call import CacheOutcome, CacheResult, Call, Trace
 from levergate.core.clock import Clock, SystemClock, timeout
 from levergate.core.reply import Completed, Event, EventSource, Reply
 from levergate.core.service import Layer, Service
@@ -36,14 +37,20 @@ from levergate.errors import UpstreamTimeout
 from levergate.layers.cache.coalesce import SingleFlight
 from levergate.layers.cache.entries import (
     CACHE_HEADER,
-    Entries,
+    CacheView,
+    answered_by,
     hit_headers,
-    meta_usage,
+    served,
     usage_meta,
 )
 from levergate.layers.cache.replay import as_stream, assemble, replay, verdict, whole
-from levergate.layers.cache.stats import CacheStats
-from levergate.policies.cache_policy import bypass_reason, controls, namespace, rule_for
+from levergate.policies.cache_policy import (
+    bypass_header,
+    bypass_reason,
+    clamped,
+    namespace,
+    rule_for,
+)
 from levergate.policies.fingerprint import fingerprint
 from levergate.stores.entry import Form
 
@@ -59,57 +66,45 @@ _KINDS = frozenset({"chat", "completion"})
 
 class ExactCache:
     @classmethod
-    def layer(cls, settings: Cache, *, shared: Shared) -> Layer | None:
+    def layer(cls, settings: CacheSettings, *, shared: Shared) -> Layer | None:
         """None when the cache is off (`Shared.cache` is None)."""
         if (state := shared.cache) is None:
             return None
-        return partial(
-            cls, settings=settings, entries=state.entries(NAME), stats=state.stats,
-            resolve=state.resolve, clock=shared.clock,
-        )  # fmt: skip
+        return partial(cls, view=state.view(NAME, settings), clock=shared.clock)
 
     def __init__(
         self,
         inner: Service,
         *,
-        settings: Cache,
-        entries: Entries,
-        stats: CacheStats,
-        resolve: Callable[[str, str], str],
+        view: CacheView,
         clock: Clock | None = None,
     ) -> None:
         self._inner = inner
-        self._settings = settings
-        self._entries = entries
-        self._stats = stats
-        self._resolve = resolve
+        self._view = view
         self._clock = clock or SystemClock()
-        self._flights = SingleFlight()
+        self._flights: SingleFlight[Trace] = SingleFlight()
 
     async def __call__(self, call: Call) -> Reply:
         if call.kind not in _KINDS:
             return await self._inner(call)
-        rule = rule_for(self._settings, model=call.model, feature=call.ctx.feature)
-        if bypass_reason(rule, call.body) is not None:
-            self._stats.lookup(NAME, "bypass")
-            return _marked(await self._inner(call), "bypass")
-        asked = controls(call.ctx.headers, max_ttl=self._settings.max_ttl_seconds)
+        rule = rule_for(self._view.settings, model=call.model, feature=call.ctx.controls.feature)
+        if (why := bypass_reason(rule, call.body)) is not None:
+            self._view.stats.lookup(NAME, "bypass")
+            return _marked(await self._inner(call), bypass_header(why))
+        asked = clamped(call.ctx.controls.cache, max_ttl=self._view.settings.max_ttl_seconds)
         key = fingerprint(
             call.body,
             kind=call.kind,
-            resolved_model=self._resolve(call.model, call.ctx.feature),
-            namespace=namespace(self._settings, call.ctx.tenant),
+            resolved_model=self._view.resolve(call.model, call.ctx.controls.feature),
+            namespace=namespace(self._view.settings, call.ctx.principal.tenant),
         )
         if asked.lookup:
-            entry = await self._entries.load(key)
-            now = self._entries.wall()
+            entry = await self._view.entries.load(key)
+            now = self._view.entries.wall()
             if entry is not None and (asked.max_age is None or entry.age(now) <= asked.max_age):
-                self._stats.lookup(NAME, "hit")
-                prompt, completion, *bucket = meta_usage(entry.meta)
-                self._stats.saved(NAME, prompt, completion)
-                call.ctx.trace.cache = CacheResult(
-                    NAME, CacheOutcome.HIT, prompt, completion, *bucket
-                )
+                self._view.stats.lookup(NAME, "hit")
+                hit = call.ctx.trace.cache = served(NAME, entry.meta)
+                self._view.stats.saved(NAME, hit.saved_input, hit.saved_output)
                 headers = hit_headers("hit", entry, now)
                 return replay(entry, kind=call.kind, stream=call.stream, headers=headers)
         ttl = asked.ttl or rule.ttl_seconds
@@ -118,28 +113,34 @@ class ExactCache:
         async def fetch() -> Reply:
             return await self._fetch(call, key, rule, ttl=ttl, store=store)
 
-        if not self._settings.coalesce:
-            reply, leader = await fetch(), True
+        trace = call.ctx.trace
+        if not self._view.settings.coalesce:
+            reply, leader = await fetch(), trace
         else:
             reply, leader = await self._join(call, key, fetch)
-        outcome = "miss" if leader else "coalesced"
-        self._stats.lookup(NAME, outcome if asked.lookup else "refresh")
-        if call.ctx.trace.cache is None:  # a semantic hit below has said it already
-            kind = CacheOutcome.MISS if leader else CacheOutcome.COALESCED
-            call.ctx.trace.cache = CacheResult(NAME, kind)
+        outcome = "miss" if leader is trace else "coalesced"
+        self._view.stats.lookup(NAME, outcome if asked.lookup else "refresh")
+        if leader is not trace:  # priced at what answered the request it shared
+            alias, model = answered_by(leader)
+            trace.cache = CacheResult(NAME, CacheOutcome.COALESCED, alias=alias,
+                                      upstream_model=model)  # fmt: skip
+        elif trace.cache is None:  # a semantic hit below has said it already
+            trace.cache = CacheResult(NAME, CacheOutcome.MISS)
         return _marked(await _shaped(reply, call), outcome)
 
     async def _join(
         self, call: Call, key: str, fetch: Callable[[], Awaitable[Reply]]
-    ) -> tuple[Reply, bool]:
+    ) -> tuple[Reply, Trace]:
         """Join the flight, waiting no longer than this request's own deadline: a follower
-        never passes through the Deadline layer below, which bounds only the leader's call."""
-        if call.ctx.deadline is None:
-            return await self._flights.run(key, fetch)
-        remaining = call.ctx.deadline - self._clock.now()
+        never passes through the Deadline layer below, which bounds only the leader's call.
+        Returns the reply and the trace of the call that led the flight."""
+        trace = call.ctx.trace
+        if call.ctx.controls.deadline is None:
+            return await self._flights.run(key, fetch, origin=trace)
+        remaining = call.ctx.controls.deadline - self._clock.now()
         try:
             async with timeout(self._clock, remaining):
-                return await self._flights.run(key, fetch)
+                return await self._flights.run(key, fetch, origin=trace)
         except TimeoutError:
             raise UpstreamTimeout(
                 "The request's deadline passed while it waited for an identical request.",
@@ -147,7 +148,7 @@ class ExactCache:
             ) from None
 
     async def _fetch(
-        self, call: Call, key: str, rule: CacheRule, *, ttl: float, store: bool
+        self, call: Call, key: str, rule: CacheRuleSettings, *, ttl: float, store: bool
     ) -> Reply:
         reply = await self._inner(call)
         below = call.ctx.trace.cache
@@ -156,26 +157,27 @@ class ExactCache:
         if call.ctx.trace.fallback is not None or call.ctx.trace.cascade_fallback:
             # Another model answered (a fallback, or a cascade's rejected cheap answer because
             # its strong step failed): fine for this request, not the answer to cache for it.
-            self._stats.not_stored.labels(NAME, "fallback").inc()
+            self._view.stats.not_stored.labels(NAME, "fallback").inc()
             return reply
         if isinstance(reply, Completed):
             if reply.status != 200:
-                self._stats.not_stored.labels(NAME, "status").inc()
+                self._view.stats.not_stored.labels(NAME, "status").inc()
                 return reply
             why = verdict(reply.data, allow_tools=rule.cache_tool_calls)
             if why is not None:
-                self._stats.not_stored.labels(NAME, why).inc()
+                self._view.stats.not_stored.labels(NAME, why).inc()
                 return reply
-            meta = usage_meta(reply.usage)
-            await self._entries.save(key, Form.COMPLETED, (reply.raw,), ttl=ttl, meta=meta)
+            alias, model = answered_by(call.ctx.trace)
+            meta = usage_meta(reply.usage, alias=alias, model=model)
+            await self._view.entries.save(key, Form.COMPLETED, (reply.raw,), ttl=ttl, meta=meta)
             return reply
         allow_tools = rule.cache_tool_calls
         return reply.through(
-            lambda events: self._store_when_complete(events, call.kind, key, ttl, allow_tools)
+            lambda events: self._store_when_complete(events, call, key, ttl, allow_tools)
         )
 
     async def _store_when_complete(
-        self, events: EventSource, kind: str, key: str, ttl: float, allow_tools: bool
+        self, events: EventSource, call: Call, key: str, ttl: float, allow_tools: bool
     ) -> EventSource:
         seen: list[Event] = []
         async for event in events:
@@ -183,14 +185,15 @@ class ExactCache:
             yield event
         # Reached only when the upstream stream ended cleanly: an error or a cut stream raised
         # above, and a client that closed early stopped this generator at its `yield`.
-        whole = assemble(kind, seen)
+        whole = assemble(call.kind, seen)
         why = verdict(whole, allow_tools=allow_tools)
         if why is not None:
-            self._stats.not_stored.labels(NAME, why).inc()
+            self._view.stats.not_stored.labels(NAME, why).inc()
             return
         parts = tuple(e.data for e in seen)
-        meta = usage_meta(whole.get("usage"))
-        await self._entries.save(key, Form.STREAM, parts, ttl=ttl, meta=meta)
+        alias, model = answered_by(call.ctx.trace)
+        meta = usage_meta(whole.get("usage"), alias=alias, model=model)
+        await self._view.entries.save(key, Form.STREAM, parts, ttl=ttl, meta=meta)
 
 
 def _marked(reply: Reply, outcome: str) -> Reply:

@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import orjson
-
+from levergate.core.json_bound import parse_json
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.stores.entry import Entry, Form
 
@@ -184,7 +183,7 @@ def replay(entry: Entry, *, kind: str, stream: bool, headers: dict[str, str]) ->
     if entry.form is Form.COMPLETED:
         if not stream:
             return Completed(entry.parts[0], headers=headers)
-        return as_stream(kind, orjson.loads(entry.parts[0]), headers=headers)
+        return as_stream(kind, parse_json(entry.parts[0]), headers=headers)
     events = [Event(part) for part in entry.parts]
     if stream:
         return Stream(_emit(events), headers=headers)

@@ -19,18 +19,22 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from typing import Any
 
-from levergate.config import Cache, CacheRule
-from levergate.core.call import CacheOutcome, CacheResult, Call
+from levergate.config import CacheRuleSettings
+from levergate.core.call import Call
 from levergate.core.embedder import Embedder
 from levergate.core.reply import Completed, Event, EventSource, Reply
 from levergate.core.service import Service
-from levergate.layers.cache.entries import Entries, hit_headers, meta_usage, usage_meta
+from levergate.layers.cache.entries import (
+    CacheView,
+    answered_by,
+    hit_headers,
+    served,
+    usage_meta,
+)
 from levergate.layers.cache.replay import assemble, replay, verdict
-from levergate.layers.cache.stats import CacheStats
-from levergate.policies.cache_policy import bypass_reason, controls, namespace, rule_for
+from levergate.policies.cache_policy import bypass_reason, clamped, namespace, rule_for
 from levergate.policies.fingerprint import fingerprint
 from levergate.policies.guards import conflicts
 from levergate.stores.entry import Entry, Form
@@ -47,33 +51,27 @@ class SemanticCache:
         self,
         inner: Service,
         *,
-        settings: Cache,
-        entries: Entries,
-        stats: CacheStats,
-        resolve: Callable[[str, str], str],
+        view: CacheView,
         embedder: Embedder,
         index: Partitions,
         verify: Service | None = None,
     ) -> None:
         self._inner = inner
-        self._settings = settings
-        self._semantic = settings.semantic
-        self._entries = entries
-        self._stats = stats
-        self._resolve = resolve
+        self._view = view
+        self._semantic = view.settings.semantic
         self._embedder = embedder
         self._index = index
         self._verify = verify
-        self._guards = frozenset(settings.semantic.guards)
+        self._guards = frozenset(view.settings.semantic.guards)
 
     async def __call__(self, call: Call) -> Reply:
         if call.kind != "chat":
             return await self._inner(call)
-        rule = rule_for(self._settings, model=call.model, feature=call.ctx.feature)
+        rule = rule_for(self._view.settings, model=call.model, feature=call.ctx.controls.feature)
         text = final_user_text(call.body)
         if not rule.semantic or text is None or bypass_reason(rule, call.body) is not None:
             return await self._inner(call)
-        asked = controls(call.ctx.headers, max_ttl=self._settings.max_ttl_seconds)
+        asked = clamped(call.ctx.controls.cache, max_ttl=self._view.settings.max_ttl_seconds)
         partition = self._partition(call)
         vector = await self._embed(text)
         if vector is None:
@@ -82,12 +80,13 @@ class SemanticCache:
             hit = await self._lookup(call, partition, text, vector)
             if hit is not None:
                 return hit
-        self._stats.lookup(NAME, "miss")
+        self._view.stats.lookup(NAME, "miss")
         reply = await self._inner(call)
         trace = call.ctx.trace
         if not asked.store or trace.fallback is not None or trace.cascade_fallback:
             return reply
-        store = _Store(self, partition, text, vector, rule, ttl=asked.ttl or rule.ttl_seconds)
+        store = _Store(self, partition, text, vector, rule, ttl=asked.ttl or rule.ttl_seconds,
+                       origin=answered_by(trace))  # fmt: skip
         if isinstance(reply, Completed):
             await store.completed(reply)
             return reply
@@ -99,15 +98,15 @@ class SemanticCache:
         return fingerprint(
             {**call.body, "messages": messages},
             kind="chat:semantic",
-            resolved_model=self._resolve(call.model, call.ctx.feature),
-            namespace=namespace(self._settings, call.ctx.tenant),
+            resolved_model=self._view.resolve(call.model, call.ctx.controls.feature),
+            namespace=namespace(self._view.settings, call.ctx.principal.tenant),
         )
 
     async def _embed(self, text: str) -> list[float] | None:
         try:
             (vector,) = await self._embedder.embed([text])
         except Exception as exc:  # an optional accelerator: any failure is a miss
-            self._stats.lookup(NAME, "unavailable")
+            self._view.stats.lookup(NAME, "unavailable")
             log.warning("semantic cache: embedding failed (%s: %s)", type(exc).__name__, exc)
             return None
         return vector
@@ -124,14 +123,14 @@ class SemanticCache:
         for key, score in neighbours:
             if score < threshold:
                 break
-            record = await self._entries.load(key)
+            record = await self._view.entries.load(key)
             if record is None:
                 await self._index.remove(partition, key)
                 continue
             unpacked = _unpack(record)
             if unpacked is None:
-                self._stats.corrupt.labels(NAME).inc()
-                await self._entries.store.delete(key)
+                self._view.stats.corrupt.labels(NAME).inc()
+                await self._view.entries.store.delete(key)
                 await self._index.remove(partition, key)
                 continue
             cached_text, entry = unpacked
@@ -140,13 +139,12 @@ class SemanticCache:
                 objections = ("verifier",)
             if objections:
                 for guard in objections:
-                    self._stats.rejected.labels(guard).inc()
+                    self._view.stats.rejected.labels(guard).inc()
                 continue
-            self._stats.lookup(NAME, "hit")
-            prompt, completion, *bucket = meta_usage(record.meta)
-            self._stats.saved(NAME, prompt, completion)
-            call.ctx.trace.cache = CacheResult(NAME, CacheOutcome.HIT, prompt, completion, *bucket)
-            headers = hit_headers(NAME, record, self._entries.wall())
+            self._view.stats.lookup(NAME, "hit")
+            hit = call.ctx.trace.cache = served(NAME, record.meta)
+            self._view.stats.saved(NAME, hit.saved_input, hit.saved_output)
+            headers = hit_headers(NAME, record, self._view.entries.wall())
             headers[SIMILARITY_HEADER] = f"{score:.4f}"
             return replay(entry, kind=call.kind, stream=call.stream, headers=headers)
         return None
@@ -180,15 +178,15 @@ class SemanticCache:
     ) -> None:
         key = f"sem:{partition[:32]}:{os.urandom(8).hex()}"
         parts = (text.encode(), bytes([int(entry.form)]), *entry.parts)
-        await self._entries.save(key, Form.BLOB, parts, ttl=ttl, meta=entry.meta)
+        await self._view.entries.save(key, Form.BLOB, parts, ttl=ttl, meta=entry.meta)
         try:
             evicted = await self._index.add(partition, key, vector)
         except ValueError as exc:  # a vector of another size: the embedder changed under us
             log.warning("semantic cache: cannot index the answer (%s)", exc)
-            await self._entries.store.delete(key)
+            await self._view.entries.store.delete(key)
             return
         for old in evicted:
-            await self._entries.store.delete(old)
+            await self._view.entries.store.delete(old)
 
 
 class _Store:
@@ -200,11 +198,13 @@ class _Store:
         partition: str,
         text: str,
         vector: list[float],
-        rule: CacheRule,
+        rule: CacheRuleSettings,
         *,
         ttl: float,
+        origin: tuple[str, str],
     ) -> None:
         self._cache = cache
+        self._origin = origin
         self._partition = partition
         self._text = text
         self._vector = vector
@@ -216,9 +216,9 @@ class _Store:
             return
         why = verdict(reply.data, allow_tools=self._rule.cache_tool_calls)
         if why is not None:
-            self._cache._stats.not_stored.labels(NAME, why).inc()
+            self._cache._view.stats.not_stored.labels(NAME, why).inc()
             return
-        entry = Entry(Form.COMPLETED, (reply.raw,), 0.0, 0.0, usage_meta(reply.usage))
+        entry = Entry(Form.COMPLETED, (reply.raw,), 0.0, 0.0, self._meta(reply.usage))
         await self._remember(entry)
 
     async def stream(self, events: EventSource) -> EventSource:
@@ -229,10 +229,14 @@ class _Store:
         whole = assemble("chat", seen)
         why = verdict(whole, allow_tools=self._rule.cache_tool_calls)
         if why is not None:
-            self._cache._stats.not_stored.labels(NAME, why).inc()
+            self._cache._view.stats.not_stored.labels(NAME, why).inc()
             return
-        meta = usage_meta(whole.get("usage"))
+        meta = self._meta(whole.get("usage"))
         await self._remember(Entry(Form.STREAM, tuple(e.data for e in seen), 0.0, 0.0, meta))
+
+    def _meta(self, usage: Any) -> bytes:
+        alias, model = self._origin
+        return usage_meta(usage, alias=alias, model=model)
 
     async def _remember(self, entry: Entry) -> None:
         await self._cache.remember(self._partition, self._text, self._vector, entry, self._ttl)

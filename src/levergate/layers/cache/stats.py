@@ -69,7 +69,3 @@ class CacheStats:
                     child = self.saved_tokens.labels(cache, kind)
                     self._children[(cache, "saved", kind)] = child
                 child.inc(tokens)
-
-    def count(self, cache: str, outcome: str) -> float:
-        """The current value of one lookup counter (for tests and reports)."""
-        return float(self.lookups.labels(cache, outcome)._value.get())

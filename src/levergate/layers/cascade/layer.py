@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from levergate.config.cascade import CascadeSettings, Judge
+from levergate.config.cascade import CascadeSettings, JudgeSettings
 from levergate.core.call import Call, RouteDecision, Spend, Trace
 from levergate.core.reply import Completed, Reply, Stream
 from levergate.core.service import Layer, Service
@@ -123,7 +123,7 @@ class Cascade:
                 if not _escalates(exc):
                     raise
                 why = f"{alias} failed: {exc.code or type(exc).__name__}"
-                self._escalate(call, plan, index, why="error")
+                self._escalate(call, plan, index, why="error", reason=why)
                 continue
             paid.append(answer)
             verdict = await self._judged(call, plan, answer)
@@ -133,7 +133,7 @@ class Cascade:
                     self._shadows.offer(call, plan, answer.reply.data)
                 return self._deliver(call, plan, answer, paid, outcome=ACCEPTED)
             why = f"{alias} rejected by {verdict.signal}: {verdict.reason}"
-            self._escalate(call, plan, index, why="check")
+            self._escalate(call, plan, index, why="check", reason=why)
         raise AssertionError("unreachable: the last step returns")  # pragma: no cover
 
     async def _last(self, call: Call, plan: Plan, paid: list[_Answer], *, why: str) -> Reply:
@@ -172,7 +172,7 @@ class Cascade:
         """Every check in order; the first that fails decides. Metrics see each score."""
         verdict = Verdict("none", passed=True)
         for signal in plan.signals:
-            if isinstance(signal, Judge):
+            if isinstance(signal, JudgeSettings):
                 verdict = await self._judge(call, signal, answer)
             else:
                 verdict = signal(answer.reply.data)
@@ -184,7 +184,7 @@ class Cascade:
                 return verdict
         return verdict
 
-    async def _judge(self, call: Call, judge: Judge, answer: _Answer) -> Verdict:
+    async def _judge(self, call: Call, judge: JudgeSettings, answer: _Answer) -> Verdict:
         """A real call to the judge's alias; a judge that fails or gives no score fails the
         check (escalate: the safe direction). Its usage is a side spend whatever it said."""
         text = answer_text(answer.reply.data)
@@ -233,9 +233,11 @@ class Cascade:
             reason=reason[:500], score=score,
         )  # fmt: skip
 
-    def _escalate(self, call: Call, plan: Plan, index: int, *, why: str) -> None:
-        call.ctx.trace.escalations += 1
+    def _escalate(self, call: Call, plan: Plan, index: int, *, why: str, reason: str) -> None:
+        trace = call.ctx.trace
+        trace.escalations += 1
         here, then = plan.steps[index], plan.steps[index + 1]
+        trace.escalation_reasons.append(reason[:500])  # the record's reasons, in order
         self._metrics.escalations.labels(plan.label, here, then, why).inc()
 
 

@@ -20,10 +20,10 @@ from levergate.config.cascade import (
     STEP_SEPARATOR,
     CascadeSettings,
     Check,
-    Judge,
-    NamedCascade,
+    JudgeSettings,
+    NamedCascadeSettings,
 )
-from levergate.config.shadow import ShadowSampling
+from levergate.config.shadow import ShadowSamplingSettings
 from levergate.errors import BadRequest
 from levergate.policies.confidence import Signal, compile_check, needs_logprobs
 
@@ -37,9 +37,9 @@ class Plan:
     name: str  # what the client asked for: the named cascade, or the `cascade:` name
     label: str  # its metric label (bounded: see `Plans.label`)
     steps: tuple[str, ...]
-    signals: tuple[Signal | Judge, ...]
+    signals: tuple[Signal | JudgeSettings, ...]
     logprobs: bool  # the signals read token logprobs: ask the upstream for them
-    shadow: ShadowSampling  # which accepted answers the strongest step answers again
+    shadow: ShadowSamplingSettings  # which accepted answers the strongest step answers again
 
     @property
     def strongest(self) -> str:
@@ -106,7 +106,7 @@ class Plans:
         return steps
 
 
-def _plan(named: NamedCascade, shadow: ShadowSampling) -> Plan:
+def _plan(named: NamedCascadeSettings, shadow: ShadowSamplingSettings) -> Plan:
     checks: Sequence[Check] = named.checks
     signals = tuple(compile_check(c) for c in checks)
     steps = tuple(named.steps)

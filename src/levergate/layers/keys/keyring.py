@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from levergate.config import ApiKey, KeyPolicy
+from levergate.config import ApiKeySettings, KeyPolicySettings
 from levergate.core.clock import Clock
 from levergate.errors import BadRequest, NotFound, Overloaded
 from levergate.stores.keys import (
@@ -42,7 +42,7 @@ class Keyring:
     def __init__(
         self,
         *,
-        config_keys: Sequence[ApiKey],
+        config_keys: Sequence[ApiKeySettings],
         store: KeyStore | None,
         clock: Clock,
         cache_seconds: float,
@@ -95,7 +95,9 @@ class Keyring:
 
     # ---- the admin API's operations ----------------------------------------------------
 
-    async def create(self, *, tenant: str, name: str, policy: KeyPolicy) -> tuple[KeyRecord, str]:
+    async def create(
+        self, *, tenant: str, name: str, policy: KeyPolicySettings
+    ) -> tuple[KeyRecord, str]:
         """A new key and its record; the key is returned here and never again."""
         key = new_key()
         record = KeyRecord(
@@ -124,7 +126,9 @@ class Keyring:
         _log.info("key %s rotated", key_id)
         return rotated, key
 
-    async def update(self, key_id: str, *, name: str | None, policy: KeyPolicy) -> KeyRecord:
+    async def update(
+        self, key_id: str, *, name: str | None, policy: KeyPolicySettings
+    ) -> KeyRecord:
         """Change a key's name and the policy fields set in `policy` (others stay)."""
         record = await self._writable(key_id)
         changes = {f: getattr(policy, f) for f in policy.model_fields_set if f in _POLICY}
@@ -182,14 +186,14 @@ class Keyring:
             raise Overloaded(f"The key store is unavailable: {exc}", retry_after=1.0) from None
 
 
-_POLICY = frozenset(KeyPolicy.model_fields)
+_POLICY = frozenset(KeyPolicySettings.model_fields)
 
 
-def _policy_fields(policy: KeyPolicy) -> dict[str, Any]:
+def _policy_fields(policy: KeyPolicySettings) -> dict[str, Any]:
     return {name: getattr(policy, name) for name in _POLICY}
 
 
-def _config_records(keys: Sequence[ApiKey]) -> list[KeyRecord]:
+def _config_records(keys: Sequence[ApiKeySettings]) -> list[KeyRecord]:
     """Config keys get ids from their names (or tenant and position), never from their hash:
     a weak key's digest, shown anywhere, would let anyone test guesses against it. Naming a key
     keeps its id, and so its spend, when the list is reordered."""

@@ -27,14 +27,16 @@ requests, and charges stay owed in the process until it answers again.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from levergate.config import MaxWait, RateLimits
-from levergate.core.call import Call, Priority
+from levergate.config import MaxWaitSettings, RateLimitsSettings
+from levergate.core.call import Call
 from levergate.core.clock import Clock
+from levergate.core.controls import Priority
 from levergate.core.reply import Completed, EventSource, Reply
 from levergate.core.service import Service
 from levergate.errors import BudgetExceeded, LevergateError, RateLimited
@@ -99,14 +101,17 @@ class Budgets:
                 day += usd if owed_in.day == periods.day else 0.0
         return Spent(day=stored.day + day, month=stored.month + month)
 
-    async def check(self, record: KeyRecord) -> None:
+    async def check(self, record: KeyRecord) -> float | None:
+        """Refuse a key at or over a budget; else the dollars left of its tighter budget (None:
+        it has none, or the spend store cannot say)."""
         if record.daily_budget_usd is None and record.monthly_budget_usd is None:
-            return
+            return None
         periods = self.periods()
         spent = await self.spent(record.id)
         if spent is None:
-            return
+            return None
         now = self._wall()
+        left = math.inf
         for period, used, budget, ends in (
             ("daily", spent.day, record.daily_budget_usd, periods.day_ends),
             ("monthly", spent.month, record.monthly_budget_usd, periods.month_ends),
@@ -118,6 +123,9 @@ class Budgets:
                     code="budget_exceeded",
                     retry_after=max(1.0, ends - now),
                 )
+            if budget is not None:
+                left = min(left, budget - used)
+        return left
 
     def owe(self, *, key_id: str, usd: float) -> None:
         """Add `usd` to the key's spend today and this month: at once in this process (the
@@ -186,7 +194,7 @@ class KeyQuota:
         budgets: Budgets | None,
         store: LimitStore,
         clock: Clock,
-        max_wait: MaxWait,
+        max_wait: MaxWaitSettings,
         max_queue: int,
         metrics: TrafficMetrics,
     ) -> None:
@@ -204,9 +212,11 @@ class KeyQuota:
         """Run `call` for `record`'s key through `inner`, within its rates and budgets."""
         if self.budgets is not None:
             try:
-                await self.budgets.check(record)
+                call.ctx.trace.budget_left = await self.budgets.check(record)
             except BudgetExceeded:
-                self._metrics.shed.labels("key", call.ctx.priority.name.lower(), "budget").inc()
+                self._metrics.shed.labels(
+                    "key", call.ctx.controls.priority.name.lower(), "budget"
+                ).inc()
                 raise
         admitted = await self._enter(record, call)
         if admitted is None:  # no rates: nothing to release or correct afterwards
@@ -246,18 +256,18 @@ class KeyQuota:
             return None
         room, scope = self._room(record)
         ctx = call.ctx
-        priority = ctx.priority.name.lower()
+        priority = ctx.controls.priority.name.lower()
         now = self._clock.now()
         wait = getattr(self._max_wait, priority)
-        deadline = deadline_for(ctx_deadline=ctx.deadline, priority_wait=wait, now=now)
+        deadline = deadline_for(ctx_deadline=ctx.controls.deadline, priority_wait=wait, now=now)
         tokens = (
             0
             if scope.tpm is None
             else reserved_tokens(call.body, embedding=call.kind == "embedding")
         )
         charges = scope.charges(tokens)
-        await room.enter(charges=charges, priority=int(ctx.priority), deadline=deadline)
-        self._waited[ctx.priority].observe(self._clock.now() - now)
+        await room.enter(charges=charges, priority=int(ctx.controls.priority), deadline=deadline)
+        self._waited[ctx.controls.priority].observe(self._clock.now() - now)
         return _Admitted(room, scope, tokens)
 
     def _room(self, record: KeyRecord) -> tuple[WaitingRoom, LimitScope]:
@@ -275,7 +285,7 @@ class KeyQuota:
             shed_error=self._refuse,
         )
         # A key's TPM counts the tokens it used: the reservation is corrected after the call.
-        limits = RateLimits(rpm=record.rpm, tpm=record.tpm, tpm_charge="used")
+        limits = RateLimitsSettings(rpm=record.rpm, tpm=record.tpm, tpm_charge="used")
         scope = LimitScope.of(f"vkey:{record.id}", limits)
         self._rooms[record.id] = (rates, room, scope)
         return room, scope

@@ -20,12 +20,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from levergate.catalog import Catalog
-from levergate.config import Ledger as LedgerSettings
+from levergate.config import LedgerSettings
 from levergate.core.call import CacheOutcome, CacheResult, Call, Spend
 from levergate.core.tokenizer import TokenSource
 from levergate.layers.measure.labels import OTHER, LabelValues
 from levergate.layers.measure.record import NO_SAVINGS, RequestRecord
-from levergate.policies.pricing import Bill, Side, Tokens, bill, cost, from_usage
+from levergate.policies.pricing import Bill, Lever, Side, Tokens, bill, cost, from_usage
+from levergate.policies.tiers import Tier
 
 __all__ = ["Ledger", "LedgerMetrics", "LedgerSink", "OwnSpend"]
 
@@ -38,8 +39,12 @@ class Ledger:
     def __init__(self, catalog: Catalog) -> None:
         self._catalog = catalog
 
-    def bill(self, call: Call, tokens: Tokens, usage: Mapping[str, Any] | None) -> Bill:
-        """The request's cost (answer plus side spends) and savings by lever."""
+    def bill(
+        self, call: Call, tokens: Tokens, usage: Mapping[str, Any] | None, *,
+        tier: Tier | None = None,
+    ) -> Bill:  # fmt: skip
+        """The request's cost (answer plus side spends) and savings by lever; `tier` is the
+        service tier that served it (flex and priority at their own rates, when priced)."""
         trace = call.ctx.trace
         cache = trace.cache
         if cache is not None and cache.free:
@@ -48,8 +53,12 @@ class Ledger:
         route = trace.route
         if not (tokens.input or tokens.output or side or route):
             return NOTHING  # refused, failed before an answer, or nothing reported
-        rates = self._catalog.rates(trace.alias or call.model, trace.upstream_model)
+        alias = trace.alias or call.model
+        rates = self._catalog.rates(alias, trace.upstream_model)
         default = self._catalog.rates(route.default) if route is not None else None
+        own = None
+        if tier is Tier.FLEX or tier is Tier.PRIORITY:
+            own = self._catalog.tier_rates(alias, tier, trace.upstream_model)
         return bill(
             tokens=tokens,
             rates=rates,
@@ -57,12 +66,16 @@ class Ledger:
             default=default,
             trimmed=trace.trimmed_input,
             side=side,
+            tier=own,
         )
 
     def _served(self, call: Call, cache: CacheResult, usage: Mapping[str, Any] | None) -> Bill:
         """A cache hit or a coalesced request spent nothing; it saved what the answer cost."""
         trace = call.ctx.trace
-        rates = self._catalog.rates(trace.alias or call.model, trace.upstream_model)
+        if cache.alias:  # what answered the entry (or the shared request), not what was asked
+            rates = self._catalog.rates(cache.alias, cache.upstream_model)
+        else:
+            rates = self._catalog.rates(trace.alias or call.model, trace.upstream_model)
         if cache.outcome is CacheOutcome.HIT:
             written = min(cache.saved_written, max(0, cache.saved_input - cache.saved_cached))
             tokens = Tokens(
@@ -73,9 +86,9 @@ class Ledger:
                 TokenSource.REPORTED,
                 min(cache.saved_written_1h, written),
             )
-            lever = cache.cache
+            lever = Lever(cache.cache)
         else:
-            tokens, lever = from_usage(usage), "coalesced"
+            tokens, lever = from_usage(usage), Lever.COALESCED
         saved = cost(tokens, rates)
         return Bill(0.0, 0.0, (), {lever: saved} if saved else NO_SAVINGS)
 
@@ -92,10 +105,12 @@ class LedgerMetrics:
         labels = ("model", "tenant", "feature")
         self.spend = Counter(
             "levergate_spend_usd",
-            "Dollars spent, at the price of the model that spent them: kind=answer for the "
-            "answer, or the side spend's purpose (cascade, summary, judge), or shadow for a "
-            "cascade's or a route's shadow samples (spent for no request: not in "
-            "levergate_cost_usd).",
+            "Everything the gateway spent, by the model that spent it, tenant, feature and "
+            "kind: kind=answer for the answer a client got, the side spend's purpose (cascade, "
+            "summary, judge), or shadow for a cascade's or a route's shadow samples, which the "
+            "gateway spends on its own and charges to no request. Without kind=shadow it is "
+            "the dollars of levergate_cost_usd_total (which labels them by the model asked "
+            "for, per upstream) split by tenant and kind; authenticated requests only.",
             (*labels, "kind"),
             registry=registry,
         )

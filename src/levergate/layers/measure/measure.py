@@ -10,17 +10,23 @@ accept each chunk). What the layers below did — the tenant, what answered, the
 attempts, the fallback — it reads from the call's typed record (`core.call.Trace`). The record
 goes to every sink in order (`Sink`); Prometheus and the ledger's dollar counters are first.
 
-When an upstream reported no usage (llama.cpp's server sends none in a stream) the output is
-counted here (`core.tokenizer.Tokenizer`) and the record says it was counted, not reported;
-nothing is counted when the upstream did report it.
+When an upstream reported no usage (llama.cpp's server sends none in a stream) a stream's usage
+was counted further down (`layers/usage.py`, flagged in the block) and the record says it was
+counted, not reported; a whole answer without usage has its output counted here
+(`core.tokenizer.Tokenizer`). Nothing is counted when the upstream did report it. Measure
+gathers what it saw (`Seen`); the gateway's one `Recorder` (layers/measure/recorder.py) prices
+it, builds the record and hands it to the sinks — the same recorder every other way a request
+can finish goes through (a deferred batch line's answer).
 
 The answer goes out before the bookkeeping: a record is built in a callback on the next turn of
 the event loop (after a whole answer was returned; after a stream closed, whichever way), and a
 stream's chunk is handed on before it is inspected for a token (its arrival time is taken
 first, so TTFT is the same). After an idle moment the first pass through Python code runs
 several times slower than a warm one (caches gone), so work moved behind the write is what it
-would have added to the client's latency at low load. A sink that raises is logged once and
-counted (`levergate_sink_errors_total`); the request never sees it.
+would have added to the client's latency at low load. The exception: with the cost headers on
+(`server.response_headers.cost`, layers/measure/disclose.py) a whole answer is priced before it
+goes out, since its headers carry the price; the record then reuses that bill. A sink that
+raises is logged once and counted (`levergate_sink_errors_total`); the request never sees it.
 """
 
 from __future__ import annotations
@@ -28,63 +34,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-from levergate.catalog import Catalog
+from levergate.config.server import ResponseHeadersSettings
 from levergate.core.call import CacheOutcome, Call
-from levergate.core.reply import Completed, Event, EventSource, Reply
+from levergate.core.reply import Completed, EventSource, Reply
 from levergate.core.service import Service
-from levergate.core.tokenizer import Tokenizer, TokenSource
-from levergate.errors import LevergateError
-from levergate.layers.measure.ledger import Ledger, LedgerSink
-from levergate.layers.measure.prometheus import PrometheusSink, Telemetry
-from levergate.layers.measure.record import (
-    CANCELLED,
-    OK,
-    RequestRecord,
-    Sink,
-    Timings,
-    Tokens,
-)
-from levergate.policies.pricing import from_usage
-from levergate.protocol.openai import generated_text, has_generated_token
-from levergate.protocol.tokens import TiktokenCounter
+from levergate.core.spans import Spans
+from levergate.layers.measure.disclose import Disclose
+from levergate.layers.measure.prometheus import Telemetry
+from levergate.layers.measure.record import CANCELLED, OK
+from levergate.layers.measure.recorder import CLIENT_CLOSED, Recorder, Seen
+from levergate.policies.pricing import Bill
+from levergate.policies.tiers import served_tier
+from levergate.protocol.openai.body import has_generated_token
 
 __all__ = ["OVERHEAD_HEADER", "Measure", "Telemetry"]
 
 log = logging.getLogger("levergate.measure")
 
 OVERHEAD_HEADER = "x-levergate-overhead-ms"
-CLIENT_CLOSED = 499  # nginx's status for a request its client abandoned
-NONE: frozenset[str] = frozenset()
-
-
-@dataclass(slots=True)
-class _Seen:
-    """What Measure saw of one answer, gathered while it went out."""
-
-    outcome: str = OK
-    status: int = 200
-    error: str | None = None
-    usage: dict[str, Any] | None = None
-    # The raw chunks carrying generated text (bytes, which the garbage collector never walks),
-    # parsed again only when no usage arrived and the output has to be counted here.
-    generated: list[bytes] = field(default_factory=list)
-    answer: Mapping[str, Any] | None = None  # a whole answer, parsed already
-    ttft: float | None = None
-    inter_token: float | None = None
-    consumer_seconds: float = 0.0
-    total: float | None = None
-
-    @classmethod
-    def failed(cls, exc: BaseException) -> _Seen:
-        if isinstance(exc, LevergateError):
-            return cls(exc.type, exc.http_status, type(exc).__name__)
-        if isinstance(exc, asyncio.CancelledError | GeneratorExit):
-            return cls(CANCELLED, CLIENT_CLOSED, type(exc).__name__)
-        return cls("internal_error", 500, type(exc).__name__)
 
 
 class Measure:
@@ -92,43 +60,76 @@ class Measure:
         self,
         inner: Service,
         *,
-        telemetry: Telemetry,
-        catalog: Catalog,
-        sinks: Sequence[Sink] = (),
-        tokenizer: Tokenizer | None = None,
+        recorder: Recorder,
+        headers: ResponseHeadersSettings | None = None,
+        record: bool = True,
+        tracing: float | None = None,
     ) -> None:
         self._inner = inner
-        self._t = telemetry
-        self._ledger = Ledger(catalog)
-        # Prometheus first (today's metrics and the ledger's dollars); the request log and
-        # the dashboard follow.
-        ours: tuple[Sink, ...] = (PrometheusSink(telemetry),)
-        if telemetry.ledger is not None:
-            ours += (LedgerSink(telemetry.ledger),)
-        self._sinks: tuple[Sink, ...] = (*ours, *sinks)
-        self._tokenizer = tokenizer or TiktokenCounter()
-        self._sink_failed: set[str] = set()
+        # The sample ratio when tracing is on (`otel.endpoint`): each call gets its trace
+        # context (core/spans.py); None: off, nothing is done.
+        self._tracing = tracing
+        # False: metrics are off and no sink wants records, only the headers are asked for;
+        # then nothing is timed, recorded or watched (a stream is passed on untouched).
+        self._record_requests = record
+        # The x-levergate-* headers on what the request did (None: all off), and whether a
+        # whole answer is priced before it goes out (for its cost headers).
+        self._disclose = Disclose.of(headers) if headers is not None else None
+        self._price_first = self._disclose is not None and headers is not None and headers.cost
+        self._recorder = recorder
+        self._t = recorder.telemetry
+        self._finish = recorder.finish
 
     async def __call__(self, call: Call) -> Reply:
+        if not self._record_requests:
+            return await self._headers_only(call)
+        if self._tracing is not None:
+            call.ctx.trace.spans = Spans.begin(
+                call.ctx.headers, ratio=self._tracing, parent=call.ctx.controls.trace
+            )
         self._t.in_flight.inc()
         try:
             reply = await self._inner(call)
         except BaseException as exc:
             self._t.in_flight.dec()
-            self._later(call, _Seen.failed(exc))
+            self._later(call, Seen.failed(exc))
             raise
         trace = call.ctx.trace
         total = trace.elapsed()
         overhead = max(0.0, total - trace.upstream_seconds)
         reply.headers[OVERHEAD_HEADER] = f"{overhead * 1000:.3f}"
+        disclose = self._disclose
         if isinstance(reply, Completed):
-            asyncio.get_running_loop().call_soon(self._completed, call, reply, total)
+            loop = asyncio.get_running_loop()
+            if disclose is None:
+                loop.call_soon(self._completed, call, reply, total)
+                return reply
+            seen = self._seen(call, reply, total)
+            disclose.write(call, reply, self._priced(call, seen) if self._price_first else None)
+            loop.call_soon(self._whole, call, seen)
             return reply
+        if disclose is not None:
+            disclose.write(call, reply, None)
         return reply.through(lambda events: self._watch(call, events))
 
+    async def _headers_only(self, call: Call) -> Reply:
+        reply = await self._inner(call)
+        if self._disclose is not None:
+            bill = None
+            if self._price_first and isinstance(reply, Completed):
+                bill = self._priced(call, self._seen(call, reply, 0.0))
+            self._disclose.write(call, reply, bill)
+        return reply
+
     def _completed(self, call: Call, reply: Completed, total: float) -> None:
+        self._whole(call, self._seen(call, reply, total))
+
+    def _whole(self, call: Call, seen: Seen) -> None:
         self._t.in_flight.dec()
-        seen = _Seen(status=reply.status, total=total)
+        self._finish(call, seen)
+
+    def _seen(self, call: Call, reply: Completed, total: float) -> Seen:
+        seen = Seen(status=reply.status, total=total, reply=reply)
         cache = call.ctx.trace.cache
         # A cached answer's usage was not spent here: skip parsing it (its buckets are in the
         # cache's result; a shared one's is parsed already, and tells what coalescing saved).
@@ -136,14 +137,19 @@ class Measure:
             seen.usage = reply.usage
             if seen.usage is None and reply.status == 200:
                 seen.answer = reply.data
-        self._finish(call, seen)
+            if call.kind != "embedding" and reply.status == 200:  # parsed for its usage already
+                seen.served = served_tier(reply.data)
+        return seen
+
+    def _priced(self, call: Call, seen: Seen) -> Bill | None:
+        return self._recorder.price(call, seen)
 
     async def _watch(self, call: Call, events: EventSource) -> EventSource:
         started = call.ctx.trace.started
         first: float | None = None
         last = 0.0
         gaps = 0
-        seen = _Seen(outcome=CANCELLED, status=CLIENT_CLOSED)
+        seen = Seen(outcome=CANCELLED, status=CLIENT_CLOSED)
         generated = seen.generated
         consumer = 0.0
         sent = False
@@ -163,9 +169,11 @@ class Measure:
                     generated.append(event.data)
                 if (found := event.usage()) is not None:
                     seen.usage = found
+                if seen.served is None and b'"service_tier"' in event.data:
+                    seen.served = served_tier(event.json())
             seen.outcome, seen.status = OK, 200
         except BaseException as exc:
-            failed = _Seen.failed(exc)
+            failed = Seen.failed(exc)
             seen.outcome, seen.error = failed.outcome, failed.error
             # Once an event went out the client has its 200; an error ends the stream in-band.
             seen.status = failed.status if failed.outcome == CANCELLED or not sent else 200
@@ -178,7 +186,7 @@ class Measure:
                 seen.inter_token = (last - first) / gaps if gaps else None
             self._later(call, seen)
 
-    def _later(self, call: Call, seen: _Seen) -> None:
+    def _later(self, call: Call, seen: Seen) -> None:
         """Build and emit the record on the next loop turn (now, if no loop runs any more)."""
         seen.total = call.ctx.trace.elapsed() if seen.total is None else seen.total
         try:
@@ -187,89 +195,6 @@ class Measure:
             self._finish(call, seen)
             return
         loop.call_soon(self._finish, call, seen)
-
-    def _finish(self, call: Call, seen: _Seen) -> None:
-        try:
-            record = self._record(call, seen)
-        except Exception as exc:  # a record that cannot be built (a tokenizer failing) is lost
-            self._failed("record", exc)
-            return
-        self._emit(record)
-
-    def _record(self, call: Call, seen: _Seen) -> RequestRecord:
-        """The finished request as one value."""
-        trace = call.ctx.trace
-        total = trace.elapsed() if seen.total is None else seen.total
-        overhead = max(0.0, total - trace.upstream_seconds - seen.consumer_seconds)
-        answered = trace.alias or call.model
-        tokens = self._tokens(call, seen, answered)
-        bill = self._ledger.bill(call, tokens, seen.usage)
-        return RequestRecord(
-            request_id=call.ctx.request_id,
-            route=call.kind,
-            tenant=trace.tenant,
-            feature=call.ctx.feature,
-            model=call.model,
-            alias=trace.alias,
-            upstream=trace.upstream,
-            upstream_model=trace.upstream_model,
-            outcome=seen.outcome,
-            status=seen.status,
-            error=seen.error,
-            timings=Timings(
-                total=total,
-                upstream=trace.upstream_seconds,
-                overhead=overhead,
-                ttft=seen.ttft,
-                inter_token=seen.inter_token,
-            ),
-            tokens=tokens,
-            cost_usd=bill.cost_usd,
-            cache=trace.cache,
-            attempts=trace.attempts,
-            retries=trace.retries,
-            fallback=trace.fallback,
-            failed_endpoints=frozenset(trace.failed_endpoints) if trace.failed_endpoints else NONE,
-            savings=bill.savings,
-            notes=tuple(trace.notes) if trace.notes else (),
-            key_id=trace.key_id,
-            side=bill.side,
-            batch=trace.batch,
-            expected_cached=trace.expected_cached,
-        )
-
-    def _tokens(self, call: Call, seen: _Seen, answered: str) -> Tokens:
-        cache = call.ctx.trace.cache
-        if cache is not None and cache.free:
-            # Served by a cache or shared with an identical request in flight: nothing spent
-            # here (the cache layers count what it saved), so nothing is counted twice.
-            return Tokens()
-        tokens = from_usage(seen.usage)
-        if tokens.output_source is TokenSource.REPORTED:
-            return tokens
-        chunks = [seen.answer] if seen.answer is not None else map(_parsed, seen.generated)
-        text = "".join(generated_text(chunk) for chunk in chunks)
-        model = call.ctx.trace.upstream_model or answered
-        count = self._tokenizer.count(text, model=model)
-        return tokens._replace(output=count.tokens, output_source=count.how)
-
-    def _emit(self, record: RequestRecord) -> None:
-        for sink in self._sinks:
-            try:
-                sink.emit(record)
-            except Exception as exc:  # a sink never breaks a request: logged once, counted always
-                self._failed(type(sink).__name__, exc)
-
-    def _failed(self, name: str, exc: Exception) -> None:
-        """Count the failure; log its first traceback."""
-        self._t.child(self._t.sink_errors, name).inc()
-        if name not in self._sink_failed:
-            self._sink_failed.add(name)
-            log.error("measure: %s failed (logged once; counted in metrics)", name, exc_info=exc)
-
-
-def _parsed(data: bytes) -> Mapping[str, Any]:
-    return Event(data).json()
 
 
 def _may_carry_token(data: bytes) -> bool:

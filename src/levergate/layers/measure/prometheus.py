@@ -12,30 +12,57 @@ recorded as ""): only callers the gateway knows can spend the budget.
 
 from __future__ import annotations
 
+import asyncio
+import platform
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
-from levergate.config import Ledger, Metrics
+from levergate.config import LedgerSettings, MetricsSettings
 from levergate.core.tokenizer import TokenSource
 from levergate.layers.measure.labels import OTHER, LabelValues
 from levergate.layers.measure.ledger import LedgerMetrics
 from levergate.layers.measure.record import RequestRecord
+from levergate.version import __version__
 
 Labels = tuple[str, str, str, str]
+LABELS = ("route", "model", "upstream", "feature")
 
 
 class Telemetry:
     """The Prometheus metrics of one gateway, in its own registry (no global state)."""
 
-    def __init__(self, settings: Metrics, *, ledger: Ledger | None = None) -> None:
+    def __init__(self, settings: MetricsSettings, *, ledger: LedgerSettings | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        process_metrics(self.registry)
         # The cost ledger's dollars by lever, model, tenant and feature (None: `ledger` off).
-        ledger = Ledger() if ledger is None else ledger
+        ledger = LedgerSettings() if ledger is None else ledger
         self.ledger = LedgerMetrics(ledger, self.registry) if ledger.enabled else None
-        labels = ("route", "model", "upstream", "feature")
-        buckets = settings.latency_buckets
-        reg = self.registry
+        self._timings(settings)
+        self._usage()
+        self.in_flight = Gauge(
+            "levergate_in_flight", "Requests being served.", registry=self.registry
+        )
+        self.bounded = LabelValues(("feature", "model"), max_values=settings.max_label_values)
+        self._max_sets = settings.max_label_sets
+        self._sets: set[Labels] = set()
+        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._rendering = asyncio.Lock()
+        self._exposed = self.registry
+
+    def _timings(self, settings: MetricsSettings) -> None:
+        """Requests by outcome and their durations."""
+        labels, buckets, reg = LABELS, settings.latency_buckets, self.registry
         self.requests = Counter(
             "levergate_requests", "Requests by outcome.", (*labels, "outcome"), registry=reg
         )
@@ -67,6 +94,10 @@ class Telemetry:
             buckets=settings.overhead_buckets,
             registry=reg,
         )
+
+    def _usage(self) -> None:
+        """Tokens and dollars, and the records the sinks could not take."""
+        reg = self.registry
         self.tokens = Counter(
             "levergate_tokens",
             "Tokens by kind: input (cached and cache writes included, OpenAI convention), "
@@ -76,8 +107,12 @@ class Telemetry:
         )
         self.cost = Counter(
             "levergate_cost_usd",
-            "Cost at the price of the model that answered, side spends (a cascade's cheap "
-            "attempt, summaries, judges) included.",
+            "What client requests cost, by the model the client asked for (model), upstream and "
+            "feature: the answer at the price of the model that answered plus its side spends "
+            "(a cascade's rejected attempts, summaries, judges). The per-request view, beside "
+            "levergate_requests_total. The same dollars by tenant and by kind of spend are in "
+            "levergate_spend_usd_total, which also counts the gateway's own shadow calls "
+            "(kind=shadow), charged to no request and not in this counter.",
             ("model", "upstream", "feature"),
             registry=reg,
         )
@@ -95,11 +130,31 @@ class Telemetry:
             ("sink",),
             registry=reg,
         )
-        self.in_flight = Gauge("levergate_in_flight", "Requests being served.", registry=reg)
-        self.bounded = LabelValues(("feature", "model"), max_values=settings.max_label_values)
-        self._max_sets = settings.max_label_sets
-        self._sets: set[Labels] = set()
-        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+    def aggregate(self, path: str) -> None:
+        """Expose every worker's series, added up, instead of this process's own: the worker
+        processes of `levergate serve --workers N` (server/workers.py), whose prometheus_client
+        was imported with `PROMETHEUS_MULTIPROC_DIR=path` and so writes its values to files
+        there (prometheus_client's multiprocess mode). Counters and histograms are summed over
+        the workers, dead ones included, so a total is every request served on the port;
+        gauges carry a `pid` label. The process collectors (`process_*`, `python_gc_*`) have no
+        multiprocess form and are left out, as prometheus_client's multiprocess mode does."""
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+        Info(
+            "levergate_build", "The levergate package serving, and its Python.", registry=registry
+        ).info({"version": __version__, "python": platform.python_version()})
+        self._exposed = registry
+
+    async def exposition(self) -> bytes:
+        """The `/metrics` text, written in a worker thread, one scrape at a time. At the series
+        cap it is ~1.4 MB of text: written on the event loop it held every request up to
+        0.35 s per scrape (issue 20). prometheus_client's metrics take their own locks to be
+        read from another thread, and nothing here reads loop-owned state while collecting."""
+        async with self._rendering:
+            return await asyncio.to_thread(generate_latest, self._exposed)
 
     def labels(self, *, route: str, model: str, upstream: str, feature: str) -> Labels:
         """The label set a request is recorded under, within the series budget."""
@@ -120,6 +175,19 @@ class Telemetry:
         return found
 
 
+def process_metrics(registry: CollectorRegistry) -> None:
+    """The process's own series in the gateway's registry: memory (RSS), CPU seconds, open
+    descriptors and their limit, start time (`process_*`, Linux only), garbage collections
+    (`python_gc_*`), the Python build (`python_info`) and `levergate_build_info{version}`.
+    Each is read when /metrics is scraped, never on a request."""
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    Info(
+        "levergate_build", "The levergate package serving, and its Python.", registry=registry
+    ).info({"version": __version__, "python": platform.python_version()})
+
+
 class PrometheusSink:
     """`Sink`: one finished request into the counters and histograms of `Telemetry`."""
 
@@ -132,13 +200,13 @@ class PrometheusSink:
         t = self._t
         if record.authenticated:
             labels = t.labels(
-                route=record.route,
+                route=record.kind,
                 model=record.model,
                 upstream=record.upstream,
                 feature=record.feature,
             )
         else:
-            labels = (record.route, "", record.upstream, "")
+            labels = (record.kind, "", record.upstream, "")
         route, model, upstream, feature = labels
         timings = record.timings
         t.child(t.requests, *labels, record.outcome).inc()

@@ -17,21 +17,38 @@ asked for), from its four token buckets (`policies.pricing.Tokens`), plus the si
 (a cascade's cheap attempt, summaries, judges) at their own aliases' prices. `savings` says
 what each lever saved against its stated counterfactual (`policies.pricing`'s docstring; a
 value may be negative: an escalated cascade, a prompt-cache write). A cache hit spends nothing
-and saves what the answer cost when it was generated.
+and saves what the answer cost when it was generated, at the price of the alias that generated
+it (kept in the entry: a route's "auto" has no price of its own).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from levergate.core.call import CacheResult, Kind, Note
-from levergate.policies.pricing import NO_SAVINGS, Side, Tokens
+from levergate.core.call import BatchShare, CacheResult, Kind, Note, RouteDecision
+from levergate.core.controls import Priority
+from levergate.policies.pricing import NO_SAVINGS, Lever, Side, Tokens
+from levergate.policies.tiers import Tier, TierDecision
 
-__all__ = ["CANCELLED", "NO_SAVINGS", "OK", "RequestRecord", "Side", "Sink", "Timings", "Tokens"]
+if TYPE_CHECKING:
+    from levergate.core.call import Call
+    from levergate.policies.pricing import Bill
+
+__all__ = [
+    "CANCELLED", "NO_SAVINGS", "OK", "SCHEMA", "Lever", "RequestRecord", "Side", "Sink",
+    "Timings", "Tokens",
+]  # fmt: skip
 
 OK = "ok"
 CANCELLED = "cancelled"  # the client went away (or the server shut down) before the end
+# The record's shape, for readers that store it (a request log row says which it was written
+# by). 2: `route` (which held the request kind) became `kind`; the route decision, escalation
+# reasons, trimmed tokens, micro-batch, priority, deadline, queue wait, workflow, tier and
+# origin were added; savings are keyed by `Lever`. 3: `tier` may be flex or priority, priced by
+# the answer's `service_tier`; `tier_assumed` and `tier_decision` were added.
+SCHEMA = 3
+NONE: frozenset[str] = frozenset()
 
 
 class Timings(NamedTuple):
@@ -47,7 +64,7 @@ class Timings(NamedTuple):
 
 class RequestRecord(NamedTuple):
     request_id: str
-    route: Kind
+    kind: Kind  # what was asked: chat, completion, embedding, response
     # The tenant Authenticate established; None for a request refused before (bad key).
     tenant: str | None
     feature: str
@@ -68,9 +85,8 @@ class RequestRecord(NamedTuple):
     retries: int = 0
     fallback: str | None = None
     failed_endpoints: frozenset[str] = frozenset()
-    # What each lever saved this request, in dollars, by lever: "exact", "semantic",
-    # "coalesced", "route", "trim", "prompt_cache", "batch" (negative: it cost more).
-    savings: Mapping[str, float] = NO_SAVINGS
+    # What each lever saved this request, in dollars (negative: it cost more).
+    savings: Mapping[Lever, float] = NO_SAVINGS
     notes: tuple[Note, ...] = ()
     # The gateway API key that made the request (its id, never the key), for budgets.
     key_id: str | None = None
@@ -80,6 +96,62 @@ class RequestRecord(NamedTuple):
     # Prompt tokens the prompt-cache optimizer expected the provider to read from its cache
     # (`trace.expected_cached`), beside `tokens.cached_read`, what it did read.
     expected_cached: int = 0
+    # What Route or Cascade decided: which rule or router score chose which alias, against
+    # which default (None: the alias asked for was served as it is).
+    decision: RouteDecision | None = None
+    escalations: int = 0  # cascade steps taken beyond the first model
+    escalation_reasons: tuple[str, ...] = ()  # why each step escalated, in order
+    trimmed_input: int = 0  # prompt tokens Trim did not send
+    microbatch: BatchShare | None = None  # the micro-batch its upstream call was part of
+    priority: Priority = Priority.DEFAULT
+    # The client's deadline, absolute on the gateway's clock (None: none asked).
+    deadline: float | None = None
+    queued_seconds: float = 0.0  # waited in the gateway's queues (admission, limits)
+    workflow: str | None = None  # the workflow this call is a step of (`controls.workflow`)
+    # The price tier it was served at (policies/tiers.py): "standard", "flex", "priority",
+    # "batch" — what the answer's `service_tier` said, or (`tier_assumed`) the tier asked for
+    # when the provider said nothing.
+    tier: str = Tier.STANDARD.value
+    # How the request came: "request" (HTTP or in-process), "batch" (a Batch API line),
+    # "deferred" (a line answered by a provider's batch API), "async" (an async request).
+    origin: str = "request"
+    schema: int = SCHEMA
+    tier_assumed: bool = False
+    # How the tier was decided: the client's `service_tier`, or the deadline policy's choice
+    # and the refusals it re-decided after (None: nothing was decided, the provider's default).
+    tier_decision: TierDecision | None = None
+
+    @classmethod
+    def of(
+        cls,
+        call: Call,
+        *,
+        outcome: str,
+        status: int,
+        error: str | None,
+        timings: Timings,
+        tokens: Tokens,
+        bill: Bill,
+        tier: Tier | None = None,
+        tier_assumed: bool = False,
+    ) -> RequestRecord:
+        """The one constructor: the record of `call` from its trace (what the layers decided)
+        and its controls (`ctx.controls`: feature, priority, deadline, workflow), with what was
+        measured and priced of its answer (`tier`: the tier it was priced at)."""
+        ctx = call.ctx
+        trace, controls = ctx.trace, ctx.controls
+        return cls(
+            ctx.request_id, call.kind, trace.tenant, controls.feature, call.model, trace.alias,
+            trace.upstream, trace.upstream_model, outcome, status, error, timings, tokens,
+            bill.cost_usd, trace.cache, trace.attempts, trace.retries, trace.fallback,
+            frozenset(trace.failed_endpoints) if trace.failed_endpoints else NONE,
+            bill.savings, tuple(trace.notes) if trace.notes else (), trace.key_id, bill.side,
+            trace.batch, trace.expected_cached, trace.route, trace.escalations,
+            tuple(trace.escalation_reasons), trace.trimmed_input, trace.microbatch,
+            controls.priority, controls.deadline, trace.queued_seconds, controls.workflow,
+            (tier or (Tier.BATCH if trace.batch else Tier.STANDARD)).value, trace.origin,
+            SCHEMA, tier_assumed, trace.tier_decision,
+        )  # fmt: skip
 
     @property
     def authenticated(self) -> bool:
@@ -87,8 +159,12 @@ class RequestRecord(NamedTuple):
 
     @property
     def answered_model(self) -> str:
-        """The alias whose price this request was charged at."""
-        return self.alias or self.model
+        """The alias whose price this request was charged at (for one served by a cache or
+        shared with another in flight, that of the alias which answered it first)."""
+        if self.alias:
+            return self.alias
+        cache = self.cache
+        return cache.alias if cache is not None and cache.alias else self.model
 
 
 class Sink(Protocol):

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from levergate.config.prompt_cache import Breakpoints
+from levergate.config.prompt_cache import BreakpointsSettings
 from levergate.errors import BadRequest
 from levergate.policies.prompt_cache import (
     FIVE_MINUTES,
@@ -183,7 +183,7 @@ def _prefix_bytes(body: Mapping[str, Any], messages: Sequence[Any]) -> bytes:
 class Placer:
     """Decides and writes the breakpoints of one model alias's requests."""
 
-    def __init__(self, settings: Breakpoints) -> None:
+    def __init__(self, settings: BreakpointsSettings) -> None:
         self._settings = settings
         self._rates = CacheRates(settings.write_5m, settings.write_1h, settings.read)
         self._reuse = ReuseStats(capacity=settings.prefixes)

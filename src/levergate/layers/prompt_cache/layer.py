@@ -35,8 +35,8 @@ from urllib.parse import urlsplit
 
 import xxhash
 
-from levergate.config import AnthropicUpstream, AnyUpstream, Model, Upstream
-from levergate.config.prompt_cache import PromptCache
+from levergate.config import AnthropicUpstreamSettings, AnyUpstream, ModelSettings, UpstreamSettings
+from levergate.config.prompt_cache import PromptCacheSettings
 from levergate.core.call import Call
 from levergate.core.clock import Clock
 from levergate.core.reply import Reply
@@ -90,17 +90,23 @@ class Provider(enum.StrEnum):
 class PromptCacheOptimizer:
     @classmethod
     def layer(
-        cls, settings: PromptCache, *, model: Model, upstreams: Sequence[AnyUpstream],
-        shared: Shared,
+        cls, settings: PromptCacheSettings, *, model: ModelSettings, upstreams:
+        Sequence[AnyUpstream], shared: Shared,
     ) -> Layer | None:  # fmt: skip
         if not settings.enabled:
             return None
         provider = provider_of(model, {u.name: u for u in upstreams})
-        return partial(cls, settings=settings, model=model.name, provider=provider,
-                       state=shared.prompt_cache, clock=shared.clock)  # fmt: skip
+        return partial(
+            cls,
+            settings=settings,
+            model=model.name,
+            provider=provider,
+            state=shared.prompt_cache,
+            clock=shared.clock,
+        )
 
     def __init__(
-        self, inner: Service, *, settings: PromptCache, model: str, provider: Provider,
+        self, inner: Service, *, settings: PromptCacheSettings, model: str, provider: Provider,
         state: PromptCacheState, clock: Clock,
     ) -> None:  # fmt: skip
         self._inner = inner
@@ -133,7 +139,7 @@ class PromptCacheOptimizer:
         if self._linter is not None and self._linter.due(now):
             self._linter.check(sent, trace, now=now)
         if self._cache_key and "prompt_cache_key" not in body:
-            changes["prompt_cache_key"] = cache_key(call.ctx.tenant, sent)
+            changes["prompt_cache_key"] = cache_key(call.ctx.principal.tenant, sent)
         if self._placer is not None:
             placed_changes, placed = self._placer.place(sent, now=now)
             changes.update(placed_changes)
@@ -144,15 +150,15 @@ class PromptCacheOptimizer:
         return await self._inner(call)
 
 
-def provider_of(model: Model, upstreams: Mapping[str, AnyUpstream]) -> Provider:
+def provider_of(model: ModelSettings, upstreams: Mapping[str, AnyUpstream]) -> Provider:
     """Whose prompt-cache conventions an alias's requests follow: its endpoints' provider
     (OTHER when they differ)."""
     kinds = set()
     for target in model.endpoints:
         u = upstreams[target.upstream]
-        if isinstance(u, AnthropicUpstream):
+        if isinstance(u, AnthropicUpstreamSettings):
             kinds.add(Provider.ANTHROPIC)
-        elif isinstance(u, Upstream) and urlsplit(u.base_url).hostname == "api.openai.com":
+        elif isinstance(u, UpstreamSettings) and urlsplit(u.base_url).hostname == "api.openai.com":
             kinds.add(Provider.OPENAI)
         else:
             kinds.add(Provider.OTHER)

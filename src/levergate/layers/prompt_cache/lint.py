@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from levergate.config.prompt_cache import PrefixLint
+from levergate.config.prompt_cache import PrefixLintSettings
 from levergate.core.call import Trace
 from levergate.policies import prefix_lint
 from levergate.policies.affinity import prompt_bytes
@@ -54,7 +54,7 @@ class Findings:
 
 class Linter:
     def __init__(
-        self, settings: PrefixLint, *, model: str, findings: Findings, counter: Any
+        self, settings: PrefixLintSettings, *, model: str, findings: Findings, counter: Any
     ) -> None:
         self._s = settings
         self._model = model

@@ -90,7 +90,7 @@ class PromptCacheSink:
 
     def emit(self, record: RequestRecord) -> None:
         tokens = record.tokens
-        if record.route == "embedding" or not tokens.input:
+        if record.kind == "embedding" or not tokens.input:
             return  # refused, served by a cache, or nothing a prompt cache could hold
         alias = record.answered_model
         children = self._children.get(alias) or self._bind(alias)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from levergate.config.prompt_cache import PromptCache
+from levergate.config.prompt_cache import PromptCacheSettings
 from levergate.layers.prompt_cache.lint import Findings
 
 
 class PromptCacheState:
     """What every alias's optimizer shares: the findings and the metrics."""
 
-    def __init__(self, settings: PromptCache, *, registry: CollectorRegistry) -> None:
+    def __init__(self, settings: PromptCacheSettings, *, registry: CollectorRegistry) -> None:
         self.findings = Findings(keep=settings.lint.keep_findings)
         self.breaks = Counter(
             "levergate_prefix_breaks", "Prompt-cache breakers found by comparing requests",

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
-from levergate.config import MaxWait, RateLimits, Traffic
+from levergate.config import MaxWaitSettings, RateLimitsSettings, TrafficSettings
 from levergate.core.call import Call
 from levergate.core.clock import Clock
 from levergate.core.reply import Completed, EventSource, Reply
@@ -37,7 +37,7 @@ _MAX_ROOMS = 10_000  # idle tenant rooms are dropped beyond this (tenant names c
 
 class Admission:
     @classmethod
-    def layer(cls, settings: Traffic, *, shared: Shared) -> Layer | None:
+    def layer(cls, settings: TrafficSettings, *, shared: Shared) -> Layer | None:
         """None when no tenant has any limit."""
         if not settings.tenants and settings.tenant_default is None:
             return None
@@ -51,11 +51,11 @@ class Admission:
         self,
         inner: Service,
         *,
-        tenants: Mapping[str, RateLimits],
-        default: RateLimits | None,
+        tenants: Mapping[str, RateLimitsSettings],
+        default: RateLimitsSettings | None,
         store: LimitStore,
         clock: Clock,
-        max_wait: MaxWait,
+        max_wait: MaxWaitSettings,
         max_queue: int,
         metrics: TrafficMetrics,
     ) -> None:
@@ -72,23 +72,25 @@ class Admission:
     async def __call__(self, call: Call) -> Reply:
         ctx = call.ctx
         now = self._clock.now()
-        priority = ctx.priority.name.lower()
-        if ctx.deadline is not None and ctx.deadline <= now:
+        priority = ctx.controls.priority.name.lower()
+        if ctx.controls.deadline is not None and ctx.controls.deadline <= now:
             self._metrics.shed.labels("tenant", priority, "expired").inc()
             raise RateLimited(
                 "The request's deadline passed before it could be served.",
                 code="deadline_exceeded",
                 retry_after=1.0,
             )
-        found = self._room(ctx.tenant)
+        found = self._room(ctx.principal.tenant)
         if found is None:
             return await self._inner(call)
         room, scope = found
         charges = scope.charges(reserved_tokens(call.body, embedding=call.kind == "embedding"))
         wait = getattr(self._max_wait, priority)
-        deadline = deadline_for(ctx_deadline=ctx.deadline, priority_wait=wait, now=now)
-        await room.enter(charges=charges, priority=int(ctx.priority), deadline=deadline)
-        self._metrics.wait.labels("tenant", priority).observe(self._clock.now() - now)
+        deadline = deadline_for(ctx_deadline=ctx.controls.deadline, priority_wait=wait, now=now)
+        await room.enter(charges=charges, priority=int(ctx.controls.priority), deadline=deadline)
+        waited = self._clock.now() - now
+        self._metrics.wait.labels("tenant", priority).observe(waited)
+        ctx.trace.queued_seconds += waited
         try:
             reply = await self._inner(call)
         except BaseException:

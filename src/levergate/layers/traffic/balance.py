@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from levergate.config import Traffic
+from levergate.config import TrafficSettings
 from levergate.core.call import Call, Trace
 from levergate.core.clock import Clock
 from levergate.core.quota import Quota
@@ -70,7 +70,7 @@ class Balance:
         cls,
         members: Sequence[Member],
         *,
-        settings: Traffic,
+        settings: TrafficSettings,
         shared: Shared,
         strategy: str | None = None,
     ) -> Balance:

@@ -37,7 +37,7 @@ class Deadline:
         self._clock = clock
 
     async def __call__(self, call: Call) -> Reply:
-        deadline = call.ctx.deadline
+        deadline = call.ctx.controls.deadline
         if deadline is None:
             return await self._inner(call)
         remaining = deadline - self._clock.now()

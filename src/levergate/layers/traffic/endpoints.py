@@ -35,6 +35,14 @@ class EndpointState:
     queued_tokens: float = 0.0
     headroom: float = 1.0  # share of the provider's quota left, from x-ratelimit-* headers
     cooldown_until: float = 0.0  # no new request before this (after a 429 or an empty quota)
+    # The active health checks' verdict (layers/traffic/health_checks.py): down even where the
+    # ejection cap kept the endpoint serving (fail open), which readiness must not take as up.
+    probed_down: bool = False
+
+    def serving(self, now: float) -> bool:
+        """Whether the endpoint is believed able to answer: not ejected (half-open counts: it
+        lets a request through) and not failing its health checks."""
+        return not self.probed_down and self.health.state(now) is not State.EJECTED
 
 
 @dataclass(eq=False)

@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from levergate.config import Model
+from levergate.config import ModelSettings
 from levergate.core.call import Call
 from levergate.core.reply import Completed, Reply
 from levergate.core.service import Layer, Service
@@ -40,7 +40,9 @@ CONTEXT_LENGTH = "context_length"
 
 class Fallback:
     @classmethod
-    def layer(cls, models: Sequence[Model], *, on: Collection[str], shared: Shared) -> Layer | None:
+    def layer(
+        cls, models: Sequence[ModelSettings], *, on: Collection[str], shared: Shared
+    ) -> Layer | None:
         """None when no alias has a fallback. `on`: `traffic.fallback_on`."""
         if not any(m.fallbacks or m.context_fallbacks for m in models):
             return None

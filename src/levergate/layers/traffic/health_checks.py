@@ -35,9 +35,9 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from levergate.config import HealthCheckSettings, Upstream
+from levergate.config import HealthCheckSettings, UpstreamSettings
 from levergate.core.clock import Clock
-from levergate.core.jobs import Job
+from levergate.core.jobs import BackgroundJob
 from levergate.layers.traffic.endpoints import EjectionGroup, EndpointState
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.policies.health import CheckPolicy, Verdict
@@ -59,8 +59,8 @@ class HealthChecks:
         *,
         keys: Sequence[EndpointKey],
         shared: Shared,
-        http_client: Callable[[Upstream], HttpClient],
-    ) -> Job | None:
+        http_client: Callable[[UpstreamSettings], HttpClient],
+    ) -> BackgroundJob | None:
         """The job probing every remote endpoint key, or None when checks are off (or there is
         nothing remote to probe). Each probe has a client of its own, closed with the pipeline."""
         if not settings.enabled:
@@ -81,7 +81,7 @@ class HealthChecks:
             targets=targets, settings=settings, group=shared.traffic.group, clock=shared.clock,
             rng=shared.rng(), metrics=shared.traffic.metrics,
         )  # fmt: skip
-        return Job("health_checks", checks.run)
+        return BackgroundJob("health_checks", checks.run)
 
     def __init__(
         self,
@@ -129,6 +129,7 @@ class HealthChecks:
         before = self.verdicts[state.name]
         after = before.after(passed=failure is None, policy=self._policy)
         self.verdicts[state.name] = after
+        state.probed_down = after.down
         self._metrics.health_checks.labels(state.name, "pass" if failure is None else "fail").inc()
         if after.down:
             if not before.down:

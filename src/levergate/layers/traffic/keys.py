@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
-from levergate.config import AimdSettings, AnyUpstream, RateLimits, Traffic, Upstream
+from levergate.config import (
+    AimdSettings,
+    AnyUpstream,
+    RateLimitsSettings,
+    TrafficSettings,
+    UpstreamSettings,
+)
 from levergate.errors import LevergateError, Overloaded
 from levergate.layers.traffic.endpoints import EndpointState
 from levergate.layers.traffic.limits import LimitScope
@@ -41,7 +47,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, eq=False)
 class EndpointKey:
     name: str
-    upstream: Upstream | None  # None: an in-process endpoint (the embedded engine)
+    upstream: UpstreamSettings | None  # None: an in-process endpoint (the embedded engine)
     key: SecretStr | None
     transport: Endpoint
     state: EndpointState
@@ -53,12 +59,12 @@ def endpoint_keys(
     upstream: AnyUpstream,
     transport: Endpoint,
     *,
-    settings: Traffic,
+    settings: TrafficSettings,
     shared: Shared,
-    make: Callable[[Upstream], Endpoint],
+    make: Callable[[UpstreamSettings], Endpoint],
 ) -> list[EndpointKey]:
     """The endpoint keys of one upstream; `transport` serves it when it has a single key."""
-    if not isinstance(upstream, Upstream):
+    if not isinstance(upstream, UpstreamSettings):
         return [_key(None, upstream.name, None, transport=transport, endpoint_slots=None,
                      settings=settings, shared=shared)]  # fmt: skip
     endpoint_slots = _capped(upstream.limits)  # all keys of the endpoint together
@@ -77,13 +83,13 @@ def endpoint_keys(
 
 
 def _key(
-    upstream: Upstream | None,
+    upstream: UpstreamSettings | None,
     name: str,
     key: SecretStr | None,
     *,
     transport: Endpoint,
     endpoint_slots: Slots | None,
-    settings: Traffic,
+    settings: TrafficSettings,
     shared: Shared,
 ) -> EndpointKey:
     scopes: list[LimitScope] = []
@@ -124,8 +130,9 @@ def _key(
     return EndpointKey(name, upstream, key, transport, state, tuple(scopes), aimd)
 
 
-def _key_slots(limits: RateLimits, a: AimdSettings) -> tuple[Aimd | None, Slots | None]:
+def _key_slots(limits: RateLimitsSettings, a: AimdSettings) -> tuple[Aimd | None, Slots | None]:
     cap = limits.max_concurrency
+    reserve = limits.interactive_reserve
     if limits.adaptive_concurrency:
         maximum = min(a.maximum, cap) if cap else a.maximum
         aimd = Aimd(
@@ -135,13 +142,15 @@ def _key_slots(limits: RateLimits, a: AimdSettings) -> tuple[Aimd | None, Slots 
             increase=a.increase,
             decrease=a.decrease,
         )
-        return aimd, Slots(lambda: aimd.limit)
-    return None, (Slots(lambda: cap) if cap else None)
+        return aimd, Slots(lambda: aimd.limit, reserve=reserve)
+    return None, (Slots(lambda: cap, reserve=reserve) if cap else None)
 
 
-def _capped(limits: RateLimits | None) -> Slots | None:
-    cap = limits.max_concurrency if limits else None
-    return Slots(lambda: cap) if cap else None
+def _capped(limits: RateLimitsSettings | None) -> Slots | None:
+    if limits is None or not limits.max_concurrency:
+        return None
+    cap = limits.max_concurrency
+    return Slots(lambda: cap, reserve=limits.interactive_reserve)
 
 
 def _capacity_shed(

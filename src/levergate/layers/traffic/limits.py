@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from levergate.config import MaxWait, RateLimits, Traffic
-from levergate.core.call import Call, Priority
+from levergate.config import MaxWaitSettings, RateLimitsSettings, TrafficSettings
+from levergate.core.call import Call
 from levergate.core.clock import Clock
+from levergate.core.controls import Priority
 from levergate.core.reply import Completed, EventSource, Reply
 from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamRejected, UpstreamTimeout
@@ -30,6 +31,7 @@ from levergate.layers.traffic.waiting import WaitingRoom, deadline_for
 from levergate.policies.aimd import Aimd
 from levergate.policies.estimate import actual_tokens, reserved_tokens
 from levergate.policies.gcra import Rate
+from levergate.policies.tiers import Tier
 from levergate.stores.limits import Charge, LimitStore
 
 if TYPE_CHECKING:
@@ -37,17 +39,25 @@ if TYPE_CHECKING:
     from levergate.layers.traffic.keys import EndpointKey
 
 
+# Tiers whose traffic is background (it can wait), whatever its priority class.
+_BACKGROUND_TIERS = frozenset({Tier.FLEX, Tier.BATCH})
+
+
 @dataclass(frozen=True, slots=True)
 class LimitScope:
-    """The rate limits kept under one key prefix: an API key, an endpoint, a tenant."""
+    """The rate limits kept under one key prefix: an API key, an endpoint, a tenant. Background
+    requests are charged against `background` limits too (the same rates at `1 - reserve`, kept
+    under keys of their own), so they never take the reserved share (layers/traffic/waiting.py)."""
 
     key: str
     rpm: Rate | None
     tpm: Rate | None
     tpm_charge: Literal["reserved", "used"] = "reserved"
+    background_rpm: Rate | None = None
+    background_tpm: Rate | None = None
 
     @classmethod
-    def of(cls, key: str, limits: RateLimits) -> LimitScope:
+    def of(cls, key: str, limits: RateLimitsSettings) -> LimitScope:
         def rate(limit: int | None, burst: float) -> Rate | None:
             if limit is None:
                 return None
@@ -56,18 +66,28 @@ class LimitScope:
             )
 
         rpm, tpm = rate(limits.rpm, limits.burst), rate(limits.tpm, limits.token_burst)
-        return cls(key, rpm, tpm, limits.tpm_charge)
+        share = 1.0 - limits.interactive_reserve
+        if share >= 1.0:
+            return cls(key, rpm, tpm, limits.tpm_charge)
+        return cls(key, rpm, tpm, limits.tpm_charge, rpm and rpm.scaled(share),
+                   tpm and tpm.scaled(share))  # fmt: skip
 
-    def charges(self, tokens: float) -> list[Charge]:
+    def charges(self, tokens: float, *, background: bool = False) -> list[Charge]:
         found = []
         if self.rpm is not None:
             found.append(Charge(f"{self.key}:rpm", 1.0, self.rpm))
         if self.tpm is not None:
             found.append(Charge(f"{self.key}:tpm", float(tokens), self.tpm))
+        if background and self.background_rpm is not None:
+            found.append(Charge(f"{self.key}:rpm:bg", 1.0, self.background_rpm))
+        if background and self.background_tpm is not None:
+            found.append(Charge(f"{self.key}:tpm:bg", float(tokens), self.background_tpm))
         return found
 
-    def correction(self, call: Call, *, estimate: int, usage: dict[str, Any]) -> list[Charge]:
-        """The TPM charge that turns the admission estimate into the real cost."""
+    def correction(
+        self, call: Call, *, estimate: int, usage: dict[str, Any], background: bool = False
+    ) -> list[Charge]:
+        """The TPM charges that turn the admission estimate into the real cost."""
         if self.tpm is None:
             return []
         real = actual_tokens(
@@ -75,12 +95,15 @@ class LimitScope:
         )
         if real is None or real == estimate:
             return []
-        return [Charge(f"{self.key}:tpm", float(real - estimate), self.tpm)]
+        fixes = [Charge(f"{self.key}:tpm", float(real - estimate), self.tpm)]
+        if background and self.background_tpm is not None:
+            fixes.append(Charge(f"{self.key}:tpm:bg", float(real - estimate), self.background_tpm))
+        return fixes
 
 
 class Limits:
     @classmethod
-    def layer(cls, settings: Traffic, *, key: EndpointKey, shared: Shared) -> Layer | None:
+    def layer(cls, settings: TrafficSettings, *, key: EndpointKey, shared: Shared) -> Layer | None:
         """None when the endpoint key has no limit at all: then the layer would only estimate
         tokens and count, on every request, for nothing."""
         if not key.scopes and key.aimd is None:
@@ -101,7 +124,7 @@ class Limits:
         scopes: Sequence[LimitScope],
         store: LimitStore,
         clock: Clock,
-        max_wait: MaxWait,
+        max_wait: MaxWaitSettings,
         metrics: TrafficMetrics,
         aimd: Aimd | None = None,
         slow_seconds: float | None = None,
@@ -122,14 +145,20 @@ class Limits:
 
     async def __call__(self, call: Call) -> Reply:
         estimate = reserved_tokens(call.body, embedding=call.kind == "embedding")
-        charges = [c for scope in self._scopes for c in scope.charges(estimate)]
-        priority = call.ctx.priority
+        priority = call.ctx.controls.priority
+        background = priority is Priority.BATCH or call.ctx.trace.tier in _BACKGROUND_TIERS
+        charges = [c for scope in self._scopes
+                   for c in scope.charges(estimate, background=background)]  # fmt: skip
         now = self._clock.now()
         wait = getattr(self._max_wait, priority.name.lower())
-        deadline = deadline_for(ctx_deadline=call.ctx.deadline, priority_wait=wait, now=now)
-        await self._room.enter(charges=charges, priority=int(priority), deadline=deadline)
+        deadline = deadline_for(
+            ctx_deadline=call.ctx.controls.deadline, priority_wait=wait, now=now
+        )
+        await self._room.enter(charges=charges, priority=int(priority), deadline=deadline,
+                               background=background)  # fmt: skip
         admitted = self._clock.now()
         self._waited[priority].observe(admitted - now)
+        call.ctx.trace.queued_seconds += admitted - now  # every attempt's wait, summed
         self.in_flight += 1
         try:
             reply = await self._inner(call)
@@ -137,13 +166,15 @@ class Limits:
             self._finish(dropped=_is_drop(exc), started=admitted)
             raise
         if isinstance(reply, Completed):
-            await self._correct(call, estimate, reply.usage)
+            await self._correct(call, estimate, reply.usage, background)
             self._finish(dropped=False, started=admitted)
             return reply
-        return reply.through(lambda events: self._watch(call, estimate, admitted, events))
+        return reply.through(
+            lambda events: self._watch(call, estimate, admitted, events, background)
+        )
 
     async def _watch(
-        self, call: Call, estimate: int, started: float, events: EventSource
+        self, call: Call, estimate: int, started: float, events: EventSource, background: bool
     ) -> EventSource:
         usage: dict[str, Any] | None = None
         dropped = False
@@ -157,13 +188,17 @@ class Limits:
             raise
         finally:
             self._finish(dropped=dropped, started=started)
-            await self._correct(call, estimate, usage)
+            await self._correct(call, estimate, usage, background)
 
-    async def _correct(self, call: Call, estimate: int, usage: dict[str, Any] | None) -> None:
+    async def _correct(
+        self, call: Call, estimate: int, usage: dict[str, Any] | None, background: bool
+    ) -> None:
         if not usage:
             return
         fixes = [
-            fix for s in self._scopes for fix in s.correction(call, estimate=estimate, usage=usage)
+            fix
+            for s in self._scopes
+            for fix in s.correction(call, estimate=estimate, usage=usage, background=background)
         ]
         if fixes:
             await self._store.adjust(fixes)

@@ -100,7 +100,7 @@ class Retry:
             why = "attempts"
         elif floor > self._max_floor:
             why = "floor"
-        elif call.ctx.deadline is not None and now + delay >= call.ctx.deadline:
+        elif call.ctx.controls.deadline is not None and now + delay >= call.ctx.controls.deadline:
             why = "deadline"
         elif not self._budget.withdraw(now=now):
             why = "budget"

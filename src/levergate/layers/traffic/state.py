@@ -14,12 +14,14 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from levergate.config import Traffic
+from levergate.config import TrafficSettings
 from levergate.core.clock import Clock
 from levergate.layers.traffic.endpoints import EjectionGroup
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.policies.budget import RetryBudget
 from levergate.stores.limits import LimitStore, MemoryLimitStore
+from levergate.stores.registry import StoreRegistry
+from levergate.stores.select import Choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +34,21 @@ class TrafficState:
     @classmethod
     def build(
         cls,
-        settings: Traffic,
+        settings: TrafficSettings,
         *,
         clock: Clock,
         registry: CollectorRegistry,
         closers: list[Callable[[], Awaitable[None]]],
+        choice: Choice,
+        stores: StoreRegistry,
     ) -> TrafficState:
+        """`choice`: where the limits live (`stores.select.limits`)."""
         metrics = TrafficMetrics(registry)
         retry = settings.retry
+        store = _store(settings, choice=choice, stores=stores, clock=clock, metrics=metrics,
+                       closers=closers)  # fmt: skip
         return cls(
-            store=_store(settings, clock=clock, metrics=metrics, closers=closers),
+            store=store,
             budget=RetryBudget(
                 ratio=retry.budget_ratio,
                 min_per_second=retry.budget_min_per_second,
@@ -53,19 +60,29 @@ class TrafficState:
 
 
 def _store(
-    settings: Traffic,
+    settings: TrafficSettings,
     *,
+    choice: Choice,
+    stores: StoreRegistry,
     clock: Clock,
     metrics: TrafficMetrics,
     closers: list[Callable[[], Awaitable[None]]],
 ) -> LimitStore:
-    if settings.store == "memory":
+    if choice.backend not in ("redis", "sqlite"):
         return MemoryLimitStore(clock=clock)
-    from levergate.stores.limits_redis import FailoverLimitStore, connect
+    from levergate.stores.limits_redis import FailoverLimitStore, RedisLimitStore
 
-    shared = connect(
-        url=settings.redis_url, prefix=settings.redis_prefix, timeout=settings.redis_timeout_seconds
-    )
+    shared: LimitStore
+    if choice.backend == "sqlite":
+        from levergate.stores.limits_sqlite import SqliteLimitStore
+
+        path = choice.address or settings.sqlite_path
+        shared = SqliteLimitStore(path, busy_timeout=settings.sqlite_busy_seconds)
+    else:
+        client = stores.redis(choice, what="traffic.store")
+        shared = RedisLimitStore(
+            client, prefix=settings.redis_prefix, timeout=settings.redis_timeout_seconds
+        )
     store = FailoverLimitStore(
         shared,
         clock=clock,

@@ -13,6 +13,13 @@ chooses 429 (a tenant's own limit) or 503 (the gateway's capacity).
 
 Concurrency slots (`Slots`) are shared objects: one endpoint-wide counter can sit in the rooms
 of all of its keys. A room admits only when every slot has room and every charge fits.
+
+Background traffic (batch-priority requests, and anything sent at the flex or batch tier)
+leaves a share of each key's capacity to the rest (`RateLimitsSettings.interactive_reserve`):
+its own charges carry the extra background limits (layers/traffic/limits.py), a slot admits it
+only below its background cap (`Slots.free(background=True)`), and it queues behind the other
+requests of its priority class. Without that a batch could take every slot, and interactive
+latency grew with the key's limit.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,16 +37,22 @@ from levergate.stores.limits import Charge, LimitStore
 
 
 class Slots:
-    """A concurrency limit whose size may change (AIMD). `limit()` None means unbounded."""
+    """A concurrency limit whose size may change (AIMD). `limit()` None means unbounded.
+    Background requests may hold only `reserve` short of it (at least one slot)."""
 
-    def __init__(self, limit: Callable[[], int | None]) -> None:
+    def __init__(self, limit: Callable[[], int | None], *, reserve: float = 0.0) -> None:
         self.limit = limit
+        self.reserve = reserve
         self.in_use = 0
         self._listeners: list[asyncio.Event] = []
 
-    def free(self) -> bool:
+    def free(self, *, background: bool = False) -> bool:
         cap = self.limit()
-        return cap is None or self.in_use < cap
+        if cap is None:
+            return True
+        if background and self.reserve > 0:
+            cap = max(1, cap - math.ceil(cap * self.reserve))
+        return self.in_use < cap
 
     def listen(self, event: asyncio.Event) -> None:
         self._listeners.append(event)
@@ -55,12 +69,13 @@ class _Waiter:
     seq: int
     charges: Sequence[Charge]
     deadline: float
+    background: bool = False
     turn: asyncio.Event = field(default_factory=asyncio.Event)
     evicted: bool = False
 
     @property
-    def order(self) -> tuple[int, int]:
-        return (self.priority, self.seq)
+    def order(self) -> tuple[int, bool, int]:
+        return (self.priority, self.background, self.seq)
 
 
 class WaitingRoom:
@@ -99,10 +114,14 @@ class WaitingRoom:
         """Predicted wait of a newcomer of the lowest priority (used to score endpoints)."""
         return self._predicted(priority=1 << 30, charges=(), now=now)
 
-    async def enter(self, *, charges: Sequence[Charge], priority: int, deadline: float) -> None:
-        """Return once admitted (slots taken, charges spent); raise the shed error otherwise."""
+    async def enter(
+        self, *, charges: Sequence[Charge], priority: int, deadline: float,
+        background: bool = False,
+    ) -> None:  # fmt: skip
+        """Return once admitted (slots taken, charges spent); raise the shed error otherwise.
+        `background`: batch or flex traffic, held out of the reserved share."""
         now = self._clock.now()
-        if not self._queue and self._slots_free():
+        if not self._queue and self._slots_free(background):
             wait = await self._try(charges)
             if wait == 0:
                 return
@@ -113,7 +132,7 @@ class WaitingRoom:
             predicted = self._predicted(priority=priority, charges=charges, now=now)
             if now + predicted > deadline:
                 raise self._shed("deadline", max(predicted, 1.0))
-        waiter = _Waiter(priority, next(self._seq), charges, deadline)
+        waiter = _Waiter(priority, next(self._seq), charges, deadline, background)
         self._push(waiter)
         try:
             await self._wait_turn(waiter)
@@ -134,7 +153,7 @@ class WaitingRoom:
                 await self._until(me.turn, me.deadline - now, me)
                 me.turn.clear()
                 continue
-            if not self._slots_free():
+            if not self._slots_free(me.background):
                 self._capacity.clear()
                 await self._until(self._capacity, me.deadline - now, me)
                 continue
@@ -186,8 +205,8 @@ class WaitingRoom:
         queued = max((units * intervals[key] for key, units in ahead.items()), default=0.0)
         return max(0.0, self.free_at - now) + queued
 
-    def _slots_free(self) -> bool:
-        return all(slot.free() for slot in self._slots)
+    def _slots_free(self, background: bool = False) -> bool:
+        return all(slot.free(background=background) for slot in self._slots)
 
     async def _try(self, charges: Sequence[Charge]) -> float:
         """Take the slots first (so concurrent arrivals cannot all squeeze into the last one

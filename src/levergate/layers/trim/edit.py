@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from levergate.config import TrimRule
+from levergate.config import TrimRuleSettings
 from levergate.core.call import Call
 from levergate.core.tokenizer import TextTokenizer
 from levergate.errors import BadRequest
@@ -24,7 +24,7 @@ class Output:
     tokens: int  # what the answer may take of the window (0: nothing known)
 
 
-def output_budget(call: Call, *, rule: TrimRule, max_output: int | None) -> Output:
+def output_budget(call: Call, *, rule: TrimRuleSettings, max_output: int | None) -> Output:
     """Applies `default_max_tokens` and the cap (`max_tokens`, the model's `max_output`)."""
     field, asked = _asked(call.body)
     limits = [v for v in (rule.max_tokens, max_output) if v]

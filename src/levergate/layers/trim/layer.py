@@ -7,7 +7,7 @@ same trimmed request instead of trimming again. What it does, in order:
 1. the output budget: `default_max_tokens` when the request names none, the cap (or a 400)
    above `max_tokens` or the model's `max_output`;
 2. oversized tool results and documents are cut with a visible marker (edit.py);
-3. the prompt is counted (protocol/prompt_tokens.py) and windowed to the budget — the rule's
+3. the prompt is counted (protocol/openai/prompt_tokens.py) and windowed to the budget — the rule's
    `budget`, else the context window minus the output budget — by `policies.trim.plan`: system
    prompts and the last user turn always, then the newest turns that fit, tool calls never
    split from their results; optionally a cheap alias summarises what was dropped (summary.py);
@@ -33,17 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from levergate.config import WILDCARD, Model, TrimRule
-from levergate.config import Trim as TrimSettings
+from levergate.config import ModelSettings, TrimRuleSettings, TrimSettings
 from levergate.core.call import Call
 from levergate.core.reply import Reply
 from levergate.core.service import Layer, Service
 from levergate.core.tokenizer import TextTokenizer, TokenSource
 from levergate.errors import BadRequest, ConfigError
+from levergate.layers.shared import alias_tokenizer
 from levergate.layers.trim.edit import output_budget, truncate
 from levergate.layers.trim.summary import PREFIX, summarise
 from levergate.policies.trim import PINNED_ROLES, TrimPlan, Turn, plan
-from levergate.protocol.prompt_tokens import Counter, PromptCount, func_init_for
+from levergate.protocol.openai.prompt_tokens import Counter, PromptCount, func_init_for
 from levergate.protocol.tokens import Tokenizers
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class Trim:
         cls,
         settings: TrimSettings,
         *,
-        model: Model,
+        model: ModelSettings,
         shared: Shared,
         summarise_with: Service | None = None,
     ) -> Layer | None:
@@ -70,19 +70,13 @@ class Trim:
         if rule is None:
             return None
         # What the rule leaves unset comes from the model catalog: the window, the output cap,
-        # and the tokenizer (an entry with no public tokenizer is estimated, and says so).
+        # and the tokenizer. "*" on "auto" resolves by each request's name; the rest now.
         spec = shared.catalog.spec(model.name)
-        wanted = rule.tokenizer
-        if wanted == "auto" and spec.tokenizer:
-            wanted = "estimate" if spec.tokenizer == "none" else spec.tokenizer
-        tokenizer = None
-        # "*" serves many names: "auto" resolves by each request's; anything else is loaded now.
-        if model.name != WILDCARD or wanted != "auto":
-            name = model.upstream_model or model.endpoints[0].upstream_model or model.name
-            try:
-                tokenizer = shared.tokenizers.resolve(wanted, model=name)
-            except (ImportError, OSError, ValueError) as exc:
-                raise ConfigError(f"trim.models.{model.name}: {exc}") from exc
+        try:
+            tokenizer = alias_tokenizer(model, wanted=rule.tokenizer, catalog=shared.catalog,
+                                        tokenizers=shared.tokenizers)  # fmt: skip
+        except (ImportError, OSError, ValueError) as exc:
+            raise ConfigError(f"trim.models.{model.name}: {exc}") from exc
         return partial(
             cls, rule=rule, settings=settings, window=rule.context_window or spec.context_window,
             max_output=rule.max_output or spec.max_output, tokenizer=tokenizer,
@@ -93,7 +87,7 @@ class Trim:
         self,
         inner: Service,
         *,
-        rule: TrimRule,
+        rule: TrimRuleSettings,
         settings: TrimSettings,
         window: int | None,
         max_output: int | None,

@@ -19,7 +19,7 @@ from levergate.core.reply import Completed, Reply
 from levergate.core.service import Service
 from levergate.errors import LevergateError
 from levergate.policies.pricing import spent
-from levergate.protocol.openai import content_text
+from levergate.protocol.openai.body import content_text
 
 INSTRUCTIONS = (
     "Summarise the conversation below in a few sentences: the facts, decisions and open "

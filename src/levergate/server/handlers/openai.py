@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from levergate.batch.async_requests import asks_async
 from levergate.core.call import Call, Kind
 from levergate.core.reply import Completed, Event, Reply, Stream
-from levergate.errors import LevergateError, ModelNotFound
+from levergate.errors import BadRequest, LevergateError, ModelNotFound
 from levergate.gateway import REQUEST_ID_HEADER
-from levergate.protocol.openai import has_generated_token
+from levergate.protocol.openai.body import has_generated_token
 from levergate.protocol.sse import DONE_FRAME, encode
 from levergate.server.exchange import Request, Response
-from levergate.server.handlers import async_requests
 
 if TYPE_CHECKING:
     from levergate.server.edge import Edge
@@ -46,7 +44,7 @@ SSE_HEADERS = (
 async def _models_for(edge: Edge, request: Request) -> list[dict[str, Any]]:
     """The models the caller may name: every one, or with auth on those its key allows (the
     route's `client_key` guard put the key on the request)."""
-    models = await edge.gateway.models()
+    models = await edge.gateway.list_models()
     key = request.key
     return models if key is None else [m for m in models if key.allows(str(m.get("id")))]
 
@@ -68,9 +66,6 @@ async def retrieve_model(edge: Edge, request: Request) -> Response:
 
 async def _call(kind: Kind, edge: Edge, request: Request) -> Response:
     """A request that runs through the pipeline as a `Call` of `kind`."""
-    if asks_async(request.headers):  # x-levergate-async / -defer / -deadline / -webhook
-        return await async_requests.submit(edge, request, endpoint=ENDPOINT_OF[kind],
-                                           dedicated=False)  # fmt: skip
     call = edge.gateway.make_call(
         kind,
         request.json(),
@@ -79,8 +74,15 @@ async def _call(kind: Kind, edge: Edge, request: Request) -> Response:
         raw=request.body,
         request_id=request.request_id,
     )
+    if (ask := call.ctx.controls.run_async) is not None:  # async / defer / deadline / webhook
+        for divert in edge.diverts:  # a feature's: async requests (batch/http.py)
+            answered = await divert(edge, request, ENDPOINT_OF[kind], ask)
+            if answered is not None:
+                return answered
+        raise BadRequest("Async requests are off on this gateway (async_requests.enabled).",
+                         code="async_disabled")  # fmt: skip
     reply = await edge.gateway.serve(call)
-    return await respond(call, reply, frames=_frames)
+    return await respond(call, reply, frames=_frames, chunk_bytes=edge.chunk_bytes)
 
 
 # Partials rather than wrappers: the hot path pays for no extra coroutine.
@@ -92,12 +94,17 @@ embeddings = partial(_call, "embedding")
 Frames = Callable[[Stream, list[Event]], AsyncGenerator[bytes, None]]
 
 
-async def respond(call: Call, reply: Reply, *, frames: Frames) -> Response:
-    """A whole answer as JSON, or a stream answered at its first generated token and framed by
-    `frames` (the protocol's SSE shape: chat's `data:` + `[DONE]`, the Responses API's
-    `event:` + `data:`)."""
+async def respond(call: Call, reply: Reply, *, frames: Frames, chunk_bytes: int) -> Response:
+    """A whole answer as JSON (above `chunk_bytes`, in chunks of it, each sent when the client
+    has taken the last: a slow reader holds the event loop for no copy of the whole), or a
+    stream answered at its first generated token and framed by `frames` (the protocol's SSE
+    shape: chat's `data:` + `[DONE]`, the Responses API's `event:` + `data:`)."""
     meta = [*reply.headers.items(), (REQUEST_ID_HEADER, call.ctx.request_id)]
     if isinstance(reply, Completed):
+        size = reply.size
+        if size > chunk_bytes:
+            return Response(reply.status, [("content-type", JSON), *meta],
+                            stream=_chunks(reply.parts, chunk_bytes), length=size)  # fmt: skip
         return Response(reply.status, [("content-type", JSON), *meta], reply.raw)
     try:
         opening = await _opening(reply)
@@ -105,6 +112,22 @@ async def respond(call: Call, reply: Reply, *, frames: Frames) -> Response:
         await reply.aclose()
         raise
     return Response(200, [*SSE_HEADERS, *meta], stream=frames(reply, opening))
+
+
+async def _chunks(parts: list[bytes], size: int) -> AsyncGenerator[bytes, None]:
+    """`parts` as chunks of about `size` bytes: small parts joined, large ones cut."""
+    group: list[bytes] = []
+    held = 0
+    for part in parts:
+        for at in range(0, len(part), size):
+            piece = part[at : at + size] if len(part) > size else part
+            group.append(piece)
+            held += len(piece)
+            if held >= size:
+                yield b"".join(group)
+                group, held = [], 0
+    if group:
+        yield b"".join(group)
 
 
 async def _opening(stream: Stream) -> list[Event]:

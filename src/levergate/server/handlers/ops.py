@@ -1,11 +1,21 @@
-"""Operations endpoints: liveness, readiness (503 until the gateway has started) and the
-Prometheus scrape (guarded: `server.guards.metrics_token`)."""
+"""Operations endpoints: liveness, readiness and the Prometheus scrape (guarded:
+`server.guards.metrics_token`; written off the event loop, `Telemetry.exposition`).
+
+`/healthz` is liveness: 200 while the process answers HTTP at all (restart it when it does not).
+Under `levergate serve --workers N` it names the worker process that answered
+(`x-levergate-worker: <pid>`), so an operator can see connections spread over the workers.
+`/readyz` is readiness (layers/traffic/readiness.py): 200 `{"status": "ok"}` when the gateway
+can serve, 200 `degraded` with the aliases that cannot, 503 `starting`, `draining` (from the
+shutdown signal on, `server.drain_seconds`) or `unavailable` with the aliases that cannot serve.
+A load balancer sends traffic only to a 200."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from levergate.server.exchange import Request, Response
 
@@ -13,18 +23,26 @@ if TYPE_CHECKING:
     from levergate.server.edge import Edge
 
 JSON = "application/json"
+WORKER_HEADER = "x-levergate-worker"
 
 
-async def healthz(_edge: Edge, _request: Request) -> Response:
-    return Response(200, [("content-type", JSON)], b'{"status":"ok"}')
+async def healthz(edge: Edge, _request: Request) -> Response:
+    headers = [("content-type", JSON)]
+    if edge.gateway.settings.server.workers > 1:
+        headers.append((WORKER_HEADER, str(os.getpid())))
+    return Response(200, headers, b'{"status":"ok"}')
 
 
 async def readyz(edge: Edge, _request: Request) -> Response:
-    if not edge.gateway.ready:
-        return Response(503, [("content-type", JSON)], b'{"status":"starting"}')
-    return Response(200, [("content-type", JSON)], b'{"status":"ok"}')
+    readiness = edge.gateway.readiness()
+    body: dict[str, object] = {"status": readiness.status}
+    if readiness.unavailable:
+        body["unavailable"] = list(readiness.unavailable)
+    status = 200 if readiness.ready else 503
+    return Response(status, [("content-type", JSON), ("cache-control", "no-store")],
+                    orjson.dumps(body))  # fmt: skip
 
 
 async def metrics(edge: Edge, _request: Request) -> Response:
-    body = generate_latest(edge.gateway.pipeline.telemetry.registry)
+    body = await edge.gateway.metrics()
     return Response(200, [("content-type", CONTENT_TYPE_LATEST)], body)

@@ -23,7 +23,7 @@ import orjson
 from levergate.errors import BadRequest
 from levergate.layers.prompt_cache import Finding
 from levergate.server.exchange import Request, Response
-from levergate.server.handlers.files import limit_of, query
+from levergate.server.params import limit_of, query
 
 if TYPE_CHECKING:
     from levergate.server.edge import Edge
@@ -40,10 +40,10 @@ async def findings(edge: Edge, request: Request) -> Response:
     if model is not None and not 1 <= len(model) <= MAX_MODEL:
         raise BadRequest(f"'model' must be 1 to {MAX_MODEL} characters.", param="model")
     pipeline = edge.gateway.pipeline
-    newest = pipeline.prompt_cache.findings.newest()
+    newest = pipeline.shared.prompt_cache.findings.newest()
     if model is not None:
         newest = [f for f in newest if f.model == model]
-    now = pipeline.clock.now()
+    now = edge.gateway.clock.now()
     data = [wire(f, now=now) for f in newest[:limit]]
     body = {"object": "list", "data": data, "has_more": len(newest) > limit}
     headers = [("content-type", "application/json"), ("cache-control", "no-store")]

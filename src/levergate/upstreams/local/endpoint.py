@@ -14,7 +14,6 @@ engine stops decoding it and frees its slot at its next step.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import time
 import weakref
@@ -22,17 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from levergate.config import LocalUpstream
+from levergate.config import LocalUpstreamSettings
 from levergate.core.call import Call, Trace
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import BadRequest, ConfigError
+from levergate.protocol.anthropic.extensions import for_openai
 from levergate.upstreams.embeddings_local import LocalEmbedder
 from levergate.upstreams.local import params
 from levergate.upstreams.local.engine import Engine
+from levergate.upstreams.local.knobs import runtime_options, usable_cores
+from levergate.upstreams.local.logprobs import Track
 from levergate.upstreams.local.model import model_file
 from levergate.upstreams.local.prefix_cache import DirectorySpill, PrefixCache
 from levergate.upstreams.local.replies import Shape, TextAssembler, usage_of
-from levergate.upstreams.local.runtime import Runtime, RuntimeOptions, import_llama
+from levergate.upstreams.local.runtime import Runtime, import_llama
 from levergate.upstreams.local.sequence import Failed, Finished, Item, Request, Ticket, Tokens
 from levergate.upstreams.local.template import message_texts, render
 
@@ -79,20 +81,13 @@ class Run:
 
 
 class LocalEndpoint:
-    def __init__(self, settings: LocalUpstream) -> None:
+    def __init__(self, settings: LocalUpstreamSettings) -> None:
         self.name = settings.name
         self._settings = settings
+        options = runtime_options(settings, cores=usable_cores())
         path = model_file(settings)
-        self.threads = settings.threads or os.cpu_count() or 1
-        runtime = Runtime(
-            path,
-            RuntimeOptions(
-                n_ctx=settings.n_ctx,
-                threads=self.threads,
-                slots=settings.slots,
-                batch_tokens=settings.batch_tokens,
-            ),
-        )
+        self.threads = options.threads
+        runtime = Runtime(path, options)
         self.runtime = runtime
         self._llama = import_llama()
         self._template = runtime.chat_template()
@@ -111,6 +106,10 @@ class LocalEndpoint:
             return await self._embeddings(call)
         if call.kind == "response":  # never sent here: a local upstream translates them
             raise BadRequest("The embedded engine does not serve the Responses API natively.")
+        if call.ctx.extensions:
+            # Another protocol's features (an Anthropic request), judged as for any upstream
+            # that speaks the OpenAI API: hints dropped, a 400 naming what it cannot express.
+            call = for_openai(call, upstream=self.name)
         prepared = await asyncio.to_thread(self._prepare, call)
         shape = Shape.new(call.kind, call.model or self.model_id)
         run = Run(self.engine, prepared.request, trace)
@@ -177,6 +176,7 @@ class LocalEndpoint:
             ),
             sampling=params.sampling(body, settings=self._settings),
             draft=params.draft_options(call, settings=self._settings),
+            logprobs=params.logprobs(body, kind=call.kind),
         )
         return Prepared(request, params.stop_strings(body))
 
@@ -184,26 +184,32 @@ class LocalEndpoint:
         self, run: Run, shape: Shape, prepared: Prepared, item: Tokens | Finished
     ) -> Completed:
         assembler = TextAssembler(prepared.stops)
+        track = self._track(shape, prepared)
         parts: list[str] = []
         count, cached = 0, 0
         while isinstance(item, Tokens):
             count += len(item.ids)
             cached = item.cached
+            if track is not None and item.scores is not None:
+                track.add(item.ids, item.scores)
             parts.append(assembler.feed(item.text))
             if assembler.stopped:
                 run.close()
                 break
             item = await run.next()
         parts.append(assembler.flush())
+        text = "".join(parts)
         reason = item.reason if isinstance(item, Finished) else "stop"
         usage = usage_of(prompt=len(prepared.request.prompt), completion=count, cached=cached)
-        return Completed(data=shape.completed("".join(parts), reason, usage))
+        logprobs = None if track is None else track.shape(track.rest(len(text.encode())))
+        return Completed(data=shape.completed(text, reason, usage, logprobs))
 
     async def _events(
         self, run: Run, shape: Shape, prepared: Prepared, item: Tokens | Finished
     ) -> EventSource:
         assembler = TextAssembler(prepared.stops)
-        count, cached = 0, 0
+        track = self._track(shape, prepared)
+        count, cached, sent = 0, 0, 0
         try:
             if shape.kind == "chat":
                 yield Event.of(shape.chunk(None))
@@ -211,13 +217,26 @@ class LocalEndpoint:
                 count += len(item.ids)
                 cached = item.cached
                 text = assembler.feed(item.text)
-                if text:
-                    yield Event.of(shape.chunk(text))
+                if track is None:
+                    if text:
+                        yield Event.of(shape.chunk(text))
+                else:
+                    if item.scores is not None:
+                        track.add(item.ids, item.scores)
+                    sent += len(text.encode())
+                    if text:
+                        yield Event.of(shape.chunk(text, None, track.shape(track.ready(sent))))
                 if assembler.stopped:
                     run.close()
                     break
                 item = await run.next()
-            if tail := assembler.flush():
+            tail = assembler.flush()
+            if track is not None:
+                sent += len(tail.encode())
+                if rest := track.rest(sent):
+                    yield Event.of(shape.chunk(tail, None, track.shape(rest)))
+                    tail = ""
+            if tail:
                 yield Event.of(shape.chunk(tail))
             reason = item.reason if isinstance(item, Finished) else "stop"
             yield Event.of(shape.chunk(None, reason))
@@ -225,6 +244,12 @@ class LocalEndpoint:
             yield Event.of(shape.usage_chunk(usage))
         finally:
             run.close()
+
+    def _track(self, shape: Shape, prepared: Prepared) -> Track | None:
+        """Where an answer's logprobs are gathered, None when the request asked for none."""
+        if prepared.request.logprobs is None:
+            return None
+        return Track(kind=shape.kind, piece=self.runtime.piece)
 
 
 def model_id(path: str) -> str:
@@ -234,7 +259,7 @@ def model_id(path: str) -> str:
     return re.sub(r"[.-](q\d\w*|f16|f32|bf16)$", "", stem, flags=re.IGNORECASE).lower()
 
 
-def _embedder(settings: LocalUpstream) -> tuple[LocalEmbedder | None, str]:
+def _embedder(settings: LocalUpstreamSettings) -> tuple[LocalEmbedder | None, str]:
     """The MiniLM embedder when enabled and installed; otherwise None and the reason, which
     an embeddings request then gets as its error (the chat model still serves)."""
     if not settings.embeddings.enabled:
@@ -245,7 +270,7 @@ def _embedder(settings: LocalUpstream) -> tuple[LocalEmbedder | None, str]:
         return None, exc.message
 
 
-def _prefix_cache(settings: LocalUpstream) -> PrefixCache:
+def _prefix_cache(settings: LocalUpstreamSettings) -> PrefixCache:
     cache = settings.prefix_cache
     spill = DirectorySpill(Path(cache.spill_dir).expanduser()) if cache.spill_dir else None
     return PrefixCache(

@@ -3,7 +3,8 @@
 llama.cpp calls hold the CPU for milliseconds to seconds, so none of them may run on the event
 loop. The engine thread sleeps on its inbox while there is nothing to do, and otherwise loops:
 take new requests and cancellations, admit what fits, run one step for every running sequence,
-sample, and hand each sequence's new tokens to its sink. Nothing else touches the context.
+sample (and score each token's logprob, for the requests that asked: logprobs.py), and hand each
+sequence's new tokens to its sink. Nothing else touches the context.
 
 A failure inside a step (llama.cpp refusing a batch, a bug) fails the sequences of that step
 with an `UpstreamUnavailable` and clears their cells; the thread goes on serving the next
@@ -15,11 +16,13 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from levergate.errors import LevergateError, UpstreamUnavailable
+from levergate.upstreams.local.logprobs import Scored, score
 from levergate.upstreams.local.prefix_cache import PrefixCache
 from levergate.upstreams.local.runtime import Entry, Runtime
 from levergate.upstreams.local.scheduler import Scheduler, Work
@@ -29,6 +32,7 @@ from levergate.upstreams.local.speculative import next_limit, verify
 log = logging.getLogger("levergate.local")
 
 _STOP = object()
+Chooser = Callable[[int], int]
 
 
 @dataclass(slots=True)
@@ -136,30 +140,55 @@ class Engine:
             seq.computed += len(work.fed)
             return
         base = first + len(work.fed) - work.outputs
+        scores: list[Scored] | None = None if seq.request.logprobs is None else []
+        choose = self._chooser(seq, base, scores)
         if seq.pending is None:  # the prompt's last chunk: its last logits give token one
             seq.computed += len(work.fed)
+            finished = self._emit(seq, [choose(0)], scores)
+            # Saved once token one is on its way (a 1.7k-token state is ~40 MB to copy), and
+            # before a sequence that ended at once gives its cells back.
             self._remember_prompt(seq)
-            tokens = [seq.sampler.choose(self.runtime.logits(base))]
-        else:
-            tokens = verify(work.draft, lambda j: seq.sampler.choose(self.runtime.logits(base + j)))
-            seq.computed = work.start + len(tokens)
-            seq.drafted += len(work.draft)
-            seq.accepted += len(tokens) - 1
-            if seq.request.draft is not None:
-                seq.draft_limit = next_limit(
-                    seq.draft_limit,
-                    proposed=len(work.draft),
-                    accepted=len(tokens) - 1,
-                    ceiling=seq.request.draft.tokens,
-                )
-            self.stats.drafted_tokens += len(work.draft)
-            self.stats.accepted_tokens += len(tokens) - 1
-            if len(tokens) - 1 < len(work.draft):
-                self.runtime.forget(seq.slot, seq.computed)
-        self._emit(seq, tokens)
+            if finished:
+                self.scheduler.release(seq)
+            return
+        tokens = verify(work.draft, choose)
+        seq.computed = work.start + len(tokens)
+        seq.drafted += len(work.draft)
+        seq.accepted += len(tokens) - 1
+        if seq.request.draft is not None:
+            seq.draft_limit = next_limit(
+                seq.draft_limit,
+                proposed=len(work.draft),
+                accepted=len(tokens) - 1,
+                ceiling=seq.request.draft.tokens,
+            )
+        self.stats.drafted_tokens += len(work.draft)
+        self.stats.accepted_tokens += len(tokens) - 1
+        if len(tokens) - 1 < len(work.draft):
+            self.runtime.forget(seq.slot, seq.computed)
+        if self._emit(seq, tokens, scores):
+            self.scheduler.release(seq)
 
-    def _emit(self, seq: Sequence, tokens: list[int]) -> None:
-        """Hand the new tokens to the request, and finish it on an end token or max_tokens."""
+    def _chooser(self, seq: Sequence, base: int, scores: list[Scored] | None) -> Chooser:
+        """`choose(j)`: the token sampled from the step's logits row `base + j`. When the
+        request asked for logprobs, each choice is also scored from the same row (a view that
+        the next decode overwrites, so it is read now); otherwise nothing more is done."""
+        logits, sampler = self.runtime.logits, seq.sampler
+        if scores is None:
+            return lambda j: sampler.choose(logits(base + j))
+        top = seq.request.logprobs or 0
+
+        def choose(j: int) -> int:
+            row = logits(base + j)
+            token = sampler.choose(row)
+            scores.append(score(row, token, top=top))
+            return token
+
+        return choose
+
+    def _emit(self, seq: Sequence, tokens: list[int], scores: list[Scored] | None) -> bool:
+        """Hand the new tokens to the request, and finish it on an end token or max_tokens
+        (True: it finished, and its slot is the caller's to release)."""
         ids: list[int] = []
         text = b""
         reason: str | None = None
@@ -177,7 +206,8 @@ class Engine:
         self.stats.generated_tokens += len(ids)
         seq.pending = ids[-1] if ids else seq.pending
         if ids:
-            seq.ticket.sink(Tokens(tuple(ids), text, seq.cached))
+            scored = None if scores is None else tuple(scores[: len(ids)])
+            seq.ticket.sink(Tokens(tuple(ids), text, seq.cached, scored))
         if reason is not None:
             seq.ticket.sink(
                 Finished(
@@ -189,13 +219,20 @@ class Engine:
                     accepted=seq.accepted,
                 )
             )
-            self.scheduler.release(seq)
+        return reason is not None
 
     def _remember_prompt(self, seq: Sequence) -> None:
-        """Save the prompt's KV state for later requests sharing its prefix."""
+        """Save the prompt's KV state for later requests sharing its prefix, unless it adds
+        fewer than `min_tokens` to the prefix it reused: that prefix is already saved (or
+        resident in a running sequence), and re-saving the whole prompt to keep a short
+        question copied ~23 KB per token of KV for every warm request."""
         prompt = seq.tokens[: seq.prompt_length]
         cache = self.cache
-        if cache.ram_bytes == 0 or len(prompt) < cache.min_tokens or cache.covers(prompt):
+        if (
+            cache.ram_bytes == 0
+            or len(prompt) - seq.cached < cache.min_tokens
+            or cache.covers(prompt)
+        ):
             return
         cache.put(np.array(prompt, dtype=np.int32), self.runtime.save(seq.slot))
         self.stats.cache_saves += 1

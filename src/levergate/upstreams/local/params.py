@@ -2,7 +2,8 @@
 
 The gateway's edge has already checked the types of the common fields; here the values are
 checked against this engine: the context window (a 400 with `context_length_exceeded`, the
-code OpenAI uses, so clients that trim on it keep working), one choice only, text only.
+code OpenAI uses, so clients that trim on it keep working), one choice only, text only, and
+logprobs within OpenAI's bounds.
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from levergate.config import LocalUpstream
-from levergate.core.call import Call
+from levergate.config import LocalUpstreamSettings
+from levergate.core.call import Call, Kind
 from levergate.errors import BadRequest
 from levergate.upstreams.local.sampling import SamplingParams
 from levergate.upstreams.local.sequence import Draft
 
-SPECULATIVE_HEADER = "x-levergate-speculative"
 MAX_STOPS = 4
+# OpenAI's bounds: alternatives per token on chat, and on legacy completions.
+MAX_TOP_LOGPROBS = 20
+MAX_COMPLETION_LOGPROBS = 5
 
 
 def refuse_unsupported(body: Mapping[str, Any]) -> None:
@@ -30,10 +33,9 @@ def refuse_unsupported(body: Mapping[str, Any]) -> None:
                 param=name,
                 code="unsupported_parameter",
             )
-    if body.get("logprobs") or body.get("echo"):
-        name = "logprobs" if body.get("logprobs") else "echo"
+    if body.get("echo"):
         raise BadRequest(
-            f"the local engine does not support '{name}'", param=name, code="unsupported_parameter"
+            "the local engine does not support 'echo'", param="echo", code="unsupported_parameter"
         )
     response_format = body.get("response_format")
     if isinstance(response_format, Mapping) and response_format.get("type") not in (None, "text"):
@@ -42,6 +44,32 @@ def refuse_unsupported(body: Mapping[str, Any]) -> None:
             param="response_format",
             code="unsupported_parameter",
         )
+
+
+def logprobs(body: Mapping[str, Any], *, kind: Kind) -> int | None:
+    """How many alternatives to score per token, None when no logprobs are asked. OpenAI's
+    rules: on chat `logprobs` is a boolean and `top_logprobs` 0-20 needs it true; on legacy
+    completions `logprobs` is the number of alternatives, 0-5."""
+    asked = body.get("logprobs")
+    if kind != "chat":
+        if asked is None or asked is False:
+            return None
+        return _count(asked, name="logprobs", high=MAX_COMPLETION_LOGPROBS)
+    top = body.get("top_logprobs")
+    if asked is not None and not isinstance(asked, bool):
+        raise BadRequest("'logprobs' must be a boolean", param="logprobs", code="invalid_type")
+    if top is None:
+        return 0 if asked else None
+    count = _count(top, name="top_logprobs", high=MAX_TOP_LOGPROBS)
+    if not asked:
+        raise BadRequest("'logprobs' must be true when 'top_logprobs' is set", param="top_logprobs")
+    return count
+
+
+def _count(value: Any, *, name: str, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise BadRequest(f"'{name}' must be an integer from 0 to {high}", param=name)
+    return value
 
 
 def completion_prompt(body: Mapping[str, Any]) -> str | list[int]:
@@ -88,13 +116,17 @@ def max_tokens(
     return asked
 
 
-def sampling(body: Mapping[str, Any], *, settings: LocalUpstream) -> SamplingParams:
+def sampling(body: Mapping[str, Any], *, settings: LocalUpstreamSettings) -> SamplingParams:
     temperature = body.get("temperature")
     top_p = body.get("top_p")
     seed = body.get("seed")
+    top_k = body.get("top_k")
+    if top_k is not None and (type(top_k) is not int or top_k < 0):
+        raise BadRequest("top_k must be an integer of at least 0", param="top_k")
     return SamplingParams(
         temperature=settings.temperature if temperature is None else float(temperature),
         top_p=settings.top_p if top_p is None else float(top_p),
+        top_k=top_k or 0,
         seed=seed if isinstance(seed, int) else None,
         logit_bias=_logit_bias(body.get("logit_bias")),
     )
@@ -119,16 +151,13 @@ def stop_strings(body: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(s for s in stops if s)
 
 
-def draft_options(call: Call, *, settings: LocalUpstream) -> Draft | None:
-    """Prompt-lookup decoding for this call: the request header wins, then the route (the
-    model name this upstream received), then the upstream's default."""
+def draft_options(call: Call, *, settings: LocalUpstreamSettings) -> Draft | None:
+    """Prompt-lookup decoding for this call: the call's own control (`x-levergate-speculative`,
+    or `speculative=` in the library) wins, then the route (the model name this upstream
+    received), then the upstream's default."""
     options = settings.speculative
-    header = call.ctx.headers.get(SPECULATIVE_HEADER, "").strip().lower()
-    if header in {"on", "true", "1", "yes"}:
-        wanted = True
-    elif header in {"off", "false", "0", "no"}:
-        wanted = False
-    else:
+    wanted = call.ctx.controls.speculative
+    if wanted is None:
         wanted = options.enabled or call.model in options.models
     if not wanted:
         return None

@@ -80,19 +80,35 @@ class Shape:
             kind = "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
-    def completed(self, text: str, finish_reason: str, usage: dict[str, Any]) -> dict[str, Any]:
+    def completed(
+        self,
+        text: str,
+        finish_reason: str,
+        usage: dict[str, Any],
+        logprobs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         if self.kind == "chat":
             choice: dict[str, Any] = {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": finish_reason,
             }
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": logprobs,
+                "finish_reason": finish_reason,
+            }
         return {**self._envelope(chunk=False), "choices": [choice], "usage": usage}
 
-    def chunk(self, text: str | None, finish_reason: str | None = None) -> dict[str, Any]:
+    def chunk(
+        self,
+        text: str | None,
+        finish_reason: str | None = None,
+        logprobs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """A stream chunk: `text` None with no finish reason is the chat role preamble."""
         if self.kind == "chat":
             delta: dict[str, Any] = {}
@@ -103,14 +119,14 @@ class Shape:
             choice: dict[str, Any] = {
                 "index": 0,
                 "delta": delta,
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": finish_reason,
             }
         else:
             choice = {
                 "index": 0,
                 "text": text or "",
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": finish_reason,
             }
         return {**self._envelope(chunk=True), "choices": [choice]}

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from levergate.errors import ConfigError, UpstreamUnavailable
+from levergate.upstreams.local.knobs import RuntimeOptions, check_context
 
 # (token, position, sequence id, wants logits)
 Entry = tuple[int, int, int, bool]
@@ -44,19 +44,13 @@ def import_llama() -> Any:
     return llama_cpp
 
 
-@dataclass(frozen=True, slots=True)
-class RuntimeOptions:
-    n_ctx: int
-    threads: int
-    slots: int
-    batch_tokens: int
-
-
 class Runtime:
     def __init__(self, path: Path, options: RuntimeOptions) -> None:
         self._ll = ll = import_llama()
         ll.llama_backend_init()
-        model = ll.llama_model_load_from_file(str(path).encode(), ll.llama_model_default_params())
+        model_params = ll.llama_model_default_params()
+        model_params.n_gpu_layers = options.n_gpu_layers
+        model = ll.llama_model_load_from_file(str(path).encode(), model_params)
         if not model:
             raise ConfigError(
                 f"llama.cpp could not load {path}: a corrupt or truncated GGUF file, or a model "
@@ -66,17 +60,18 @@ class Runtime:
         self.vocab = ll.llama_model_get_vocab(model)
         self.n_vocab: int = ll.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train: int = ll.llama_model_n_ctx_train(model)
-        params = ll.llama_context_default_params()
-        params.n_ctx = options.n_ctx
-        params.n_batch = params.n_ubatch = options.batch_tokens
-        params.n_seq_max = options.slots
-        params.n_threads = params.n_threads_batch = options.threads
-        params.kv_unified = True
-        params.no_perf = True
-        ctx = ll.llama_init_from_model(model, params)
+        try:
+            check_context(options, n_ctx_train=self.n_ctx_train)
+        except ConfigError:
+            ll.llama_model_free(model)
+            raise
+        ctx = ll.llama_init_from_model(model, self._context_params(options))
         if not ctx:
             ll.llama_model_free(model)
-            raise ConfigError(f"llama.cpp could not create a context for {path} (n_ctx too big?)")
+            raise ConfigError(
+                f"{options.where}: llama.cpp could not create a context for {path} with "
+                f"n_ctx {options.n_ctx} (out of memory, or a KV cache type it cannot use here?)"
+            )
         self._ctx = ctx
         self._memory = ll.llama_get_memory(ctx)
         self.n_ctx: int = ll.llama_n_ctx(ctx)
@@ -84,6 +79,19 @@ class Runtime:
         self.batch_tokens = options.batch_tokens
         self._batch = ll.llama_batch_init(options.batch_tokens, 0, 1)
         self.description = self._description()
+
+    def _context_params(self, options: RuntimeOptions) -> Any:
+        params = self._ll.llama_context_default_params()
+        params.n_ctx = options.n_ctx
+        params.n_batch = options.batch_tokens
+        params.n_ubatch = options.ubatch_tokens
+        params.n_seq_max = options.slots
+        params.n_threads = options.threads
+        params.n_threads_batch = options.threads_batch
+        params.type_k = params.type_v = options.kv_type
+        params.kv_unified = True
+        params.no_perf = True
+        return params
 
     def close(self) -> None:
         ll = self._ll

@@ -1,4 +1,4 @@
-"""Choosing the next token from a row of logits: greedy, or temperature + nucleus (top-p).
+"""Choosing the next token from a row of logits: greedy, or temperature + top-k + nucleus (top-p).
 
 numpy over the float32 row that llama.cpp exposes, with no copy: each sequence has its own
 generator, seeded by the request's `seed` when it has one, so a seeded sampled request gives the
@@ -24,6 +24,7 @@ NUCLEUS_CANDIDATES = 256
 class SamplingParams:
     temperature: float = 0.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: every token is a candidate
     seed: int | None = None
     logit_bias: Mapping[int, float] = field(default_factory=dict)
 
@@ -53,6 +54,14 @@ class Sampler:
         scaled -= scaled.max()
         probs = np.exp(scaled)
         probs /= probs.sum()
+        top_k = self.params.top_k
+        if 0 < top_k < len(probs):
+            kept = np.zeros_like(probs)
+            # Ranked by the logits themselves: two logits that differ can round to one
+            # probability, and top-k is defined on the logits.
+            best = np.argpartition(-logits, top_k - 1)[:top_k]
+            kept[best] = probs[best]
+            probs = kept / kept.sum()
         ids = nucleus(probs, self.params.top_p)
         chosen = probs[ids] / probs[ids].sum()
         return int(ids[self._rng.choice(len(ids), p=chosen)])

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from levergate.errors import LevergateError
+from levergate.upstreams.local.logprobs import Scored
 from levergate.upstreams.local.sampling import Sampler, SamplingParams
 
 
@@ -38,6 +39,8 @@ class Request:
     max_tokens: int
     sampling: SamplingParams
     draft: Draft | None = None
+    # None: no logprobs asked (the plain path); N: score each token with N alternatives.
+    logprobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,7 @@ class Tokens:
     ids: tuple[int, ...]
     text: bytes
     cached: int  # prompt tokens whose KV was reused rather than computed
+    scores: tuple[Scored, ...] | None = None  # one per id, when the request asked for logprobs
 
 
 @dataclass(frozen=True, slots=True)

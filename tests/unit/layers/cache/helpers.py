@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from levergate.config import Cache
+from levergate.config import CacheSettings
 from levergate.core.call import Call, Context
+from levergate.core.controls import DEFAULT_CACHE, CachePolicy, Controls, Principal
 from levergate.core.reply import Reply, Stream
 from levergate.core.service import Service
-from levergate.layers.cache.entries import Entries
+from levergate.layers.cache.entries import CacheView, Entries
 from levergate.layers.cache.exact import ExactCache
 from levergate.layers.cache.stats import CacheStats
 from levergate.stores.kv import KV
 from levergate.stores.kv_memory import MemoryKV
-from levergate.testing import ManualClock
+from levergate.testing import FakeUpstream, ManualClock
 
 USER = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -22,34 +23,39 @@ USER = [{"role": "user", "content": "What is the capital of France?"}]
 def chat(
     *,
     stream: bool = False,
-    headers: dict[str, str] | None = None,
+    cache: CachePolicy = DEFAULT_CACHE,
     tenant: str = "default",
     feature: str = "",
     **body: Any,
 ) -> Call:
     merged = {"model": "m", "messages": USER, "temperature": 0, "stream": stream, **body}
-    ctx = Context("r", tenant=tenant, feature=feature, headers=headers or {})
+    controls = Controls(feature=feature, cache=cache)
+    ctx = Context("r", principal=Principal(tenant=tenant), controls=controls)
     return Call(kind="chat", body=merged, ctx=ctx)
+
+
+class Routed(FakeUpstream):
+    """Answers as Dispatch leaves the trace: a route sent the request to the alias "mini",
+    sent upstream under the model name "mini-2024"."""
+
+    async def __call__(self, call: Call) -> Reply:
+        call.ctx.trace.alias, call.ctx.trace.upstream_model = "mini", "mini-2024"
+        return await super().__call__(call)
 
 
 def exact_cache(
     inner: Service,
     *,
     store: KV | None = None,
-    settings: Cache | None = None,
+    settings: CacheSettings | None = None,
     stats: CacheStats | None = None,
     clock: ManualClock | None = None,
 ) -> tuple[ExactCache, CacheStats]:
     stats = stats or CacheStats()
     kv = store if store is not None else MemoryKV(max_bytes=10_000_000, clock=ManualClock())
-    layer = ExactCache(
-        inner,
-        settings=settings or Cache(),
-        entries=Entries(kv, cache="exact", stats=stats),
-        stats=stats,
-        resolve=lambda alias, _feature: alias,
-        clock=clock,
-    )
+    entries = Entries(kv, cache="exact", stats=stats)
+    view = CacheView(settings or CacheSettings(), entries, stats, resolve=lambda alias, _f: alias)
+    layer = ExactCache(inner, view=view, clock=clock)
     return layer, stats
 
 

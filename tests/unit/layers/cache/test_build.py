@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from levergate.config import Model, Settings, Target
+from levergate.config import ModelSettings, Settings, TargetSettings
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed, Reply
 from levergate.errors import ConfigError, LevergateError
@@ -15,10 +15,10 @@ from tests.unit.layers.cache.test_semantic import BagOfWords
 
 def test_resolved_models_name_every_endpoint_and_the_alias() -> None:
     models = {
-        "fast": Model(name="fast", upstream="a", upstream_model="tiny-1"),
-        "pair": Model(name="pair", endpoints=[Target(upstream="a"),
-                                              Target(upstream="b", upstream_model="x")]),
-        "*": Model(name="*", upstream="a"),
+        "fast": ModelSettings(name="fast", upstream="a", upstream_model="tiny-1"),
+        "pair": ModelSettings(name="pair", endpoints=[TargetSettings(upstream="a"),
+                                              TargetSettings(upstream="b", upstream_model="x")]),
+        "*": ModelSettings(name="*", upstream="a"),
     }  # fmt: skip
     assert resolve_model(models, "fast") == "fast->a/tiny-1"
     assert resolve_model(models, "pair") == "pair->a/pair,b/x"
@@ -39,8 +39,11 @@ def test_a_routed_alias_stands_for_its_feature_tag_too() -> None:
 def test_the_pipeline_stacks_the_caches_only_when_enabled() -> None:
     base = {"upstreams": [{"name": "u", "base_url": "http://127.0.0.1:9/v1"}],
             "models": [{"name": "*", "upstream": "u"}]}  # fmt: skip
-    assert build_pipeline(Settings.load(path=None, **base)).cache is not None
-    assert build_pipeline(Settings.load(path=None, **base, cache={"enabled": False})).cache is None
+    assert build_pipeline(Settings.load(path=None, **base)).shared.cache is not None
+    assert (
+        build_pipeline(Settings.load(path=None, **base, cache={"enabled": False})).shared.cache
+        is None
+    )
 
 
 async def test_service_embedder_reads_vectors_in_index_order() -> None:

@@ -1,17 +1,19 @@
 """The numbers a client sets in cache headers reach a store every tenant shares: garbage is a
-400 before the upstream is paid, and a TTL too large is clamped (issue 10, defect 4)."""
+400 at the edge, before any layer runs (tests/unit/test_control_headers.py), and a TTL too
+large is clamped by the caches themselves, whoever built the call (issue 10, defect 4)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from levergate.config import Cache
-from levergate.errors import BadRequest
+from levergate.config import CacheSettings
+from levergate.core.controls import CachePolicy
 from levergate.layers.cache.entries import CACHE_HEADER
 from levergate.stores.kv_memory import MemoryKV
 from levergate.testing import FakeUpstream, ManualClock
 from tests.unit.layers.cache.helpers import chat, exact_cache
-from tests.unit.layers.cache.test_embeddings import Embeddings, embed, layer
 
 
 class TtlRecorder(MemoryKV):
@@ -26,43 +28,24 @@ class TtlRecorder(MemoryKV):
         await super().set(key, value, ttl=ttl)
 
 
-@pytest.mark.parametrize(
-    "headers",
-    [
-        {"x-levergate-cache-ttl": "inf"},
-        {"x-levergate-cache-ttl": "nan"},
-        {"x-levergate-cache-ttl": "-1"},
-        {"x-levergate-cache-ttl": "soon"},
-        {"cache-control": "max-age=-1"},
-        {"cache-control": "max-age=nan"},
-        {"cache-control": "max-age=inf"},
-        {"cache-control": "no-store, max-age=x"},
-    ],
-)
-async def test_garbage_cache_numbers_are_a_400_before_the_upstream_is_called(
-    headers: dict[str, str],
-) -> None:
-    upstream = FakeUpstream()
-    cache, _ = exact_cache(upstream)
-    with pytest.raises(BadRequest) as caught:
-        await cache(chat(headers=headers))
-    assert caught.value.http_status == 400
-    assert "seconds" in caught.value.message
-    assert upstream.calls == []
-    embeddings = Embeddings()
-    with pytest.raises(BadRequest):
-        await layer(embeddings)(embed("a").with_ctx(headers=headers))
-    assert embeddings.inputs == []
+@pytest.mark.parametrize("value", [math.inf, math.nan, -1.0])
+def test_a_cache_policy_holds_only_finite_non_negative_seconds(value: float) -> None:
+    with pytest.raises(ValueError, match="finite"):
+        CachePolicy(ttl=value)
+    with pytest.raises(ValueError, match="finite"):
+        CachePolicy(max_age=value)
 
 
 async def test_a_huge_ttl_is_clamped_to_the_configured_maximum() -> None:
     store = TtlRecorder()
-    cache, _ = exact_cache(FakeUpstream(), store=store, settings=Cache(max_ttl_seconds=3600))
-    for i, text in enumerate(("1e306", "1e20", "86400")):
-        reply = await cache(chat(headers={"x-levergate-cache-ttl": text}, max_tokens=i + 1))
+    cache, _ = exact_cache(
+        FakeUpstream(), store=store, settings=CacheSettings(max_ttl_seconds=3600)
+    )
+    for i, ttl in enumerate((1e306, 1e20, 86400)):
+        reply = await cache(chat(cache=CachePolicy(ttl=ttl), max_tokens=i + 1))
         assert reply.headers[CACHE_HEADER] == "miss"
     assert store.ttls == [3600, 3600, 3600]
-    await cache(chat(headers={"x-levergate-cache-ttl": "5"}, max_tokens=9))
+    await cache(chat(cache=CachePolicy(ttl=5), max_tokens=9))
     assert store.ttls[-1] == 5
-    hit = await cache(chat(headers={"cache-control": "max-age=1e300"}, max_tokens=1))
+    hit = await cache(chat(cache=CachePolicy(max_age=1e300), max_tokens=1))
     assert hit.headers[CACHE_HEADER] == "hit"

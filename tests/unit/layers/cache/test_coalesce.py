@@ -6,11 +6,12 @@ import asyncio
 
 import pytest
 
+from levergate.core.call import CacheOutcome, CacheResult
 from levergate.core.reply import Completed, Stream
 from levergate.errors import UpstreamUnavailable
 from levergate.layers.cache.entries import CACHE_HEADER
-from levergate.testing import FakeUpstream, ManualClock
-from tests.unit.layers.cache.helpers import chat, drain, exact_cache, text_of
+from levergate.testing import FakeUpstream, ManualClock, sample_value
+from tests.unit.layers.cache.helpers import Routed, chat, drain, exact_cache, text_of
 
 
 async def settle() -> None:
@@ -30,7 +31,22 @@ async def test_identical_whole_requests_in_flight_go_upstream_once() -> None:
     outcomes = sorted(r.headers[CACHE_HEADER] for r in replies)
     assert outcomes == ["coalesced"] * 9 + ["miss"]
     assert len({r.raw for r in replies if isinstance(r, Completed)}) == 1
-    assert stats.count("exact", "coalesced") == 9
+    assert sample_value(stats.lookups, "exact", "coalesced") == 9
+
+
+async def test_a_coalesced_request_knows_the_model_that_answered_the_one_it_shared() -> None:
+    gate = asyncio.Event()
+    cache, _ = exact_cache(Routed(gate=gate))
+    calls = [chat(model="auto", stream=i == 1) for i in range(3)]
+    tasks = [asyncio.create_task(cache(call)) for call in calls]
+    await settle()
+    gate.set()
+    replies = await asyncio.gather(*tasks)
+    await drain(replies[1])
+    leader, *followers = calls
+    assert leader.ctx.trace.cache == CacheResult("exact", CacheOutcome.MISS)
+    shared = CacheResult("exact", CacheOutcome.COALESCED, alias="mini", upstream_model="mini-2024")
+    assert [f.ctx.trace.cache for f in followers] == [shared, shared]
 
 
 async def test_streaming_waiters_share_one_stream_and_late_joiners_get_it_all() -> None:
@@ -177,7 +193,7 @@ async def test_a_follower_waits_no_longer_than_its_own_deadline() -> None:
     cache, _ = exact_cache(upstream, clock=clock)
     leader = asyncio.create_task(cache(chat()))
     await settle()
-    follower = asyncio.create_task(cache(chat().with_ctx(deadline=clock.now() + 30.0)))
+    follower = asyncio.create_task(cache(chat().with_controls(deadline=clock.now() + 30.0)))
     await settle()
     clock.advance(29.0)
     await settle()

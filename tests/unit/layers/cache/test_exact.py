@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from levergate.config import Cache, CacheRule
+from levergate.config import CacheRuleSettings, CacheSettings
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
+from levergate.core.controls import CachePolicy
 from levergate.core.reply import Completed, Reply, Stream
 from levergate.errors import UpstreamUnavailable
 from levergate.layers.cache.entries import AGE_HEADER, CACHE_HEADER
 from levergate.layers.cache.exact import ExactCache
-from levergate.stores.entry import encode
+from levergate.stores.entry import decode, encode
 from levergate.stores.kv_memory import MemoryKV
-from levergate.testing import FakeUpstream, ManualClock
-from tests.unit.layers.cache.helpers import chat, drain, exact_cache, text_of
+from levergate.testing import FakeUpstream, ManualClock, sample_value
+from tests.unit.layers.cache.helpers import Routed, chat, drain, exact_cache, text_of
 
 
 async def test_second_identical_request_is_a_hit_with_age_and_same_bytes() -> None:
@@ -28,7 +29,7 @@ async def test_second_identical_request_is_a_hit_with_age_and_same_bytes() -> No
     assert float(second.headers[AGE_HEADER]) >= 0
     assert second.raw == first.raw
     assert len(upstream.calls) == 1
-    assert stats.count("exact", "hit") == 1
+    assert sample_value(stats.lookups, "exact", "hit") == 1
 
 
 async def test_sampled_requests_bypass_unless_the_rule_says_always() -> None:
@@ -36,25 +37,30 @@ async def test_sampled_requests_bypass_unless_the_rule_says_always() -> None:
     cache, _ = exact_cache(upstream)
     for _ in range(2):
         reply = await cache(chat(temperature=0.7))
-        assert reply.headers[CACHE_HEADER] == "bypass"
+        assert reply.headers[CACHE_HEADER] == "bypass; reason=nondeterministic"
     assert len(upstream.calls) == 2
     seeded = [await cache(chat(temperature=0.7, seed=3)) for _ in range(2)]
     assert [r.headers[CACHE_HEADER] for r in seeded] == ["miss", "hit"]
-    always, _ = exact_cache(FakeUpstream(), settings=Cache(default=CacheRule(mode="always")))
+    always, _ = exact_cache(
+        FakeUpstream(), settings=CacheSettings(default=CacheRuleSettings(mode="always"))
+    )
     await always(chat(temperature=1.0))
     assert (await always(chat(temperature=1.0))).headers[CACHE_HEADER] == "hit"
-    off, _ = exact_cache(FakeUpstream(), settings=Cache(models={"m": CacheRule(mode="off")}))
-    assert (await off(chat())).headers[CACHE_HEADER] == "bypass"
+    off, _ = exact_cache(
+        FakeUpstream(), settings=CacheSettings(models={"m": CacheRuleSettings(mode="off")})
+    )
+    assert (await off(chat())).headers[CACHE_HEADER] == "bypass; reason=off"
 
 
 async def test_feature_rule_wins_over_model_rule() -> None:
-    settings = Cache(
-        models={"m": CacheRule(mode="off")}, features={"faq": CacheRule(mode="deterministic")}
+    settings = CacheSettings(
+        models={"m": CacheRuleSettings(mode="off")},
+        features={"faq": CacheRuleSettings(mode="deterministic")},
     )
     cache, _ = exact_cache(FakeUpstream(), settings=settings)
     await cache(chat(feature="faq"))
     assert (await cache(chat(feature="faq"))).headers[CACHE_HEADER] == "hit"
-    assert (await cache(chat())).headers[CACHE_HEADER] == "bypass"
+    assert (await cache(chat())).headers[CACHE_HEADER] == "bypass; reason=off"
 
 
 async def test_a_streamed_answer_replays_as_stream_and_serves_whole_requests() -> None:
@@ -105,7 +111,7 @@ async def test_errors_cut_streams_and_filtered_answers_are_never_stored() -> Non
     await cache(chat())
     await drain(await cache(chat(stream=True)))
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
-    assert stats.not_stored.labels("exact", "content_filter")._value.get() == 3
+    assert sample_value(stats.not_stored, "exact", "content_filter") == 3
 
 
 async def test_a_stream_the_client_abandons_is_not_stored() -> None:
@@ -124,14 +130,14 @@ async def test_tool_calls_and_several_choices_only_when_configured() -> None:
     cache, _ = exact_cache(FakeUpstream(tool_call=True, finish="tool_calls"))
     await cache(chat())
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
-    allowed = Cache(default=CacheRule(cache_tool_calls=True, cache_n=True))
+    allowed = CacheSettings(default=CacheRuleSettings(cache_tool_calls=True, cache_n=True))
     cache, _ = exact_cache(FakeUpstream(tool_call=True, finish="tool_calls"), settings=allowed)
     await drain(await cache(chat(stream=True)))
     hit = await cache(chat())
     assert isinstance(hit, Completed)
     assert hit.data["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "lookup"
     cache, _ = exact_cache(FakeUpstream())
-    assert (await cache(chat(n=2))).headers[CACHE_HEADER] == "bypass"
+    assert (await cache(chat(n=2))).headers[CACHE_HEADER] == "bypass; reason=n"
     cache, _ = exact_cache(FakeUpstream(), settings=allowed)
     await cache(chat(n=2))
     assert (await cache(chat(n=2))).headers[CACHE_HEADER] == "hit"
@@ -142,15 +148,15 @@ async def test_cache_control_no_cache_no_store_max_age_and_ttl() -> None:
     store = MemoryKV(max_bytes=1_000_000, clock=clock)
     upstream = FakeUpstream()
     cache, _ = exact_cache(upstream, store=store)
-    await cache(chat(headers={"cache-control": "no-store"}))
+    await cache(chat(cache=CachePolicy(store=False)))
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"  # stored now
-    refreshed = await cache(chat(headers={"cache-control": "no-cache"}))
+    refreshed = await cache(chat(cache=CachePolicy(lookup=False)))
     assert refreshed.headers[CACHE_HEADER] == "miss"
     assert len(upstream.calls) == 3
     assert (await cache(chat())).headers[CACHE_HEADER] == "hit"
-    aged = await cache(chat(headers={"cache-control": "max-age=3600"}))
+    aged = await cache(chat(cache=CachePolicy(max_age=3600)))
     assert aged.headers[CACHE_HEADER] == "hit"
-    short = chat(headers={"x-levergate-cache-ttl": "5"}, max_tokens=9)
+    short = chat(cache=CachePolicy(ttl=5), max_tokens=9)
     await cache(short)
     assert (await cache(short)).headers[CACHE_HEADER] == "hit"
     clock.advance(6)
@@ -162,7 +168,7 @@ async def test_tenants_never_share_unless_mapped_to_one_namespace() -> None:
     cache, _ = exact_cache(upstream)
     await cache(chat(tenant="a"))
     assert (await cache(chat(tenant="b"))).headers[CACHE_HEADER] == "miss"
-    shared = Cache(tenant_namespaces={"a": "team", "b": "team"})
+    shared = CacheSettings(tenant_namespaces={"a": "team", "b": "team"})
     cache, _ = exact_cache(FakeUpstream(), settings=shared)
     await cache(chat(tenant="a"))
     assert (await cache(chat(tenant="b"))).headers[CACHE_HEADER] == "hit"
@@ -180,39 +186,36 @@ async def test_corrupt_entries_are_dropped_counted_and_refetched() -> None:
     for bad in (good[:-3], b"garbage", good[:20] + bytes([good[20] ^ 1]) + good[21:]):
         await store.set(key, bad, ttl=60)
         assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
-    assert stats.corrupt.labels("exact")._value.get() == 3
+    assert sample_value(stats.corrupt, "exact") == 3
     # An entry written under another key is refused too.
     from levergate.stores.entry import decode
 
     moved = encode(decode(good, key=key), key="another")
     await store.set(key, moved, ttl=60)
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
-    assert stats.corrupt.labels("exact")._value.get() == 4
+    assert sample_value(stats.corrupt, "exact") == 4
 
 
 async def test_max_age_refuses_older_entries_and_age_is_reported() -> None:
-    from levergate.layers.cache.entries import Entries
+    from levergate.layers.cache.entries import CacheView, Entries
     from levergate.layers.cache.stats import CacheStats
 
     wall = [1000.0]
     stats = CacheStats()
     store = MemoryKV(max_bytes=1_000_000, clock=ManualClock())
     upstream = FakeUpstream()
-    cache = ExactCache(
-        upstream, settings=Cache(), stats=stats, resolve=lambda a, _feature: a,
-        entries=Entries(store, cache="exact", stats=stats, wall=lambda: wall[0]),
-    )  # fmt: skip
+    entries = Entries(store, cache="exact", stats=stats, wall=lambda: wall[0])
+    view = CacheView(CacheSettings(), entries, stats, resolve=lambda a, _feature: a)
+    cache = ExactCache(upstream, view=view)
     await cache(chat())
     wall[0] += 30
     hit = await cache(chat())
     assert hit.headers[AGE_HEADER] == "30.000"
     assert hit.headers["age"] == "30"
-    young = await cache(chat(headers={"cache-control": "max-age=10"}))
+    young = await cache(chat(cache=CachePolicy(max_age=10)))
     assert young.headers[CACHE_HEADER] == "miss"
     # That miss refreshed the entry, so it is young now.
-    assert (await cache(chat(headers={"cache-control": "max-age=10"}))).headers[
-        CACHE_HEADER
-    ] == "hit"
+    assert (await cache(chat(cache=CachePolicy(max_age=10)))).headers[CACHE_HEADER] == "hit"
 
 
 async def test_completions_are_cached_and_replayed_in_both_shapes() -> None:
@@ -267,3 +270,34 @@ async def test_a_semantic_hit_below_is_not_stored_as_the_exact_answer() -> None:
     assert first.ctx.trace.cache is not None
     assert first.ctx.trace.cache.cache == "semantic"  # the exact cache leaves it as it is
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_hit_remembers_the_model_that_answered_it_first(stream: bool) -> None:
+    # A client asked for "auto"; the ledger prices the hit at what answered, not at "auto".
+    cache, _ = exact_cache(Routed())
+    miss = await cache(chat(model="auto", stream=stream))
+    if stream:
+        await drain(miss)
+    hit = chat(model="auto")
+    await cache(hit)
+    assert hit.ctx.trace.cache == CacheResult(
+        "exact", CacheOutcome.HIT, 7, 4, alias="mini", upstream_model="mini-2024"
+    )
+
+
+async def test_an_entry_written_before_the_origin_was_kept_is_served_as_before() -> None:
+    store = MemoryKV(max_bytes=1_000_000, clock=ManualClock())
+    cache, _ = exact_cache(Routed(), store=store)
+    await cache(chat())
+    (key,) = list(store._entries)
+    data = await store.get(key)
+    assert data is not None
+    entry = decode(data, key=key)
+    for old_meta in (b"7,4,0,0,0", b"7,4"):
+        old = encode(type(entry)(entry.form, entry.parts, entry.created, entry.expires, old_meta),
+                     key=key)  # fmt: skip
+        await store.set(key, old, ttl=60)
+        hit = chat()
+        assert (await cache(hit)).headers[CACHE_HEADER] == "hit"
+        assert hit.ctx.trace.cache == CacheResult("exact", CacheOutcome.HIT, 7, 4)

@@ -8,18 +8,20 @@ import re
 
 import pytest
 
-from levergate.config import Cache, CacheRule, SemanticCacheSettings
-from levergate.core.call import Call
+from levergate.config import CacheRuleSettings, CacheSettings, SemanticCacheSettings
+from levergate.core.call import CacheOutcome, CacheResult, Call
 from levergate.core.reply import Completed
-from levergate.layers.cache.entries import CACHE_HEADER, Entries
+from levergate.layers.cache.entries import CACHE_HEADER, CacheView, Entries
 from levergate.layers.cache.semantic import SIMILARITY_HEADER, SemanticCache
 from levergate.layers.cache.stats import CacheStats
 from levergate.stores.kv_memory import MemoryKV
 from levergate.stores.vector import PartitionedIndex
-from levergate.testing import FakeUpstream, ManualClock
-from tests.unit.layers.cache.helpers import chat, drain
+from levergate.testing import FakeUpstream, ManualClock, sample_value
+from tests.unit.layers.cache.helpers import Routed, chat, drain
 
-ON = Cache(default=CacheRule(semantic=True), semantic=SemanticCacheSettings(threshold=0.8))
+ON = CacheSettings(
+    default=CacheRuleSettings(semantic=True), semantic=SemanticCacheSettings(threshold=0.8)
+)
 _SYNONYMS = {"whats": "what", "is": "", "the": "", "of": "", "a": ""}
 
 
@@ -49,16 +51,14 @@ class BagOfWords:
 
 
 def semantic(
-    upstream: FakeUpstream, *, settings: Cache = ON, max_entries: int = 100
+    upstream: FakeUpstream, *, settings: CacheSettings = ON, max_entries: int = 100
 ) -> tuple[SemanticCache, CacheStats, BagOfWords]:
     stats, embedder = CacheStats(), BagOfWords()
+    entries = Entries(MemoryKV(max_bytes=10_000_000, clock=ManualClock()), cache="semantic",
+                      stats=stats)  # fmt: skip
     layer = SemanticCache(
         upstream,
-        settings=settings,
-        entries=Entries(MemoryKV(max_bytes=10_000_000, clock=ManualClock()), cache="semantic",
-                        stats=stats),
-        stats=stats,
-        resolve=lambda alias, _feature: alias,
+        view=CacheView(settings, entries, stats, resolve=lambda alias, _feature: alias),
         embedder=embedder,
         index=PartitionedIndex(max_entries=max_entries, hnsw_above=1000),
     )  # fmt: skip
@@ -83,7 +83,7 @@ async def test_a_paraphrase_is_served_from_the_semantic_cache() -> None:
     assert isinstance(first, Completed)
     assert second.raw == first.raw
     assert len(upstream.calls) == 1
-    assert stats.count("semantic", "hit") == 1
+    assert sample_value(stats.lookups, "semantic", "hit") == 1
 
 
 @pytest.mark.parametrize(
@@ -104,7 +104,7 @@ async def test_guards_refuse_near_misses(stored: str, asked: str, guard: str) ->
     reply = await cache(ask(asked))
     assert reply.headers.get(CACHE_HEADER) != "semantic"
     assert len(upstream.calls) == 2
-    assert stats.rejected.labels(guard)._value.get() >= 1
+    assert sample_value(stats.rejected, guard) >= 1
 
 
 async def test_everything_but_the_final_user_text_must_match() -> None:
@@ -121,7 +121,7 @@ async def test_everything_but_the_final_user_text_must_match() -> None:
 
 async def test_off_unless_opted_in_and_only_for_deterministic_requests() -> None:
     upstream = FakeUpstream()
-    cache, _, embedder = semantic(upstream, settings=Cache())
+    cache, _, embedder = semantic(upstream, settings=CacheSettings())
     await cache(ask("What is the capital of France?"))
     await cache(ask("what's the capital of France"))
     assert embedder.calls == 0
@@ -137,7 +137,7 @@ async def test_a_failing_embedder_is_a_miss_not_an_error() -> None:
     embedder.fail = True
     reply = await cache(ask("What is the capital of France?"))
     assert isinstance(reply, Completed)
-    assert stats.count("semantic", "unavailable") == 1
+    assert sample_value(stats.lookups, "semantic", "unavailable") == 1
 
 
 async def test_streamed_answers_are_stored_on_clean_completion_and_replayed() -> None:
@@ -156,11 +156,24 @@ async def test_streamed_answers_are_stored_on_clean_completion_and_replayed() ->
     assert len(cut.calls) == 2
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_hit_remembers_the_model_that_answered_it_first(stream: bool) -> None:
+    cache, _, _ = semantic(Routed())
+    miss = await cache(ask("What is the capital of France?", model="auto", stream=stream))
+    if stream:
+        await drain(miss)
+    hit = ask("what's the capital of France", model="auto")
+    assert (await cache(hit)).headers[CACHE_HEADER] == "semantic"
+    assert hit.ctx.trace.cache == CacheResult(
+        "semantic", CacheOutcome.HIT, 7, 4, alias="mini", upstream_model="mini-2024"
+    )
+
+
 async def test_a_verifier_can_refuse_a_hit() -> None:
     for word, expected_calls in (("no", 2), ("yes", 1)):
         upstream = FakeUpstream()
-        settings = Cache(
-            default=CacheRule(semantic=True),
+        settings = CacheSettings(
+            default=CacheRuleSettings(semantic=True),
             semantic=SemanticCacheSettings(threshold=0.8, verify_model="judge"),
         )
         cache, _, _ = semantic(upstream, settings=settings)
@@ -188,8 +201,8 @@ async def test_the_index_is_bounded_oldest_out_first() -> None:
 
 async def test_the_configured_guard_set_decides_which_may_object() -> None:
     upstream = FakeUpstream()
-    no_order = Cache(
-        default=CacheRule(semantic=True),
+    no_order = CacheSettings(
+        default=CacheRuleSettings(semantic=True),
         semantic=SemanticCacheSettings(threshold=0.8, guards=("negation", "numbers")),
     )
     cache, _, _ = semantic(upstream, settings=no_order)

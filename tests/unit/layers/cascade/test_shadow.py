@@ -13,11 +13,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from levergate.catalog import Catalog
-from levergate.config import Ledger as LedgerSettings
-from levergate.config import Price
+from levergate.config import LedgerSettings, PriceSettings
 from levergate.config.cascade import CascadeSettings
-from levergate.core.call import Call, Context, Priority
+from levergate.core.call import Call, Context
 from levergate.core.clock import SystemClock
+from levergate.core.controls import Controls, Principal, Priority
 from levergate.core.reply import Completed, Reply
 from levergate.errors import UpstreamUnavailable
 from levergate.layers.cascade.layer import Cascade
@@ -29,8 +29,8 @@ from tests.waiting import running, until
 
 ALIASES = ("a", "b", "judge")
 # $ per million tokens; every scripted answer reports 1000 prompt and 100 completion tokens.
-PRICES = {"a": Price(input=1.0, output=2.0), "b": Price(input=10.0, output=30.0),
-          "judge": Price(input=2.0, output=4.0)}  # fmt: skip
+PRICES = {"a": PriceSettings(input=1.0, output=2.0), "b": PriceSettings(input=10.0, output=30.0),
+          "judge": PriceSettings(input=2.0, output=4.0)}  # fmt: skip
 B_CALL_USD = (1000 * 10.0 + 100 * 30.0) / 1e6
 JUDGE_CALL_USD = (1000 * 2.0 + 100 * 4.0) / 1e6
 
@@ -84,7 +84,11 @@ class Rig:
 
     async def ask(self, question: str, *, model: str = "cascade:a>b", n: int = 0) -> Call:
         body = {"model": model, "messages": [{"role": "user", "content": question}]}
-        call = Call("chat", body, Context(f"r{n}", tenant="acme", feature="faq"))
+        call = Call(
+            "chat",
+            body,
+            Context(f"r{n}", principal=Principal(tenant="acme"), controls=Controls(feature="faq")),
+        )
         await self.cascade(call)
         return call
 
@@ -136,7 +140,10 @@ async def test_agreement_disagreement_and_the_retention_gauge() -> None:
     assert [c.body["messages"][-1]["content"] for c in shadows] == ["q1", "q2", "q3", "q4"]
     assert {c.model for c in shadows} == {"b"}
     assert all("stream" not in c.body and "logprobs" not in c.body for c in shadows)
-    assert all(c.ctx.priority is Priority.BATCH and c.ctx.deadline is not None for c in shadows)
+    assert all(
+        c.ctx.controls.priority is Priority.BATCH and c.ctx.controls.deadline is not None
+        for c in shadows
+    )
     assert all(c.ctx.trace is not call.ctx.trace for c in shadows for call in calls)
     for call in calls:  # the client's record is untouched: no shadow in its cost
         assert call.ctx.trace.alias == "a"

@@ -12,8 +12,16 @@ import pytest
 from pydantic import SecretStr
 
 from levergate.catalog import Catalog
-from levergate.config import ApiKey, Auth, KeyPolicy, MaxWait, Metrics, Price
+from levergate.config import (
+    ApiKeySettings,
+    AuthSettings,
+    KeyPolicySettings,
+    MaxWaitSettings,
+    MetricsSettings,
+    PriceSettings,
+)
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
+from levergate.core.controls import Controls
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import (
     AuthenticationFailed,
@@ -27,6 +35,7 @@ from levergate.layers.auth import Authenticate
 from levergate.layers.keys.keyring import Keyring
 from levergate.layers.keys.quota import Budgets, BudgetSink, KeyQuota
 from levergate.layers.measure.measure import Measure, Telemetry
+from levergate.layers.measure.recorder import Recorder
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.stores.keys import MemoryKeyStore
 from levergate.stores.keys_redis import RedisKeyStore
@@ -45,7 +54,7 @@ from levergate.testing import ManualClock
 
 NOON = dt.datetime(2026, 3, 31, 12, 0, tzinfo=dt.UTC).timestamp()
 USAGE = {"prompt_tokens": 100, "completion_tokens": 50}  # $0.01 at the prices below
-PRICES = {"m": Price(input=50.0, output=100.0), "*": Price(input=1.0, output=0.0)}
+PRICES = {"m": PriceSettings(input=50.0, output=100.0), "*": PriceSettings(input=1.0, output=0.0)}
 
 
 class Upstream:
@@ -67,7 +76,9 @@ class Upstream:
 
 
 class Rig:
-    def __init__(self, *, spend: SpendStore | None = None, config: list[ApiKey] | None = None):
+    def __init__(
+        self, *, spend: SpendStore | None = None, config: list[ApiKeySettings] | None = None
+    ):
         self.clock = ManualClock()
         self.wall = NOON
         self.store = MemoryKeyStore()
@@ -81,16 +92,16 @@ class Rig:
         self.metrics = TrafficMetrics()
         quota = KeyQuota(
             budgets=self.budgets, store=MemoryLimitStore(clock=self.clock),
-            clock=self.clock, max_wait=MaxWait(), max_queue=100, metrics=self.metrics,
+            clock=self.clock, max_wait=MaxWaitSettings(), max_queue=100, metrics=self.metrics,
         )  # fmt: skip
         self.upstream = Upstream()
         self.auth = Authenticate(
-            self.upstream, settings=Auth(enabled=True), keyring=self.keyring, quota=quota
+            self.upstream, settings=AuthSettings(enabled=True), keyring=self.keyring, quota=quota
         )
         # Keys are charged from the finished-request record, as in the pipeline.
-        self.measured = Measure(self.auth, telemetry=Telemetry(Metrics()),
-                                catalog=Catalog.of_prices(PRICES),
-                                sinks=[BudgetSink(self.budgets)])  # fmt: skip
+        recorder = Recorder(Telemetry(MetricsSettings()), catalog=Catalog.of_prices(PRICES),
+                            sinks=[BudgetSink(self.budgets)])  # fmt: skip
+        self.measured = Measure(self.auth, recorder=recorder)
 
     async def call(
         self,
@@ -99,12 +110,13 @@ class Rig:
         model: str = "m",
         stream: bool = False,
         max_tokens: int | None = None,
-        **ctx: object,
+        deadline: float | None = None,
     ) -> Reply:
         body = {"model": model, "messages": [{"role": "user", "content": "x"}], "stream": stream}
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
-        context = Context("r", headers={"authorization": f"Bearer {key}"}, **ctx)  # type: ignore[arg-type]
+        headers = {"authorization": f"Bearer {key}"}
+        context = Context("r", headers=headers, controls=Controls(deadline=deadline))
         return await self.send(Call(kind="chat", body=body, ctx=context))
 
     async def send(self, call: Call) -> Reply:
@@ -121,9 +133,9 @@ class Rig:
 
 async def test_store_keys_name_their_tenant_and_revoked_or_unknown_keys_get_401() -> None:
     rig = Rig()
-    record, key = await rig.keyring.create(tenant="acme", name="ci", policy=KeyPolicy())
+    record, key = await rig.keyring.create(tenant="acme", name="ci", policy=KeyPolicySettings())
     await rig.call(key)
-    assert rig.upstream.calls[-1].ctx.tenant == "acme"
+    assert rig.upstream.calls[-1].ctx.principal.tenant == "acme"
     assert rig.upstream.calls[-1].ctx.trace.key_id == record.id
     await rig.keyring.revoke(record.id)
     for presented in (key, "lg-made-up", key + "x"):
@@ -135,18 +147,18 @@ async def test_store_keys_name_their_tenant_and_revoked_or_unknown_keys_get_401(
 
 async def test_a_rotated_key_replaces_the_old_one() -> None:
     rig = Rig()
-    record, old = await rig.keyring.create(tenant="acme", name="", policy=KeyPolicy())
+    record, old = await rig.keyring.create(tenant="acme", name="", policy=KeyPolicySettings())
     await rig.call(old)
     _, new = await rig.keyring.rotate(record.id)
     with pytest.raises(AuthenticationFailed):
         await rig.call(old)
     await rig.call(new)
-    assert [c.ctx.tenant for c in rig.upstream.calls] == ["acme", "acme"]
+    assert [c.ctx.principal.tenant for c in rig.upstream.calls] == ["acme", "acme"]
 
 
 async def test_a_model_outside_the_keys_list_is_403_model_not_allowed() -> None:
     rig = Rig()
-    _, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy(models=("m",)))
+    _, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicySettings(models=("m",)))
     await rig.call(key, model="m")
     with pytest.raises(PermissionDenied) as caught:
         await rig.call(key, model="gpt-expensive")
@@ -156,12 +168,12 @@ async def test_a_model_outside_the_keys_list_is_403_model_not_allowed() -> None:
 
 
 async def test_config_keys_work_with_their_policy_and_are_not_kept_in_plaintext() -> None:
-    listed = ApiKey(
+    listed = ApiKeySettings(
         key=SecretStr("cfg-secret-value"), tenant="ops", name="ops", rpm=1, models=("m",)
     )
     rig = Rig(config=[listed])
     await rig.call("cfg-secret-value")
-    assert rig.upstream.calls[-1].ctx.tenant == "ops"
+    assert rig.upstream.calls[-1].ctx.principal.tenant == "ops"
     with pytest.raises(PermissionDenied):
         await rig.call("cfg-secret-value", model="other")
     assert "cfg-secret-value" not in repr(vars(rig.keyring))
@@ -174,7 +186,7 @@ async def test_config_keys_work_with_their_policy_and_are_not_kept_in_plaintext(
 
 async def test_a_spent_daily_budget_is_429_until_the_next_utc_day() -> None:
     rig = Rig()
-    policy = KeyPolicy(daily_budget_usd=0.015, monthly_budget_usd=0.025)
+    policy = KeyPolicySettings(daily_budget_usd=0.015, monthly_budget_usd=0.025)
     record, key = await rig.keyring.create(tenant="t", name="", policy=policy)
     await rig.call(key)  # $0.01: under the day's budget
     await rig.call(key)  # admitted at $0.01, now $0.02
@@ -199,7 +211,7 @@ async def test_a_spent_daily_budget_is_429_until_the_next_utc_day() -> None:
 async def test_the_monthly_budget_counts_every_day_of_the_month() -> None:
     rig = Rig()
     _record, key = await rig.keyring.create(
-        tenant="t", name="", policy=KeyPolicy(monthly_budget_usd=0.02)
+        tenant="t", name="", policy=KeyPolicySettings(monthly_budget_usd=0.02)
     )
     rig.wall -= 10 * 86_400
     await rig.call(key)
@@ -213,7 +225,7 @@ async def test_the_monthly_budget_counts_every_day_of_the_month() -> None:
 
 async def test_streams_are_charged_when_they_close_and_cache_hits_are_free() -> None:
     rig = Rig()
-    record, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy())
+    record, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicySettings())
     await rig.call(key, stream=True)
     hit = Context("r", headers={"authorization": f"Bearer {key}"})
     hit.trace.cache = CacheResult("exact", CacheOutcome.HIT)
@@ -227,8 +239,8 @@ async def test_streams_are_charged_when_they_close_and_cache_hits_are_free() -> 
 
 async def test_a_key_over_its_rpm_is_refused_when_the_wait_passes_its_deadline() -> None:
     rig = Rig()
-    _, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy(rpm=1))
-    _, other = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy(rpm=1))
+    _, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicySettings(rpm=1))
+    _, other = await rig.keyring.create(tenant="t", name="", policy=KeyPolicySettings(rpm=1))
     await rig.call(key)
     with pytest.raises(RateLimited) as caught:
         await rig.call(key, deadline=rig.clock.now() + 1.0)
@@ -241,10 +253,12 @@ async def test_a_key_over_its_rpm_is_refused_when_the_wait_passes_its_deadline()
 
 async def test_a_spend_store_that_is_down_leaves_requests_admitted() -> None:
     dead = RedisSpendStore(
-        redis_client(url="redis://127.0.0.1:1/0", timeout=0.2, what="t"), prefix="x:"
+        redis_client(url="redis://127.0.0.1:1/0", timeout=0.2, what="t"), prefix="x:", timeout=0.2
     )
     rig = Rig(spend=dead)
-    _, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy(daily_budget_usd=1))
+    _, key = await rig.keyring.create(
+        tenant="t", name="", policy=KeyPolicySettings(daily_budget_usd=1)
+    )
     await rig.call(key)
     await rig.call(key)
     assert len(rig.upstream.calls) == 2
@@ -257,7 +271,7 @@ async def test_a_key_store_that_is_down_keeps_cached_keys_and_gives_503_to_other
     store = SqliteKeyStore(tmp_path / "keys.sqlite3", busy_timeout=0.1)
     clock = ManualClock()
     keyring = Keyring(config_keys=[], store=store, clock=clock, cache_seconds=5, timeout=1)
-    _, key = await keyring.create(tenant="t", name="", policy=KeyPolicy())
+    _, key = await keyring.create(tenant="t", name="", policy=KeyPolicySettings())
     assert await keyring.resolve(key) is not None
     await store.aclose()  # from now on every read fails
     clock.advance(60)
@@ -295,7 +309,7 @@ class Flaky(MemorySpendStore):
 async def test_charges_made_while_the_spend_store_is_down_are_paid_when_it_returns() -> None:
     flaky = Flaky()
     rig = Rig(spend=flaky)
-    record, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy())
+    record, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicySettings())
     flaky.down = True
     await rig.call(key)
     await rig.budgets.flush()  # the write fails: still owed, and the store rests
@@ -312,7 +326,7 @@ async def test_charges_made_while_the_spend_store_is_down_are_paid_when_it_retur
 async def test_the_budget_job_writes_what_is_owed_and_a_check_sees_it_before_then() -> None:
     spend = MemorySpendStore()
     rig = Rig(spend=spend)
-    record, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy())
+    record, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicySettings())
     await rig.call(key)
     assert (await spend.spent(record.id, Periods.at(rig.wall))).day == 0.0
     spent = await rig.budgets.spent(record.id)  # this process's view: what it owes included
@@ -329,7 +343,7 @@ async def test_the_budget_job_writes_what_is_owed_and_a_check_sees_it_before_the
 
 async def test_a_keys_tpm_counts_the_tokens_used_not_the_reservation() -> None:
     rig = Rig()
-    _, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicy(tpm=1000))
+    _, key = await rig.keyring.create(tenant="t", name="", policy=KeyPolicySettings(tpm=1000))
     await rig.call(key, max_tokens=400)  # reserves ~400 tokens (24 s of TPM), uses 150 (9 s)
     waiting = asyncio.ensure_future(rig.call(key, deadline=rig.clock.now() + 12.0))
     for _ in range(5):

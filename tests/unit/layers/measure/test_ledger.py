@@ -10,17 +10,21 @@ from typing import Any
 import pytest
 
 from levergate.catalog import Catalog
-from levergate.config import Auth, Ledger, Metrics, Price
+from levergate.config import AuthSettings, LedgerSettings, MetricsSettings, PriceSettings
 from levergate.core.call import Call, Context, RouteDecision, Spend
+from levergate.core.controls import Controls
 from levergate.core.reply import Completed, Reply
 from levergate.layers.auth import Authenticate
 from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.measure.record import RequestRecord
+from levergate.layers.measure.recorder import Recorder
+from levergate.policies.pricing import Lever
+from levergate.policies.tiers import Tier
 
 # $ per million: "strong" 10 in / 30 out (cached 1), "cheap" 1 in / 2 out (cached 0.1).
 PRICES = {
-    "strong": Price(input=10.0, output=30.0, cache_read=1.0, batch_discount=0.5),
-    "cheap": Price(input=1.0, output=2.0, cache_read=0.1),
+    "strong": PriceSettings(input=10.0, output=30.0, cache_read=1.0, batch_discount=0.5),
+    "cheap": PriceSettings(input=1.0, output=2.0, cache_read=0.1),
 }
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 100}
 
@@ -49,13 +53,15 @@ class Records:
 
 async def run(inner: Answers, *, tenant: str = "acme", feature: str = "chat",
               telemetry: Telemetry | None = None) -> tuple[RequestRecord, Telemetry]:  # fmt: skip
-    telemetry = telemetry or Telemetry(Metrics())
+    telemetry = telemetry or Telemetry(MetricsSettings())
     records = Records()
-    measure = Measure(Authenticate(inner, settings=Auth()), telemetry=telemetry,
-                      catalog=Catalog.of_prices(PRICES), sinks=[records])  # fmt: skip
+    recorder = Recorder(telemetry, catalog=Catalog.of_prices(PRICES), sinks=[records])
+    measure = Measure(Authenticate(inner, settings=AuthSettings()), recorder=recorder)
     headers = {"x-levergate-tenant": tenant}
     body = {"model": "auto", "messages": [{"role": "user", "content": "x"}]}
-    await measure(Call("chat", body, Context("r", feature=feature, headers=headers)))
+    await measure(
+        Call("chat", body, Context("r", headers=headers, controls=Controls(feature=feature)))
+    )
     await asyncio.sleep(0)
     (record,) = records.seen
     return record, telemetry
@@ -124,7 +130,9 @@ async def test_trim_prompt_cache_and_batch_each_get_their_share() -> None:
 
 
 async def test_tenants_and_features_beyond_the_bound_are_other() -> None:
-    telemetry = Telemetry(Metrics(), ledger=Ledger(max_label_values=2, max_label_sets=3))
+    telemetry = Telemetry(
+        MetricsSettings(), ledger=LedgerSettings(max_label_values=2, max_label_sets=3)
+    )
     for n in range(5):
         await run(Answers("cheap"), tenant=f"t{n}", feature=f"f{n}", telemetry=telemetry)
     text = telemetry.registry.collect()
@@ -138,9 +146,100 @@ async def test_tenants_and_features_beyond_the_bound_are_other() -> None:
 
 
 async def test_the_ledger_series_can_be_turned_off() -> None:
-    telemetry = Telemetry(Metrics(), ledger=Ledger(enabled=False))
+    telemetry = Telemetry(MetricsSettings(), ledger=LedgerSettings(enabled=False))
     record, _ = await run(Answers("cheap", mark=route), telemetry=telemetry)
     assert record.savings  # the record still carries it for other sinks
     assert telemetry.ledger is None
     names = {m.name for m in telemetry.registry.collect()}
     assert "levergate_savings_usd" not in names
+
+
+# ---- service tiers (policies/tiers.py): the answer's own service_tier decides the price ----
+
+TIERED = {
+    "strong": PriceSettings.model_validate({
+        "input": 10.0, "output": 30.0, "cache_read": 1.0,
+        "flex": {"input": 5.0, "output": 15.0}, "priority": {"input": 20.0, "output": 60.0},
+    }),
+    "cheap": PRICES["cheap"],
+}  # fmt: skip
+
+
+class Tiered(Answers):
+    """Answers with `service_tier` in the body (or none), having asked for `asked`."""
+
+    def __init__(self, alias: str, *, served: str | None, asked: Tier | None, **kw: Any):
+        super().__init__(alias, **kw)
+        self.served, self.asked = served, asked
+
+    async def __call__(self, call: Call) -> Reply:
+        await super().__call__(call)
+        call.ctx.trace.tier = self.asked
+        data: dict[str, Any] = {"usage": self.usage}
+        if self.served is not None:
+            data["service_tier"] = self.served
+        return Completed(data=data)
+
+
+async def run_tiered(inner: Answers) -> RequestRecord:
+    records = Records()
+    recorder = Recorder(Telemetry(MetricsSettings()), catalog=Catalog.of_prices(TIERED),
+                        sinks=[records])  # fmt: skip
+    body = {"model": "strong", "messages": [{"role": "user", "content": "x"}]}
+    await Measure(inner, recorder=recorder)(Call("chat", body, Context("r")))
+    await asyncio.sleep(0)
+    return records.seen[0]
+
+
+async def test_a_flex_answer_is_priced_at_flex_and_saves_against_standard() -> None:
+    record = await run_tiered(Tiered("strong", served="flex", asked=Tier.FLEX))
+    # flex: 1000 x 5 + 100 x 15 = 6500 -> $0.0065; standard would be $0.013.
+    assert (record.tier, record.tier_assumed) == ("flex", False)
+    assert record.cost_usd == pytest.approx(0.0065)
+    assert record.savings == {Lever.TIER: pytest.approx(0.0065)}
+
+
+async def test_the_answer_decides_even_when_it_differs_from_what_was_asked() -> None:
+    record = await run_tiered(Tiered("strong", served="priority", asked=Tier.FLEX))
+    assert record.tier == "priority"
+    assert record.savings == {Lever.TIER: pytest.approx(-0.013)}  # priority costs double
+    standard = await run_tiered(Tiered("strong", served="default", asked=Tier.FLEX))
+    assert standard.tier == "standard"
+    assert standard.cost_usd == pytest.approx(0.013)
+    assert not standard.savings
+
+
+async def test_an_answer_that_names_no_tier_is_assumed_at_the_tier_asked() -> None:
+    record = await run_tiered(Tiered("strong", served=None, asked=Tier.FLEX))
+    assert (record.tier, record.tier_assumed) == ("flex", True)
+    assert record.cost_usd == pytest.approx(0.0065)
+    plain = await run_tiered(Tiered("strong", served=None, asked=None))
+    assert (plain.tier, plain.tier_assumed) == ("standard", False)
+    assert plain.cost_usd == pytest.approx(0.013)
+
+
+async def test_a_tier_the_model_has_no_price_for_is_billed_at_standard() -> None:
+    record = await run_tiered(Tiered("cheap", served="flex", asked=None))
+    assert record.tier == "flex"
+    assert record.cost_usd == pytest.approx(0.0012)
+    assert record.savings == {}
+
+
+async def test_route_and_tier_savings_add_up_without_counting_twice() -> None:
+    records = Records()
+    prices = {**TIERED, "big": PriceSettings(input=20.0, output=60.0)}
+    recorder = Recorder(Telemetry(MetricsSettings()), catalog=Catalog.of_prices(prices),
+                        sinks=[records])  # fmt: skip
+    body = {"model": "auto", "messages": [{"role": "user", "content": "x"}]}
+    inner = Tiered(
+        "strong",
+        served="flex",
+        asked=Tier.FLEX,
+        mark=lambda t: setattr(t, "route", RouteDecision("rules", "auto", "strong", "big")),
+    )
+    await Measure(inner, recorder=recorder)(Call("chat", body, Context("r")))
+    await asyncio.sleep(0)
+    (record,) = records.seen
+    # big at standard: $0.026; strong at standard $0.013; strong at flex $0.0065.
+    assert record.savings == {Lever.ROUTE: pytest.approx(0.013), Lever.TIER: pytest.approx(0.0065)}
+    assert sum(record.savings.values()) == pytest.approx(0.026 - record.cost_usd)

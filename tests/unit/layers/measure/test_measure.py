@@ -6,22 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 import pytest
 from prometheus_client import generate_latest
 from pydantic import SecretStr
 
 from levergate.catalog import Catalog
-from levergate.config import ApiKey, Auth, Metrics, Price
+from levergate.config import ApiKeySettings, AuthSettings, MetricsSettings, PriceSettings
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
+from levergate.core.controls import Controls
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.core.service import Service
-from levergate.core.tokenizer import LengthEstimate, TokenCount, TokenSource
+from levergate.core.tokenizer import LengthEstimate, TokenCount, Tokenizer, TokenSource
 from levergate.errors import AuthenticationFailed, UpstreamUnavailable
 from levergate.layers.auth import Authenticate
 from levergate.layers.dispatch import Dispatch
 from levergate.layers.measure.measure import Measure, Telemetry
-from levergate.layers.measure.record import RequestRecord
+from levergate.layers.measure.record import RequestRecord, Sink
+from levergate.layers.measure.recorder import Recorder
 from levergate.layers.traffic.fallback import Fallback
 from levergate.layers.traffic.metrics import TrafficMetrics
 
@@ -33,7 +36,11 @@ def request(
     model: str = "big", *, feature: str = "", headers: dict[str, str] | None = None
 ) -> Call:
     body = {"model": model, "messages": [{"role": "user", "content": "x"}]}
-    return Call(kind="chat", body=body, ctx=Context("r", feature=feature, headers=headers or {}))
+    return Call(
+        kind="chat",
+        body=body,
+        ctx=Context("r", headers=headers or {}, controls=Controls(feature=feature)),
+    )
 
 
 class Answers:
@@ -66,16 +73,21 @@ def metric(telemetry: Telemetry, name: str, **labels: str) -> float:
 
 
 def measured(
-    inner: Service, telemetry: Telemetry, *, auth: Auth | None = None, **kw: object
+    inner: Service,
+    telemetry: Telemetry,
+    *,
+    auth: AuthSettings | None = None,
+    sinks: Sequence[Sink] = (),
+    tokenizer: Tokenizer | None = None,
 ) -> Service:
-    return Measure(
-        Authenticate(inner, settings=auth or Auth()),
-        telemetry=telemetry,
-        catalog=Catalog.of_prices(
-            {"big": Price(input=10.0, output=30.0), "small": Price(input=1.0, output=2.0)}
-        ),
-        **kw,  # type: ignore[arg-type]
+    catalog = Catalog.of_prices(
+        {
+            "big": PriceSettings(input=10.0, output=30.0),
+            "small": PriceSettings(input=1.0, output=2.0),
+        }
     )
+    recorder = Recorder(telemetry, catalog=catalog, sinks=sinks, tokenizer=tokenizer)
+    return Measure(Authenticate(inner, settings=auth or AuthSettings()), recorder=recorder)
 
 
 async def test_a_fallback_answer_is_priced_at_the_fallback_models_price() -> None:
@@ -85,7 +97,7 @@ async def test_a_fallback_answer_is_priced_at_the_fallback_models_price() -> Non
         dispatch, chains={"big": ["small"]}, context_chains={}, on=["unavailable"],
         metrics=TrafficMetrics(),
     )  # fmt: skip
-    telemetry = Telemetry(Metrics())
+    telemetry = Telemetry(MetricsSettings())
     await measured(fallback, telemetry)(request("big"))
     await asyncio.sleep(0)
     spent = metric(telemetry, "levergate_cost_usd_total", model="big", upstream="small-up",
@@ -100,14 +112,16 @@ async def test_the_record_says_what_answered_and_what_it_cost() -> None:
         metrics=TrafficMetrics(),
     )  # fmt: skip
     records = Records()
-    await measured(fallback, Telemetry(Metrics()), sinks=[records])(request("big", feature="f"))
+    await measured(fallback, Telemetry(MetricsSettings()), sinks=[records])(
+        request("big", feature="f")
+    )
     assert records.seen == []  # not before the answer has gone out
     await asyncio.sleep(0)
     (record,) = records.seen
     assert (record.model, record.alias, record.fallback) == ("big", "small", "small")
     assert (record.upstream, record.upstream_model) == ("small-up", "small")
     assert (record.outcome, record.status, record.error) == ("ok", 200, None)
-    assert (record.tenant, record.feature, record.route) == ("default", "f", "chat")
+    assert (record.tenant, record.feature, record.kind) == ("default", "f", "chat")
     assert record.tokens.input_uncached == 1000
     assert record.tokens.output == 500
     assert record.tokens.output_source is TokenSource.REPORTED
@@ -123,7 +137,7 @@ async def test_a_cache_hit_spends_nothing_and_saves_what_the_answer_cost() -> No
             return Completed(data={"usage": USAGE})
 
     records = Records()
-    await measured(Hit(), Telemetry(Metrics()), sinks=[records])(request("small"))
+    await measured(Hit(), Telemetry(MetricsSettings()), sinks=[records])(request("small"))
     await asyncio.sleep(0)
     (record,) = records.seen
     assert record.cost_usd == 0
@@ -138,7 +152,7 @@ async def test_a_failing_sink_is_logged_once_counted_and_never_breaks_a_request(
         def emit(self, record: RequestRecord) -> None:
             raise RuntimeError("disk full")
 
-    telemetry = Telemetry(Metrics())
+    telemetry = Telemetry(MetricsSettings())
     records = Records()
     service = measured(Answers(), telemetry, sinks=[Broken(), records])
     with caplog.at_level(logging.ERROR, logger="levergate.measure"):
@@ -153,7 +167,7 @@ async def test_a_failing_sink_is_logged_once_counted_and_never_breaks_a_request(
 
 async def test_series_stay_bounded_across_every_label_combination() -> None:
     """Issue 10 #5: each label was bounded alone, so features x models made 10,000 series."""
-    telemetry = Telemetry(Metrics())
+    telemetry = Telemetry(MetricsSettings())
     service = measured(Answers(), telemetry)
     for i in range(10_000):
         await service(request(f"model-{i // 100}", feature=f"feature-{i % 100}"))
@@ -163,14 +177,14 @@ async def test_series_stay_bounded_across_every_label_combination() -> None:
     text = generate_latest(telemetry.registry)
     # About 4 KB of text per label set here (8 KB with a stream's histograms), plus the rest;
     # it was 34 MB.
-    assert len(text) < Metrics().max_label_sets * 8_000
+    assert len(text) < MetricsSettings().max_label_sets * 8_000
     assert b'feature="other"' in text
 
 
 async def test_unauthenticated_callers_spend_no_label_slots() -> None:
     """Issue 10 #6: 150 requests refused with 401 took every feature slot."""
-    telemetry = Telemetry(Metrics())
-    auth = Auth(enabled=True, keys=[ApiKey(key=SecretStr("k-1"), tenant="acme")])
+    telemetry = Telemetry(MetricsSettings())
+    auth = AuthSettings(enabled=True, keys=[ApiKeySettings(key=SecretStr("k-1"), tenant="acme")])
     service = measured(Answers(), telemetry, auth=auth)
     for i in range(150):
         with pytest.raises(AuthenticationFailed):
@@ -213,7 +227,7 @@ async def test_a_stream_without_usage_has_its_output_counted_and_flagged() -> No
     chunks = [b'{"choices":[{"delta":{"role":"assistant","content":""}}]}'] + [
         b'{"choices":[{"delta":{"content":"%s"}}]}' % word for word in (b"Hello", b" there", b"!")
     ]
-    records, tokenizer, telemetry = Records(), Counting(), Telemetry(Metrics())
+    records, tokenizer, telemetry = Records(), Counting(), Telemetry(MetricsSettings())
     service = measured(Answers(streamed(*chunks)), telemetry, sinks=[records],
                        tokenizer=tokenizer)  # fmt: skip
     await drain(service, request("small"))
@@ -232,7 +246,7 @@ async def test_nothing_is_counted_when_the_upstream_reported_usage() -> None:
         b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7}}',
     )
     records, tokenizer = Records(), Counting()
-    service = measured(Answers(streamed(*chunks)), Telemetry(Metrics()), sinks=[records],
+    service = measured(Answers(streamed(*chunks)), Telemetry(MetricsSettings()), sinks=[records],
                        tokenizer=tokenizer)  # fmt: skip
     await drain(service, request("small"))
     assert tokenizer.texts == []
@@ -243,7 +257,9 @@ async def test_nothing_is_counted_when_the_upstream_reported_usage() -> None:
 async def test_a_whole_answer_without_usage_has_its_output_counted_with_tiktoken() -> None:
     answer = Completed(data={"choices": [{"message": {"content": "hello world"}}]})
     records = Records()
-    await measured(Answers(answer), Telemetry(Metrics()), sinks=[records])(request("gpt-4o"))
+    await measured(Answers(answer), Telemetry(MetricsSettings()), sinks=[records])(
+        request("gpt-4o")
+    )
     await asyncio.sleep(0)
     (record,) = records.seen
     assert (record.tokens.output, record.tokens.output_source) == (2, TokenSource.COUNTED)
@@ -251,8 +267,8 @@ async def test_a_whole_answer_without_usage_has_its_output_counted_with_tiktoken
 
 async def test_a_refused_caller_leaves_a_record_without_a_tenant() -> None:
     records = Records()
-    auth = Auth(enabled=True, keys=[ApiKey(key=SecretStr("k-1"), tenant="acme")])
-    service = measured(Answers(), Telemetry(Metrics()), auth=auth, sinks=[records])
+    auth = AuthSettings(enabled=True, keys=[ApiKeySettings(key=SecretStr("k-1"), tenant="acme")])
+    service = measured(Answers(), Telemetry(MetricsSettings()), auth=auth, sinks=[records])
     with pytest.raises(AuthenticationFailed):
         await service(request("small", feature="probe"))
     await service(request("small", headers=KEY))
@@ -270,7 +286,7 @@ async def test_a_stream_cut_by_its_upstream_or_left_by_its_client_is_recorded_as
         raise UpstreamUnavailable("cut", upstream="small-up", code="stream_interrupted")
 
     records = Records()
-    service = measured(Answers(Stream(failing())), Telemetry(Metrics()), sinks=[records])
+    service = measured(Answers(Stream(failing())), Telemetry(MetricsSettings()), sinks=[records])
     with pytest.raises(UpstreamUnavailable):
         await drain(service, request("small"))
     await asyncio.sleep(0)
@@ -278,8 +294,11 @@ async def test_a_stream_cut_by_its_upstream_or_left_by_its_client_is_recorded_as
     assert (cut.outcome, cut.status, cut.error) == ("upstream_error", 200, "UpstreamUnavailable")
     assert cut.tokens.output > 0  # what was delivered is counted: no usage ever came
 
-    left = await measured(Answers(streamed(b'{"choices":[{"delta":{"content":"x"}}]}')),
-                          Telemetry(Metrics()), sinks=[records])(request("small"))  # fmt: skip
+    left = await measured(
+        Answers(streamed(b'{"choices":[{"delta":{"content":"x"}}]}')),
+        Telemetry(MetricsSettings()),
+        sinks=[records],
+    )(request("small"))
     assert isinstance(left, Stream)
     await anext(aiter(left))
     await left.aclose()
@@ -292,7 +311,7 @@ async def test_a_record_that_cannot_be_built_is_counted_and_the_answer_unharmed(
         def count(self, text: str, *, model: str) -> TokenCount:
             raise RuntimeError("no tokenizer")
 
-    telemetry = Telemetry(Metrics())
+    telemetry = Telemetry(MetricsSettings())
     answer = Completed(data={"choices": [{"message": {"content": "hi"}}]})
     service = measured(Answers(answer), telemetry, tokenizer=Broken())
     assert await service(request("small")) is answer

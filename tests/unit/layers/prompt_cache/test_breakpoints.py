@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from levergate.config import Breakpoints
+from levergate.config import BreakpointsSettings
 from levergate.errors import BadRequest
 from levergate.layers.prompt_cache.breakpoints import (
     Boundary,
@@ -50,14 +50,14 @@ def test_boundaries_in_prompt_order() -> None:
 
 
 def test_nothing_is_placed_without_evidence_of_reuse() -> None:
-    placer = Placer(Breakpoints())
+    placer = Placer(BreakpointsSettings())
     changes, placed = placer.place(body("Hi"), now=0.0)
     assert changes == {}
     assert placed == []
 
 
 def test_a_reused_system_prompt_gets_a_5_minute_breakpoint() -> None:
-    placer = Placer(Breakpoints())
+    placer = Placer(BreakpointsSettings())
     placer.place(body("first user"), now=0.0)
     changes, placed = placer.place(body("second user"), now=30.0)  # same system, 30 s later
     assert [(p.boundary.kind, p.ttl) for p in placed] == [("system", "5m")]
@@ -67,21 +67,21 @@ def test_a_reused_system_prompt_gets_a_5_minute_breakpoint() -> None:
 
 
 def test_reuse_only_every_20_minutes_pays_for_a_1_hour_entry() -> None:
-    placer = Placer(Breakpoints())
+    placer = Placer(BreakpointsSettings())
     for i in range(5):
         _, placed = placer.place(body(f"user {i}"), now=i * 1200.0)
     assert [(p.boundary.kind, p.ttl) for p in placed] == [("system", "1h")]
 
 
 def test_a_short_prefix_never_gets_one() -> None:
-    placer = Placer(Breakpoints())
+    placer = Placer(BreakpointsSettings())
     for i in range(5):
         _, placed = placer.place(body(f"user {i}", system="Be brief."), now=float(i))
     assert placed == []
 
 
 def test_a_conversation_continued_within_minutes_gets_a_history_breakpoint() -> None:
-    placer = Placer(Breakpoints())
+    placer = Placer(BreakpointsSettings())
     turns = ["Question one? " * 50]
     for i in range(6):  # each turn continues the previous prompt 20 s later
         changes, placed = placer.place(body(*turns), now=i * 20.0)
@@ -102,7 +102,7 @@ def test_client_breakpoints_are_kept_counted_and_bounded() -> None:
         {"type": "text", "text": str(i), "cache_control": {"type": "ephemeral"}} for i in range(5)
     ]
     with pytest.raises(BadRequest) as caught:
-        Placer(Breakpoints()).place(too_many, now=0.0)
+        Placer(BreakpointsSettings()).place(too_many, now=0.0)
     assert caught.value.code == "too_many_cache_breakpoints"
 
 

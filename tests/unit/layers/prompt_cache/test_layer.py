@@ -6,8 +6,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from levergate.config import PromptCache
+from levergate.config import PromptCacheSettings
 from levergate.core.call import Call, Context
+from levergate.core.controls import Principal
 from levergate.layers.prompt_cache import PromptCacheOptimizer, PromptCacheState, Provider
 from levergate.layers.prompt_cache.layer import cache_key
 from levergate.testing import FakeUpstream, ManualClock
@@ -18,14 +19,14 @@ SHARED = "Follow the support policy: be exact, cite the handbook, never guess. "
 def chat(system: str, *, tenant: str = "t1", **extra: Any) -> Call:
     body = {"model": "m", "messages": [{"role": "system", "content": system},
                                        {"role": "user", "content": "Hello"}], **extra}  # fmt: skip
-    return Call(kind="chat", body=body, ctx=Context("r", tenant=tenant))
+    return Call(kind="chat", body=body, ctx=Context("r", principal=Principal(tenant=tenant)))
 
 
 def build(
     provider: Provider, **settings: Any
 ) -> tuple[PromptCacheOptimizer, FakeUpstream, PromptCacheState, ManualClock, CollectorRegistry]:
     registry, clock, upstream = CollectorRegistry(), ManualClock(), FakeUpstream()
-    s = PromptCache(**settings)
+    s = PromptCacheSettings(**settings)
     state = PromptCacheState(s, registry=registry)
     layer = PromptCacheOptimizer(upstream, settings=s, model="m", provider=provider, state=state,
                                  clock=clock)  # fmt: skip

@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from levergate.catalog import Catalog
-from levergate.config import Metrics, Price, Settings
+from levergate.config import MetricsSettings, PriceSettings, Settings
 from levergate.core.call import Call, Context
+from levergate.core.controls import Principal
 from levergate.core.reply import Completed
 from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.measure.record import RequestRecord
+from levergate.layers.measure.recorder import Recorder
 from levergate.layers.prompt_cache.sink import OUTCOMES, PromptCacheSink, outcome
 
 USAGE: dict[str, object] = {
@@ -41,7 +43,7 @@ class Upstream:
 async def run(
     calls: list[tuple[str, int, dict[str, object]]],
 ) -> tuple[Telemetry, list[RequestRecord]]:
-    telemetry = Telemetry(Metrics())
+    telemetry = Telemetry(MetricsSettings())
     sink = PromptCacheSink(aliases=["claude"], registry=telemetry.registry)
     seen: list[RequestRecord] = []
 
@@ -49,12 +51,14 @@ async def run(
         def emit(self, record: RequestRecord) -> None:
             seen.append(record)
 
-    catalog = Catalog.of_prices({"claude": Price(input=3.0, output=15.0)})
+    catalog = Catalog.of_prices({"claude": PriceSettings(input=3.0, output=15.0)})
     for model, expected, usage in calls:
         body = {"model": model, "messages": [{"role": "user", "content": "x"}]}
-        measure = Measure(Upstream(expected, usage), telemetry=telemetry, catalog=catalog,
-                          sinks=[sink, Records()])  # fmt: skip
-        await measure(Call(kind="chat", body=body, ctx=Context("r", tenant="t")))
+        recorder = Recorder(telemetry, catalog=catalog, sinks=[sink, Records()])
+        measure = Measure(Upstream(expected, usage), recorder=recorder)
+        await measure(
+            Call(kind="chat", body=body, ctx=Context("r", principal=Principal(tenant="t")))
+        )
         await asyncio.sleep(0)
     return telemetry, seen
 

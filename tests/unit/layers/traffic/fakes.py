@@ -8,7 +8,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from levergate.core.call import Call, Context, Priority
+from levergate.core.call import Call, Context
+from levergate.core.controls import Controls, Principal, Priority
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.errors import LevergateError, Overloaded, UpstreamRejected, UpstreamUnavailable
 from levergate.layers.traffic.balance import Balance, Member
@@ -35,7 +36,11 @@ def call(
         kind="chat",
         body={"model": model, "messages": [{"role": "user", "content": "hi"}], **body}
         | ({"stream": True} if stream else {}),
-        ctx=Context("r1", tenant=tenant, priority=priority, deadline=deadline),
+        ctx=Context(
+            "r1",
+            principal=Principal(tenant=tenant),
+            controls=Controls(priority=priority, deadline=deadline),
+        ),
     )
 
 

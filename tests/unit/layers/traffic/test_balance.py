@@ -21,7 +21,7 @@ from levergate.policies.balancing import STRATEGIES
 from levergate.policies.budget import RetryBudget
 from levergate.policies.ejection import State
 from levergate.policies.ewma import Ewma
-from levergate.testing import FakeUpstream, ManualClock
+from levergate.testing import FakeUpstream, ManualClock, sample_value
 from tests.unit.layers.cache.helpers import drain
 from tests.unit.layers.traffic.fakes import (
     AutoClock,
@@ -100,8 +100,8 @@ async def test_a_failing_endpoint_is_ejected_then_readmitted_by_a_probe() -> Non
     while len(a.calls) == 4:
         await pool.balance(call())
     assert state_a.health.state(pool.clock.now()) is State.HEALTHY
-    assert pool.metrics.ejections.labels("a")._value.get() == 2
-    assert pool.metrics.ejected.labels("a")._value.get() == 0
+    assert sample_value(pool.metrics.ejections, "a") == 2
+    assert sample_value(pool.metrics.ejected, "a") == 0
 
 
 async def test_the_last_endpoints_are_never_all_ejected() -> None:

@@ -15,7 +15,7 @@ from levergate.errors import (
 )
 from levergate.layers.traffic.fallback import Fallback, failure_kind
 from levergate.layers.traffic.metrics import TrafficMetrics
-from levergate.testing import FakeUpstream
+from levergate.testing import FakeUpstream, sample_value
 from tests.unit.layers.cache.helpers import drain
 from tests.unit.layers.traffic.fakes import call, ok, server_error, stream_of, throttled
 
@@ -59,7 +59,7 @@ async def test_failures_walk_the_list_in_order() -> None:
     reply = await _fallback(inner, metrics)(call(model="big"))
     assert isinstance(reply, Completed)
     assert inner.order == ["big", "other", "local"]
-    assert metrics.fallbacks.labels("big", "local")._value.get() == 1
+    assert sample_value(metrics.fallbacks, "big", "local") == 1
 
 
 async def test_a_prompt_too_long_goes_to_the_larger_context_model() -> None:

@@ -19,7 +19,7 @@ from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.layers.traffic.waiting import WaitingRoom
 from levergate.policies.ejection import Ejection, EjectionPolicy, State
 from levergate.stores.limits import MemoryLimitStore
-from levergate.testing import ManualClock
+from levergate.testing import ManualClock, sample_value
 from tests.unit.layers.traffic.fakes import settle, shed
 
 INTERVAL = 5.0
@@ -102,8 +102,8 @@ async def test_a_dead_endpoint_is_ejected_by_probes_alone(fleet: Fleet) -> None:
     assert fleet.state("c") is State.HEALTHY  # one failed probe is not a verdict
     await fleet.interval()
     assert fleet.state("c") is State.EJECTED
-    assert fleet.metrics.ejections.labels("c")._value.get() == 1
-    assert fleet.metrics.health_checks.labels("c", "fail")._value.get() == 2
+    assert sample_value(fleet.metrics.ejections, "c") == 1
+    assert sample_value(fleet.metrics.health_checks, "c", "fail") == 2
     assert fleet.state("a") is fleet.state("b") is State.HEALTHY
 
 
@@ -123,7 +123,7 @@ async def test_it_stays_out_while_probes_fail_then_passing_probes_readmit_it(
     assert fleet.state("c") is State.EJECTED  # one pass is not a verdict either
     await fleet.interval()
     assert fleet.state("c") is State.HEALTHY
-    assert fleet.metrics.ejected.labels("c")._value.get() == 0
+    assert sample_value(fleet.metrics.ejected, "c") == 0
 
 
 async def test_flapping_probes_below_the_threshold_eject_nothing(fleet: Fleet) -> None:
@@ -131,7 +131,7 @@ async def test_flapping_probes_below_the_threshold_eject_nothing(fleet: Fleet) -
         fleet.probes["c"].failure = DOWN if round_ % 2 else None
         await fleet.interval()
         assert fleet.state("c") is State.HEALTHY
-    assert fleet.metrics.ejections.labels("c")._value.get() == 0
+    assert sample_value(fleet.metrics.ejections, "c") == 0
 
 
 async def test_passing_probes_leave_a_passive_ejection_to_its_half_open_probe(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from levergate.policies.ejection import State
-from levergate.testing import FakeUpstream, ManualClock
+from levergate.testing import FakeUpstream, ManualClock, sample_value
 from tests.unit.layers.traffic.fakes import Pool, call, ok
 
 FACTOR = 3.0
@@ -37,14 +37,14 @@ def ejected(pool: Pool) -> list[str]:
 
 
 def ever_ejected(pool: Pool) -> list[str]:
-    return [s.name for s in pool.states if pool.metrics.ejections.labels(s.name)._value.get()]
+    return [s.name for s in pool.states if sample_value(pool.metrics.ejections, s.name)]
 
 
 async def test_an_endpoint_much_slower_than_its_peers_is_ejected() -> None:
     pool, (_, _, slow) = pool_of(1.0, 1.2, 5.0)
     await serve(pool, 60, every=0.1)
     assert ejected(pool) == ["e2"]
-    assert pool.metrics.ejections.labels("e2")._value.get() == 1
+    assert sample_value(pool.metrics.ejections, "e2") == 1
     # Nothing goes to it while it is out (the ejection lasts 10 s).
     served = len(slow.calls)
     await serve(pool, 50, every=0.1)
@@ -60,7 +60,7 @@ async def test_it_is_readmitted_after_its_ejection_once_it_is_fast_again() -> No
     pool.clock.advance(10)
     await serve(pool, 200, every=0.1)
     assert ejected(pool) == []
-    assert pool.metrics.ejections.labels("e2")._value.get() == 1
+    assert sample_value(pool.metrics.ejections, "e2") == 1
     assert len(slow.calls) > 50  # serving its share again
 
 
@@ -71,7 +71,7 @@ async def test_one_that_stays_slow_is_ejected_again_for_longer() -> None:
     assert isinstance(pool.clock, ManualClock)
     pool.clock.advance(first)
     await serve(pool, 100, every=0.1)
-    assert pool.metrics.ejections.labels("e2")._value.get() == 2
+    assert sample_value(pool.metrics.ejections, "e2") == 2
     assert pool.states[2].health.ejected_until - pool.clock.now() > first
 
 

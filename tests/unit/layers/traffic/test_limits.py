@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from levergate.config import MaxWait, RateLimits
-from levergate.core.call import Priority
+from levergate.config import MaxWaitSettings, RateLimitsSettings
+from levergate.core.controls import Priority
 from levergate.core.reply import Completed, Event, EventSource, Stream
 from levergate.errors import LevergateError, Overloaded, RateLimited
 from levergate.layers.traffic.admission import Admission
@@ -17,6 +17,7 @@ from levergate.layers.traffic.limits import Limits, LimitScope
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.layers.traffic.waiting import Slots, WaitingRoom
 from levergate.policies.gcra import Rate
+from levergate.policies.tiers import Tier
 from levergate.stores.limits import Charge, MemoryLimitStore
 from levergate.testing import FakeUpstream, ManualClock
 from tests.unit.layers.cache.helpers import drain
@@ -109,7 +110,7 @@ async def test_a_full_queue_sheds_its_lowest_priority_waiter() -> None:
     await urgent
 
 
-def _limits(inner: FakeUpstream, clock: ManualClock, *, limits: RateLimits) -> Limits:
+def _limits(inner: FakeUpstream, clock: ManualClock, *, limits: RateLimitsSettings) -> Limits:
     store = MemoryLimitStore(clock=clock)
     cap = limits.max_concurrency
     slots = [Slots(lambda: cap)] if cap else []
@@ -121,7 +122,7 @@ def _limits(inner: FakeUpstream, clock: ManualClock, *, limits: RateLimits) -> L
         scopes=[LimitScope.of("key:x", limits)],
         store=store,
         clock=clock,
-        max_wait=MaxWait(),
+        max_wait=MaxWaitSettings(),
         metrics=TrafficMetrics(),
     )
 
@@ -129,21 +130,25 @@ def _limits(inner: FakeUpstream, clock: ManualClock, *, limits: RateLimits) -> L
 async def test_a_stream_holds_its_concurrency_permit_until_it_closes() -> None:
     clock = ManualClock()
     inner = FakeUpstream(default=stream_of("a", "b"))
-    limits = _limits(inner, clock, limits=RateLimits(max_concurrency=1))
-    first = await limits(call(stream=True))
-    second = asyncio.create_task(limits(call(stream=True)))
+    limits = _limits(inner, clock, limits=RateLimitsSettings(max_concurrency=1))
+    one, two = call(stream=True), call(stream=True)
+    first = await limits(one)
+    second = asyncio.create_task(limits(two))
     await settle()
     assert len(inner.calls) == 1  # the second waits for the first stream's permit
+    clock.advance(3.0)
     await drain(first)
     await settle()
     assert len(inner.calls) == 2
     await drain(await second)
+    # The wait is on the call's record (the finished-request record's `queued_seconds`).
+    assert (one.ctx.trace.queued_seconds, two.ctx.trace.queued_seconds) == (0.0, 3.0)
 
 
 async def test_tokens_are_reserved_up_front_and_corrected_by_usage() -> None:
     clock = ManualClock()
     inner = FakeUpstream(default=ok(prompt_tokens=10))
-    limits = RateLimits(tpm=1000, window_seconds=60, tpm_charge="reserved")
+    limits = RateLimitsSettings(tpm=1000, window_seconds=60, tpm_charge="reserved")
     layer = _limits(inner, clock, limits=limits)
     scope = LimitScope.of("key:x", limits)
     assert scope.tpm is not None
@@ -158,7 +163,7 @@ async def test_tokens_are_reserved_up_front_and_corrected_by_usage() -> None:
 async def test_used_tokens_refund_what_was_reserved_but_not_generated() -> None:
     clock = ManualClock()
     inner = FakeUpstream(default=ok(prompt_tokens=10, completion_tokens=5))
-    limits = RateLimits(tpm=1000, window_seconds=60, tpm_charge="used")
+    limits = RateLimitsSettings(tpm=1000, window_seconds=60, tpm_charge="used")
     layer = _limits(inner, clock, limits=limits)
     scope = LimitScope.of("key:x", limits)
     assert scope.tpm is not None
@@ -177,7 +182,7 @@ async def test_a_streams_usage_corrects_the_charge_whatever_its_json_spacing() -
 
     clock = ManualClock()
     inner = FakeUpstream(default=lambda: Stream(spaced()))
-    limits = RateLimits(tpm=1000, window_seconds=60, tpm_charge="used")
+    limits = RateLimitsSettings(tpm=1000, window_seconds=60, tpm_charge="used")
     layer = _limits(inner, clock, limits=limits)
     scope = LimitScope.of("key:x", limits)
     assert scope.tpm is not None
@@ -189,11 +194,11 @@ async def test_a_streams_usage_corrects_the_charge_whatever_its_json_spacing() -
 def _admission(inner: FakeUpstream, clock: ManualClock, *, rpm: int) -> Admission:
     return Admission(
         inner,
-        tenants={"acme": RateLimits(window_seconds=60, burst=0.5, rpm=rpm)},
+        tenants={"acme": RateLimitsSettings(window_seconds=60, burst=0.5, rpm=rpm)},
         default=None,
         store=MemoryLimitStore(clock=clock),
         clock=clock,
-        max_wait=MaxWait(interactive=1, default=1, batch=1),
+        max_wait=MaxWaitSettings(interactive=1, default=1, batch=1),
         max_queue=100,
         metrics=TrafficMetrics(),
     )
@@ -223,3 +228,62 @@ async def test_an_expired_deadline_is_refused_before_any_work() -> None:
     assert inner.calls == []
     reply = await admission(call(tenant="acme", deadline=20.0))
     assert isinstance(reply, Completed)
+
+
+async def test_background_traffic_leaves_the_reserved_slots_to_the_rest() -> None:
+    """A key of 10 slots with a 20% reserve: batch and flex fill 8, the 9th waits, and an
+    interactive request still gets in at once."""
+    clock = ManualClock()
+    slots = Slots(lambda: 10, reserve=0.2)
+    room = WaitingRoom(store=MemoryLimitStore(clock=clock), clock=clock, slots=[slots],
+                       shed_error=shed)  # fmt: skip
+    for _ in range(8):
+        await room.enter(charges=[], priority=int(Priority.BATCH), deadline=100, background=True)
+    waiting = asyncio.ensure_future(
+        room.enter(charges=[], priority=int(Priority.BATCH), deadline=100, background=True)
+    )
+    await settle()
+    assert not waiting.done()
+    assert room.queued == 1
+    await room.enter(charges=[], priority=int(Priority.INTERACTIVE), deadline=100)
+    assert slots.in_use == 9
+    room.release()
+    room.release()  # back to 7 in use: the waiting background request fits under its cap
+    await settle()
+    assert waiting.done()
+    assert slots.in_use == 8
+    assert Slots(lambda: 1, reserve=0.5).free(background=True)  # one slot is never withheld
+
+
+def test_background_charges_carry_the_reduced_limits() -> None:
+    limits = RateLimitsSettings(rpm=100, tpm=10_000, interactive_reserve=0.25)
+    scope = LimitScope.of("key:k", limits)
+    assert [c.key for c in scope.charges(50)] == ["key:k:rpm", "key:k:tpm"]
+    background = scope.charges(50, background=True)
+    assert [c.key for c in background] == ["key:k:rpm", "key:k:tpm", "key:k:rpm:bg",
+                                           "key:k:tpm:bg"]  # fmt: skip
+    assert (background[2].rate.limit, background[3].rate.limit) == (75, 7500)
+    none = LimitScope.of("key:k", limits.model_copy(update={"interactive_reserve": 0.0}))
+    assert len(none.charges(50, background=True)) == 2
+
+
+async def test_a_flex_request_counts_as_background_whatever_its_class() -> None:
+    clock = ManualClock()
+    limits = RateLimitsSettings(rpm=4, window_seconds=60, burst=1.0, interactive_reserve=0.5)
+    scope = LimitScope.of("key:k", limits)
+    room = WaitingRoom(store=MemoryLimitStore(clock=clock), clock=clock, shed_error=shed)
+    limited = Limits(FakeUpstream(default=ok()), name="k", room=room, scopes=[scope],
+                     store=MemoryLimitStore(clock=clock), clock=clock,
+                     max_wait=MaxWaitSettings(default=1.0), metrics=TrafficMetrics())  # fmt: skip
+    flex = call(priority=Priority.DEFAULT)
+    flex.ctx.trace.tier = Tier.FLEX
+    await limited(flex)
+    flex2 = call(priority=Priority.DEFAULT)
+    flex2.ctx.trace.tier = Tier.FLEX
+    await limited(flex2)
+    third = call(priority=Priority.DEFAULT)
+    third.ctx.trace.tier = Tier.FLEX
+    with pytest.raises(Overloaded):  # half of 4 per minute is background's
+        await limited(third)
+    await limited(call(priority=Priority.DEFAULT))  # the reserve is there for the rest
+    await limited(call(priority=Priority.DEFAULT))

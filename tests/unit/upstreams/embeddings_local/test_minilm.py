@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from levergate.config import LocalEmbeddings
+from levergate.config import LocalEmbeddingsSettings
 from levergate.errors import BadRequest, ConfigError, ModelNotFound
 from levergate.upstreams.embeddings_local import LocalEmbedder, default_embedder
 from levergate.upstreams.embeddings_local.minilm import MiniLM, tokenizer_file
@@ -18,7 +18,7 @@ from levergate.upstreams.embeddings_local.minilm import MiniLM, tokenizer_file
 
 @pytest.fixture
 async def embedder() -> AsyncIterator[LocalEmbedder]:
-    made = default_embedder(LocalEmbeddings(batch_max=16, batch_wait_ms=20.0, threads=1))
+    made = default_embedder(LocalEmbeddingsSettings(batch_max=16, batch_wait_ms=20.0, threads=1))
     try:
         yield made
     finally:
@@ -76,13 +76,13 @@ def test_the_tokenizer_ships_inside_levergate_and_a_missing_model_is_a_config_er
     assert tokenizer_file().is_file()
     assert (tokenizer_file().parent / "NOTICE").is_file()
     with pytest.raises(ConfigError, match="MiniLM"):
-        LocalEmbedder(LocalEmbeddings(model_path="/nonexistent/model.onnx"))
+        LocalEmbedder(LocalEmbeddingsSettings(model_path="/nonexistent/model.onnx"))
 
 
 def test_spin_false_turns_off_onnxruntimes_spinning_threads() -> None:
     entry = "session.intra_op.allow_spinning"
-    quiet = MiniLM(LocalEmbeddings(spin=False, threads=1))._session
+    quiet = MiniLM(LocalEmbeddingsSettings(spin=False, threads=1))._session
     assert quiet.get_session_options().get_session_config_entry(entry) == "0"
-    busy = MiniLM(LocalEmbeddings(threads=1))._session
+    busy = MiniLM(LocalEmbeddingsSettings(threads=1))._session
     with pytest.raises(RuntimeError, match=entry):  # never set: onnxruntime's default, spinning
         busy.get_session_options().get_session_config_entry(entry)

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 
-from levergate.config import LocalEmbeddings
+from levergate.config import LocalEmbeddingsSettings
 from levergate.errors import ConfigError
 from levergate.upstreams.embeddings_local.minilm import MiniLM
 from levergate.upstreams.embeddings_local.quantize import int8_model
@@ -26,7 +26,7 @@ TEXTS = [
 
 
 def packaged() -> Path:
-    path = LocalEmbeddings().model_path
+    path = LocalEmbeddingsSettings().model_path
     assert path is not None
     return Path(path)
 
@@ -66,8 +66,8 @@ def test_building_leaves_an_unconfigured_root_logger_unconfigured(tmp_path: Path
 
 
 def test_int8_vectors_stay_close_to_the_float_graphs(tmp_path: Path) -> None:
-    plain = MiniLM(LocalEmbeddings(threads=1)).encode(TEXTS).vectors
-    quick = MiniLM(LocalEmbeddings(threads=1, quantize="int8", cache_dir=str(tmp_path)))
+    plain = MiniLM(LocalEmbeddingsSettings(threads=1)).encode(TEXTS).vectors
+    quick = MiniLM(LocalEmbeddingsSettings(threads=1, quantize="int8", cache_dir=str(tmp_path)))
     vectors = quick.encode(TEXTS).vectors
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
     cosines = (vectors * plain).sum(axis=1)
@@ -82,7 +82,7 @@ def test_a_cache_that_is_a_file_is_a_clear_start_up_error(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="cannot build the int8 embedder"):
         int8_model(packaged(), blocked)
     with pytest.raises(ConfigError, match="cache_dir"):
-        MiniLM(LocalEmbeddings(quantize="int8", cache_dir=str(blocked)))
+        MiniLM(LocalEmbeddingsSettings(quantize="int8", cache_dir=str(blocked)))
 
 
 def test_a_file_that_is_no_model_is_not_built(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_a_file_that_is_no_model_is_not_built(tmp_path: Path) -> None:
 
 
 def test_the_identity_names_the_matmuls() -> None:
-    plain = LocalEmbeddings()
+    plain = LocalEmbeddingsSettings()
     assert plain.identity == "all-minilm-l6-v2"
     quick = plain.named("all-minilm-l6-v2+int8")
     assert quick is not None

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
-from levergate.config import LocalUpstream, PrefixCacheSettings
+from levergate.config import LocalUpstreamSettings, PrefixCacheSettings
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed, Stream
 from levergate.upstreams.local import LocalEndpoint
@@ -26,7 +26,7 @@ SYSTEM = (
 ) * 3
 
 
-def local_settings(**values: Any) -> LocalUpstream:
+def local_settings(**values: Any) -> LocalUpstreamSettings:
     """Small and quick to start: the bundled Q4_1 file as is, a 4k context, 4 slots."""
     defaults: dict[str, Any] = {
         "requantize": "off",
@@ -36,10 +36,10 @@ def local_settings(**values: Any) -> LocalUpstream:
         "threads": 1,
         "prefix_cache": PrefixCacheSettings(min_tokens=16),
     }
-    return LocalUpstream(**{**defaults, **values})
+    return LocalUpstreamSettings(**{**defaults, **values})
 
 
-def running(settings: LocalUpstream) -> Iterator[LocalEndpoint]:
+def running(settings: LocalUpstreamSettings) -> Iterator[LocalEndpoint]:
     """A generator for fixtures: the endpoint, stopped afterwards (its threads need no loop)."""
     endpoint = LocalEndpoint(settings)
     try:

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from levergate.config import LocalUpstream, Settings
+from levergate.config import LocalUpstreamSettings, Settings
 from levergate.errors import ConfigError
 from levergate.upstreams import make_endpoint
 from levergate.upstreams.local.endpoint import model_id
-from levergate.upstreams.local.model import model_file, requantized
+from levergate.upstreams.local.model import model_file
+from levergate.upstreams.local.quantize import cached_model
 
-BUNDLED = LocalUpstream().model_path
+BUNDLED = LocalUpstreamSettings().model_path
 
 
 def bundled() -> Path:
@@ -42,20 +43,20 @@ def test_settings_accept_both_kinds_of_upstream() -> None:
         Settings.load(upstreams=[{"kind": "carrier-pigeon", "name": "x"}])
 
 
-def corrupt(tmp_path: Path, name: str, data: bytes) -> LocalUpstream:
+def corrupt(tmp_path: Path, name: str, data: bytes) -> LocalUpstreamSettings:
     path = tmp_path / name
     path.write_bytes(data)
-    return LocalUpstream(model_path=str(path), cache_dir=str(tmp_path / "cache"))
+    return LocalUpstreamSettings(model_path=str(path), cache_dir=str(tmp_path / "cache"))
 
 
 def test_a_missing_or_foreign_file_is_a_config_error(tmp_path: Path) -> None:
-    missing = LocalUpstream(model_path=str(tmp_path / "nope.gguf"), requantize="off")
+    missing = LocalUpstreamSettings(model_path=str(tmp_path / "nope.gguf"), requantize="off")
     with pytest.raises(ConfigError, match="not found"):
         make_endpoint(missing)
     with pytest.raises(ConfigError, match="not a GGUF"):
         make_endpoint(corrupt(tmp_path, "model.gguf", b"PK\x03\x04 a zip file"))
     with pytest.raises(ConfigError, match="no model file"):
-        make_endpoint(LocalUpstream(model_path=None))
+        make_endpoint(LocalUpstreamSettings(model_path=None))
 
 
 @pytest.mark.parametrize("kind", ["truncated", "garbage", "flipped"])
@@ -79,20 +80,23 @@ def test_requantizing_happens_once_and_follows_the_source(tmp_path: Path) -> Non
     source = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     shutil.copyfile(bundled(), source)
     cache = tmp_path / "cache"
-    first = requantized(source, "q8_0", cache, threads=1)
+    first = cached_model(source, "q8_0", cache_dir=cache, threads=1, where="t")
     assert first != source
     assert first.read_bytes()[:4] == b"GGUF"
     stamp = first.stat().st_mtime_ns
-    again = requantized(source, "q8_0", cache, threads=1)
+    again = cached_model(source, "q8_0", cache_dir=cache, threads=1, where="t")
     assert again == first
     assert again.stat().st_mtime_ns == stamp  # reused, not redone
     os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))
-    assert requantized(source, "q8_0", cache, threads=1) != first
-    settings = LocalUpstream(model_path=str(source), cache_dir=str(cache), requantize="off")
+    assert cached_model(source, "q8_0", cache_dir=cache, threads=1, where="t") != first
+    settings = LocalUpstreamSettings(model_path=str(source), cache_dir=str(cache), requantize="off")
     assert model_file(settings) == source
 
 
 def test_an_unwritable_cache_falls_back_to_the_source(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    assert requantized(bundled(), "q8_0", blocker / "sub", threads=1) == bundled()
+    assert (
+        cached_model(bundled(), "q8_0", cache_dir=blocker / "sub", threads=1, where="t")
+        == bundled()
+    )

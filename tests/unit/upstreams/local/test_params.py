@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from levergate.config import LocalUpstream, Speculation
+from levergate.config import LocalUpstreamSettings, SpeculationSettings
 from levergate.core.call import Call, Context
 from levergate.errors import BadRequest
 from levergate.upstreams.local import params
 from levergate.upstreams.local.template import chatml, message_texts
 
-SETTINGS = LocalUpstream(model_path=None, speculative=Speculation(models=["lookup"]))
+SETTINGS = LocalUpstreamSettings(
+    model_path=None, speculative=SpeculationSettings(models=["lookup"])
+)
 
 
-def call(model: str = "m", headers: dict[str, str] | None = None) -> Call:
-    ctx = Context(request_id="r", headers=headers or {})
+def call(model: str = "m") -> Call:
+    ctx = Context(request_id="r")
     return Call(kind="chat", body={"model": model, "messages": []}, ctx=ctx)
 
 
@@ -23,7 +25,7 @@ def call(model: str = "m", headers: dict[str, str] | None = None) -> Call:
     [
         ({"n": 2}, "n"),
         ({"tools": [{"type": "function"}]}, "tools"),
-        ({"logprobs": True}, "logprobs"),
+        ({"echo": True}, "echo"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
     ],
 )
@@ -31,6 +33,32 @@ def test_what_the_engine_cannot_do_is_refused_by_name(body: dict[str, object], p
     with pytest.raises(BadRequest) as raised:
         params.refuse_unsupported(body)
     assert raised.value.param == param
+
+
+def test_logprobs_follow_openais_rules_and_bounds() -> None:
+    chat = {"logprobs": True, "top_logprobs": 20}
+    assert params.logprobs(chat, kind="chat") == 20
+    assert params.logprobs({"logprobs": True}, kind="chat") == 0
+    assert params.logprobs({"logprobs": False}, kind="chat") is None
+    assert params.logprobs({}, kind="chat") is None
+    assert params.logprobs({"logprobs": 5}, kind="completion") == 5
+    assert params.logprobs({"logprobs": 0}, kind="completion") == 0
+    assert params.logprobs({}, kind="completion") is None
+    refused: list[tuple[dict[str, object], str, str]] = [
+        ({"logprobs": True, "top_logprobs": 21}, "chat", "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": -1}, "chat", "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 10**12}, "chat", "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": True}, "chat", "top_logprobs"),
+        ({"top_logprobs": 3}, "chat", "top_logprobs"),  # needs logprobs: true
+        ({"logprobs": "yes"}, "chat", "logprobs"),
+        ({"logprobs": 1}, "chat", "logprobs"),
+        ({"logprobs": 6}, "completion", "logprobs"),
+        ({"logprobs": 2.5}, "completion", "logprobs"),
+    ]
+    for body, kind, param in refused:
+        with pytest.raises(BadRequest) as raised:
+            params.logprobs(body, kind="chat" if kind == "chat" else "completion")
+        assert raised.value.param == param, body
 
 
 def test_context_length_errors_use_openais_code() -> None:
@@ -54,6 +82,11 @@ def test_sampling_defaults_come_from_the_settings_and_the_body_wins() -> None:
     assert given.greedy
     assert given.seed == 3
     assert given.logit_bias == {5: -100.0}
+    assert default.top_k == 0
+    assert params.sampling({"top_k": 40}, settings=SETTINGS).top_k == 40
+    for bad in (-1, 2.5, "40", True):
+        with pytest.raises(BadRequest, match="top_k"):
+            params.sampling({"top_k": bad}, settings=SETTINGS)
     with pytest.raises(BadRequest):
         params.stop_strings({"stop": ["a", "b", "c", "d", "e"]})
     assert params.stop_strings({"stop": "x"}) == ("x",)
@@ -62,10 +95,9 @@ def test_sampling_defaults_come_from_the_settings_and_the_body_wins() -> None:
 def test_speculation_per_route_and_per_request() -> None:
     assert params.draft_options(call("m"), settings=SETTINGS) is None
     assert params.draft_options(call("lookup"), settings=SETTINGS) is not None
-    on = {params.SPECULATIVE_HEADER: "on"}
-    off = {params.SPECULATIVE_HEADER: "off"}
-    assert params.draft_options(call("m", on), settings=SETTINGS) is not None
-    assert params.draft_options(call("lookup", off), settings=SETTINGS) is None
+    assert params.draft_options(call("m").with_controls(speculative=True), settings=SETTINGS)
+    off = call("lookup").with_controls(speculative=False)
+    assert params.draft_options(off, settings=SETTINGS) is None
 
 
 def test_completion_prompts_and_chat_messages() -> None:

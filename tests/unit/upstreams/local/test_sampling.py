@@ -4,7 +4,7 @@ repeats, logit_bias applies."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -61,3 +61,13 @@ def test_logit_bias_can_force_or_forbid_a_token() -> None:
     banned = Sampler(SamplingParams(logit_bias={0: -100.0}), rng=np.random.default_rng(0))
     assert banned.choose(logits) == 1
     assert logits[0] == 5.0  # the engine's logits row is never written to
+
+
+@given(rows, st.integers(1, 8), st.integers(0, 2**32 - 1))
+# Two logits that differ by a subnormal share one probability: top-k ranks the logits (CI found it).
+@example(np.array([0.0, 1.9649e-41], dtype=np.float32), 1, 0)
+def test_a_sample_is_always_among_the_top_k(logits: np.ndarray, top_k: int, seed: int) -> None:
+    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=top_k)
+    chosen = Sampler(params, rng=np.random.default_rng(seed)).choose(logits)
+    # No more than top_k - 1 tokens are strictly likelier than the one chosen.
+    assert int(np.sum(logits > logits[chosen])) < top_k

@@ -1,0 +1,191 @@
+"""What does the request log cost? Two A/Bs in one run, each in alternating rounds so off and on
+see the same machine at the same moments.
+
+1. In-process (`inprocess_cpu.py`: httpx client, gateway and simulator in one process, each
+   round a child process): CPU microseconds per request with `request_log` off and on (SQLite in
+   a temporary folder). "On" counts everything the log does — the append on the request path,
+   the writer thread turning records into rows and SQLite inserting and indexing them, and the
+   gateway's close writing what is still queued. Goal (issue 23): at most 5% more.
+2. Through the proxy: two `levergate serve` processes in front of one `levergate sim` (0 ms),
+   one with the log on, loaded in turn by the same closed-loop client (concurrency 1 and 16,
+   whole answers): p50 latency and the gateway process's CPU per request (from /proc). Goal: no
+   measurable change.
+
+    python benchmarks/log_ab.py [--rounds 6] [--requests 3000] [--seconds 3]
+    python benchmarks/log_ab.py --smoke
+
+Writes benchmarks/results/log_ab.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from harness import Output, add_output_options, cpu_seconds, free_port, stamp, stop, wait_port
+from overhead import load
+
+HERE = Path(__file__).resolve().parent
+LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
+
+
+def inprocess_round(requests: int, log: str | None) -> dict[str, float]:
+    argv = [
+        sys.executable,
+        str(HERE / "inprocess_cpu.py"),
+        "--requests",
+        str(requests),
+        "--rounds",
+        "1",
+    ]
+    if log is not None:
+        argv += ["--request-log", log]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    words = out.split()  # "stream 1234.5 us/request, whole 987.6 us/request"
+    return {"stream": float(words[1]), "whole": float(words[4])}
+
+
+def inprocess(rounds: int, requests: int, folder: Path) -> dict[str, list[dict[str, float]]]:
+    runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+    for n in range(rounds):
+        order = ("off", "on") if n % 2 == 0 else ("on", "off")
+        for side in order:
+            log = str(folder / f"inprocess-{n}.sqlite3") if side == "on" else None
+            runs[side].append(inprocess_round(requests, log))
+    return runs
+
+
+def _serve(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [*LEVERGATE, *args],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def proxy(rounds: int, seconds: float, folder: Path, concurrency: tuple[int, ...]) -> list[Any]:
+    sim_port, ports = free_port(), {"off": free_port(), "on": free_port()}
+    sim = _serve(["sim", "--port", str(sim_port)], {})
+    upstream = f"http://127.0.0.1:{sim_port}/v1"
+    log_env = {
+        "LEVERGATE_REQUEST_LOG__ENABLED": "true",
+        "LEVERGATE_REQUEST_LOG__STORE__SQLITE_PATH": str(folder / "proxy.sqlite3"),
+    }
+    gateways = {
+        side: _serve(
+            ["serve", "--upstream", upstream, "--port", str(port)], log_env if side == "on" else {}
+        )
+        for side, port in ports.items()
+    }
+    rows: list[dict[str, Any]] = []
+    try:
+        for port, proc in [(sim_port, sim), *((ports[s], gateways[s]) for s in ports)]:
+            wait_port(port, proc=proc)
+        for n in range(rounds):
+            order = ("off", "on") if n % 2 == 0 else ("on", "off")
+            for c in concurrency:
+                rows.extend(
+                    {"round": n, "side": side, "concurrency": c,
+                     **_loaded(ports[side], gateways[side].pid, c, seconds)}
+                    for side in order
+                )  # fmt: skip
+    finally:
+        for proc in (*gateways.values(), sim):
+            stop(proc)
+    return rows
+
+
+def _loaded(port: int, pid: int, concurrency: int, seconds: float) -> dict[str, float]:
+    url = f"http://127.0.0.1:{port}/v1"
+    asyncio.run(load(url, concurrency=concurrency, stream=False, seconds=min(0.5, seconds)))
+    before = cpu_seconds(pid)
+    result = asyncio.run(load(url, concurrency=concurrency, stream=False, seconds=seconds))
+    used = cpu_seconds(pid) - before
+    return {
+        "p50_ms": result["total_ms"].get("p50", float("nan")),
+        "rps": result["throughput_rps"] or 0.0,
+        "cpu_us_per_request": 1e6 * used / max(1, result["completed"]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--only", choices=("inprocess", "proxy"), help="one of the two A/Bs")
+    add_output_options(parser)
+    args = parser.parse_args()
+    out = Output.of(args)
+    concurrency = (1, 16)
+    if args.smoke:
+        args.rounds, args.requests, args.seconds, concurrency = 1, 30, 0.3, (1,)
+    with tempfile.TemporaryDirectory(prefix="levergate-log-ab-") as tmp:
+        folder = Path(tmp)
+        runs = {} if args.only == "proxy" else inprocess(args.rounds, args.requests, folder)
+        rows = [] if args.only == "inprocess" else proxy(args.rounds, args.seconds, folder,
+                                                             concurrency)  # fmt: skip
+    data = {
+        **stamp(),
+        "rounds": args.rounds,
+        "requests": args.requests,
+        "seconds": args.seconds,
+        "inprocess": runs,
+        "proxy": rows,
+    }
+    out.write("log_ab", data, markdown(data, concurrency))
+
+
+def markdown(data: dict[str, Any], concurrency: tuple[int, ...]) -> str:
+    head = [f"# Request log A/B ({data['date']}, {data['machine']})", "",
+            (f"`benchmarks/log_ab.py --rounds {data['rounds']} --requests {data['requests']} "
+            f"--seconds {data['seconds']}`: off and on in alternating rounds (medians; every "
+            "round in the last column). The host is shared with other sessions' tests, so single "
+            "rounds vary widely.")]  # fmt: skip
+    parts = [*head]
+    if data["inprocess"]:
+        parts += _inprocess(data["inprocess"])
+    if data["proxy"]:
+        parts += _proxy(data["proxy"], concurrency)
+    return "\n".join(parts) + "\n"
+
+
+def _inprocess(runs: dict[str, list[dict[str, float]]]) -> list[str]:
+    lines = ["", ("In-process: CPU microseconds per request of client, gateway and simulator in "
+             "one process, the log's writer thread and the gateway's close included."), "",
+             "| path | off us/req | on us/req | on / off | rounds off / on |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for what in ("whole", "stream"):
+        off, on = (statistics.median(r[what] for r in runs[s]) for s in ("off", "on"))
+        spread = " / ".join(", ".join(f"{r[what]:.0f}" for r in runs[s]) for s in ("off", "on"))
+        lines.append(f"| {what} | {off:.1f} | {on:.1f} | {on / off:.3f} | {spread} |")
+    return lines
+
+
+def _proxy(rows: list[dict[str, Any]], concurrency: tuple[int, ...]) -> list[str]:
+    lines = ["", ("Through the proxy: `levergate serve` with the log off and on, side by side in "
+             "front of one `levergate sim` (0 ms), closed loop, whole answers; the gateway "
+             "process's CPU per request from /proc."), "",
+             ("| concurrency | p50 ms off | p50 ms on | on / off | CPU us/req off | CPU us/req on "
+             "| on / off |"), "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for c in concurrency:
+        med = {s: {k: statistics.median(r[k] for r in rows
+                                        if r["side"] == s and r["concurrency"] == c)
+                   for k in ("p50_ms", "cpu_us_per_request")} for s in ("off", "on")}  # fmt: skip
+        p_off, p_on = med["off"]["p50_ms"], med["on"]["p50_ms"]
+        c_off, c_on = med["off"]["cpu_us_per_request"], med["on"]["cpu_us_per_request"]
+        lines.append(f"| {c} | {p_off:.3f} | {p_on:.3f} | {p_on / p_off:.3f} | {c_off:.1f} | "
+                     f"{c_on:.1f} | {c_on / c_off:.3f} |")  # fmt: skip
+    return lines
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""Function calls per request on the gateway's in-process path: the work a request costs, counted
+instead of timed, so a test can guard it on a shared, noisy machine (issue 22).
+
+One gateway with the settings given, an upstream that answers from memory (no sockets, no other
+process: nothing whose timing can change the count), and the official client path (`httpx` over
+`GatewayTransport`). After a warm-up, `sys.setprofile` counts every Python and C function
+call the loop makes while it serves `requests` distinct chat requests, whole or streamed; the
+count per request is the guard's measure. Each request is distinct so the exact cache misses and
+the default proxy path is what is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager, asynccontextmanager
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Literal
+
+import httpx
+import orjson
+
+from levergate.config import Settings
+from levergate.core.json_bound import parse_json
+from levergate.gateway import Gateway
+from levergate.pipeline import Deps
+from levergate.server.run import serving
+from levergate.server.transport import GatewayTransport
+from levergate.upstreams.wire import HttpClient, HttpResponse
+
+__all__ = ["CannedUpstream", "Counted", "calls_per_request", "module_of", "serve_requests"]
+
+BASE_URL = "http://canned.invalid/v1"
+CLIENT_URL = "http://levergate/v1"  # the in-process transport answers any host
+WORDS = 16  # words in every answer, whole or streamed (a chunk a word)
+
+
+def _answer(model: str) -> bytes:
+    return orjson.dumps({
+        "id": "chatcmpl-canned", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": " ".join(["word"] * WORDS)}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": WORDS, "total_tokens": 9 + WORDS},
+    })  # fmt: skip
+
+
+def _chunks(model: str) -> list[bytes]:
+    def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        data = {"id": "chatcmpl-canned", "object": "chat.completion.chunk", "created": 0,
+                "model": model, "choices": [choice], **extra}  # fmt: skip
+        return b"data: " + orjson.dumps(data) + b"\n\n"
+
+    usage = {"prompt_tokens": 9, "completion_tokens": WORDS, "total_tokens": 9 + WORDS}
+    return [
+        event({"role": "assistant", "content": ""}),
+        *(event({"content": " word" if i else "word"}) for i in range(WORDS)),
+        event({}, "stop", usage=usage),
+        b"data: [DONE]\n\n",
+    ]
+
+
+class CannedResponse:
+    def __init__(self, body: bytes | None, chunks: list[bytes]) -> None:
+        self.status = 200
+        kind = "application/json" if body is not None else "text/event-stream"
+        self.headers: Mapping[str, str] = {"content-type": kind}
+        self._body = body
+        self._chunks = chunks
+
+    async def read(self) -> bytes:
+        return self._body if self._body is not None else b"".join(self._chunks)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        for chunk in self._chunks if self._body is None else [self._body]:
+            yield chunk
+
+    async def aclose(self) -> None:
+        return None
+
+
+class CannedUpstream:
+    """An `HttpClient` that answers every chat request from memory: a whole answer, or a stream
+    of a chunk a word with usage at the end, as an OpenAI-compatible server sends them."""
+
+    async def request(
+        self, method: str, url: str, *, body: bytes | None, headers: Mapping[str, str]
+    ) -> HttpResponse:
+        del method, url, headers
+        sent = parse_json(body or b"{}")
+        model = str(sent.get("model", "m"))
+        if sent.get("stream"):
+            return CannedResponse(None, _chunks(model))
+        return CannedResponse(_answer(model), [])
+
+    async def aclose(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Counted:
+    calls: int  # every call the process made
+    gateway: int  # the calls made with a frame of the gateway on the stack (not the client's)
+    requests: int
+    # The gateway's calls by where they run: a Python function by its own module, a C function
+    # by the module that called it (`levergate.layers.retry`, `httpx`, `asyncio`, ...).
+    by_module: Counter[str]
+
+    @property
+    def per_request(self) -> float:
+        return self.calls / self.requests
+
+    @property
+    def gateway_per_request(self) -> float:
+        return self.gateway / self.requests
+
+
+# The way requests reach the gateway: in-process (the library) or over HTTP (the proxy).
+Way = Literal["inprocess", "http"]
+
+
+async def serve_requests(
+    during: AbstractContextManager[Any], *, stream: bool, requests: int, warmup: int,
+    way: Way = "inprocess", **values: Any,
+) -> None:  # fmt: skip
+    """Serve `warmup` then, inside `during`, `requests` distinct chat requests through a gateway
+    built by `Settings.for_upstream` with `values` (its defaults when none) on `CannedUpstream`:
+    in-process (`GatewayTransport`, the library's path) or over HTTP/1.1 on a loopback port with
+    one keep-alive connection (the proxy's path: the server and its protocol included)."""
+    canned = CannedUpstream()
+
+    def client(_: object) -> HttpClient:
+        return canned
+
+    settings = Settings.for_upstream(BASE_URL, **{"server": {"port": 0}, **values})
+    async with Gateway(settings, deps=Deps(http_client=client)) as gateway:
+        send = _in_process(gateway) if way == "inprocess" else _over_http(gateway)
+        async with send as one:
+            for index in range(warmup):
+                await one(_body(index, stream))
+            with during:
+                for index in range(warmup, warmup + requests):
+                    await one(_body(index, stream))
+
+
+def _body(index: int, stream: bool) -> bytes:
+    question = {"role": "user", "content": f"question number {index}"}
+    return orjson.dumps({"model": "m", "stream": stream, "max_tokens": 16, "messages": [question]})
+
+
+Send = Callable[[bytes], Awaitable[None]]
+
+
+@asynccontextmanager
+async def _in_process(gateway: Gateway) -> AsyncIterator[Send]:
+    transport = GatewayTransport(gateway)
+    async with httpx.AsyncClient(transport=transport, base_url="http://levergate/v1") as http:
+
+        async def one(body: bytes) -> None:
+            headers = {"content-type": "application/json"}
+            reply = await http.post("/chat/completions", content=body, headers=headers)
+            await reply.aread()
+            reply.raise_for_status()
+
+        yield one
+
+
+@asynccontextmanager
+async def _over_http(gateway: Gateway) -> AsyncIterator[Send]:
+    async with serving(gateway) as url:
+        host, port = url.removeprefix("http://").split("/")[0].rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+
+        async def one(body: bytes) -> None:
+            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: levergate\r\n"
+                         b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                         % (len(body), body))  # fmt: skip
+            await _read_response(reader)
+
+        try:
+            yield one
+        finally:
+            writer.close()
+            await writer.wait_closed()
+
+
+async def _read_response(reader: asyncio.StreamReader) -> None:
+    """One HTTP/1.1 response off a keep-alive connection: by its length, or chunked to its end."""
+    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+    if not head.startswith("http/1.1 200"):
+        raise RuntimeError(f"the gateway answered {head.splitlines()[0]}")
+    for line in head.splitlines():
+        if line.startswith("content-length:"):
+            await reader.readexactly(int(line.split(":", 1)[1]))
+            return
+    while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
+        await reader.readexactly(size + 2)
+    await reader.readuntil(b"\r\n")
+
+
+async def calls_per_request(
+    *, stream: bool, requests: int = 40, warmup: int = 20, way: Way = "inprocess",
+    **values: Any,
+) -> Counted:  # fmt: skip
+    """The calls made while serving `requests` distinct chat requests (see `serve_requests`)."""
+    counting = _Counting()
+    await serve_requests(
+        counting, stream=stream, requests=requests, warmup=warmup, way=way, **values
+    )
+    by_module: Counter[str] = Counter()
+    for path, calls in counting.by_file.items():
+        by_module[module_of(path)] += calls
+    return Counted(calls=counting.calls, gateway=counting.by_file.total(), requests=requests,
+                   by_module=by_module)  # fmt: skip
+
+
+def module_of(path: str) -> str:
+    """A source file's module, for levergate's own (`levergate.layers.retry`); the package for
+    an installed library (`httpx`); the top module for the standard library (`asyncio`)."""
+    parts = path.replace("\\", "/").split("/")
+    if "levergate" in parts:
+        inside = parts[len(parts) - parts[::-1].index("levergate") :]
+        return ".".join(["levergate", *inside]).removesuffix(".py").removesuffix(".__init__")
+    if "site-packages" in parts:
+        return parts[parts.index("site-packages") + 1].removesuffix(".py")
+    lib = [i for i, part in enumerate(parts[:-1]) if part.startswith("python3")]
+    return parts[lib[-1] + 1].removesuffix(".py") if lib else path  # the standard library's
+
+
+class _Counting:
+    """`sys.setprofile` counting call events for the `with` block's duration, and by source file
+    those made under one of the gateway's frames: a frame of levergate's code (not this
+    module's client) somewhere down the stack from the call. A coroutine's stack runs down its
+    awaiters, so the gateway's work is counted there, and the client's and the event loop's
+    own bookkeeping is not."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.by_file: Counter[str] = Counter()
+        self._own: dict[str, bool] = {}
+        self._before: Callable[..., Any] | None = None
+
+    def _is_own(self, path: str) -> bool:
+        own = self._own.get(path)
+        if own is None:
+            own = self._own[path] = "levergate" in path.replace("\\", "/").split("/") and (
+                module_of(path) != __name__
+            )
+        return own
+
+    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        del arg
+        if event not in {"call", "c_call"}:
+            return
+        self.calls += 1
+        below: FrameType | None = frame
+        while below is not None:
+            if self._is_own(below.f_code.co_filename):
+                self.by_file[frame.f_code.co_filename] += 1
+                return
+            below = below.f_back
+
+    def __enter__(self) -> None:
+        self._before = sys.getprofile()
+        sys.setprofile(self._profile)
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(self._before)

@@ -1,0 +1,182 @@
+"""Where `levergate log` and `levergate report` read the request log from: the store itself (the
+gateway's configuration names it: `--config`, else the environment and the defaults — on the
+embedded default, SQLite under the user's cache folder — or `--db FILE` for a SQLite file), or
+a running gateway over `GET /admin/log` (`--url`, with the admin token from `--admin-token` or
+`LEVERGATE_ADMIN__TOKEN`). Both answer with the same records (requestlog/row.py's columns)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from levergate.cli.output import ExitCode
+from levergate.config import Settings
+from levergate.errors import BadRequest, ConfigError
+from levergate.requestlog.extension import store_for
+from levergate.requestlog.query import LogFilter, decode_cursor, parse_filter
+from levergate.requestlog.store import LogStore, LogStoreError, Page, SqliteLog
+
+__all__ = ["LogSource", "add_filter_flags", "add_source_flags", "filter_of", "source_of"]
+
+FILTER_FLAGS = ("since", "until", "tenant", "key", "model", "feature", "workflow", "outcome",
+                "min_latency_ms", "min_cost_usd", "request_id")  # fmt: skip
+
+
+class SourceError(Exception):
+    """The log could not be read (unreachable gateway, refused token, store down)."""
+
+    def __init__(self, message: str, code: int = ExitCode.UNREACHABLE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class LogSource(Protocol):
+    where: str  # for messages: the file, DSN-less store or URL read
+
+    def page(self, where: LogFilter, *, cursor: str | None, limit: int) -> Page: ...
+    def after(self, seq: int, where: LogFilter, *, limit: int) -> list[dict[str, Any]]: ...
+    def last_seq(self) -> int: ...
+    def summary(self, where: LogFilter) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+def add_source_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("where the log is (default: the store the configuration "
+                                      "names; the embedded default's SQLite file)")  # fmt: skip
+    where = group.add_mutually_exclusive_group()
+    where.add_argument("--config", help="the gateway's YAML settings (its request_log.store)")
+    where.add_argument("--db", type=Path, help="a request log SQLite file")
+    where.add_argument("--url", help="a running gateway's base URL: read GET /admin/log")
+    group.add_argument("--admin-token", help="with --url (default: LEVERGATE_ADMIN__TOKEN)")
+
+
+def add_filter_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("filters")
+    group.add_argument("--since", help="epoch seconds, ISO 8601 or a duration ago (15m, 2h, 7d)")
+    group.add_argument("--until", help="as --since")
+    for name in FILTER_FLAGS[2:]:
+        group.add_argument(f"--{name.replace('_', '-')}", dest=name)
+
+
+def filter_of(args: argparse.Namespace) -> LogFilter:
+    given = {name: str(v) for name in FILTER_FLAGS if (v := getattr(args, name, None)) is not None}
+    try:
+        return parse_filter(given)
+    except BadRequest as exc:
+        raise ConfigError(f"{exc.message} (--{(exc.param or '').replace('_', '-')})") from None
+
+
+def source_of(args: argparse.Namespace) -> LogSource:
+    if args.url:
+        token = args.admin_token or _settings(None).admin.token
+        if token is None:
+            raise ConfigError(
+                "--url needs the admin token: --admin-token or LEVERGATE_ADMIN__TOKEN"
+            )
+        secret = token if isinstance(token, str) else token.get_secret_value()
+        return HttpSource(args.url, secret)
+    if args.db is not None:
+        if not args.db.is_file():
+            raise ConfigError(f"no request log at {args.db}")
+        return StoreSource(SqliteLog(str(args.db), timeout_seconds=10.0), str(args.db))
+    settings = _settings(args.config)
+    store = store_for(settings)
+    where = settings.request_log.store.sqlite_path if isinstance(store, SqliteLog) else "PostgreSQL"
+    if isinstance(store, SqliteLog) and not Path(store.path).is_file():
+        raise ConfigError(f"no request log at {store.path} (is request_log.enabled on?)")
+    return StoreSource(store, where if not isinstance(store, SqliteLog) else store.path)
+
+
+def _settings(path: str | None) -> Settings:
+    return Settings.load(path) if path else Settings.load()
+
+
+class StoreSource:
+    def __init__(self, store: LogStore, where: str) -> None:
+        self._store = store
+        self.where = where
+
+    def _call(self, work: Any) -> Any:
+        try:
+            return work(self._store)
+        except LogStoreError as exc:
+            raise SourceError(str(exc)) from None
+
+    def page(self, where: LogFilter, *, cursor: str | None, limit: int) -> Page:
+        at = decode_cursor(cursor) if cursor else None
+        return self._call(lambda s: s.page(where, cursor=at, limit=limit))  # type: ignore[no-any-return]
+
+    def after(self, seq: int, where: LogFilter, *, limit: int) -> list[dict[str, Any]]:
+        return self._call(lambda s: s.after(seq, where, limit=limit))  # type: ignore[no-any-return]
+
+    def last_seq(self) -> int:
+        return int(self._call(lambda s: s.last_seq()))
+
+    def summary(self, where: LogFilter) -> dict[str, Any]:
+        return self._call(lambda s: s.summary(where))  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._store.close()
+
+
+class HttpSource:
+    """`GET /admin/log` of a running gateway."""
+
+    def __init__(self, url: str, token: str) -> None:
+        base = url.rstrip("/").removesuffix("/v1")
+        self.where = base
+        self._http = httpx.Client(base_url=base, timeout=30.0,
+                                  headers={"authorization": f"Bearer {token}"})  # fmt: skip
+
+    def _get(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            answer = self._http.get(path, params=params)
+        except httpx.HTTPError as exc:
+            raise SourceError(f"{self.where} could not be reached: {exc}") from None
+        if answer.status_code != 200:
+            try:
+                message = answer.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = answer.text[:200]
+            code = ExitCode.USAGE if answer.status_code in (400, 401, 404) else ExitCode.FAILED
+            raise SourceError(f"{self.where}{path}: {answer.status_code} {message}", code)
+        found: dict[str, Any] = answer.json()
+        return found
+
+    def page(self, where: LogFilter, *, cursor: str | None, limit: int) -> Page:
+        params: dict[str, Any] = {**where.describe(), "limit": limit}
+        if cursor:
+            params["cursor"] = cursor
+        found = self._get("/admin/log", params)
+        return Page(found["data"], found.get("next_cursor"))
+
+    def after(self, seq: int, where: LogFilter, *, limit: int) -> list[dict[str, Any]]:
+        newer: list[dict[str, Any]] = []
+        for record in self._newest(where):
+            if record["seq"] <= seq or len(newer) >= limit:
+                break
+            newer.append(record)
+        return sorted(newer, key=lambda r: int(r["seq"]))
+
+    def _newest(self, where: LogFilter) -> Iterator[dict[str, Any]]:
+        cursor = None
+        while True:
+            page = self.page(where, cursor=cursor, limit=1000)
+            yield from page.records
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def last_seq(self) -> int:
+        records = self.page(LogFilter(), cursor=None, limit=1).records
+        return int(records[0]["seq"]) if records else 0
+
+    def summary(self, where: LogFilter) -> dict[str, Any]:
+        return self._get("/admin/log/summary", where.describe())
+
+    def close(self) -> None:
+        self._http.close()

@@ -1,0 +1,1 @@
+"""The OpenAI wire: chat and embeddings bodies checked cheaply, prompt tokens counted."""

@@ -1,0 +1,383 @@
+"""Where the request log lives: one table, `lg_requests`, in SQLite (one machine, the default)
+or PostgreSQL (replicas sharing one log), behind one synchronous class per engine.
+
+Synchronous on purpose: the writer calls `write` from its own thread (requestlog/writer.py) and
+the readers (`GET /admin/log`, the CLI, reports) call the rest from a thread of their own or
+from the CLI's, each on a store of its own (a connection belongs to one thread). Every failure
+— a locked or full disk, a dead or restarted server, a corrupt file — becomes `LogStoreError`;
+the connection is dropped and opened again at the next call, which is how a restarted
+PostgreSQL is reconnected to.
+
+Indexed for the readers' filters: time; tenant, key, and the model asked for and the one that
+answered, each with time (newest first within one); the request id. The other filters (feature,
+outcome, least latency or cost) refine the scan of a time range: every index costs the writer
+about 1.6 us per record. `prune` enforces the bounds: records past the age first, then the
+oldest until the table is under the size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from itertools import chain
+from typing import Any, ClassVar, NamedTuple, Protocol
+
+import orjson
+
+from levergate.requestlog.query import Cursor, LogFilter, encode_cursor
+from levergate.requestlog.row import COLUMNS, LEVERS, NAMES, as_dict, saved_column
+from levergate.stores.sqlite_worker import connect
+
+__all__ = ["LogStore", "LogStoreError", "Page", "PostgresLog", "SqliteLog", "open_store"]
+
+TABLE = "lg_requests"
+# Each index costs the writer ~1.6 us per record (SQLite, measured): time, the request id, and
+# who and what with time. Feature, outcome, latency and cost refine a time range's scan.
+INDEXED = ("tenant", "key_id", "model", "alias")
+GROUPS = frozenset({"model", "alias", "tenant", "key_id", "feature", "workflow", "outcome",
+                    "upstream", "kind", "cache", "origin", "tier", "priority"})  # fmt: skip
+MULTI_ROWS = 1000  # rows per INSERT statement in SQLite (within its bound on parameters)
+INDEX_ENTRY_BYTES = 40  # a b-tree entry of one indexed column and the time, roughly
+_SUMS = ("cost_usd", "saved_usd", "input_tokens", "cached_tokens", "cache_write_tokens",
+         "output_tokens")  # fmt: skip
+
+
+class LogStoreError(Exception):
+    """The log store could not do what was asked (down, locked, full, corrupt)."""
+
+
+class Page(NamedTuple):
+    records: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+class LogStore(Protocol):
+    def write(self, rows: Sequence[tuple[Any, ...]]) -> None: ...
+    def page(self, where: LogFilter, *, cursor: Cursor | None, limit: int) -> Page: ...
+    def after(self, seq: int, where: LogFilter, *, limit: int) -> list[dict[str, Any]]: ...
+    def last_seq(self) -> int: ...
+    def summary(self, where: LogFilter) -> dict[str, Any]: ...
+    def series(self, where: LogFilter, *, bucket_seconds: float) -> list[dict[str, Any]]: ...
+    def groups(self, where: LogFilter, *, by: str, limit: int = 100) -> list[dict[str, Any]]: ...
+    def prune(self, *, now: float, max_age_seconds: float, max_bytes: int) -> int: ...
+    def close(self) -> None: ...
+
+
+class _Sql(ABC):
+    """The SQL both engines share; each subclass says how to connect, its placeholder, its
+    column types and how big the table is."""
+
+    ph = "?"
+    seq_type = "INTEGER PRIMARY KEY AUTOINCREMENT"
+    types: ClassVar[dict[str, str]] = {}
+    floor = "CAST({} AS INTEGER)"
+
+    def __init__(self) -> None:
+        self._conn: Any = None
+        self._fits: int | None = None  # records that fitted the size bound at the last prune
+
+    # ---- what each engine says ----------------------------------------------------------------
+
+    @abstractmethod
+    def _connect(self) -> Any: ...
+
+    @abstractmethod
+    def _errors(self) -> tuple[type[BaseException], ...]: ...
+
+    @abstractmethod
+    def _used_bytes(self, count: int) -> int:
+        """The table's size with its indexes (`count`: its records now)."""
+        ...
+
+    # ---- shared ------------------------------------------------------------------------------
+
+    def schema(self) -> list[str]:
+        columns = ", ".join(f"{name} {self.types.get(kind, kind)}" for name, kind in COLUMNS)
+        found = [f"CREATE TABLE IF NOT EXISTS {TABLE} (seq {self.seq_type}, {columns})",
+                 f"CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts, seq)",
+                 f"CREATE INDEX IF NOT EXISTS {TABLE}_request ON {TABLE} (request_id)"]  # fmt: skip
+        found += [f"CREATE INDEX IF NOT EXISTS {TABLE}_{c} ON {TABLE} ({c}, ts)" for c in INDEXED]
+        return found
+
+    def _run(self, sql: str, values: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        found: list[tuple[Any, ...]] = self._with(lambda conn: self._fetch(conn, sql, values))
+        return found
+
+    def _fetch(self, conn: Any, sql: str, values: Sequence[Any]) -> list[tuple[Any, ...]]:
+        cursor = conn.execute(sql, values)
+        return list(cursor.fetchall()) if cursor.description is not None else []
+
+    def _with(self, work: Any) -> Any:
+        errors: tuple[type[BaseException], ...] = (*self._errors(), OSError)
+        try:
+            if self._conn is None:
+                self._conn = self._connect()
+            return work(self._conn)
+        except errors as exc:
+            self._drop()
+            raise LogStoreError(f"request log: {exc}") from exc
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def close(self) -> None:
+        self._drop()
+
+    def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert rows (`COLUMNS` order) in one transaction, a few statements in all: a
+        statement per row (`executemany`) makes the writer's thread give up the GIL after each
+        row and wait for the event loop's thread to hand it back, which cost each side ~100 us
+        a request (measured in-process)."""
+
+        def insert(conn: Any) -> None:
+            with self._transaction(conn):
+                self._insert(conn, rows)
+
+        self._with(insert)
+
+    @abstractmethod
+    def _insert(self, conn: Any, rows: Sequence[tuple[Any, ...]]) -> None: ...
+
+    def _transaction(self, conn: Any) -> Any:
+        return conn
+
+    def page(self, where: LogFilter, *, cursor: Cursor | None, limit: int) -> Page:
+        condition, values = where.where(self.ph)
+        if cursor is not None:
+            condition += f" AND (ts < {self.ph} OR (ts = {self.ph} AND seq < {self.ph}))"
+            values += [cursor[0], cursor[0], cursor[1]]
+        sql = (f"SELECT seq, {', '.join(NAMES)} FROM {TABLE} WHERE {condition} "
+               f"ORDER BY ts DESC, seq DESC LIMIT {int(limit) + 1}")  # fmt: skip
+        rows = self._run(sql, values)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        records = [_record(row) for row in rows]
+        last = rows[-1] if rows else None
+        return Page(records, encode_cursor((last[1], last[0])) if more and last else None)
+
+    def after(self, seq: int, where: LogFilter, *, limit: int) -> list[dict[str, Any]]:
+        """Records written after `seq` (oldest first): what `levergate log tail` follows."""
+        condition, values = where.where(self.ph)
+        sql = (f"SELECT seq, {', '.join(NAMES)} FROM {TABLE} WHERE seq > {self.ph} AND "
+               f"{condition} ORDER BY seq LIMIT {int(limit)}")  # fmt: skip
+        return [_record(row) for row in self._run(sql, [seq, *values])]
+
+    def last_seq(self) -> int:
+        rows = self._run(f"SELECT MAX(seq) FROM {TABLE}")
+        return int(rows[0][0] or 0) if rows else 0
+
+    def summary(self, where: LogFilter) -> dict[str, Any]:
+        condition, values = where.where(self.ph)
+        levers = [saved_column(lever) for lever in LEVERS]
+        sums = ", ".join(f"SUM({c})" for c in (*_SUMS, *levers))
+        sql = (f"SELECT COUNT(*), SUM(CASE WHEN outcome <> 'ok' THEN 1 ELSE 0 END), MIN(ts), "
+               f"MAX(ts), {sums} FROM {TABLE} WHERE {condition}")  # fmt: skip
+        row = self._run(sql, values)[0]
+        found: dict[str, Any] = {"requests": int(row[0] or 0), "errors": int(row[1] or 0),
+                                 "first_ts": row[2], "last_ts": row[3]}  # fmt: skip
+        for name, value in zip(_SUMS, row[4:], strict=False):
+            found[name] = value or 0
+        found["savings"] = {str(lever): row[4 + len(_SUMS) + i] or 0.0
+                            for i, lever in enumerate(LEVERS)}  # fmt: skip
+        return found
+
+    def series(self, where: LogFilter, *, bucket_seconds: float) -> list[dict[str, Any]]:
+        """Per time bucket (its start, epoch seconds): requests, errors, cost, net savings."""
+        condition, values = where.where(self.ph)
+        bucket = self.floor.format(f"ts / {float(bucket_seconds)!r}")
+        sql = (f"SELECT {bucket} AS b, COUNT(*), SUM(CASE WHEN outcome <> 'ok' THEN 1 ELSE 0 "
+               f"END), SUM(cost_usd), SUM(saved_usd) FROM {TABLE} WHERE {condition} "
+               f"GROUP BY b ORDER BY b")  # fmt: skip
+        return [{"ts": float(b) * bucket_seconds, "requests": int(n), "errors": int(e or 0),
+                 "cost_usd": c or 0.0, "saved_usd": s or 0.0}
+                for b, n, e, c, s in self._run(sql, values)]  # fmt: skip
+
+    def groups(self, where: LogFilter, *, by: str, limit: int = 100) -> list[dict[str, Any]]:
+        """Per value of `by` (one of `GROUPS`): requests, errors, cost, savings, mean latency."""
+        if by not in GROUPS:
+            raise ValueError(f"cannot group by {by!r}")
+        condition, values = where.where(self.ph)
+        sql = (f"SELECT {by}, COUNT(*), SUM(CASE WHEN outcome <> 'ok' THEN 1 ELSE 0 END), "
+               f"SUM(cost_usd), SUM(saved_usd), AVG(total_ms) FROM {TABLE} WHERE {condition} "
+               f"GROUP BY {by} ORDER BY COUNT(*) DESC LIMIT {int(limit)}")  # fmt: skip
+        return [{by: g, "requests": int(n), "errors": int(e or 0), "cost_usd": c or 0.0,
+                 "saved_usd": s or 0.0, "mean_total_ms": m}
+                for g, n, e, c, s, m in self._run(sql, values)]  # fmt: skip
+
+    def prune(self, *, now: float, max_age_seconds: float, max_bytes: int) -> int:
+        """Delete what is past the bounds; how many records went.
+
+        Deleting the oldest records frees whole pages of the table and of the time-ordered
+        indexes, but only leaves room inside the pages of an index in another order (the
+        request id), which new records fill again; so right after a prune the size reads
+        nearly what it did. The count that fitted is kept, and the size is measured again only
+        once the log holds more records than that (by then the room is taken again)."""
+        gone = self._delete(f"DELETE FROM {TABLE} WHERE ts < {self.ph}", [now - max_age_seconds])
+        count = self.last_count()
+        if self._fits is not None and count <= self._fits:
+            return gone
+        used = self._with(lambda _conn: self._used_bytes(count))
+        if used <= max_bytes:
+            self._fits = None
+            return gone
+        # Keep the newest records in proportion, 10% under the bound so it is not met again
+        # at the next batch.
+        keep = int(count * max_bytes * 0.9 / used)
+        gone += self._delete(
+            f"DELETE FROM {TABLE} WHERE seq <= (SELECT seq FROM {TABLE} ORDER BY seq DESC "
+            f"LIMIT 1 OFFSET {self.ph})", [keep],
+        )  # fmt: skip
+        self._fits = keep
+        return gone
+
+    def last_count(self) -> int:
+        return int(self._run(f"SELECT COUNT(*) FROM {TABLE}")[0][0])
+
+    def _delete(self, sql: str, values: Sequence[Any]) -> int:
+        def run(conn: Any) -> int:
+            with self._transaction(conn):
+                return int(conn.execute(sql, values).rowcount or 0)
+
+        return int(self._with(run))
+
+
+def _record(row: Sequence[Any]) -> dict[str, Any]:
+    return {"seq": row[0], **as_dict(row[1:])}
+
+
+class SqliteLog(_Sql):
+    def __init__(self, path: str, *, timeout_seconds: float) -> None:
+        super().__init__()
+        self.path = path
+        self._busy_ms = max(1, int(timeout_seconds * 1000))
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = connect(self.path, busy_ms=self._busy_ms)
+        for statement in self.schema():
+            conn.execute(statement)
+        return conn
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        return (sqlite3.Error,)
+
+    def _transaction(self, conn: Any) -> Any:
+        return _SqliteTransaction(conn)
+
+    def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """A batch that fits in one statement (`MULTI_ROWS`, within SQLite's bound on
+        parameters: the 500 of the default batch) is that statement alone, its own
+        transaction: the writer's thread then gives up the GIL once, for the whole insert,
+        instead of around each row, BEGIN and COMMIT (each a wait for the event loop's thread
+        to hand it back)."""
+        self._with(lambda conn: self._insert(conn, rows))
+
+    def _insert(self, conn: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+        width = len(NAMES)
+        most = max(1, min(MULTI_ROWS, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
+        row = "(" + ", ".join(["?"] * width) + ")"
+        head = f"INSERT INTO {TABLE} ({', '.join(NAMES)}) VALUES "
+        if len(rows) <= most:
+            conn.execute(head + ", ".join([row] * len(rows)), list(chain.from_iterable(rows)))
+            return
+        with self._transaction(conn):
+            for at in range(0, len(rows), most):
+                chunk = rows[at : at + most]
+                conn.execute(head + ", ".join([row] * len(chunk)),
+                             list(chain.from_iterable(chunk)))  # fmt: skip
+
+    def _used_bytes(self, count: int) -> int:
+        del count  # exact here: the pages in use
+        conn = self._conn
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        return int((pages - free) * size)
+
+
+class _SqliteTransaction:
+    """BEGIN IMMEDIATE ... COMMIT (the connection is in autocommit mode: `isolation_level`
+    None), rolled back on an error unless SQLite already did."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        if kind is None:
+            self._conn.execute("COMMIT")
+        elif self._conn.in_transaction:  # SQLite rolls back by itself on some errors (full)
+            self._conn.execute("ROLLBACK")
+
+
+class PostgresLog(_Sql):
+    """psycopg 3, synchronous, one connection; a dead server is noticed within the keepalive
+    and `tcp_user_timeout` bounds (a hung one too), a slow one by `statement_timeout`."""
+
+    ph = "%s"
+    seq_type = "BIGSERIAL PRIMARY KEY"
+    types: ClassVar[dict[str, str]] = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT"}
+    floor = "FLOOR({})"
+
+    def __init__(self, dsn: str, *, timeout_seconds: float) -> None:
+        super().__init__()
+        self._dsn = dsn
+        self._timeout = timeout_seconds
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        ms = int(self._timeout * 1000)
+        conn = psycopg.connect(
+            self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout)),
+            options=f"-c statement_timeout={ms} -c lock_timeout={ms}", keepalives=1,
+            keepalives_idle=5, keepalives_interval=2, keepalives_count=3, tcp_user_timeout=ms,
+        )  # fmt: skip
+        try:
+            with conn.transaction():
+                for statement in self.schema():
+                    conn.execute(statement)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg
+
+        return (psycopg.Error,)
+
+    def _transaction(self, conn: Any) -> Any:
+        return conn.transaction()
+
+    def _insert(self, conn: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+        """One statement: the rows as one JSON array the server takes apart."""
+        casts = {"REAL": "float8", "INTEGER": "bigint", "TEXT": "text"}
+        fields = ", ".join(f"(r ->> {i})::{casts[kind]}" for i, (_, kind) in enumerate(COLUMNS))
+        sql = (f"INSERT INTO {TABLE} ({', '.join(NAMES)}) SELECT {fields} "
+               "FROM jsonb_array_elements(%s::jsonb) r")  # fmt: skip
+        conn.execute(sql, (orjson.dumps(rows).decode(),))
+
+    def _used_bytes(self, count: int) -> int:
+        """Estimated: the newest records' mean width plus an index entry per index, times
+        the count (the relation's own size keeps deleted rows' space until a vacuum, so after
+        a prune it would read the same and prune again)."""
+        row = self._conn.execute(
+            f"SELECT AVG(pg_column_size(t.*)) FROM (SELECT * FROM {TABLE} ORDER BY seq DESC "
+            "LIMIT 1000) t"
+        ).fetchone()
+        indexes = len(self.schema()) - 1
+        return int(count * (float(row[0] or 0) + INDEX_ENTRY_BYTES * indexes))
+
+
+def open_store(backend: str, address: str, *, timeout_seconds: float) -> LogStore:
+    """The store `backend` names (`sqlite`: a file; `postgres`: a DSN); nothing connects yet."""
+    if backend == "postgres":
+        return PostgresLog(address, timeout_seconds=timeout_seconds)
+    return SqliteLog(address, timeout_seconds=timeout_seconds)

@@ -1,0 +1,294 @@
+"""`LogWriter`: finished requests into the log store, in batches, off the request path.
+
+On the request path (`observe`, called by the recorder on the event loop after the answer went
+out) a record costs one append to a bounded queue — the record object itself and the wall-clock
+time, nothing serialised — or, with the queue full, one counter increment: the record is
+dropped and counted (`levergate_request_log_dropped_total{reason="queue_full"}`). Bodies, where
+enabled, are taken by reference and bounded in bytes apart from the count.
+
+Off the path, a supervised background job (`run`) wakes every `flush_seconds` (or as soon as a
+batch is waiting), takes up to `batch_size` records, turns them into rows (requestlog/row.py,
+bodies redacted and capped), 50 records per turn of the event loop, and hands the rows to the
+writer's own thread, where the database inserts them a hundred to a statement in one
+transaction (Python running in that thread instead would contend with the loop for the GIL:
+measured, that doubled the log's cost). A store that fails (locked past its
+timeout, disk full, PostgreSQL down or restarted) fails the batch, not a request: the batch
+goes back to the front of the queue, what no longer fits in its bound is dropped and counted
+(`reason="store_error"`), and the job waits (1 s, doubling to 30 s) before it tries again,
+reconnecting. Every `prune_seconds` the thread
+enforces the age and size bounds. Closing flushes what is queued, bounded by the store's timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from levergate.core.json_bound import parse_json
+from levergate.protocol.openai.body import generated_text
+from levergate.redact import REDACTED, Redactor
+from levergate.requestlog.row import Captured, row_of
+from levergate.requestlog.store import LogStore, LogStoreError
+
+if TYPE_CHECKING:
+    from levergate.config.request_log import RequestLogBodiesSettings, RequestLogSettings
+    from levergate.core.call import Call
+    from levergate.layers.measure.record import RequestRecord
+    from levergate.layers.measure.recorder import Seen
+
+__all__ = ["BodyText", "LogMetrics", "LogWriter"]
+
+log = logging.getLogger("levergate.requestlog")
+
+Item = tuple[float, "RequestRecord", Captured | None]
+RETRY_FIRST_S, RETRY_CAP_S = 1.0, 30.0
+ROWS_PER_TURN = 50  # rows built per turn of the event loop (~0.2 ms of work)
+
+
+class LogMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.dropped = Counter(
+            "levergate_request_log_dropped",
+            "Request records the request log did not keep: queue_full (the queue was at "
+            "request_log.max_queue), store_error (the store kept failing and the queue's bound "
+            "was reached), invalid (could not be turned into a row); reason=bodies counts "
+            "records kept without their bodies (bodies.max_queued_bytes reached).",
+            ("reason",),
+            registry=registry,
+        )
+        self.written = Counter(
+            "levergate_request_log_written", "Request records written to the log store.",
+            registry=registry,
+        )  # fmt: skip
+        self.store_errors = Counter(
+            "levergate_request_log_store_errors",
+            "Writes and prunes of the request log that failed (the batch was kept and retried).",
+            registry=registry,
+        )
+        self.queued = Gauge(
+            "levergate_request_log_queued", "Request records waiting to be written.",
+            registry=registry,
+        )  # fmt: skip
+        self.pruned = Counter(
+            "levergate_request_log_pruned",
+            "Request records deleted by the log's age and size bounds.",
+            registry=registry,
+        )
+
+
+class BodyText:
+    """A request's bodies as the log keeps them: the request's JSON and the answer's text, each
+    redacted of every configured secret and `redact_patterns`, then cut to `max_bytes`. The text
+    is cut to `max_bytes` plus the longest secret before it is redacted, so no secret straddles
+    the cut."""
+
+    def __init__(self, settings: RequestLogBodiesSettings, redactor: Redactor) -> None:
+        self._max = settings.max_bytes
+        self._redactor = redactor
+        self._patterns = [re.compile(p) for p in settings.redact_patterns]
+        self._margin = max((len(f) for f in redactor.forms), default=0) + 1024
+
+    def texts(self, captured: Captured) -> tuple[str, str]:
+        raw = captured.raw if captured.raw is not None else orjson.dumps(captured.body)
+        request = raw[: self._max + self._margin].decode("utf-8", "replace")
+        return self._clean(request, len(raw)), self._clean(*_answer(captured, self._max))
+
+    def _clean(self, text: str, size: int) -> str:
+        text = self._redactor(text[: self._max + self._margin])
+        for pattern in self._patterns:
+            text = pattern.sub(REDACTED, text)
+        cut = text.encode()[: self._max].decode("utf-8", "ignore")
+        return cut if size <= self._max and cut == text else f"{cut}[truncated: {size} bytes]"
+
+
+def _answer(captured: Captured, most: int) -> tuple[str, int]:
+    """The answer's generated text (whole, or the stream's chunks) and its size."""
+    if captured.answer is not None:
+        data = parse_json(captured.answer.raw)
+        text = generated_text(data) if isinstance(data, dict) else ""
+        return text, len(text.encode())
+    parts: list[str] = []
+    size = 0
+    for chunk in captured.chunks:
+        data = parse_json(chunk)
+        if isinstance(data, dict):
+            part = generated_text(data)
+            size += len(part.encode())
+            if size <= most * 2:
+                parts.append(part)
+    return "".join(parts), size
+
+
+class LogWriter:
+    def __init__(
+        self,
+        store: LogStore,
+        *,
+        settings: RequestLogSettings,
+        metrics: LogMetrics,
+        bodies: BodyText,
+    ) -> None:
+        self._store = store
+        self._s = settings
+        self._m = metrics
+        self._bodies = bodies
+        self._queue: deque[Item] = deque()
+        self._max = settings.max_queue
+        self._batch = settings.batch_size
+        names = settings.bodies.models
+        self._body_models = frozenset(names)
+        self._all_bodies = "*" in names
+        self._body_bytes = 0
+        self._body_limit = settings.bodies.max_queued_bytes
+        self._wake = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="levergate-log")
+        self._retry = RETRY_FIRST_S
+        self._failing = False
+        self._closed = False
+        metrics.queued.set_function(lambda: len(self._queue))
+
+    # ---- the request path ---------------------------------------------------------------------
+
+    def observe(self, record: RequestRecord, call: Call, seen: Seen) -> None:
+        """Queue `record` (the recorder calls this on the event loop)."""
+        queue = self._queue
+        if len(queue) >= self._max:
+            self._m.dropped.labels("queue_full").inc()
+            return
+        captured = None
+        if self._body_models and (
+            self._all_bodies or record.model in self._body_models
+            or record.alias in self._body_models
+        ):  # fmt: skip
+            captured = self._capture(call, seen)
+        queue.append((time.time(), record, captured))
+        if len(queue) == self._batch:
+            self._wake.set()
+
+    def _capture(self, call: Call, seen: Seen) -> Captured | None:
+        captured = Captured(call.raw, call.body, seen.reply, seen.generated)
+        size = captured.size
+        if self._body_bytes + size > self._body_limit:
+            self._m.dropped.labels("bodies").inc()
+            return None
+        self._body_bytes += size
+        return captured
+
+    # ---- the background job --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Write batches until cancelled; enforce the bounds every `prune_seconds`."""
+        next_prune = time.monotonic()
+        while True:
+            try:
+                async with asyncio.timeout(self._s.flush_seconds):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if not await self.flush():
+                await asyncio.sleep(self._retry)
+                self._retry = min(RETRY_CAP_S, self._retry * 2)
+                continue
+            self._retry = RETRY_FIRST_S
+            if time.monotonic() >= next_prune:
+                next_prune = time.monotonic() + self._s.prune_seconds
+                await self._prune()
+
+    async def flush(self) -> bool:
+        """Write everything queued, batch by batch; False when the store failed (the batch is
+        back in the queue, as much of it as fits)."""
+        loop = asyncio.get_running_loop()
+        queue = self._queue
+        while queue:
+            batch = [queue.popleft() for _ in range(min(len(queue), self._batch))]
+            for _, _, captured in batch:
+                if captured is not None:
+                    self._body_bytes -= captured.size
+            rows = await self._rows(batch)
+            if not rows:
+                continue
+            try:
+                await loop.run_in_executor(self._executor, self._store.write, rows)
+            except LogStoreError as exc:
+                self._requeue(batch, exc)
+                return False
+            self._m.written.inc(len(rows))
+            if self._failing:
+                self._failing = False
+                log.warning("request log: the store is writable again")
+        return True
+
+    async def _rows(self, batch: Sequence[Item]) -> list[tuple[object, ...]]:
+        """The batch's rows, built on the event loop `ROWS_PER_TURN` at a time (~0.2 ms of
+        work a turn): Python work in the writer's thread would contend with the loop for the
+        GIL (measured: the log's cost doubled), while the database's own work there holds none.
+        """
+        rows: list[tuple[object, ...]] = []
+        for n, (at, record, captured) in enumerate(batch, 1):
+            try:
+                bodies = self._bodies.texts(captured) if captured is not None else (None, None)
+                rows.append(row_of(at, record, bodies))
+            except Exception:  # a record that cannot be a row is that record's loss alone
+                log.exception("request log: record %s not written", record.request_id)
+                self._m.dropped.labels("invalid").inc()
+            if n % ROWS_PER_TURN == 0:
+                await asyncio.sleep(0)
+        return rows
+
+    def _requeue(self, batch: list[Item], exc: LogStoreError) -> None:
+        self._m.store_errors.inc()
+        if not self._failing:
+            self._failing = True
+            log.warning("request log: write failed, keeping up to %d records and retrying: %s",
+                        self._max, exc)  # fmt: skip
+        room = max(0, self._max - len(self._queue))
+        kept = batch[len(batch) - room :] if room < len(batch) else batch
+        if len(kept) < len(batch):
+            self._m.dropped.labels("store_error").inc(len(batch) - len(kept))
+        for item in reversed(kept):
+            if item[2] is not None:
+                self._body_bytes += item[2].size
+            self._queue.appendleft(item)
+
+    async def _prune(self) -> None:
+        s = self._s
+        loop = asyncio.get_running_loop()
+        try:
+            gone = await loop.run_in_executor(self._executor, lambda: self._store.prune(
+                now=time.time(), max_age_seconds=s.max_age_days * 86400, max_bytes=s.max_bytes,
+            ))  # fmt: skip
+        except LogStoreError as exc:
+            self._m.store_errors.inc()
+            log.warning("request log: pruning failed: %s", exc)
+            return
+        self._m.pruned.inc(gone)
+
+    async def aclose(self) -> None:
+        """Write what is queued (once, bounded by the store's timeout), then close; again: a
+        no-op."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            async with asyncio.timeout(self._s.store.timeout_seconds + 1):
+                if not await self.flush():
+                    self._m.dropped.labels("store_error").inc(len(self._queue))
+        except TimeoutError:
+            self._m.dropped.labels("store_error").inc(len(self._queue))
+            log.warning("request log: closed with %d records unwritten", len(self._queue))
+        self._queue.clear()
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(loop.run_in_executor(self._executor, self._store.close), 5)
+        self._executor.shutdown(wait=False)

@@ -1,0 +1,80 @@
+"""`StreamTimer`: a stream body's idle and total timeouts on one timer for the whole stream.
+
+A timeout per chunk (`asyncio.timeout(idle)` around each read) arms and cancels a loop timer
+for every chunk: ~30 Python calls a chunk, a quarter of a streamed request's gateway calls
+(benchmarks/hotpath_profile.py). Here one timer stays armed at the earliest moment a timeout
+could be due and is re-armed only when it fires early (a chunk came in since); when a read has
+waited too long, the timer cancels the reading task, and the read turns that cancellation into
+`TimeoutError` as `asyncio.timeout` does (a cancellation someone else asked for as well stays a
+cancellation), for two C calls a read instead of an `asyncio.Timeout` entered and left.
+
+The scope covers the read only, never the time the stream's consumer holds an event between
+reads (an async generator's `yield`): a cancellation then would hit whatever the consumer is
+doing. The idle clock starts when a read starts, as it did with a timeout per read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+
+class StreamTimer:
+    def __init__(self, *, idle: float, deadline: float) -> None:
+        """`idle`: seconds a read may wait; `deadline`: the exchange's end on `time.monotonic`."""
+        self._loop = asyncio.get_running_loop()
+        self._idle = idle
+        self._deadline = self._loop.time() + (deadline - time.monotonic())
+        self._since = 0.0
+        self._reader: asyncio.Task[Any] | None = None  # the task waiting in `read`, if any
+        self._cancelling = 0  # its cancellation requests when the read began
+        self._fired = False  # the timer cancelled the read
+        self._handle: asyncio.TimerHandle | None = None
+        # Which timeout ended a read (set just before its TimeoutError).
+        self.expired: Literal["idle", "total"] | None = None
+
+    async def read(self, awaitable: Awaitable[T]) -> T:
+        """`awaitable`'s result; TimeoutError when the idle or the total timeout passes first."""
+        self._since = self._loop.time()
+        if self._handle is None:
+            self._arm()
+        task = self._reader = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("StreamTimer.read runs in a task")
+        self._cancelling = task.cancelling()
+        self._fired = False
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if self._fired and task.uncancel() <= self._cancelling:
+                raise TimeoutError from None
+            raise
+        finally:
+            self._reader = None
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _arm(self) -> None:
+        self._handle = self._loop.call_at(min(self._since + self._idle, self._deadline), self._due)
+
+    def _due(self) -> None:
+        self._handle = None
+        if self._reader is None:
+            return  # between reads: the next read arms it again
+        now = self._loop.time()
+        if now >= self._deadline:
+            self.expired = "total"
+        elif now >= self._since + self._idle:
+            self.expired = "idle"
+        else:
+            self._arm()  # a read started since it was armed
+            return
+        self._fired = True
+        self._reader.cancel()

@@ -1,0 +1,221 @@
+"""`levergate serve --workers 2` as a real process in front of the simulator: one port answered by
+both workers, an RPM limit that holds across them (SQLite, no Redis), /metrics adding both up,
+a SIGKILLed worker replaced, SIGTERM draining both and exiting 0; bad worker counts refused."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from levergate.server.handlers.ops import WORKER_HEADER
+from levergate.server.workers import MAX_WORKERS_PER_CORE, cores
+from levergate.simulator import LimitSettings, SimHandle, SimSettings, run_simulator
+from tests.e2e.test_cli import LEVERGATE, free_port
+
+USER = [{"role": "user", "content": "Say something simulated."}]
+STARTED = "with 2 workers"
+DRAIN = 3.0
+SENT = 30
+ADMIN = "admin-token-0123456789"
+
+
+def environment(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEVERGATE_")}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # fresh SQLite files
+    env["LEVERGATE_SERVER__DRAIN_SECONDS"] = str(DRAIN)
+    return env
+
+
+def config(tmp_path: Path, sim: SimHandle) -> Path:
+    path = tmp_path / "levergate.yaml"
+    path.write_text(
+        "upstreams:\n"
+        f"  - name: p\n    base_url: {sim.base_url}\n    api_key: sk-one\n"
+        "    key_limits: {rpm: 10, window_seconds: 1.0, margin: 0.05}\n"
+        "models:\n  - {name: m, upstream: p}\n"
+        "cache: {enabled: false}\n"
+        f"admin: {{enabled: true, token: {ADMIN}}}\n"
+    )
+    return path
+
+
+@pytest.fixture
+async def limited() -> AsyncIterator[SimHandle]:
+    """A provider allowing 10 requests per key in any one-second window."""
+    settings = SimSettings(port=0, limits=LimitSettings(rpm=10, window_seconds=1.0))
+    async with run_simulator(settings) as handle:
+        yield handle
+
+
+async def started(proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 90
+    while STARTED not in log.read_text(errors="replace"):
+        assert proc.poll() is None, log.read_text(errors="replace")
+        assert time.monotonic() < deadline, "the workers never listened"
+        await asyncio.sleep(0.1)
+
+
+async def answered_by(base: str, times: int) -> list[int]:
+    """The worker pid behind each of `times` fresh connections."""
+    pids = []
+    for _ in range(times):
+        async with httpx.AsyncClient(base_url=base) as client:
+            response = await client.get("/healthz")
+        assert response.status_code == 200
+        pids.append(int(response.headers[WORKER_HEADER]))
+    return pids
+
+
+async def every_worker_lists(base: str, model: str) -> None:
+    """Wait until 12 fresh connections in a row (spread over both workers) list `model`."""
+    deadline = time.monotonic() + 60
+    row = 0
+    while row < 12:
+        async with httpx.AsyncClient(base_url=base) as client:
+            listed = {m["id"] for m in (await client.get("/v1/models")).json()["data"]}
+        row = row + 1 if model in listed else 0
+        assert time.monotonic() < deadline, f"{model} never listed by every worker"
+        await asyncio.sleep(0.05)
+
+
+async def requests_total(base: str) -> float:
+    async with httpx.AsyncClient(base_url=base) as client:
+        text = (await client.get("/metrics")).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("levergate_requests_total{")
+    )
+
+
+async def reloads_reach_every_worker(proc: subprocess.Popen[bytes], base: str, path: Path) -> None:
+    """SIGHUP to the parent has every worker read the file again (a new model), and POST
+    /admin/reload to any worker does the same; a bad file reaches no worker."""
+    admin = {"authorization": f"Bearer {ADMIN}"}
+    path.write_text(path.read_text().replace("models:\n", "models:\n  - {name: m2, upstream: p}\n"))
+    proc.send_signal(signal.SIGHUP)
+    await every_worker_lists(base, "m2")
+    path.write_text(path.read_text().replace("m2", "m3"))
+    async with httpx.AsyncClient(base_url=base, headers=admin) as client:
+        assert (await client.post("/admin/reload")).status_code == 200
+    await every_worker_lists(base, "m3")
+    path.write_text(path.read_text() + "traffic: {max_queue: -1}\n")
+    proc.send_signal(signal.SIGHUP)
+    async with httpx.AsyncClient(base_url=base, headers=admin) as client:
+        refused = await client.post("/admin/reload")
+    assert refused.status_code == 400, refused.text
+    assert "max_queue" in refused.json()["error"]["message"]
+    await every_worker_lists(base, "m3")  # still serving the last good file
+    assert proc.poll() is None
+
+
+async def test_two_workers_serve_one_port_as_one_gateway(
+    limited: SimHandle, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    port, log = free_port(), tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*LEVERGATE, "serve", "--config", str(config(tmp_path, limited)),
+             "--port", str(port), "--workers", "2"],
+            env=environment(tmp_path), stdout=subprocess.DEVNULL, stderr=out,
+        )  # fmt: skip
+    processes.append(proc)
+    await started(proc, log)
+    base = f"http://127.0.0.1:{port}"
+    workers = set(await answered_by(base, 24))
+    assert len(workers) == 2  # the kernel spread 24 connections over both
+
+    # 30 requests at once, each on its own connection, against 10 per second: the workers
+    # wait on one shared limit, so the provider refuses (almost) nothing.
+    async def ask() -> int:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+            body = {"model": "m", "messages": USER, "max_tokens": 4}
+            return (await client.post("/v1/chat/completions", json=body)).status_code
+
+    assert await asyncio.gather(*(ask() for _ in range(SENT))) == [200] * SENT
+    assert limited.stats()["rate_limited"] <= 1
+    assert await requests_total(base) == SENT
+
+    await reloads_reach_every_worker(proc, base, tmp_path / "levergate.yaml")
+
+    victim = workers.pop()
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    while True:
+        seen = set(await answered_by(base, 12))
+        if victim not in seen and len(seen) == 2:
+            break
+        assert time.monotonic() < deadline, "the killed worker was not replaced"
+        await asyncio.sleep(0.2)
+    assert await requests_total(base) == SENT  # the dead worker's counts are kept
+
+    proc.send_signal(signal.SIGTERM)
+    draining = 0  # within the drain, both workers answer /readyz 503: 10 connections in a row
+    for _ in range(40):
+        async with httpx.AsyncClient(base_url=base) as client:
+            status = (await client.get("/readyz")).status_code
+        draining = draining + 1 if status == 503 else 0  # a 200: the signal was on its way
+        if draining == 10:
+            break
+    assert draining == 10
+    assert await asyncio.to_thread(proc.wait, DRAIN + 30) == 0
+    for pid in seen:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert "Traceback" not in log.read_text(errors="replace")
+
+
+@pytest.mark.parametrize(
+    ("workers", "says"),
+    [
+        ("0", "greater than or equal to 1"),
+        ("-3", "greater than or equal to 1"),
+        ("65", "less than or equal to 64"),
+        (str(min(64, MAX_WORKERS_PER_CORE * cores() + 1)), "per core"),
+    ],
+)
+def test_a_worker_count_out_of_bounds_is_refused_with_its_reason(
+    workers: str, says: str, tmp_path: Path
+) -> None:
+    if says == "per core" and MAX_WORKERS_PER_CORE * cores() >= 64:
+        pytest.skip("this machine allows every count up to 64")
+    done = subprocess.run(
+        [*LEVERGATE, "serve", "--upstream", "http://127.0.0.1:9/v1", "--workers", workers],
+        env=environment(tmp_path), capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert says in done.stderr.decode()
+    assert "Traceback" not in done.stderr.decode()
+
+
+def test_the_embedded_engine_is_refused_more_than_one_worker(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*LEVERGATE, "serve", "--workers", "2"],
+        env=environment(tmp_path), capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "once per worker" in done.stderr.decode()
+
+
+def test_a_worker_that_cannot_start_stops_the_server_with_its_reason(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    env["LEVERGATE_SERVER__CPUS"] = "[999]"  # checked by each worker once it listens
+    done = subprocess.run(
+        [*LEVERGATE, "serve", "--upstream", "http://127.0.0.1:9/v1", "--port", str(free_port()),
+         "--workers", "2"],
+        env=env, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    stderr = done.stderr.decode()
+    assert done.returncode == 2
+    assert "cannot pin" in stderr
+    assert "before it listened" in stderr
+    assert "Traceback" not in stderr

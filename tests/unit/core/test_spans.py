@@ -1,0 +1,54 @@
+"""`Spans.begin`: a client's W3C `traceparent` is continued when valid; anything else (hostile,
+oversized, all-zero ids, another version) starts a new trace, never an error."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from levergate.core.spans import Spans
+
+VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_valid_traceparent_is_continued() -> None:
+    spans = Spans.begin({"traceparent": VALID})
+    assert (spans.trace_id, spans.parent_id) == (
+        0x4BF92F3577B34DA6A3CE929D0E0E4736,
+        0xF067AA0BA902B7,
+    )
+    assert spans.sampled
+    assert spans.remote
+    assert spans.span_id not in (0, spans.parent_id)
+    attempt = spans.attempt("up", "m")
+    assert spans.traceparent(attempt) == f"00-{VALID[3:35]}-{attempt.span_id:016x}-01"  # type: ignore[union-attr]
+
+
+def test_the_clients_unsampled_flag_is_followed() -> None:
+    assert not Spans.begin({"traceparent": VALID[:-2] + "00"}).sampled
+
+
+def test_attempts_are_bounded() -> None:
+    spans = Spans.begin({})
+    kept = [spans.attempt("up", "m") for _ in range(100)]
+    assert sum(a is not None for a in kept) == 64
+    assert spans.traceparent(None).split("-")[2] == f"{spans.span_id:016x}"
+
+
+@given(st.text(max_size=300))
+def test_anything_else_starts_a_new_trace(value: str) -> None:
+    spans = Spans.begin({"traceparent": value}, ratio=1.0)
+    if spans.remote:  # only a well-formed header with non-zero ids is continued
+        assert value.strip().lower().startswith("00-")
+        assert spans.parent_id
+    else:
+        assert spans.parent_id is None
+        assert spans.sampled
+    assert 0 < spans.trace_id < 2**128
+
+
+def test_bad_values_are_ignored() -> None:
+    for bad in ("00-" + "0" * 32 + "-00f067aa0ba902b7-01", VALID.replace("00-", "ff-", 1),
+                VALID + "-extra", VALID + " " * 200, "garbage"):  # fmt: skip
+        assert not Spans.begin({"traceparent": bad}).remote
+    assert not Spans.begin({}, ratio=0.0).sampled

@@ -1,0 +1,171 @@
+"""The log store on both engines (SQLite, and PostgreSQL when reachable): pages cover every
+matching record once, newest first; filters, sums and series agree with the rows written; the
+age and size bounds hold; a broken connection is reconnected."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from levergate.layers.measure.record import SCHEMA
+from levergate.policies.tiers import Tier, TierDecision
+from levergate.requestlog.query import LogFilter, decode_cursor
+from levergate.requestlog.row import NAMES, row_of
+from levergate.requestlog.store import LogStore, LogStoreError, PostgresLog, SqliteLog
+from tests.postgres_required import postgres_database
+from tests.unit.requestlog.records import record, rich_record, rows
+
+START = 1_000_000.0
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LogStore]:
+    if request.param == "sqlite":
+        found: LogStore = SqliteLog(str(tmp_path / "log.sqlite3"), timeout_seconds=5)
+        yield found
+        found.close()
+        return
+    async with postgres_database("levergate_log_unit") as dsn:
+        found = PostgresLog(dsn, timeout_seconds=5)
+        yield found
+        found.close()
+
+
+def all_pages(store: LogStore, where: LogFilter, limit: int) -> list[dict[str, Any]]:
+    found, cursor = [], None
+    while True:
+        page = store.page(where, cursor=cursor, limit=limit)
+        found += page.records
+        if page.next_cursor is None:
+            return found
+        cursor = decode_cursor(page.next_cursor)
+
+
+def test_pages_cover_every_match_once_newest_first(store: LogStore) -> None:
+    written = rows(57)
+    # Two records at the same instant: the sequence breaks the tie, none is skipped.
+    written.append(row_of(START + 56, record(99)))
+    store.write(written)
+    filters = (LogFilter(), LogFilter(tenant="t1"), LogFilter(outcome="error"),
+               LogFilter(model="auto", since=START + 10),
+               LogFilter(min_cost_usd=0.003))  # fmt: skip
+    for where in filters:
+        expected = [r for r in written if _matches(r, where)]
+        for limit in (1, 7, 100):
+            got = all_pages(store, where, limit)
+            assert sorted(g["request_id"] for g in got) == sorted(r[1] for r in expected)
+            assert [g["ts"] for g in got] == sorted((g["ts"] for g in got), reverse=True)
+
+
+def _matches(row: tuple[Any, ...], where: LogFilter) -> bool:
+    r = dict(zip(NAMES, row, strict=True))
+    return (
+        (where.tenant is None or r["tenant"] == where.tenant)
+        and (where.outcome != "error" or r["outcome"] != "ok")
+        and (where.model is None or where.model in (r["model"], r["alias"]))
+        and (where.since is None or r["ts"] >= where.since)
+        and (where.min_cost_usd is None or r["cost_usd"] >= where.min_cost_usd)
+    )
+
+
+def test_a_record_reads_back_with_every_decision(store: LogStore) -> None:
+    store.write([row_of(START, rich_record(), ('{"q": 1}', "an answer"))])
+    (got,) = store.page(LogFilter(), cursor=None, limit=10).records
+    assert got["detail"]["route"]["router"] == "learned"
+    assert got["detail"]["side"] == [{"alias": "fast", "purpose": "cascade", "usd": 0.0005}]
+    assert got["detail"]["escalation_reasons"] == ["mean_logprob"]
+    assert got["savings"] == {"route": 0.004, "trim": -0.001}
+    assert got["saved_usd"] == pytest.approx(0.003)
+    assert got["cache"] == "exact:miss"
+    assert got["escalations"] == 1
+    assert (got["request_body"], got["answer_body"]) == ('{"q": 1}', "an answer")
+    assert got["ttft_ms"] == pytest.approx(5.0)
+    assert got["schema"] == SCHEMA
+
+
+def test_summary_series_and_groups_add_up_to_the_rows(store: LogStore) -> None:
+    written = rows(40)
+    store.write(written)
+    cost = sum(r[NAMES.index("cost_usd")] for r in written)
+    summary = store.summary(LogFilter())
+    assert summary["requests"] == 40
+    assert summary["errors"] == 8
+    assert summary["cost_usd"] == pytest.approx(cost)
+    assert summary["savings"]["exact"] == pytest.approx(0.002 * 14)
+    series = store.series(LogFilter(since=START), bucket_seconds=10)
+    assert [s["requests"] for s in series] == [10, 10, 10, 10]
+    assert [s["ts"] for s in series] == [START, START + 10, START + 20, START + 30]
+    assert sum(s["cost_usd"] for s in series) == pytest.approx(cost)
+    groups = {g["tenant"]: g["requests"] for g in store.groups(LogFilter(), by="tenant")}
+    assert groups == {"t0": 14, "t1": 13, "t2": 13}
+    assert store.summary(LogFilter(tenant="nobody"))["requests"] == 0
+
+
+def test_a_workflows_steps_read_together_with_their_cost(store: LogStore) -> None:
+    """One `gw.workflow`'s records (issue 28): its steps by the workflow id, and its cost."""
+    steps = [row_of(START + n, record(n, workflow="wf-1", feature=f"step-{n}")) for n in range(3)]
+    store.write([*rows(10), *steps])
+    got = all_pages(store, LogFilter(workflow="wf-1"), 10)
+    assert sorted(g["feature"] for g in got) == ["step-0", "step-1", "step-2"]
+    by_workflow = {g["workflow"]: g for g in store.groups(LogFilter(), by="workflow")}
+    assert by_workflow["wf-1"]["requests"] == 3
+    cost = sum(r[NAMES.index("cost_usd")] for r in steps)
+    assert by_workflow["wf-1"]["cost_usd"] == pytest.approx(cost)
+
+
+def test_prune_keeps_the_age_and_size_bounds(store: LogStore) -> None:
+    store.write(rows(300))
+    gone = store.prune(now=START + 300, max_age_seconds=100, max_bytes=1 << 40)
+    assert gone == 200
+    remaining = all_pages(store, LogFilter(), 1000)
+    assert min(r["ts"] for r in remaining) >= START + 200
+    store.write(rows(2000, start=START + 400))
+    # A bound below what 2,100 records take: the oldest go first, the newest stay.
+    store.prune(now=START + 2400, max_age_seconds=1e9, max_bytes=200_000)
+    left = all_pages(store, LogFilter(), 1000)
+    assert 0 < len(left) < 2100
+    assert max(r["ts"] for r in left) == START + 400 + 1999
+    assert store.prune(now=START + 2400, max_age_seconds=1e9, max_bytes=200_000) == 0
+
+
+async def test_postgres_restarted_under_the_store_is_reconnected() -> None:
+    async with postgres_database("levergate_log_restart") as dsn:
+        store = PostgresLog(dsn, timeout_seconds=5)
+        store.write(rows(3))
+        with psycopg.connect(dsn, autocommit=True) as admin:  # what a restart does to a client
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        with pytest.raises(LogStoreError):
+            store.write(rows(3, start=START + 10))
+        store.write(rows(3, start=START + 20))  # a new connection
+        assert store.summary(LogFilter())["requests"] == 6
+        store.close()
+
+
+def test_a_full_sqlite_file_fails_the_write_not_the_caller(tmp_path: Path) -> None:
+    store = SqliteLog(str(tmp_path / "full.sqlite3"), timeout_seconds=1)
+    store.write(rows(1))
+    store._conn.execute("PRAGMA max_page_count = 1")  # the disk is full, as SQLite sees it
+    with pytest.raises(LogStoreError, match="full"):
+        store.write(rows(500, start=START + 10))
+    store.close()
+
+
+def test_a_tier_decision_reads_back(store: LogStore) -> None:
+    """How the service tier was decided (issue 26) is in the detail, the tier a column."""
+    decision = TierDecision(Tier.STANDARD, "cheapest in time", seconds=300.0,
+                            refused=(Tier.FLEX,))  # fmt: skip
+    decided = rich_record()._replace(tier="standard", tier_decision=decision, tier_assumed=True)
+    store.write([row_of(START, decided)])
+    (got,) = store.page(LogFilter(), cursor=None, limit=10).records
+    assert got["tier"] == "standard"
+    assert got["detail"]["tier"] == {
+        "assumed": True, "chosen": "standard", "reason": "cheapest in time", "asked": None,
+        "seconds_left": 300.0, "refused": ["flex"], "hedged": None,
+    }  # fmt: skip

@@ -1,0 +1,129 @@
+"""The writer: a bounded queue on the request path, batches in its own thread, a store that fails
+(locked, full) costs records beyond the bound and never raises to the caller; bodies redacted
+and capped."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import orjson
+from prometheus_client import CollectorRegistry
+
+from levergate.config.request_log import RequestLogBodiesSettings, RequestLogSettings
+from levergate.core.call import Call, Context
+from levergate.core.reply import Completed
+from levergate.layers.measure.recorder import Seen
+from levergate.redact import Redactor
+from levergate.requestlog.query import LogFilter
+from levergate.requestlog.row import Captured
+from levergate.requestlog.store import SqliteLog
+from levergate.requestlog.writer import BodyText, LogMetrics, LogWriter
+from levergate.testing.metrics import sample_value
+from tests.unit.requestlog.records import record
+from tests.waiting import running, until
+
+SECRET = "sk-upstream-secret-0123456789"  # noqa: S105 - a test value
+
+
+def call(text: str = "hi") -> Call:
+    body = {"model": "fast", "messages": [{"role": "user", "content": text}]}
+    return Call(kind="chat", body=body, ctx=Context(request_id="r"), raw=orjson.dumps(body))
+
+
+def writer(path: Path, **values: object) -> tuple[LogWriter, SqliteLog, LogMetrics]:
+    settings = RequestLogSettings.model_validate(
+        {"enabled": True, "store": {"timeout_seconds": 0.05}, **values}
+    )
+    store = SqliteLog(str(path), timeout_seconds=0.05)
+    metrics = LogMetrics(CollectorRegistry())
+    bodies = BodyText(settings.bodies, Redactor([SECRET]))
+    return LogWriter(store, settings=settings, metrics=metrics, bodies=bodies), store, metrics
+
+
+def count(path: Path) -> int:
+    reader = SqliteLog(str(path), timeout_seconds=1)
+    try:
+        return int(reader.summary(LogFilter())["requests"])
+    finally:
+        reader.close()
+
+
+async def test_a_full_queue_drops_and_counts_instead_of_waiting(tmp_path: Path) -> None:
+    log, _, metrics = writer(tmp_path / "log.db", max_queue=10)
+    for n in range(15):
+        log.observe(record(n), call(), Seen())
+    assert sample_value(metrics.dropped, "queue_full") == 5
+    assert sample_value(metrics.queued) == 10
+    assert await log.flush()
+    assert count(tmp_path / "log.db") == 10
+    assert sample_value(metrics.written) == 10
+    await log.aclose()
+
+
+async def test_a_locked_store_keeps_the_batch_up_to_the_bound_then_writes_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "log.db"
+    log, _, metrics = writer(path, max_queue=10, batch_size=5)
+    for n in range(8):
+        log.observe(record(n), call(), Seen())
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode = WAL")
+    holder.execute("BEGIN EXCLUSIVE")  # another process holds the file
+    try:
+        assert not await log.flush()  # the first batch failed and went back, nothing raised
+        for n in range(8, 14):  # the queue fills meanwhile: past 10, counted and dropped
+            log.observe(record(n), call(), Seen())
+        assert sample_value(metrics.store_errors) == 1
+        assert sample_value(metrics.dropped, "queue_full") == 4
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert await log.flush()
+    assert count(path) == 10
+    await log.aclose()
+
+
+async def test_the_job_writes_in_batches_and_close_flushes_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    log, _, metrics = writer(path, batch_size=5, flush_seconds=30)
+    async with running(log.run):
+        for n in range(5):  # a whole batch wakes the job before flush_seconds
+            log.observe(record(n), call(), Seen())
+        await until(lambda: sample_value(metrics.written) == 5)
+        log.observe(record(99), call(), Seen())
+    await log.aclose()  # the last one, written on the way out
+    assert count(path) == 6
+
+
+async def test_bodies_are_logged_where_enabled_redacted_and_capped(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    log, _, _ = writer(path, bodies={"models": ["fast"], "max_bytes": 256,
+                                         "redact_patterns": [r"\d{4}-\d{4}"]})  # fmt: skip
+    answer = Completed(orjson.dumps({"choices": [{"message": {"content": f"ok {SECRET}"}}]}))
+    log.observe(record(1), call(f"card 1234-5678 key {SECRET}"), Seen(reply=answer))
+    log.observe(record(2, model="other", alias="other"), call("not logged"), Seen())
+    long_text = "word " * 200
+    log.observe(record(3), call(long_text), Seen(reply=answer))
+    assert await log.flush()
+    reader = SqliteLog(str(path), timeout_seconds=1)
+    records = {r["request_id"]: r for r in reader.page(LogFilter(), cursor=None, limit=10).records}
+    reader.close()
+    first = records["req-1"]
+    assert SECRET not in first["request_body"]
+    assert "1234-5678" not in first["request_body"]
+    assert "[redacted]" in first["request_body"]
+    assert first["answer_body"] == "ok [redacted]"
+    assert records["req-2"]["request_body"] is None
+    capped = records["req-3"]["request_body"]
+    assert capped.endswith("bytes]")
+    assert len(capped.encode()) < 256 + 40
+    await log.aclose()
+
+
+def test_a_stream_answer_is_its_generated_text() -> None:
+    chunks = [orjson.dumps({"choices": [{"delta": {"content": part}}]}) for part in ("a", "b")]
+    texts = BodyText(RequestLogBodiesSettings(), Redactor())
+    request, answer = texts.texts(Captured(None, {"model": "m"}, None, chunks))
+    assert (request, answer) == ('{"model":"m"}', "ab")
