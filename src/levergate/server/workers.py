@@ -50,6 +50,7 @@ from typing import Any
 
 from levergate.config import Settings
 from levergate.errors import ConfigError
+from levergate.layers.measure.prometheus import MULTIPROCESS_DIR
 
 log = logging.getLogger("levergate.server")
 
@@ -157,7 +158,7 @@ class Supervisor:
         )
         self.metrics_dir = tempfile.mkdtemp(prefix="levergate-metrics-")
         # Read by prometheus_client when the spawned workers import it (multiprocess mode).
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir
+        os.environ[MULTIPROCESS_DIR] = self.metrics_dir
         self._ready = self._context.Queue()
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hangup)
@@ -178,7 +179,7 @@ class Supervisor:
     def _start(self, slot: _Slot) -> None:
         process = self._context.Process(
             target=worker_main,
-            args=(self._settings, slot.index, self.metrics_dir, self._ready, os.getpid()),
+            args=(self._settings, slot.index, self._ready, os.getpid()),
             kwargs={"load": self._load},
             name=f"levergate-worker-{slot.index}",
         )
@@ -291,7 +292,6 @@ def _mark_dead(pid: int, path: str) -> None:
 def worker_main(
     settings: Settings,
     index: int,
-    metrics_dir: str,
     ready: Any,
     parent: int,
     *,
@@ -307,8 +307,7 @@ def worker_main(
     redactor = configure_logging(settings)
     install_uvloop()
     try:
-        asyncio.run(_serve_worker(settings, index=index, metrics_dir=metrics_dir,
-                                  ready=ready, parent=parent, load=load))  # fmt: skip
+        asyncio.run(_serve_worker(settings, index=index, ready=ready, parent=parent, load=load))
     except KeyboardInterrupt:
         pass
     except ConfigError as exc:  # one line, as the CLI prints it, not a traceback
@@ -321,7 +320,6 @@ async def _serve_worker(
     settings: Settings,
     *,
     index: int,
-    metrics_dir: str,
     ready: Any,
     parent: int,
     load: Callable[[], Settings] | None,
@@ -331,8 +329,9 @@ async def _serve_worker(
     from levergate.app import build_gateway
     from levergate.server.run import serving
 
-    gateway = build_gateway(settings)  # the Batch API and every other extension, as one process
-    gateway.pipeline.telemetry.aggregate(metrics_dir)
+    # The Batch API and every other extension, as one process; its /metrics adds up every
+    # worker's (the Telemetry reads PROMETHEUS_MULTIPROC_DIR, as a reloaded one does).
+    gateway = build_gateway(settings)
     sock = worker_socket(settings.server.host, settings.server.port)
 
     def fan_out() -> None:  # POST /admin/reload: every worker reloads, through the parent

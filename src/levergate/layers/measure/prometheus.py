@@ -13,6 +13,7 @@ recorded as ""): only callers the gateway knows can spend the budget.
 from __future__ import annotations
 
 import asyncio
+import os
 import platform
 from typing import Any
 
@@ -37,6 +38,8 @@ from levergate.version import __version__
 
 Labels = tuple[str, str, str, str]
 LABELS = ("route", "model", "upstream", "feature")
+# Set before prometheus_client is imported, it writes every value to files in that folder.
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class Telemetry:
@@ -59,6 +62,9 @@ class Telemetry:
         self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
         self._rendering = asyncio.Lock()
         self._exposed = self.registry
+        # Every Telemetry a worker builds, the reloaded ones included, exposes all workers.
+        if shared_dir := os.environ.get(MULTIPROCESS_DIR):
+            self.aggregate(shared_dir)
 
     def _timings(self, settings: MetricsSettings) -> None:
         """Requests by outcome and their durations."""
@@ -133,9 +139,10 @@ class Telemetry:
 
     def aggregate(self, path: str) -> None:
         """Expose every worker's series, added up, instead of this process's own: the worker
-        processes of `levergate serve --workers N` (server/workers.py), whose prometheus_client
-        was imported with `PROMETHEUS_MULTIPROC_DIR=path` and so writes its values to files
-        there (prometheus_client's multiprocess mode). Counters and histograms are summed over
+        processes of `levergate serve --workers N` (server/workers.py) or of any other
+        multi-process host, whose prometheus_client was imported with
+        `PROMETHEUS_MULTIPROC_DIR=path` and so writes its values to files there
+        (prometheus_client's multiprocess mode). Counters and histograms are summed over
         the workers, dead ones included, so a total is every request served on the port;
         gauges carry a `pid` label. The process collectors (`process_*`, `python_gc_*`) have no
         multiprocess form and are left out, as prometheus_client's multiprocess mode does."""
