@@ -32,6 +32,7 @@ from levergate.cli.log_source import (
     source_of,
 )
 from levergate.cli.output import ExitCode, add_json_flag, print_json, warn
+from levergate.config import Settings
 from levergate.core.json_bound import parse_json
 from levergate.errors import ConfigError
 from levergate.report.data import from_bench, from_records
@@ -61,6 +62,9 @@ def register(subparsers: Any) -> None:
                         help="read at most this many of the newest records")  # fmt: skip
     add_json_flag(parser, "the report's data")
     add_source_flags(parser)
+    parser.add_argument("--metrics-token", help="with --url and auth on: the gateway's "
+                        "metrics.token, for its quality gauges (default: "
+                        "LEVERGATE_METRICS__TOKEN)")  # fmt: skip
     add_filter_flags(parser)
     parser.set_defaults(func=run)
 
@@ -111,7 +115,7 @@ def _records(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str, dict[
         return None
     finally:
         source.close()
-    quality = _gauges(args.url) if args.url else {}
+    quality = _gauges(args.url, _metrics_token(args)) if args.url else {}
     return records, f"the request log at {source.where}", quality
 
 
@@ -181,12 +185,26 @@ def _json_file(path: Path) -> dict[str, Any]:
     return value
 
 
-def _gauges(url: str) -> dict[str, float]:
-    """The quality gauges of a gateway's /metrics, when it lets this client read them."""
+def _metrics_token(args: argparse.Namespace) -> str | None:
+    if args.metrics_token:
+        return str(args.metrics_token)
+    token = Settings.load().metrics.token
+    return None if token is None else token.get_secret_value()
+
+
+def _gauges(url: str, token: str | None) -> dict[str, float]:
+    """The quality gauges of a gateway's /metrics; none, with a warning, when it refuses."""
+    headers = {} if token is None else {"authorization": f"Bearer {token}"}
+    metrics = url.rstrip("/").removesuffix("/v1") + "/metrics"
     try:
-        text = httpx.get(url.rstrip("/").removesuffix("/v1") + "/metrics", timeout=10).text
-        families = list(text_string_to_metric_families(text))
-    except (httpx.HTTPError, ValueError):
+        response = httpx.get(metrics, headers=headers, timeout=10)
+        if response.status_code != 200:
+            hint = " (--metrics-token)" if response.status_code in (401, 403) else ""
+            warn(f"{metrics} answered {response.status_code}{hint}: no quality gauges")
+            return {}
+        families = list(text_string_to_metric_families(response.text))
+    except (httpx.HTTPError, ValueError) as exc:
+        warn(f"{metrics} could not be read ({type(exc).__name__}): no quality gauges")
         return {}
     found = {}
     for family in families:
