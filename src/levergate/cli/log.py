@@ -43,6 +43,9 @@ from levergate.requestlog.row import NAMES
 __all__ = ["register"]
 
 EXPORT_PAGE = 1000
+# `tail`: how long a missing sequence number is waited for, and how many are (class Follow).
+GAP_GRACE_SECONDS = 30.0
+MAX_GAPS = 10_000
 FORMATS = ("jsonl", "csv", "parquet")
 # An export's columns: `seq`, the row's (the savings by lever as one `savings` object), `detail`
 # and `savings` as JSON text in CSV and Parquet.
@@ -159,20 +162,69 @@ def _time(ts: float | None) -> str:
 # ---- tail -----------------------------------------------------------------------------------
 
 
+class Follow:
+    """Which records `tail` has shown. Sequence numbers can commit out of order: PostgreSQL
+    hands one out at INSERT, and replicas commit their batches when each finishes, so a record
+    may land below one already shown. A gap below the newest shown record is watched for
+    `grace` seconds (at most `max_gaps` of them), then given up: a rolled-back insert leaves a
+    number that never commits."""
+
+    def __init__(
+        self, seq: int, *, grace: float = GAP_GRACE_SECONDS, max_gaps: int = MAX_GAPS
+    ) -> None:
+        self.floor = seq  # every number at or below it is shown or given up
+        self._grace, self._max_gaps = grace, max_gaps
+        self._shown: set[int] = set()  # above the floor
+        self._gaps: dict[int, float] = {}  # a missing number -> when it was first missed
+
+    def fresh(self, records: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+        """The records not shown yet, in sequence order; it remembers them as shown."""
+        new = sorted((r for r in records if self._new(int(r["seq"]))), key=lambda r: r["seq"])
+        for record in new:
+            self._shown.add(int(record["seq"]))
+            self._gaps.pop(int(record["seq"]), None)
+        top = max(self._shown, default=self.floor)
+        for seq in range(max(self.floor + 1, top - self._max_gaps), top):
+            if seq not in self._shown:
+                self._gaps.setdefault(seq, now)
+        self._advance(now, top)
+        return new
+
+    def _new(self, seq: int) -> bool:
+        return seq > self.floor and seq not in self._shown
+
+    def _advance(self, now: float, top: int) -> None:
+        expired = [seq for seq, since in self._gaps.items() if now - since >= self._grace]
+        for seq in expired:
+            del self._gaps[seq]
+        self.floor = max(self.floor, min(self._gaps, default=top + 1) - 1)
+        self._shown = {seq for seq in self._shown if seq > self.floor}
+        self._gaps = {seq: since for seq, since in self._gaps.items() if seq > self.floor}
+
+
 def run_tail(args: argparse.Namespace, source: LogSource, where: LogFilter) -> int:
     if not 0 <= args.lines <= 10_000 or not 0.05 <= args.interval <= 3600:
         raise ConfigError("--lines must be 0 to 10000 and --interval 0.05 to 3600 seconds")
     last = list(reversed(source.page(where, cursor=None, limit=args.lines).records))
-    seq = max((int(r["seq"]) for r in last), default=source.last_seq())
+    follow = Follow(max((int(r["seq"]) for r in last), default=source.last_seq()))
     _show(last, as_json=args.as_json, head=True)
     if args.once:
         return ExitCode.OK
     while True:
         time.sleep(args.interval)
-        newer = source.after(seq, where, limit=EXPORT_PAGE)
+        newer = follow.fresh(_after(source, where, follow.floor), time.monotonic())
         if newer:
-            seq = int(newer[-1]["seq"])
             _show(newer, as_json=args.as_json, head=False)
+
+
+def _after(source: LogSource, where: LogFilter, seq: int) -> list[dict[str, Any]]:
+    """Every record above `seq`, a page at a time (those shown already come back too while a
+    gap below them is waited for)."""
+    found: list[dict[str, Any]] = []
+    while len(page := source.after(seq, where, limit=EXPORT_PAGE)) == EXPORT_PAGE:
+        found += page
+        seq = int(page[-1]["seq"])
+    return found + page
 
 
 def _show(records: list[dict[str, Any]], *, as_json: bool, head: bool) -> None:
