@@ -1,7 +1,7 @@
 """Tests that need Memcached: the shared one at 127.0.0.1:11211 (.ci/run starts it), or a private
 `memcached` process a test starts, stops and restarts itself. Outside CI a missing server or
 binary skips them with a reason; under CI=true it fails them, so a skip never hides a lost test
-(the rule of tests/redis_required.py)."""
+(tests/required.py)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,9 @@ import socket
 import subprocess
 import time
 
-import pytest
+from tests.required import missing
 
 SHARED = ("127.0.0.1", 11211)
-
-
-def _missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"Memcached is required under CI: {reason}")
-    pytest.skip(reason)
 
 
 def _answers(address: tuple[str, int], timeout: float = 1.0) -> str | None:
@@ -37,7 +31,7 @@ def require_memcached() -> str:
     """The shared server's `host:port`."""
     reason = _answers(SHARED)
     if reason is not None:
-        _missing(f"Memcached not reachable at {SHARED[0]}:{SHARED[1]}: {reason}")
+        missing(f"Memcached not reachable at {SHARED[0]}:{SHARED[1]}: {reason}")
     return f"{SHARED[0]}:{SHARED[1]}"
 
 
@@ -55,7 +49,7 @@ class PrivateMemcached:
     def __init__(self, *, item_bytes: int = 1024 * 1024) -> None:
         self.binary = shutil.which("memcached") or ""
         if not self.binary:
-            _missing("the memcached binary is not installed (apt-get install memcached)")
+            missing("the memcached binary is not installed (apt-get install memcached)")
         self.port = free_port()
         self.item_bytes = item_bytes
         self._process: subprocess.Popen[bytes] | None = None
@@ -74,7 +68,7 @@ class PrivateMemcached:
         while _answers(("127.0.0.1", self.port), timeout=0.2) is not None:
             if self._process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                _missing(f"memcached did not start on port {self.port}")
+                missing(f"memcached did not start on port {self.port}")
             time.sleep(0.02)
 
     def stop(self) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,13 @@ from levergate.testing import replicas_checks as checks
 from levergate.testing.replicas import REDIS_URL, deployment, replica_config
 from tests.postgres_required import postgres_database
 from tests.redis_required import require_redis
+from tests.required import program
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def require_haproxy() -> None:
-    if shutil.which("haproxy") is None and not Path("/usr/sbin/haproxy").exists():
-        pytest.skip("haproxy is not installed (.ci/run installs it)")
+    program("haproxy", install=".ci/run installs it")
 
 
 async def test_replicas_share_limits_caches_keys_and_budgets(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.e2e.test_readme import Server, clean_env, free_port
+from tests.required import module
 
 pytestmark = pytest.mark.timeout(180)
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
@@ -174,7 +175,7 @@ def test_export_writes_jsonl_csv_and_parquet(gateway: Gateway) -> None:
         rows = list(csv.DictReader(handle))
     assert [r["tenant"] for r in rows] == ["beta"] * 3
     assert float(rows[0]["cost_usd"]) >= 0
-    pyarrow = pytest.importorskip("pyarrow.parquet")
+    pyarrow = module("pyarrow.parquet")
     parquet = gateway.root / "all.parquet"
     gateway.cli("log", "export", "--db", db, "-o", str(parquet))
     assert pyarrow.read_table(parquet).num_rows == 6

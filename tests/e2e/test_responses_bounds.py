@@ -9,7 +9,6 @@ never fill a Redis they share with the rate limits (which then fell back to per-
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,11 +17,11 @@ from typing import Any
 
 import httpx
 import openai
-import pytest
 from redis.asyncio import Redis
 
 from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
+from tests.required import program
 
 MB = 1024 * 1024
 
@@ -81,9 +80,7 @@ async def test_one_tenants_flood_never_evicts_another_tenants_conversation(
 async def own_redis(folder: Path, *, maxmemory: str) -> AsyncIterator[str]:
     """A redis-server of this test's own on a unix socket, with `maxmemory` and `noeviction`
     (the policy that refuses writes when full, as the shared Redis here cannot be made to)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed")
+    binary = program("redis-server", install="apt-get install redis-server")
     sock = folder / "redis.sock"
     proc = subprocess.Popen(
         [binary, "--port", "0", "--unixsocket", str(sock), "--save", "", "--appendonly", "no",

@@ -21,6 +21,7 @@ import pytest
 from levergate import LevergateError, Settings
 from levergate.simulator import SimSettings, run_simulator
 from levergate.sync import SyncGateway
+from tests.required import module
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = [{"role": "user", "content": "Say something simulated."}]
@@ -154,8 +155,7 @@ def test_ctrl_c_on_a_sync_map_keeps_what_finished_and_stops_the_rest(sim_url: st
 def test_the_sync_client_in_a_real_jupyter_kernel(
     sim_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    nbformat, nbclient = module("nbformat"), module("nbclient")
     cells = [
         "import asyncio\nfrom levergate import Settings\nfrom levergate.sync import SyncGateway",
         f"gw = SyncGateway(Settings.for_upstream({sim_url!r}))",

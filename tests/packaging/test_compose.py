@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 from importlib import resources
 from pathlib import Path
@@ -24,6 +23,7 @@ import yaml
 from levergate.config import Settings
 from levergate.stores import select
 from tests.packaging.files import COMPOSE, DASHBOARD, ROOT, instructions
+from tests.required import program
 
 SPEC = COMPOSE / "compose.yaml"
 ENV = {"LEVERGATE_ADMIN_TOKEN": "compose-admin-token-0123456789", "POSTGRES_PASSWORD": "pw"}
@@ -169,11 +169,7 @@ def test_haproxy_balances_and_health_checks_every_replica() -> None:
 
 
 def test_haproxy_accepts_its_configuration() -> None:
-    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    if not Path(haproxy).exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail("haproxy is required under CI (.ci/run installs Debian's package)")
-        pytest.skip("haproxy is not installed (apt-get install haproxy)")
+    haproxy = program("haproxy", install="apt-get install haproxy")
     done = subprocess.run([haproxy, "-c", "-f", str(COMPOSE / "haproxy.cfg")],
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     output = done.stdout + done.stderr
@@ -190,12 +186,7 @@ def test_haproxy_accepts_its_configuration() -> None:
 
 
 def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("promtool is required under CI (.ci/run installs Debian's prometheus)")
-        pytest.skip("promtool is not installed (apt-get install prometheus)")
-    return found
+    return program("promtool", install="apt-get install prometheus")
 
 
 def test_promtool_accepts_the_prometheus_configuration(tmp_path: Path) -> None:

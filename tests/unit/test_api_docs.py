@@ -16,6 +16,7 @@ import pytest
 
 import levergate
 from levergate import fanout, workflow
+from tests.required import module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +26,7 @@ def _page(site: Path, name: str) -> str:
 
 
 def _build(*args: str) -> subprocess.CompletedProcess[str]:
-    pytest.importorskip("mkdocstrings_handlers.python")
+    module("mkdocstrings_handlers.python")
     path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "api_docs.py"), *args],

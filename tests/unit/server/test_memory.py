@@ -9,6 +9,7 @@ import pytest
 
 from levergate.server.memory import MIB, Trimmer, glibc, resident_bytes
 from levergate.testing import ManualClock
+from tests.required import missing
 
 
 async def looks(clock: ManualClock, n: int) -> None:
@@ -59,7 +60,7 @@ async def test_it_trims_when_malloc_freed_more_than_the_bound_since_its_last_tri
 async def test_malloc_trim_gives_a_fragmented_heap_back() -> None:
     found = glibc()
     if found is None or resident_bytes() is None:
-        pytest.skip("no glibc 2.33+ or no /proc on this system")
+        missing("no glibc 2.33+ or no /proc on this system")
     trim, free = found
     clock = ManualClock()
     trimmer = Trimmer(every=1.0, above=64 * MIB, clock=clock, trim=trim, free=free)
