@@ -21,6 +21,7 @@ from levergate.config.deferral import (
     check_deferral,
 )
 from levergate.config.environment import Environment
+from levergate.config.dashboard import DashboardSettings
 from levergate.config.keys import AdminSettings, AuthSettings
 from levergate.config.microbatch import MicroBatchSettings
 from levergate.config.otel import OtelSettings
@@ -68,6 +69,8 @@ class Settings(BaseSettings):
     # Every finished request's record in a database (levergate/requestlog/; off by default,
     # on for the embedded default): `GET /admin/log`, `levergate log`, `levergate report`.
     request_log: RequestLogSettings = Field(default_factory=RequestLogSettings)
+    # The live dashboard at /dashboard and its keys page (levergate/dashboard/).
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
     traffic: TrafficSettings = Field(default_factory=TrafficSettings)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
