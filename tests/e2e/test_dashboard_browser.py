@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -27,7 +28,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from tests.browser_required import chromium
 from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
 
-ADMIN = "admin-token-for-the-browser-0123"  # noqa: S105 - a test value
+ADMIN = "admin-token-for-the-browser-0123"
 MODEL = "gpt-4o-mini"
 PATIENCE = 30.0  # seconds a page may take to show what is waited for (a bound, not a claim)
 QUESTIONS = [f"Question {n}: what does the policy say about item {n}?" for n in range(6)]
@@ -138,7 +139,9 @@ def dollars(text: str) -> float:
     return float(found[2]) * (-1 if found[1] else 1)
 
 
-def wait(driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], object], what: str) -> None:
+def wait(
+    driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], object], what: str
+) -> None:
     def holds(d: webdriver.Chrome) -> object:
         return condition(d)
 
@@ -151,6 +154,12 @@ def wait(driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], objec
 
 def text(driver: webdriver.Chrome, css: str) -> str:
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+
+def console(driver: webdriver.Chrome) -> list[dict[str, Any]]:
+    """What the pages wrote to the browser's console since the last read."""
+    found: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
+    return found
 
 
 def log_in(driver: webdriver.Chrome, token: str) -> None:
@@ -260,7 +269,7 @@ def test_an_empty_gateway_draws_empty_charts_and_no_error(
     """Auth off and no admin token: the page is open, and with no request yet every chart is
     drawn empty, every table says it is empty, and the status is not an error."""
     gateway = spawn("empty", "")
-    browser.get_log("browser")  # read (and so cleared): what the pages before logged
+    console(browser)  # read, and so cleared: what the pages before logged
     browser.get(f"{gateway.root}/dashboard")
     wait(browser, lambda d: "updated" in text(d, "#status"), "the first refresh")
     assert not browser.find_element(By.ID, "login").is_displayed()
@@ -269,6 +278,5 @@ def test_an_empty_gateway_draws_empty_charts_and_no_error(
     assert len(browser.find_elements(By.CSS_SELECTOR, ".chart .uplot")) == 5
     assert text(browser, "#requests tbody") == "No requests in this range."
     assert "bad" not in str(browser.find_element(By.ID, "status").get_attribute("class"))
-    logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-    assert logs == []
+    assert [e for e in console(browser) if e["level"] == "SEVERE"] == []
     browser.save_screenshot(str(home / "empty.png"))

@@ -14,6 +14,7 @@ from levergate.config.batch import BatchSettings
 from levergate.config.cache import CacheSettings
 from levergate.config.cascade import CascadeSettings, check_references
 from levergate.config.catalog import CatalogEntrySettings, LedgerSettings
+from levergate.config.dashboard import DashboardSettings
 from levergate.config.deferral import (
     AsyncRequestsSettings,
     DeferSettings,
@@ -21,7 +22,6 @@ from levergate.config.deferral import (
     check_deferral,
 )
 from levergate.config.environment import Environment
-from levergate.config.dashboard import DashboardSettings
 from levergate.config.keys import AdminSettings, AuthSettings
 from levergate.config.microbatch import MicroBatchSettings
 from levergate.config.otel import OtelSettings

@@ -48,8 +48,10 @@ async def viewer_of(host: Host, request: Request) -> Viewer:
     settings = host.settings
     token = _bearer(request)
     admin = settings.admin.token
-    if token and admin is not None and hmac.compare_digest(
-        token.encode(), admin.get_secret_value().encode()
+    if (
+        token
+        and admin is not None
+        and hmac.compare_digest(token.encode(), admin.get_secret_value().encode())
     ):
         return Viewer.ADMIN
     kit = host.keyring

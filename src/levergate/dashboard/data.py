@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from levergate.bench.stats import percentile
 from levergate.errors import BadRequest
 from levergate.policies.pricing import Lever
 
@@ -108,10 +108,12 @@ def series(rows: Iterable[Mapping[str, Any]], at: Window) -> dict[str, Any]:
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float | None]:
-    if not values:
-        return {f"p{q:g}": None for q in QUANTILES}
-    ordered = sorted(values)
-    return {f"p{q:g}": percentile(ordered, q) for q in QUANTILES}
+    """p50, p95, p99 by linear interpolation between closest ranks (as `levergate bench` and
+    numpy do); none of no values."""
+    if len(values) < 2:
+        return {f"p{q:g}": values[0] if values else None for q in QUANTILES}
+    cuts = statistics.quantiles(values, n=100, method="inclusive")  # cuts[k - 1]: the k-th
+    return {f"p{q:g}": cuts[int(q) - 1] for q in QUANTILES}
 
 
 def latency(samples: Sequence[Sequence[Any]], at: Window, *, sampled: bool) -> dict[str, Any]:

@@ -60,8 +60,10 @@ STATIC = {
 PAGES = {"/dashboard": "index.html", "/dashboard/keys": "keys.html"}
 # Scripts and styles from the gateway only: a value a client put in the log (a model name, a
 # feature) can never run as script, even if a page wrote it as HTML by mistake.
-_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-        "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'")  # fmt: skip
+_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 _TABLE_FILTERS = frozenset({"range", "limit", "cursor"})
 
 

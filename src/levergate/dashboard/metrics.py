@@ -96,7 +96,8 @@ def _endpoints(rows: Rows) -> list[dict[str, Any]]:
     for labels, value in rows.get("levergate_ejected", ()):
         found[labels["endpoint"]]["ejected"] = value
     for labels, value in rows.get("levergate_upstream_attempts_total", ()):
-        found[labels["endpoint"]]["attempts"][labels["outcome"]] = value
+        if value:  # the outcomes are counted from zero before the first attempt
+            found[labels["endpoint"]]["attempts"][labels["outcome"]] = value
     return [{"endpoint": name, "up": None, "outstanding": 0.0, "queued": 0.0,
              "quota_headroom_ratio": None, "ejections": 0.0, "ejected": 0.0, **values}
             for name, values in sorted(found.items())]  # fmt: skip
