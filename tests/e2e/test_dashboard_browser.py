@@ -100,9 +100,10 @@ class Sent:
 
 def send_known_traffic(root: str) -> Sent:
     """Six questions (misses; two tenants), three of them again by the same tenant (exact hits:
-    a tenant's entries are its own), one unknown model (an error); what each cost and saved as
-    the gateway said (x-levergate-cost-usd, -savings-usd)."""
-    cost = saved = 0.0
+    a tenant's entries are its own), the first once more as a stream (a hit replayed, which has
+    a TTFT), one unknown model (an error); what each cost and saved as the gateway said
+    (x-levergate-cost-usd, -savings-usd; a stream's saving is the first answer's cost)."""
+    cost = saved = first = 0.0
     hits = 0
     with openai.OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0) as client:
         asked = [("acme" if n < 4 else "beta", q) for n, q in enumerate(QUESTIONS)]
@@ -115,10 +116,20 @@ def send_known_traffic(root: str) -> Sent:
             cost += float(raw.headers["x-levergate-cost-usd"])
             saved += float(raw.headers["x-levergate-savings-usd"])
             hits += raw.headers["x-levergate-cache"] == "hit"
+            first = first or float(raw.headers["x-levergate-cost-usd"])
+        with client.chat.completions.with_streaming_response.create(
+            model=MODEL, temperature=0, max_tokens=12, stream=True,
+            messages=[{"role": "user", "content": QUESTIONS[0]}],
+            extra_headers={"x-levergate-tenant": "acme"},
+        ) as stream:  # fmt: skip
+            assert stream.headers["x-levergate-cache"] == "hit"
+            hits += 1
+            saved += first
+            assert "data: [DONE]" in "".join(stream.iter_text())
         with pytest.raises(openai.NotFoundError):
             client.chat.completions.create(model="no-such-model",
                                            messages=[{"role": "user", "content": "?"}])  # fmt: skip
-    lookups = len(QUESTIONS) + len(REPEATED)
+    lookups = len(QUESTIONS) + len(REPEATED) + 1
     return Sent(lookups + 1, 1, cost, saved, lookups, hits)
 
 
@@ -186,7 +197,7 @@ def test_the_page_shows_the_numbers_of_the_traffic_sent(
     browser: webdriver.Chrome, busy: tuple[Gateway, Sent], home: Path
 ) -> None:
     gateway, sent = busy
-    assert sent.hits == len(REPEATED)
+    assert sent.hits == len(REPEATED) + 1
     browser.get(f"{gateway.root}/dashboard")
     log_in(browser, ADMIN)
     want = str(sent.requests)
@@ -204,6 +215,7 @@ def test_the_page_shows_the_numbers_of_the_traffic_sent(
     assert hit_rate == f"{100 * sent.hits / sent.lookups:.1f}%"
     assert len(browser.find_elements(By.CSS_SELECTOR, ".chart .uplot")) == 5
     assert "invalid_request_error" in text(browser, "#errors tbody")
+    assert text(browser, "#stat-ttft").count("ms") == 3  # the stream's
     browser.save_screenshot(str(home / "dashboard.png"))
 
     rows = browser.find_elements(By.CSS_SELECTOR, "#requests tbody tr.clickable")

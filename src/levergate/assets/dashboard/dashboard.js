@@ -20,8 +20,9 @@
     return params;
   }
 
-  // One chart per element, made once and fed new columns after; `format` writes the y axis.
-  function draw(id, ts, series, format) {
+  // One chart per element, made once and fed new columns after; `format` writes its values,
+  // `axis` (or `format`) its y axis's ticks.
+  function draw(id, ts, series, format, axis) {
     const node = document.getElementById(id);
     const data = [ts, ...series.map((s) => s.values)];
     const chart = charts[id];
@@ -36,7 +37,7 @@
                                              width: 1.5, spanGaps: false,
                                              points: { show: true, size: 4 },
                                              value: (u, v) => (v === null ? "–" : format(v)) }))],
-      axes: [{}, { size: 80, values: (u, ticks) => ticks.map(format) }],
+      axes: [{}, { size: 70, values: (u, ticks) => ticks.map(axis || format) }],
       scales: { x: { time: true } },
     };
     charts[id] = new uPlot(options, data, node);
@@ -74,14 +75,15 @@
     const s = o.series;
     const l = o.latency.series;
     const plain = (v) => String(Number(v.toPrecision(3)));
+    const dollars = (v) => (v < 0 ? "-$" : "$") + String(Number(Math.abs(v).toPrecision(3)));
     draw("chart-rate", s.ts, [{ label: "requests/s", values: s.rate },
                               { label: "errors", values: s.errors }], plain);
     draw("chart-total", l.ts, [50, 95, 99].map((q) => ({ label: "p" + q, values: l["total_p" + q] })), ms);
     draw("chart-ttft", l.ts, [50, 95, 99].map((q) => ({ label: "p" + q, values: l["ttft_p" + q] })), ms);
     draw("chart-spend", s.ts, [{ label: "spend", values: s.cost_usd },
-                               { label: "saved", values: s.saved_usd }], usd);
+                               { label: "saved", values: s.saved_usd }], usd, dollars);
     const levers = session.levers.map((lever) => ({ label: lever, values: s.savings[lever] }));
-    draw("chart-levers", s.ts, levers, usd);
+    draw("chart-levers", s.ts, levers, usd, dollars);
   }
 
   function tables(o) {
