@@ -92,6 +92,10 @@ async def test_the_admin_sees_a_logged_prompt_and_a_dashboard_key_never_does(
     assert [r["request_id"] for r in table.json()["data"]] == [made["request_id"]]
     session = (await http.get("/dashboard/api/session", headers=bearer(made["reader"]))).json()
     assert (session["viewer"], session["admin_api"]) == ("reader", False)
+    for roles in (["root"], ["dashboard"] * 5, "dashboard"):
+        refused = await http.post("/admin/keys", headers=bearer(ADMIN),
+                                  json={"tenant": "acme", "roles": roles})  # fmt: skip
+        assert refused.status_code == 400, roles
 
 
 BAD = [("range=1m", "range"), ("range=8d", "range"), ("range=soon", "range"),

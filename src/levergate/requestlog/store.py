@@ -76,6 +76,7 @@ class _Sql(ABC):
     seq_type = "INTEGER PRIMARY KEY AUTOINCREMENT"
     types: ClassVar[dict[str, str]] = {}
     floor = "CAST({} AS INTEGER)"
+    modulo = "{} % {}"
 
     def __init__(self) -> None:
         self._conn: Any = None
@@ -210,7 +211,7 @@ class _Sql(ABC):
         condition, values = where.where(self.ph)
         count = int(self._run(f"SELECT COUNT(*) FROM {TABLE} WHERE {condition}", values)[0][0])
         every = max(1, -(-count // max(1, most)))
-        sample = f" AND seq % {every} = 0" if every > 1 else ""
+        sample = f" AND {self.modulo.format('seq', every)} = 0" if every > 1 else ""
         sql = (f"SELECT ts, total_ms, ttft_ms FROM {TABLE} WHERE {condition}{sample} "
                f"ORDER BY ts LIMIT {int(most)}")  # fmt: skip
         return self._run(sql, values)
@@ -342,6 +343,7 @@ class PostgresLog(_Sql):
     seq_type = "BIGSERIAL PRIMARY KEY"
     types: ClassVar[dict[str, str]] = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT"}
     floor = "FLOOR({})"
+    modulo = "MOD({}, {})"  # '%' is psycopg's placeholder sign
 
     def __init__(self, dsn: str, *, timeout_seconds: float) -> None:
         super().__init__()

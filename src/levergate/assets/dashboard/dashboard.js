@@ -10,6 +10,7 @@
   let session = null;
   let timer = null;
   let cursor = null;
+  let bucket = 0; // the last answer's bucket (seconds): a week's range is asked for less often
 
   function scope() {
     const params = new URLSearchParams({ range: document.getElementById("range").value });
@@ -119,6 +120,7 @@
   async function refresh() {
     try {
       const o = await api("/dashboard/api/overview?" + scope());
+      bucket = o.window.bucket_seconds;
       const note = document.getElementById("log-note");
       note.hidden = o.log.enabled;
       note.textContent = o.log.enabled ? "" : o.log.why;
@@ -180,11 +182,16 @@
     }
   }
 
+  // Every poll_seconds, or a tenth of a bucket when that is longer (a 7-day range moves by
+  // 2-hour buckets: asking every 5 s would only re-read the same week of the log).
   function schedule() {
-    clearInterval(timer);
-    if (document.getElementById("live").checked) {
-      timer = setInterval(() => { refresh(); requests(); }, session.poll_seconds * 1000);
-    }
+    clearTimeout(timer);
+    if (!document.getElementById("live").checked) return;
+    const seconds = Math.max(session.poll_seconds, bucket / 10);
+    timer = setTimeout(async () => {
+      await Promise.all([refresh(), requests()]);
+      schedule();
+    }, seconds * 1000);
   }
 
   async function start() {
