@@ -121,7 +121,8 @@ def test_series_has_each_levers_savings_and_latencies_sample_evenly(store: LogSt
     assert len(sample) == 10
     times = [r[0] for r in sample]
     assert times == sorted(times)
-    assert times[0] < START + 5 and times[-1] > START + 34  # the whole range, not its end
+    assert times[0] < START + 5  # the whole range, not its end
+    assert times[-1] > START + 34
     assert store.latencies(LogFilter(tenant="nobody")) == []
 
 
