@@ -33,6 +33,8 @@ MODEL = "gpt-4o-mini"
 PATIENCE = 30.0  # seconds a page may take to show what is waited for (a bound, not a claim)
 QUESTIONS = [f"Question {n}: what does the policy say about item {n}?" for n in range(6)]
 REPEATED = QUESTIONS[:3]  # asked again: exact-cache hits
+# A model name a client chose, logged and shown: text on the page, never markup.
+HOSTILE = '<img id="xss" src="x" onerror="document.title=1">'
 # What a page being redrawn under a wait may raise: the wait asks again.
 _REDRAWN = (NoSuchElementException, StaleElementReferenceException)
 
@@ -101,8 +103,9 @@ class Sent:
 def send_known_traffic(root: str) -> Sent:
     """Six questions (misses; two tenants), three of them again by the same tenant (exact hits:
     a tenant's entries are its own), the first once more as a stream (a hit replayed, which has
-    a TTFT), one unknown model (an error); what each cost and saved as the gateway said
-    (x-levergate-cost-usd, -savings-usd; a stream's saving is the first answer's cost)."""
+    a TTFT), an unknown model named as markup (an error, to be shown as text); what each cost
+    and saved as the gateway said (x-levergate-cost-usd, -savings-usd; a stream's saving is the
+    first answer's cost)."""
     cost = saved = first = 0.0
     hits = 0
     with openai.OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0) as client:
@@ -127,7 +130,7 @@ def send_known_traffic(root: str) -> Sent:
             saved += first
             assert "data: [DONE]" in "".join(stream.iter_text())
         with pytest.raises(openai.NotFoundError):
-            client.chat.completions.create(model="no-such-model",
+            client.chat.completions.create(model=HOSTILE,
                                            messages=[{"role": "user", "content": "?"}])  # fmt: skip
     lookups = len(QUESTIONS) + len(REPEATED) + 1
     return Sent(lookups + 1, 1, cost, saved, lookups, hits)
@@ -215,6 +218,9 @@ def test_the_page_shows_the_numbers_of_the_traffic_sent(
     assert hit_rate == f"{100 * sent.hits / sent.lookups:.1f}%"
     assert len(browser.find_elements(By.CSS_SELECTOR, ".chart .uplot")) == 5
     assert "invalid_request_error" in text(browser, "#errors tbody")
+    assert HOSTILE in text(browser, "#models tbody")  # shown as the text it is
+    assert browser.find_elements(By.ID, "xss") == []
+    assert browser.title == "levergate dashboard"
     assert text(browser, "#stat-ttft").count("ms") == 3  # the stream's
     browser.save_screenshot(str(home / "dashboard.png"))
 
