@@ -1,31 +1,26 @@
-"""The one rule for tests that drive a real browser: Debian's `chromium` and `chromium-driver`
-packages (nothing downloads a browser or a driver). Outside CI a missing one skips the test with
-a reason; under CI=true (where .ci/run installs both) it fails it, so a skip never hides a lost
-test."""
+"""A real browser for the tests that drive one: Debian's `chromium` and `chromium-driver`
+packages (nothing downloads a browser or a driver), missing as tests/required.py says (a skip
+on a developer's machine, a failure under CI=true, where .ci/run installs both)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+
+from tests.required import missing
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
 
 def require_chromium() -> None:
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
-    if not missing:
-        return
-    why = f"{' and '.join(missing)} missing: apt-get install chromium chromium-driver"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"A browser is required under CI: {why}")
-    pytest.skip(why)
+    absent = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if absent:
+        missing(f"{' and '.join(absent)} not installed (apt-get install chromium chromium-driver)")
 
 
 @contextmanager
