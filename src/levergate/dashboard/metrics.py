@@ -30,6 +30,7 @@ SAMPLES = (
     "levergate_ejections_total",
     "levergate_upstream_attempts_total",
     "levergate_in_flight",
+    "levergate_tenant_queued",
     "levergate_shed_total",
     "levergate_request_log_queued",
     "levergate_request_log_dropped_total",
@@ -109,6 +110,7 @@ def _queue(rows: Rows) -> dict[str, Any]:
     return {
         "in_flight": _total(rows, "levergate_in_flight"),
         "queued": _total(rows, "levergate_endpoint_queued"),
+        "tenant_queued": _total(rows, "levergate_tenant_queued"),
         "shed": sorted(shed, key=lambda s: -s["requests"]),
         "log_queued": _total(rows, "levergate_request_log_queued"),
         "log_dropped": _total(rows, "levergate_request_log_dropped_total"),

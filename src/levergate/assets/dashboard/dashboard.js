@@ -61,9 +61,11 @@
     setText("stat-total", [l.total_ms.p50, l.total_ms.p95, l.total_ms.p99].map(ms).join(" / "));
     setText("stat-ttft", [l.ttft_ms.p50, l.ttft_ms.p95, l.ttft_ms.p99].map(ms).join(" / "));
     setText("stat-sampled", l.sampled ? "from an even sample of the range" : "every request");
-    setText("stat-queue", count(o.queue.in_flight) + " / " + count(o.queue.queued));
-    setText("stat-log-queue", "log queue " + count(o.queue.log_queued) + ", dropped "
-            + count(o.queue.log_dropped));
+    const q = o.queue;
+    setText("stat-queue", count(q.in_flight) + " / " + count(q.tenant_queued + q.queued));
+    setText("stat-log-queue", "queued: tenants " + count(q.tenant_queued) + ", endpoints "
+            + count(q.queued) + "; log queue " + count(q.log_queued) + ", dropped "
+            + count(q.log_dropped));
     setText("pc-expected", count(t.expected_cached));
     setText("pc-read", count(t.cached_tokens));
   }
