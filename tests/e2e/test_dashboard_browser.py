@@ -51,22 +51,21 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def spawn(home: Path) -> Iterator[Callable[..., Gateway]]:
-    """`spawn(name, config_text)`: `levergate serve` in front of one simulator process."""
+def gateways(home: Path) -> Iterator[dict[str, Gateway]]:
+    """Two `levergate serve` processes in front of one simulator process, started together:
+    `busy` (the admin API on, so the page asks for its token) and `empty` (auth off and no
+    admin token: the page is open), each with its own request log."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEVERGATE_")}
     env["XDG_CACHE_HOME"] = str(home / "cache")  # the key store's file, never the user's
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[tuple[int, subprocess.Popen[bytes]]] = []
     sim_port = free_port()
 
     def run(args: list[str], name: str) -> subprocess.Popen[bytes]:
         with (home / f"{name}.log").open("wb") as err:
             proc = subprocess.Popen([*LEVERGATE, *args], env=env, cwd=home,
                                     stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
-        started.append(proc)
-        wait_for(int(args[args.index("--port") + 1]), proc)
+        started.append((int(args[args.index("--port") + 1]), proc))
         return proc
-
-    run(["sim", "--port", str(sim_port)], "sim")
 
     def gateway(name: str, extra: str) -> Gateway:
         config = home / f"{name}.yaml"
@@ -80,14 +79,22 @@ def spawn(home: Path) -> Iterator[Callable[..., Gateway]]:
         proc = run(["serve", "--config", str(config), "--port", str(port)], name)
         return Gateway(f"http://127.0.0.1:{port}", proc)
 
-    yield gateway
-    for proc in started:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    run(["sim", "--port", str(sim_port)], "sim")
+    found = {"busy": gateway("busy", f"admin: {{enabled: true, token: {ADMIN}}}\n"),
+             "empty": gateway("empty", "")}  # fmt: skip
+    try:
+        for port, proc in started:
+            wait_for(port, proc)
+        yield found
+    finally:
+        for _, proc in started:
+            proc.terminate()
+        for _, proc in started:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @dataclass
@@ -189,8 +196,8 @@ def browser() -> Iterator[webdriver.Chrome]:
 
 
 @pytest.fixture(scope="module")
-def busy(spawn: Callable[..., Gateway]) -> tuple[Gateway, Sent]:
-    gateway = spawn("busy", f"admin: {{enabled: true, token: {ADMIN}}}\n")
+def busy(gateways: dict[str, Gateway]) -> tuple[Gateway, Sent]:
+    gateway = gateways["busy"]
     sent = send_known_traffic(gateway.root)
     logged(gateway.root, sent.requests)
     return gateway, sent
@@ -231,6 +238,12 @@ def test_the_page_shows_the_numbers_of_the_traffic_sent(
     wait(browser, lambda d: d.find_element(By.ID, "record").is_displayed(), "the record")
     assert request_id in text(browser, "#record-json")
     assert "not logged" in text(browser, "#record-bodies")
+
+    Select(browser.find_element(By.ID, "t-outcome")).select_by_value("error")
+    browser.find_element(By.CSS_SELECTOR, "#table-filters button[type=submit]").click()
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#requests tbody tr")) == 1,
+         "the errors only")  # fmt: skip
+    assert "invalid_request_error" in text(browser, "#requests tbody")
 
 
 def key_row(driver: webdriver.Chrome, key_id: str) -> WebElement:
@@ -282,11 +295,11 @@ def test_the_keys_page_creates_edits_and_revokes_a_key(
 
 
 def test_an_empty_gateway_draws_empty_charts_and_no_error(
-    browser: webdriver.Chrome, spawn: Callable[..., Gateway], home: Path
+    browser: webdriver.Chrome, gateways: dict[str, Gateway], home: Path
 ) -> None:
     """Auth off and no admin token: the page is open, and with no request yet every chart is
     drawn empty, every table says it is empty, and the status is not an error."""
-    gateway = spawn("empty", "")
+    gateway = gateways["empty"]
     console(browser)  # read, and so cleared: what the pages before logged
     browser.get(f"{gateway.root}/dashboard")
     wait(browser, lambda d: "updated" in text(d, "#status"), "the first refresh")
