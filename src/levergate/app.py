@@ -6,10 +6,11 @@
 The core (`Gateway`, the pipeline) knows no feature by name; each feature is an extension on
 the `Host` seam (levergate/extension.py). This is the one module that imports them — today the
 Batch API (batch/: files, batches, the runner, deferral, async requests), the request log
-(requestlog/: records in SQLite or PostgreSQL, `GET /admin/log`) and tracing (otel/: spans over
-OTLP) — and the CLI and the README build their gateway here. A feature's modules are imported
-only when it is on: a gateway without `batch.enabled` never loads batch/, one without
-`otel.endpoint` never loads otel/ nor OpenTelemetry.
+(requestlog/: records in SQLite or PostgreSQL, `GET /admin/log`), the dashboard (dashboard/:
+`/dashboard`, over the log and the metrics) and tracing (otel/: spans over OTLP) — and the CLI
+and the README build their gateway here. A feature's modules are imported only when it is on:
+a gateway without `batch.enabled` never loads batch/, one without `otel.endpoint` never loads
+otel/ nor OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ def extensions_for(settings: Settings) -> list[ExtensionFactory]:
         from levergate.requestlog.extension import request_log_extension
 
         found.append(request_log_extension)
+    if settings.dashboard.enabled:  # /dashboard: reads the request log and the metrics
+        from levergate.dashboard.extension import dashboard_extension
+
+        found.append(dashboard_extension)
     if settings.otel.endpoint is not None:  # traces over OTLP (the `otel` extra)
         from levergate.otel.extension import otel_extension
 

@@ -70,6 +70,11 @@ class Host(Protocol):
     def redactor(self) -> Redactor: ...
 
     @property
+    def extensions(self) -> Sequence[Extension]:
+        """The gateway's features, once all are built (a dashboard finds the request log)."""
+        ...
+
+    @property
     def tiers(self) -> TierBook:
         """What was seen of each model's service tiers, and the options a request has among
         them (the deferral chooses the provider's batch API by it)."""

@@ -25,7 +25,7 @@ from pathlib import Path
 import levergate
 
 SRC = Path(levergate.__file__).parent
-FEATURES = ("levergate.batch", "levergate.requestlog")
+FEATURES = ("levergate.batch", "levergate.requestlog", "levergate.dashboard")
 SERVER = "levergate.server"
 SURFACE = frozenset(f"{SERVER}.{name}" for name in ("exchange", "route", "guards", "params"))
 ROOT = "levergate.app"

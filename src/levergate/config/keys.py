@@ -32,6 +32,9 @@ class KeyPolicySettings(_Strict):
     tpm: int | None = Field(None, ge=1, le=1_000_000_000_000)
     daily_budget_usd: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
     monthly_budget_usd: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
+    # What the key may do besides calling models: `dashboard` reads the dashboard (read-only:
+    # no key changes, no prompt text).
+    roles: tuple[Literal["dashboard"], ...] = Field((), max_length=4)
 
 
 class ApiKeySettings(KeyPolicySettings):

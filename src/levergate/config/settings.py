@@ -14,6 +14,7 @@ from levergate.config.batch import BatchSettings
 from levergate.config.cache import CacheSettings
 from levergate.config.cascade import CascadeSettings, check_references
 from levergate.config.catalog import CatalogEntrySettings, LedgerSettings
+from levergate.config.dashboard import DashboardSettings
 from levergate.config.deferral import (
     AsyncRequestsSettings,
     DeferSettings,
@@ -68,6 +69,8 @@ class Settings(BaseSettings):
     # Every finished request's record in a database (levergate/requestlog/; off by default,
     # on for the embedded default): `GET /admin/log`, `levergate log`, `levergate report`.
     request_log: RequestLogSettings = Field(default_factory=RequestLogSettings)
+    # The live dashboard at /dashboard and its keys page (levergate/dashboard/).
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
     traffic: TrafficSettings = Field(default_factory=TrafficSettings)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)

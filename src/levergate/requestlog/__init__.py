@@ -9,9 +9,9 @@ request path, bounded by age and size, read by `GET /admin/log`, `levergate log`
     extension.py  the feature: the writer, a reader, the routes
     http.py       GET /admin/log, GET /admin/log/summary
 
-Reading it from another feature (a dashboard): `log_of(host's extensions)` finds the
+Reading it from another feature (the dashboard): `log_of(host's extensions)` finds the
 `RequestLog`; `await log.reader.run(lambda store: store.summary(LogFilter(since=...)))` runs any
-of the store's queries (`page`, `after`, `summary`, `series`, `groups`) on the reader's thread,
-and `parse_filter(query_params)` turns a request's parameters into a checked `LogFilter` (a 400
-naming a bad one), as `GET /admin/log` and `levergate log` do.
+of the store's queries (`page`, `after`, `summary`, `series`, `groups`, `latencies`) on the
+reader's thread, and `parse_filter(query_params)` turns a request's parameters into a checked
+`LogFilter` (a 400 naming a bad one), as `GET /admin/log` and `levergate log` do.
 """

@@ -41,7 +41,9 @@ GROUPS = frozenset({"model", "alias", "tenant", "key_id", "feature", "workflow",
 MULTI_ROWS = 1000  # rows per INSERT statement in SQLite (within its bound on parameters)
 INDEX_ENTRY_BYTES = 40  # a b-tree entry of one indexed column and the time, roughly
 _SUMS = ("cost_usd", "saved_usd", "input_tokens", "cached_tokens", "cache_write_tokens",
-         "output_tokens")  # fmt: skip
+         "output_tokens", "expected_cached")  # fmt: skip
+# The most latency samples `latencies` returns: a range with more records is sampled evenly.
+MAX_SAMPLES = 20_000
 
 
 class LogStoreError(Exception):
@@ -61,6 +63,7 @@ class LogStore(Protocol):
     def summary(self, where: LogFilter) -> dict[str, Any]: ...
     def series(self, where: LogFilter, *, bucket_seconds: float) -> list[dict[str, Any]]: ...
     def groups(self, where: LogFilter, *, by: str, limit: int = 100) -> list[dict[str, Any]]: ...
+    def latencies(self, where: LogFilter, *, most: int = MAX_SAMPLES) -> list[tuple[Any, ...]]: ...
     def prune(self, *, now: float, max_age_seconds: float, max_bytes: int) -> int: ...
     def close(self) -> None: ...
 
@@ -73,6 +76,7 @@ class _Sql(ABC):
     seq_type = "INTEGER PRIMARY KEY AUTOINCREMENT"
     types: ClassVar[dict[str, str]] = {}
     floor = "CAST({} AS INTEGER)"
+    modulo = "{} % {}"
 
     def __init__(self) -> None:
         self._conn: Any = None
@@ -187,15 +191,30 @@ class _Sql(ABC):
         return found
 
     def series(self, where: LogFilter, *, bucket_seconds: float) -> list[dict[str, Any]]:
-        """Per time bucket (its start, epoch seconds): requests, errors, cost, net savings."""
+        """Per time bucket (its start, epoch seconds): requests, errors, cost, net savings and
+        the savings of each lever."""
         condition, values = where.where(self.ph)
         bucket = self.floor.format(f"ts / {float(bucket_seconds)!r}")
+        levers = ", ".join(f"SUM({saved_column(lever)})" for lever in LEVERS)
         sql = (f"SELECT {bucket} AS b, COUNT(*), SUM(CASE WHEN outcome <> 'ok' THEN 1 ELSE 0 "
-               f"END), SUM(cost_usd), SUM(saved_usd) FROM {TABLE} WHERE {condition} "
+               f"END), SUM(cost_usd), SUM(saved_usd), {levers} FROM {TABLE} WHERE {condition} "
                f"GROUP BY b ORDER BY b")  # fmt: skip
         return [{"ts": float(b) * bucket_seconds, "requests": int(n), "errors": int(e or 0),
-                 "cost_usd": c or 0.0, "saved_usd": s or 0.0}
-                for b, n, e, c, s in self._run(sql, values)]  # fmt: skip
+                 "cost_usd": c or 0.0, "saved_usd": s or 0.0,
+                 "savings": {str(lever): v or 0.0 for lever, v in zip(LEVERS, rest, strict=True)}}
+                for b, n, e, c, s, *rest in self._run(sql, values)]  # fmt: skip
+
+    def latencies(self, where: LogFilter, *, most: int = MAX_SAMPLES) -> list[tuple[Any, ...]]:
+        """(ts, total_ms, ttft_ms) of the matching records, oldest first: all of them up to
+        `most`, else every k-th by sequence number (an even sample across the range, so a
+        percentile over a week is not a percentile over its last hour)."""
+        condition, values = where.where(self.ph)
+        count = int(self._run(f"SELECT COUNT(*) FROM {TABLE} WHERE {condition}", values)[0][0])
+        every = max(1, -(-count // max(1, most)))
+        sample = f" AND {self.modulo.format('seq', every)} = 0" if every > 1 else ""
+        sql = (f"SELECT ts, total_ms, ttft_ms FROM {TABLE} WHERE {condition}{sample} "
+               f"ORDER BY ts LIMIT {int(most)}")  # fmt: skip
+        return self._run(sql, values)
 
     def groups(self, where: LogFilter, *, by: str, limit: int = 100) -> list[dict[str, Any]]:
         """Per value of `by` (one of `GROUPS`): requests, errors, cost, savings, mean latency."""
@@ -324,6 +343,7 @@ class PostgresLog(_Sql):
     seq_type = "BIGSERIAL PRIMARY KEY"
     types: ClassVar[dict[str, str]] = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT"}
     floor = "FLOOR({})"
+    modulo = "MOD({}, {})"  # '%' is psycopg's placeholder sign
 
     def __init__(self, dsn: str, *, timeout_seconds: float) -> None:
         super().__init__()

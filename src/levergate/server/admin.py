@@ -1,7 +1,8 @@
 """The admin API: gateway keys made, listed, rotated, revoked and their spend read over HTTP.
 
     POST   /admin/keys                  create: {tenant, name?, models?, rpm?, tpm?,
-                                          daily_budget_usd?, monthly_budget_usd?} -> 201, the
+                                          daily_budget_usd?, monthly_budget_usd?, roles?
+                                          (["dashboard"]: may read /dashboard)} -> 201, the
                                           key in plaintext (shown this once, never again)
     GET    /admin/keys                  list (no hashes, no keys)
     GET    /admin/tenants/{tenant}/keys one tenant's keys

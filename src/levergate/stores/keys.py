@@ -52,6 +52,7 @@ class KeyRecord:
     daily_budget_usd: float | None = None
     monthly_budget_usd: float | None = None
     hint: str = ""
+    roles: tuple[str, ...] = ()  # KeyPolicySettings.roles
     # "store" for keys made through the admin API, "config" for `auth.keys`.
     source: str = "store"
 
@@ -63,6 +64,7 @@ class KeyRecord:
         shown = dataclasses.asdict(self)
         del shown["hash"]
         shown["models"] = list(self.models)
+        shown["roles"] = list(self.roles)
         return shown
 
     def to_bytes(self) -> bytes:
@@ -73,6 +75,7 @@ class KeyRecord:
         try:
             data = parse_json(raw)
             data["models"] = tuple(data.get("models") or ())
+            data["roles"] = tuple(data.get("roles") or ())
             # Fields a newer gateway added are skipped, so replicas can be upgraded one by one.
             return cls(**{k: v for k, v in data.items() if k in _FIELDS})
         except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError) as exc:

@@ -14,7 +14,7 @@ import pytest
 from levergate.layers.measure.record import SCHEMA
 from levergate.policies.tiers import Tier, TierDecision
 from levergate.requestlog.query import LogFilter, decode_cursor
-from levergate.requestlog.row import NAMES, row_of
+from levergate.requestlog.row import LEVERS, NAMES, row_of
 from levergate.requestlog.store import LogStore, LogStoreError, PostgresLog, SqliteLog
 from tests.postgres_required import postgres_database
 from tests.unit.requestlog.records import record, rich_record, rows
@@ -103,6 +103,27 @@ def test_summary_series_and_groups_add_up_to_the_rows(store: LogStore) -> None:
     groups = {g["tenant"]: g["requests"] for g in store.groups(LogFilter(), by="tenant")}
     assert groups == {"t0": 14, "t1": 13, "t2": 13}
     assert store.summary(LogFilter(tenant="nobody"))["requests"] == 0
+
+
+def test_series_has_each_levers_savings_and_latencies_sample_evenly(store: LogStore) -> None:
+    """What the dashboard reads: savings by lever per bucket add up to the summary's, and the
+    latency sample is every record up to its bound, else an even spread across the range."""
+    written = rows(40)
+    store.write(written)
+    series = store.series(LogFilter(since=START), bucket_seconds=10)
+    exact = sum(s["savings"]["exact"] for s in series)
+    assert exact == pytest.approx(store.summary(LogFilter())["savings"]["exact"])
+    assert all(set(s["savings"]) == {str(lever) for lever in LEVERS} for s in series)
+    every = store.latencies(LogFilter())
+    assert [r[0] for r in every] == [START + n for n in range(40)]
+    assert [r[1] for r in every] == [r[NAMES.index("total_ms")] for r in written]
+    sample = store.latencies(LogFilter(), most=10)
+    assert len(sample) == 10
+    times = [r[0] for r in sample]
+    assert times == sorted(times)
+    assert times[0] < START + 5  # the whole range, not its end
+    assert times[-1] > START + 34
+    assert store.latencies(LogFilter(tenant="nobody")) == []
 
 
 def test_a_workflows_steps_read_together_with_their_cost(store: LogStore) -> None:

@@ -68,6 +68,12 @@ class Admission:
         self._max_queue = max_queue
         self._metrics = metrics
         self._rooms: dict[str, tuple[WaitingRoom, LimitScope]] = {}
+        metrics.tenant_queued.set_function(self._queued)
+
+    def _queued(self) -> float:
+        """Requests waiting in every tenant's room, read when the registry is collected (from
+        /metrics' worker thread too: a copy of the rooms, then plain reads)."""
+        return float(sum(room.queued for room, _ in tuple(self._rooms.values())))
 
     async def __call__(self, call: Call) -> Reply:
         ctx = call.ctx

@@ -5,13 +5,18 @@ to it: its health (outlier ejection), its waiting room (limits), and the load th
 scores it by (requests and tokens outstanding, TTFT and speed averages, the provider's quota
 headroom, a cooldown after a 429). `EjectionGroup` holds them all, to cap how many may be
 ejected at once. `Node` pairs a state with the service stack that reaches the endpoint.
+`EndpointGauges` shows each state's load as gauges, read only when the registry is collected.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from levergate.core.service import Service
 from levergate.layers.traffic.metrics import TrafficMetrics
@@ -108,3 +113,49 @@ class EjectionGroup:
             state.health.ejections,
             state.health.ejected_until,
         )
+
+
+class EndpointGauges(Collector):
+    """Each endpoint key's load when the registry is collected (a scrape, the dashboard), so a
+    request pays nothing for them: requests in flight, requests waiting in its waiting room
+    (queue depth), the provider's quota left (`x-ratelimit-*`), and whether it serves.
+    `/metrics` collects from a worker thread: these are plain reads of numbers the event loop
+    writes (no state is changed here, unlike `Ejection.state`), so a scrape sees each value as
+    it was at some instant."""
+
+    def __init__(self, group: EjectionGroup, *, now: Callable[[], float]) -> None:
+        self._group = group
+        self._now = now
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        families = self._families()
+        outstanding, queued, headroom, up = families
+        now = self._now()
+        for state in tuple(self._group._members):
+            name = [state.name]
+            outstanding.add_metric(name, state.outstanding)
+            queued.add_metric(name, state.room.queued)
+            headroom.add_metric(name, state.headroom)
+            ejected = state.health.ejected_until > now
+            up.add_metric(name, 0.0 if ejected or state.probed_down else 1.0)
+        return iter(families)
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        label = ["endpoint"]
+        return [
+            GaugeMetricFamily("levergate_endpoint_outstanding",
+                              "Requests in flight to an endpoint key.", labels=label),
+            GaugeMetricFamily("levergate_endpoint_queued",
+                              "Requests waiting for an endpoint key's limits (queue depth).",
+                              labels=label),
+            GaugeMetricFamily("levergate_endpoint_quota_headroom_ratio",
+                              "Share of the provider's quota left, from its x-ratelimit-* "
+                              "headers (1 until it sends some).", labels=label),
+            GaugeMetricFamily("levergate_endpoint_up",
+                              "1 while an endpoint key serves, 0 while ejected or failing its "
+                              "health checks.", labels=label),
+        ]  # fmt: skip

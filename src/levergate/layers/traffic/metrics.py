@@ -42,6 +42,11 @@ class TrafficMetrics:
             buckets=_WAIT_BUCKETS,
             registry=reg,
         )
+        self.tenant_queued = Gauge(
+            "levergate_tenant_queued",
+            "Requests waiting at the front door for their tenant's limits, all tenants.",
+            registry=reg,
+        )
         self.ejections = Counter(
             "levergate_ejections", "Endpoints ejected as outliers.", ("endpoint",), registry=reg
         )

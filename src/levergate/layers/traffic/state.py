@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from levergate.config import TrafficSettings
 from levergate.core.clock import Clock
-from levergate.layers.traffic.endpoints import EjectionGroup
+from levergate.layers.traffic.endpoints import EjectionGroup, EndpointGauges
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.policies.budget import RetryBudget
 from levergate.stores.limits import LimitStore, MemoryLimitStore
@@ -47,6 +47,8 @@ class TrafficState:
         retry = settings.retry
         store = _store(settings, choice=choice, stores=stores, clock=clock, metrics=metrics,
                        closers=closers)  # fmt: skip
+        group = EjectionGroup(max_share=settings.ejection.max_ejected_share, metrics=metrics)
+        registry.register(EndpointGauges(group, now=clock.now))
         return cls(
             store=store,
             budget=RetryBudget(
@@ -54,7 +56,7 @@ class TrafficState:
                 min_per_second=retry.budget_min_per_second,
                 ttl=retry.budget_ttl_seconds,
             ),
-            group=EjectionGroup(max_share=settings.ejection.max_ejected_share, metrics=metrics),
+            group=group,
             metrics=metrics,
         )
 

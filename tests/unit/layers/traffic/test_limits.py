@@ -20,6 +20,7 @@ from levergate.policies.gcra import Rate
 from levergate.policies.tiers import Tier
 from levergate.stores.limits import Charge, MemoryLimitStore
 from levergate.testing import FakeUpstream, ManualClock
+from levergate.testing.metrics import sample_value
 from tests.unit.layers.cache.helpers import drain
 from tests.unit.layers.traffic.fakes import call, ok, settle, stream_of
 
@@ -217,6 +218,31 @@ async def test_a_tenant_over_its_rate_gets_429_with_retry_after() -> None:
     # Other tenants are not limited, and the refused request never went upstream.
     await admission(call(tenant="other"))
     assert len(inner.calls) == 3
+
+
+async def test_the_tenants_queue_depth_is_a_gauge() -> None:
+    """`levergate_tenant_queued`: the requests waiting in every tenant's room (the dashboard's
+    queue depth), read when the registry is collected."""
+    clock = ManualClock()
+    inner = FakeUpstream(default=stream_of("a", "b"))
+    metrics = TrafficMetrics()
+    admission = Admission(
+        inner, tenants={"acme": RateLimitsSettings(max_concurrency=1)}, default=None,
+        store=MemoryLimitStore(clock=clock), clock=clock,
+        max_wait=MaxWaitSettings(interactive=60, default=60, batch=60), max_queue=100,
+        metrics=metrics,
+    )  # fmt: skip
+    first = await admission(call(tenant="acme", stream=True))
+    waiting = [asyncio.create_task(admission(call(tenant="acme", stream=True))) for _ in range(2)]
+    await settle()
+    assert sample_value(metrics.tenant_queued) == 2
+    await drain(first)
+    await settle()
+    assert sample_value(metrics.tenant_queued) == 1
+    for task in waiting:
+        await drain(await task)
+        await settle()
+    assert sample_value(metrics.tenant_queued) == 0
 
 
 async def test_an_expired_deadline_is_refused_before_any_work() -> None:
