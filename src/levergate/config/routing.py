@@ -49,6 +49,12 @@ MAX_METADATA_VALUE_CHARS = 512
 TRAIN_C = 0.001
 TRAIN_FOLDS = 5
 TRAIN_TARGET_QUALITY = 0.95
+# The fewest logged labels (with prompts) `levergate labels export` and `router train
+# --from-log` accept for a route: below 100, one disagreement moves a held-out retention by more
+# than a point, so a 95% target cannot be told from 94%.
+LEARN_MIN_LABELS = 100
+# The newest share of a route's logged labels held back from training to evaluate on.
+LEARN_TEST_SHARE = 0.3
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
 
 

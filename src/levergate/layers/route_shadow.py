@@ -63,6 +63,7 @@ def route_meter(registry: CollectorRegistry) -> ShadowMeter:
 
 class RouteShadows(ShadowQueue):
     JOB_NAME = "route_shadow"
+    LAYER = "route"
 
     def offer(
         self, call: Call, decision: RouteDecision, sampling: ShadowSamplingSettings, reply: Reply
@@ -80,4 +81,4 @@ class RouteShadows(ShadowQueue):
         if text is None:
             return
         self.put(call, label=decision.asked, strong=decision.default, sampling=sampling,
-                 cheap=text)  # fmt: skip
+                 cheap=text, cheap_alias=call.ctx.trace.alias or decision.chosen)  # fmt: skip

@@ -45,8 +45,10 @@ from levergate.core.controls import Controls, Principal, Priority
 from levergate.core.jobs import BackgroundJob
 from levergate.errors import LevergateError
 from levergate.layers.cache.replay import whole
+from levergate.layers.measure.shadow_labels import ShadowLabel, ShadowLabels
 from levergate.policies.confidence import answer_text
 from levergate.policies.pricing import spent
+from levergate.policies.routing import last_user_text
 from levergate.policies.shadow import agree, equivalence_messages, equivalence_score, retention
 
 if TYPE_CHECKING:
@@ -74,18 +76,29 @@ class Sample:
     request_id: str
     tenant: str
     feature: str
+    cheap_alias: str = ""  # the alias whose answer the client got
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """How one sample compared: the result, and what it was decided on."""
+
+    result: str  # AGREE, DISAGREE or FAILED
+    strong: str | None = None  # the strong answer's text (None: the call failed)
+    judge_score: float | None = None
 
 
 class ShadowQueue:
     """One layer's queue of samples and its workers; `JOB_NAME` names their background job."""
 
     JOB_NAME: ClassVar[str]
+    LAYER: ClassVar[str]  # the `ShadowLabel.layer` of its samples
 
     @classmethod
     def build(cls, settings: ShadowSettings, *, shared: Shared, metrics: ShadowMeter) -> Self:
         """The queue, with its workers registered as a background job of the pipeline."""
         shadows = cls(settings, metrics=metrics, clock=shared.clock, rng=shared.rng(),
-                      spend=shared.own_spend)  # fmt: skip
+                      spend=shared.own_spend, labels=shared.shadow_labels)  # fmt: skip
         shared.jobs.append(BackgroundJob(cls.JOB_NAME, shadows.run))
         return shadows
 
@@ -97,6 +110,7 @@ class ShadowQueue:
         clock: Clock,
         rng: random.Random,
         spend: OwnSpend,
+        labels: ShadowLabels | None = None,
     ) -> None:
         self._queue: asyncio.Queue[Sample] = asyncio.Queue(maxsize=settings.queue)
         self._concurrency = settings.concurrency
@@ -105,6 +119,7 @@ class ShadowQueue:
         self._clock = clock
         self._rng = rng
         self._spend = spend
+        self._labels = labels  # where each compared sample goes (the request log listens)
         self._inner: Service | None = None
 
     def bind(self, inner: Service) -> None:
@@ -116,14 +131,22 @@ class ShadowQueue:
         return sampling.rate > 0 and self._rng.random() < sampling.rate
 
     def put(
-        self, call: Call, *, label: str, strong: str, sampling: ShadowSamplingSettings, cheap: str
+        self,
+        call: Call,
+        *,
+        label: str,
+        strong: str,
+        sampling: ShadowSamplingSettings,
+        cheap: str,
+        cheap_alias: str,
     ) -> None:
-        """Queue a sample of `cheap`, the answer to `call`, for `strong`. Never waits."""
+        """Queue a sample of `cheap`, `cheap_alias`'s answer to `call`, for `strong`. Never
+        waits."""
         body = {k: v for k, v in call.body.items() if k not in _NOT_SHADOWED}
         body["model"] = strong
         ctx = call.ctx
         sample = Sample(label, strong, sampling, body, cheap, ctx.request_id, ctx.principal.tenant,
-                        ctx.controls.feature)  # fmt: skip
+                        ctx.controls.feature, cheap_alias)  # fmt: skip
         try:
             self._queue.put_nowait(sample)
         except asyncio.QueueFull:
@@ -138,26 +161,47 @@ class ShadowQueue:
     async def _work(self) -> None:
         while True:
             sample = await self._queue.get()
-            self._metrics.shadowed(sample.label, await self.compare(sample))
+            verdict = await self.verdict(sample)
+            self._metrics.shadowed(sample.label, verdict.result)
+            if self._labels is not None and self._labels.heard:
+                self._labels.emit(self.labelled(sample, verdict))
 
     async def compare(self, sample: Sample) -> str:
         """AGREE or DISAGREE; FAILED when a call failed or the judge gave no verdict."""
+        return (await self.verdict(sample)).result
+
+    async def verdict(self, sample: Sample) -> Verdict:
+        """The comparison, with the strong answer and the judge's score it was decided on."""
         deadline = self._clock.now() + self._timeout
+        strong: str | None = None
+        score: float | None = None
         try:
             strong = answer_text((await self._call(sample, sample.body, deadline)).data)
             if strong is None:
-                return FAILED
+                return Verdict(FAILED)
             if sample.sampling.compare == "judge":
-                same = await self._judged(sample, strong, deadline)
+                score = await self._judged(sample, strong, deadline)
+                same = None if score is None else score >= sample.sampling.judge_threshold
             else:
                 same = agree(sample.cheap, strong)
         except LevergateError:
-            return FAILED
+            return Verdict(FAILED, strong)
         if same is None:
-            return FAILED
-        return AGREE if same else DISAGREE
+            return Verdict(FAILED, strong)
+        return Verdict(AGREE if same else DISAGREE, strong, score)
 
-    async def _judged(self, sample: Sample, strong: str, deadline: float) -> bool | None:
+    def labelled(self, sample: Sample, verdict: Verdict) -> ShadowLabel:
+        """The sample and its verdict as the value listeners get."""
+        return ShadowLabel(
+            request_id=sample.request_id, layer=self.LAYER, name=sample.label,
+            cheap=sample.cheap_alias, strong=sample.strong, result=verdict.result,
+            compare=sample.sampling.compare, judge_score=verdict.judge_score,
+            prompt=last_user_text(sample.body), cheap_text=sample.cheap,
+            strong_text=verdict.strong, tenant=sample.tenant, feature=sample.feature,
+        )  # fmt: skip
+
+    async def _judged(self, sample: Sample, strong: str, deadline: float) -> float | None:
+        """The judge's probability that the answers are equivalent (None: no verdict)."""
         s = sample.sampling
         if s.judge is None:  # pragma: no cover - ShadowSampling refuses compare=judge without
             return None
@@ -165,8 +209,7 @@ class ShadowQueue:
                                         max_chars=s.judge_max_chars)  # fmt: skip
         body = {"model": s.judge, "messages": messages, "max_tokens": s.judge_max_tokens,
                 "temperature": 0}  # fmt: skip
-        score = equivalence_score(answer_text((await self._call(sample, body, deadline)).data))
-        return None if score is None else score >= s.judge_threshold
+        return equivalence_score(answer_text((await self._call(sample, body, deadline)).data))
 
     async def _call(self, sample: Sample, body: Mapping[str, Any], deadline: float) -> Completed:
         """One shadow call under a context of its own, its usage charged as kind=shadow."""
