@@ -130,6 +130,12 @@ class RoutingSettings(_Strict):
     max_counted_chars: int = Field(400_000, ge=1)
     # Live quality measured: answers from a non-default alias shadowed by the default (off).
     shadow: ShadowSettings = Field(default_factory=ShadowSettings)
+    # How often (seconds) each learned route's router file is checked for a change on disk
+    # (`levergate router promote | rollback` replace it): a changed file is loaded and checked
+    # off the request path and served from the next request; one that fails to load or was
+    # trained for other models is refused with a logged error and the route keeps its router.
+    # 0: never (a restart or a reload reads it).
+    watch_seconds: float = Field(2.0, ge=0, le=3600)
 
     @property
     def enabled(self) -> bool:
