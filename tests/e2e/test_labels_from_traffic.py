@@ -93,7 +93,8 @@ async def test_shadow_comparisons_are_logged_and_exported_as_training_labels(
     assert per_pair == {("small", 4, 0, 4), ("twin", 2, 2, 2)}
     labels = read_labels(out, Columns(cheap="small_correct", strong="large_correct"))
     assert sorted(labels.prompts) == [f"Question {i}?" for i in range(4)]
-    assert labels.cheap.tolist() == [0.0] * 4 and labels.strong.tolist() == [1.0] * 4
+    assert labels.cheap.tolist() == [0.0] * 4
+    assert labels.strong.tolist() == [1.0] * 4
     with out.open() as handle:
         assert {row["route"] for row in csv.DictReader(handle)} == {"auto"}
     twin = cli("labels", "export", "--route", "auto", "--cheap-model", "twin", "-o",

@@ -95,10 +95,10 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def render(r: dict[str, Any]) -> str:
-    lines = [f"{r['rows']} labels of route {r['route']} ({r['cheap']} against {r['strong']}, "
-             f"{r['agree']} agreeing) -> {r['output']}", "",
-             "day          layer    route/cascade      cheap -> strong        labels  agree  "
-             "with prompt"]  # fmt: skip
+    lines = [(f"{r['rows']} labels of route {r['route']} ({r['cheap']} against {r['strong']}, "
+             f"{r['agree']} agreeing) -> {r['output']}"), "",
+             ("day          layer    route/cascade      cheap -> strong        labels  agree  "
+             "with prompt")]  # fmt: skip
     for c in r["counts"]:
         day = time.strftime("%Y-%m-%d", time.gmtime(c["day"]))
         pair = f"{c['cheap']} -> {c['strong']}"

@@ -243,8 +243,9 @@ def _learned(
     assert config is not None  # noqa: S101 - checked by the caller
     router, scorer = load(config.file)
     fits(router, spec, settings=settings, models=models)
+    threshold = serving_threshold(router, config)
     return LearnedRouter(router=router, scorer=scorer, cheap=config.cheap, strong=config.strong,
-                         threshold=serving_threshold(router, config), embedder=embedder)  # fmt: skip
+                         threshold=threshold, embedder=embedder)  # fmt: skip
 
 
 def fits(

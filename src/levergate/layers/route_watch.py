@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from levergate.errors import ConfigError
@@ -37,7 +37,7 @@ Stamp = tuple[int, int, int] | None  # (inode, size, mtime in ns); None: no file
 
 def stamp(path: str) -> Stamp:
     try:
-        found = os.stat(path)
+        found = Path(path).stat()
     except OSError:
         return None
     return found.st_ino, found.st_size, found.st_mtime_ns

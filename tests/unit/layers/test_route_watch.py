@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -44,7 +43,7 @@ def replace(path: Path, router: RouterFile) -> None:
     """As `levergate router promote` does: write beside, then rename over."""
     beside = path.with_suffix(".tmp")
     router.save(beside)
-    os.replace(beside, path)
+    beside.replace(path)
 
 
 async def routed_to(route: Service, inner: Scripted, wanted: str) -> bool:

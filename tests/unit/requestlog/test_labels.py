@@ -57,7 +57,8 @@ def test_labels_read_back_oldest_first_without_failed_ones_and_count_per_day(
     got = store.labels(Labelled(name="auto"), limit=1000)
     assert [g["request_id"] for g in got] == [f"r{n}" for n in range(30) if n % 3 != 2]
     assert {g["result"] for g in got} == {"agree", "disagree"}
-    assert got[0]["prompt"] == "question 0" and got[0]["prompt_sha256"]
+    assert got[0]["prompt"] == "question 0"
+    assert got[0]["prompt_sha256"]
     later = store.labels(Labelled(name="auto", since=START + DAY), limit=1000)
     assert [g["request_id"] for g in later] == [f"r{n}" for n in range(24, 30) if n % 3 != 2]
     counts = {(c["name"], c["day"]): c for c in store.label_counts(Labelled())}
@@ -98,9 +99,11 @@ async def test_texts_only_where_bodies_are_logged_redacted_and_never_for_private
     assert await log.flush()
     got = {g["request_id"]: g for g in store.labels(Labelled(), limit=10)}
     assert got["r1"]["prompt"] == "my key is [redacted]"
-    assert got["r1"]["cheap_text"] == "cheap 1" and got["r1"]["strong_text"] == "strong 1"
+    assert got["r1"]["cheap_text"] == "cheap 1"
+    assert got["r1"]["strong_text"] == "strong 1"
     for private in ("r2", "r3"):
-        assert got[private]["prompt"] is None and got[private]["cheap_text"] is None
+        assert got[private]["prompt"] is None
+        assert got[private]["cheap_text"] is None
         assert got[private]["prompt_sha256"] is not None  # still counted, recognisable
     await log.aclose()
 

@@ -65,7 +65,7 @@ class ShadowLabels:
         for listener in self._listeners:
             try:
                 listener(label)
-            except Exception as exc:  # like a sink: never the shadow worker's problem
+            except Exception:  # like a sink: never the shadow worker's problem
                 name = getattr(listener, "__qualname__", type(listener).__name__)
                 if name not in self._failed:
                     self._failed.add(name)
