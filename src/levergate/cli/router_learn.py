@@ -5,7 +5,7 @@ promotion gate, and rolling back.
     levergate router promote candidate.json --route auto --config gw.yaml
     levergate router rollback --route auto --config gw.yaml
 
-`train --from-log` reads the route's logged shadow labels (routing/from_log.py), trains on the
+`train --from-log` reads the route's logged shadow labels (requestlog/router_labels.py), trains on the
 oldest and evaluates on the newest `--test-share` (time-ordered: traffic drifts, and a router is
 judged on what came after what it learned from), optionally with a public labelled file mixed
 into the training rows; the held-out numbers and the split are recorded in the file
@@ -31,7 +31,7 @@ from levergate.config.routing import LEARN_MIN_LABELS, LEARN_TEST_SHARE, TRAIN_T
 from levergate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from levergate.routing.from_log import LogLabels
+    from levergate.requestlog.router_labels import LogLabels
     from levergate.routing.labels import Labels
     from levergate.routing.model import RouterFile, Scorer
     from levergate.routing.promote import Gate, Measured
@@ -89,7 +89,7 @@ def log_labels(args: argparse.Namespace, *, route: str, cheap: str | None, min_r
     """`route`'s labels in the log `args` names (`--config`, `--db`, `--since`, `--until`)."""
     from levergate.cli.log_source import store_of
     from levergate.requestlog.store import LogStoreError
-    from levergate.routing.from_log import read_log_labels
+    from levergate.requestlog.router_labels import read_log_labels
 
     first, until = window(args)
     since = max(v for v in (first, since) if v is not None) if (first or since) else None
@@ -105,7 +105,7 @@ def log_labels(args: argparse.Namespace, *, route: str, cheap: str | None, min_r
 
 def training_rows(args: argparse.Namespace, read: Any) -> tuple[Labels, LogLabels, LogLabels]:
     """(training rows: the older logged labels and any public file, the older, the newer)."""
-    from levergate.routing.from_log import split
+    from levergate.requestlog.router_labels import split
     from levergate.routing.labels import Labels
 
     if not args.route:
