@@ -104,3 +104,58 @@ async def test_shadow_comparisons_are_logged_and_exported_as_training_labels(
                   "--db", str(db), expect=2)  # fmt: skip
     assert "has 4 labels with a prompt for small against large; at least 100 are needed" in (
         refused.stderr)  # fmt: skip
+
+
+async def test_the_strong_models_answers_export_as_fine_tuning_lines(tmp_path: Path) -> None:
+    db = tmp_path / "log.sqlite3"
+    async with simulators() as (good, hung):
+        settings = gateway_settings(good, hung, routing={
+            "shadow": {"rate": 1.0},
+            "routes": [{"name": "auto", "default": "large", "rules": [
+                {"name": "chat", "to": "twin", "when": {"feature": ["chat"]}}]}],
+        }, request_log={"enabled": True, "store": {"sqlite_path": str(db)},
+                        "flush_seconds": 0.05, "bodies": {
+                            "models": ["*"], "max_bytes": 512,
+                            "private_tenants": ["secretive"]}})  # fmt: skip
+        async with (
+            build_gateway(Settings.load(**settings)) as gateway,
+            serving(gateway) as url,
+            openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0,
+                               default_headers=HEADERS) as sdk,
+        ):  # fmt: skip
+            ask_large = sdk.chat.completions.create
+            for i in range(3):
+                await ask_large(model="large", messages=[
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": f"Fact {i}?"}])  # fmt: skip
+            await ask_large(model="large", messages=ask("Mine alone?"),
+                            extra_headers={"x-levergate-tenant": "secretive"})  # fmt: skip
+            await ask_large(model="large", messages=ask("long " * 200))  # cut at 512 bytes
+            for i in range(2):
+                await ask_large(model="auto", messages=ask(f"Agreed {i}?"),
+                                extra_headers={"x-levergate-feature": "chat"})  # fmt: skip
+            for _ in range(400):
+                if db.exists() and len(labels_in(db)) == 2:
+                    break
+                await asyncio.sleep(0.025)
+            await asyncio.sleep(0.2)  # the last records' batch
+    out = tmp_path / "distil.jsonl"
+    export = ("log", "export", "--format", "openai-finetune", "--model", "large", "--db",
+              str(db), "--base-model", "gpt-4o-mini")  # fmt: skip
+    report = json.loads(cli(*export, "-o", str(out)).stdout)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(line["messages"][1]["content"] for line in lines) == [
+        f"Fact {i}?" for i in range(3)]  # fmt: skip
+    assert all(line["messages"][0] == {"role": "system", "content": "Be brief."}
+               and line["messages"][2]["role"] == "assistant"
+               and line["messages"][2]["content"] for line in lines)  # fmt: skip
+    assert report["examples"] == 3
+    # The private tenant's text was never logged: nothing of it can be exported.
+    assert report["skipped"] == {"no_bodies": 1, "truncated": 1}
+    assert report["tokens"] > 3 * 3 * 4  # three messages a line, each with its framing
+    assert report["estimated_training_usd"] == pytest.approx(report["tokens"] * 3 * 3.0 / 1e6)
+    agreed = json.loads(cli(*export, "-o", str(tmp_path / "agreed.jsonl"),
+                            "--shadow-agreed").stdout)  # fmt: skip
+    assert agreed["examples"] == 2
+    shadowed = [json.loads(x) for x in (tmp_path / "agreed.jsonl").read_text().splitlines()]
+    assert sorted(x["messages"][0]["content"] for x in shadowed) == ["Agreed 0?", "Agreed 1?"]

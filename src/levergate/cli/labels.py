@@ -6,9 +6,9 @@
 Each shadow sample a route or cascade took (routing.shadow, cascade.shadow) is a row of the
 request log's labels table (requestlog/labels.py); `export` writes one route's as the CSV or
 JSONL `levergate router train` reads (`prompt`, `CHEAP_correct`, `STRONG_correct`, with `ts`,
-`route` and `request_id` beside them; requestlog/router_labels.py says what a label means) and prints
-the counts per route and per day of every route in the window. A route with fewer labels than
-`--min-rows` is refused, naming the minimum: a router learned from a handful of rows would
+`route` and `request_id` beside them; requestlog/router_labels.py says what a label means) and
+prints the counts per route and per day of every route in the window. A route with fewer labels
+than `--min-rows` is refused, naming the minimum: a router learned from a handful of rows would
 promise a quality nobody measured.
 """
 
@@ -68,8 +68,8 @@ def window(args: argparse.Namespace) -> tuple[float | None, float | None]:
 def run_export(args: argparse.Namespace) -> int:
     from levergate.cli.log_source import store_of
     from levergate.requestlog.labels import Labelled
-    from levergate.requestlog.store import LogStoreError
     from levergate.requestlog.router_labels import read_log_labels, write_labels
+    from levergate.requestlog.store import LogStoreError
 
     if args.min_rows < 1:
         raise ConfigError("--min-rows must be at least 1")

@@ -17,8 +17,10 @@ from levergate.cli.output import ExitCode
 from levergate.config import Settings
 from levergate.errors import BadRequest, ConfigError
 from levergate.requestlog.extension import store_for
+from levergate.requestlog.labels import Labelled
 from levergate.requestlog.query import LogFilter, decode_cursor, parse_filter
 from levergate.requestlog.store import LogStore, LogStoreError, Page, SqliteLog
+from levergate.routing.labels import MAX_ROWS
 
 __all__ = [
     "LogSource", "add_filter_flags", "add_source_flags", "filter_of", "source_of", "store_of",
@@ -124,6 +126,10 @@ class StoreSource:
 
     def summary(self, where: LogFilter) -> dict[str, Any]:
         return self._call(lambda s: s.summary(where))  # type: ignore[no-any-return]
+
+    def labels(self, which: Labelled) -> list[dict[str, Any]]:
+        """The shadow labels (only the store has them: not `GET /admin/log`)."""
+        return self._call(lambda s: s.labels(which, limit=MAX_ROWS))  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self._store.close()

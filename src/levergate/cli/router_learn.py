@@ -5,9 +5,9 @@ promotion gate, and rolling back.
     levergate router promote candidate.json --route auto --config gw.yaml
     levergate router rollback --route auto --config gw.yaml
 
-`train --from-log` reads the route's logged shadow labels (requestlog/router_labels.py), trains on the
-oldest and evaluates on the newest `--test-share` (time-ordered: traffic drifts, and a router is
-judged on what came after what it learned from), optionally with a public labelled file mixed
+`train --from-log` reads the route's logged shadow labels (requestlog/router_labels.py),
+trains on the oldest and evaluates on the newest `--test-share` (time-ordered: traffic drifts,
+and a router is judged on what came after what it learned from), optionally with a public labelled file mixed
 into the training rows; the held-out numbers and the split are recorded in the file
 (`training.log`). `promote` measures the candidate and the route's current router on the
 route's labels newer than the candidate's split (routing/promote.py has the rule), prints both
@@ -88,8 +88,8 @@ def log_labels(args: argparse.Namespace, *, route: str, cheap: str | None, min_r
                since: float | None = None) -> LogLabels:  # fmt: skip
     """`route`'s labels in the log `args` names (`--config`, `--db`, `--since`, `--until`)."""
     from levergate.cli.log_source import store_of
-    from levergate.requestlog.store import LogStoreError
     from levergate.requestlog.router_labels import read_log_labels
+    from levergate.requestlog.store import LogStoreError
 
     first, until = window(args)
     since = max(v for v in (first, since) if v is not None) if (first or since) else None

@@ -1,8 +1,9 @@
 """The promotion gate: a candidate router replaces a route's only when it is measured to keep the
 route's quality target and to save at least what the current router saves, on the same labels.
 
-The rows are the route's logged labels the candidate never trained on (requestlog/router_labels.py: the
-labels newer than its training split; all of them for a router trained on a public file only).
+The rows are the route's logged labels the candidate never trained on
+(requestlog/router_labels.py: the labels newer than its training split; all of them for a
+router trained on a public file only).
 Each router is measured at the threshold the route would serve it at (`learned.threshold`, the
 file's own for `learned.target_quality`, else the file's): its retention (quality as a share of
 the strong model's: with the strong answer as reference, the share of cheap answers that agreed
