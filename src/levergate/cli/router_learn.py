@@ -7,9 +7,9 @@ promotion gate, and rolling back.
 
 `train --from-log` reads the route's logged shadow labels (requestlog/router_labels.py),
 trains on the oldest and evaluates on the newest `--test-share` (time-ordered: traffic drifts,
-and a router is judged on what came after what it learned from), optionally with a public labelled file mixed
-into the training rows; the held-out numbers and the split are recorded in the file
-(`training.log`). `promote` measures the candidate and the route's current router on the
+and a router is judged on what came after what it learned from), optionally with a public
+labelled file mixed into the training rows; the held-out numbers and the split are recorded in
+the file (`training.log`). `promote` measures the candidate and the route's current router on the
 route's labels newer than the candidate's split (routing/promote.py has the rule), prints both
 curves, and installs the candidate only when it passes: the route's file is replaced atomically
 and the old one kept as `FILE.previous`; gateways serving the route load it within
