@@ -89,6 +89,11 @@ class LearnedSettings(_Strict):
     strong: str
     threshold: float | None = None
     target_quality: float | None = Field(None, gt=0, le=1)
+    # The share of the answers this router sent to the strong alias that the cheap one answers
+    # too, off the path, for labels where it chose the strong model (layers/route_shadow.py):
+    # without them, labels from traffic cover only what it already sends cheap. Each one is a
+    # cheap call; the route's shadow queue runs them.
+    explore: float = Field(0.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _one_threshold(self) -> LearnedSettings:
@@ -147,8 +152,9 @@ class RoutingSettings(_Strict):
 
     @property
     def shadowed(self) -> bool:
-        """Some route shadows its answers (the routes' shadow queue is needed)."""
-        return any(self.sampling(r).rate > 0 for r in self.routes)
+        """Some route shadows or explores its answers (the routes' shadow queue is needed)."""
+        return any(self.sampling(r).rate > 0 or (r.learned is not None and r.learned.explore > 0)
+                   for r in self.routes)  # fmt: skip
 
     def check(self, aliases: Collection[str]) -> None:
         """Every alias a route names is a configured model; route names are not (raises

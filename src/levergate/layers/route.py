@@ -143,7 +143,9 @@ class Route:
         self._metrics.routed.labels(route.spec.name, decision.chosen, decision.reason).inc()
         reply = await self._inner(call.with_body(model=decision.chosen))
         if self._shadows is not None:
-            self._shadows.offer(call, decision, route.sampling, reply)
+            learned = route.spec.learned
+            explore = None if learned is None else (learned.cheap, learned.explore)
+            self._shadows.offer(call, decision, route.sampling, reply, explore=explore)
         return reply
 
     async def decide(self, route: Resolved, call: Call) -> RouteDecision:

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from levergate.layers.shared import Shared
 
 AGREE, DISAGREE, FAILED, DROPPED = "agree", "disagree", "failed", "dropped"
+EXPLORED = "explored_"  # the prefix of an explored sample's result in the shadow counter
 # Keys of the client's body the shadow call does without: it is asked whole, for one choice.
 _NOT_SHADOWED = ("stream", "stream_options", "n")
 
@@ -77,6 +78,9 @@ class Sample:
     tenant: str
     feature: str
     cheap_alias: str = ""  # the alias whose answer the client got
+    # Explored (`ShadowQueue.explore`): the client got the strong alias's answer, held in
+    # `cheap`'s place, and the cheap alias is the one asked off the path.
+    explored: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,7 @@ class Verdict:
     result: str  # AGREE, DISAGREE or FAILED
     strong: str | None = None  # the strong answer's text (None: the call failed)
     judge_score: float | None = None
+    cheap: str | None = None  # the cheap answer's text (None: the call failed)
 
 
 class ShadowQueue:
@@ -147,10 +152,34 @@ class ShadowQueue:
         ctx = call.ctx
         sample = Sample(label, strong, sampling, body, cheap, ctx.request_id, ctx.principal.tenant,
                         ctx.controls.feature, cheap_alias)  # fmt: skip
+        self._queued(sample)
+
+    def explore(
+        self,
+        call: Call,
+        *,
+        label: str,
+        cheap_alias: str,
+        strong: str,
+        sampling: ShadowSamplingSettings,
+        answer: str,
+    ) -> None:
+        """Queue `answer`, the strong alias's answer to `call`, to be compared with what
+        `cheap_alias` answers off the path: a label where the lever chose the strong alias,
+        which no ordinary sample gives (layers/route_shadow.py). Never waits."""
+        body = {k: v for k, v in call.body.items() if k not in _NOT_SHADOWED}
+        body["model"] = cheap_alias
+        ctx = call.ctx
+        sample = Sample(label, strong, sampling, body, answer, ctx.request_id,
+                        ctx.principal.tenant, ctx.controls.feature, cheap_alias,
+                        explored=True)  # fmt: skip
+        self._queued(sample)
+
+    def _queued(self, sample: Sample) -> None:
         try:
             self._queue.put_nowait(sample)
         except asyncio.QueueFull:
-            self._metrics.shadowed(label, DROPPED)
+            self._metrics.shadowed(sample.label, DROPPED)
 
     async def run(self) -> None:
         """The workers, until cancelled (the Job)."""
@@ -162,7 +191,10 @@ class ShadowQueue:
         while True:
             sample = await self._queue.get()
             verdict = await self.verdict(sample)
-            self._metrics.shadowed(sample.label, verdict.result)
+            # Explored samples count apart: the retention gauge is of answers the client got
+            # from the cheap alias, which these are not.
+            result = EXPLORED + verdict.result if sample.explored else verdict.result
+            self._metrics.shadowed(sample.label, result)
             if self._labels is not None and self._labels.heard:
                 self._labels.emit(self.labelled(sample, verdict))
 
@@ -173,22 +205,26 @@ class ShadowQueue:
     async def verdict(self, sample: Sample) -> Verdict:
         """The comparison, with the strong answer and the judge's score it was decided on."""
         deadline = self._clock.now() + self._timeout
-        strong: str | None = None
+        held = sample.cheap  # the answer the client got (the strong one's, when explored)
+        try:
+            asked = answer_text((await self._call(sample, sample.body, deadline)).data)
+        except LevergateError:
+            asked = None
+        cheap, strong = (asked, held) if sample.explored else (held, asked)
+        if cheap is None or strong is None:
+            return Verdict(FAILED, strong, None, cheap)
         score: float | None = None
         try:
-            strong = answer_text((await self._call(sample, sample.body, deadline)).data)
-            if strong is None:
-                return Verdict(FAILED)
             if sample.sampling.compare == "judge":
-                score = await self._judged(sample, strong, deadline)
+                score = await self._judged(sample, cheap, strong, deadline)
                 same = None if score is None else score >= sample.sampling.judge_threshold
             else:
-                same = agree(sample.cheap, strong)
+                same = agree(cheap, strong)
         except LevergateError:
-            return Verdict(FAILED, strong)
+            return Verdict(FAILED, strong, None, cheap)
         if same is None:
-            return Verdict(FAILED, strong)
-        return Verdict(AGREE if same else DISAGREE, strong, score)
+            return Verdict(FAILED, strong, None, cheap)
+        return Verdict(AGREE if same else DISAGREE, strong, score, cheap)
 
     def labelled(self, sample: Sample, verdict: Verdict) -> ShadowLabel:
         """The sample and its verdict as the value listeners get."""
@@ -196,16 +232,18 @@ class ShadowQueue:
             request_id=sample.request_id, layer=self.LAYER, name=sample.label,
             cheap=sample.cheap_alias, strong=sample.strong, result=verdict.result,
             compare=sample.sampling.compare, judge_score=verdict.judge_score,
-            prompt=last_user_text(sample.body), cheap_text=sample.cheap,
+            prompt=last_user_text(sample.body), cheap_text=verdict.cheap or "",
             strong_text=verdict.strong, tenant=sample.tenant, feature=sample.feature,
         )  # fmt: skip
 
-    async def _judged(self, sample: Sample, strong: str, deadline: float) -> float | None:
+    async def _judged(
+        self, sample: Sample, cheap: str, strong: str, deadline: float
+    ) -> float | None:
         """The judge's probability that the answers are equivalent (None: no verdict)."""
         s = sample.sampling
         if s.judge is None:  # pragma: no cover - ShadowSampling refuses compare=judge without
             return None
-        messages = equivalence_messages(sample.body.get("messages") or [], sample.cheap, strong,
+        messages = equivalence_messages(sample.body.get("messages") or [], cheap, strong,
                                         max_chars=s.judge_max_chars)  # fmt: skip
         body = {"model": s.judge, "messages": messages, "max_tokens": s.judge_max_tokens,
                 "temperature": 0}  # fmt: skip
