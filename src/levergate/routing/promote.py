@@ -12,6 +12,13 @@ candidate passes when its retention reaches the target and its saving is at leas
 router's; a route with no router file yet sends everything to its default, so saves nothing and
 keeps everything. Both curves are kept to be printed either way: a refusal says why in numbers.
 
+The rows stand for the traffic only when both sides of the current threshold are sampled alike:
+ordinary shadow samples cover what the router sent cheap, explored ones (`learned.explore`,
+layers/route_shadow.py) what it sent strong, so the two rates should be equal. With no
+exploration every row is one the current router sent cheap, where it saves everything: a
+candidate then passes only by sending all of them cheap too, so the gate refuses rather than
+promote on a one-sided sample.
+
 Installing is two renames (`install`): the current file is kept beside as `FILE.previous` and
 the candidate's bytes replace `FILE` atomically, so a gateway watching the file (layers/
 route_watch.py) never reads half of one; `rollback` swaps the two back the same way.
