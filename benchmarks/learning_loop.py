@@ -23,10 +23,12 @@ answer that is right where the strong one is wrong counts as a loss, which under
 retention (the gate is conservative) — true retention is then measured with the real labels.
 
 At the end of each week a candidate is trained as `levergate router train --from-log` does:
-the logged labels so far in time order, the oldest 70% (plus the public file) to train, the
-newest 30% held out; the gate (`routing/promote.py`, what `levergate router promote` runs)
+the logged labels so far in time order, the oldest 70% (plus the public file) to train, its
+threshold read on the logged rows' out-of-fold scores, the newest 30% held out; the gate
+(`routing/promote.py`, what `levergate router promote` runs)
 measures candidate and champion on those newest labels at their thresholds, and promotes only
-when the candidate keeps the target and saves at least what the champion saves.
+when the candidate keeps the target and saves at least what the champion saves (or the
+champion itself misses the target there).
 
 Reported per week, on the week's served rows and on the held-back rows, with the real labels:
 saving (share of calls not sent to GPT-4, the RouteLLM convention) and retention (quality as a
@@ -99,11 +101,14 @@ def shadow_label(cheap: float, strong: float, rng: random.Random) -> float:
     return 1.0 if rng.random() < 1 / 3 else 0.0
 
 
-def fitted(labels: Labels, x: Matrix, folds: int) -> Router:
+def fitted(
+    labels: Labels, x: Matrix, folds: int, calibrate: npt.NDArray[np.bool_] | None = None
+) -> Router:
     serving = RoutingSettings().embeddings
     spec = spec_for(serving, dimensions=x.shape[1] - 8)
     file = train(labels, x=x, spec=spec, models=Models(cheap="mixtral", strong="gpt-4"),
-                 options=Options(folds=folds, target_quality=TARGET))  # fmt: skip
+                 options=Options(folds=folds, target_quality=TARGET),
+                 calibrate=calibrate)  # fmt: skip
     return Router(file, Scorer(file.network, inputs=x.shape[1]))
 
 
@@ -196,7 +201,9 @@ def retrain(log: Log, public: Rows, champion: Router, folds: int) -> tuple[Route
         np.concatenate([older.strong, public.labels.strong]),
         "log + public",
     )
-    candidate = fitted(mixed, np.vstack([x_old, public.x]), folds)
+    # As `router train --from-log`: the threshold read on the logged rows (they come first).
+    logged = np.arange(len(mixed)) < len(older)
+    candidate = fitted(mixed, np.vstack([x_old, public.x]), folds, calibrate=logged)
     verdict = gate(
         candidate=(candidate.scorer.score(x_new), candidate.file.threshold),
         current=(champion.scorer.score(x_new), champion.file.threshold),

@@ -11,6 +11,7 @@ are where the cheap answer disagrees with the strong one, as on real traffic."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import subprocess
@@ -18,15 +19,20 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import openai
 import pytest
 import yaml
 
 from levergate.cli.main import main
+from levergate.config import Settings
+from levergate.gateway import Gateway
 from levergate.layers.measure.shadow_labels import ShadowLabel
 from levergate.requestlog.labels import label_row
 from levergate.requestlog.store import SqliteLog
 from levergate.routing.model import load
 from levergate.routing.promote import previous_of
+from levergate.server.run import serving
+from levergate.simulator import SimSettings, run_simulator
 from tests.e2e.test_readme import clean_env
 
 pytestmark = pytest.mark.timeout(180)
@@ -163,3 +169,44 @@ def test_bad_candidates_and_too_few_labels_are_refused_by_name(
     broken = tmp_path / "broken.json"
     broken.write_text("{}")
     assert "not a levergate router" in cli(*promote, str(broken), expect=2)[1]
+
+
+async def test_a_running_gateway_serves_the_router_a_rollback_puts_back(
+    loop: tuple[Path, Path], tmp_path: Path, cli: Cli
+) -> None:
+    source, _ = loop
+    trained = tmp_path / "trained.json"
+    cli("router", "train", "--from-log", "--route", "auto", "--config", str(source), "-o",
+        str(trained), "--target-quality", "0.9")  # fmt: skip
+    router = tmp_path / "router.json"
+    router.write_bytes(trained.read_bytes())
+    forged(trained, previous_of(router), threshold=1e9)  # everything to the cheap model
+    async with run_simulator(SimSettings.model_validate({"port": 0})) as sim:
+        settings = {
+            "upstreams": [{"name": "sim", "base_url": sim.base_url}],
+            "models": [{"name": "mini", "upstream": "sim"}, {"name": "big", "upstream": "sim"}],
+            "routing": {"watch_seconds": 0.05, "routes": [{"name": "auto", "default": "big",
+                        "learned": {"file": str(router), "cheap": "mini", "strong": "big"}}]},
+        }  # fmt: skip
+        config = tmp_path / "gateway.yaml"
+        config.write_text(yaml.safe_dump(settings))
+        async with (
+            Gateway(Settings.load(config)) as gateway,
+            serving(gateway) as url,
+            openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0) as sdk,
+        ):
+
+            async def answered_by() -> str:
+                raw = await sdk.chat.completions.with_raw_response.create(
+                    model="auto", messages=[{"role": "user", "content": HARD[0].format(3)}]
+                )
+                return raw.headers["x-levergate-model"]
+
+            assert await answered_by() == "big"
+            await asyncio.to_thread(main, ["router", "rollback", "--route", "auto", "--config",
+                                           str(config)])  # fmt: skip
+            for _ in range(200):
+                if await answered_by() == "mini":
+                    break
+                await asyncio.sleep(0.025)
+            assert await answered_by() == "mini"  # no restart, no reload: the file was watched

@@ -151,10 +151,10 @@ def run_train(args: argparse.Namespace) -> int:
 
     if not 0 < args.target_quality <= 1 or args.c <= 0 or args.folds < 2 or args.hidden < 0:
         raise ConfigError("need 0 < --target-quality <= 1, --c > 0, --folds >= 2, --hidden >= 0")
-    held = None
+    held, calibrate = None, None
     if args.from_log:
         labels, older, newer = router_learn.training_rows(args, _named_read)
-        held = (older, newer)
+        held, calibrate = (older, newer), router_learn.calibrated(labels, older)
     elif args.labels is None:
         raise ConfigError("router train needs LABELS (a .csv or .jsonl file) or --from-log")
     else:
@@ -169,7 +169,8 @@ def run_train(args: argparse.Namespace) -> int:
     options = Options(target=args.target, c=args.c, hidden=args.hidden, folds=args.folds,
                       target_quality=args.target_quality, seed=args.seed)  # fmt: skip
     router = train(labels, x=x, spec=spec, models=models, options=options,
-                   labels_path=Path(args.labels) if args.labels else None)  # fmt: skip
+                   labels_path=Path(args.labels) if args.labels else None,
+                   calibrate=calibrate)  # fmt: skip
     if held is not None:
         scorer = Scorer(router.network, inputs=x.shape[1])
         router = router_learn.held_out(router, scorer, held[0], held[1], features=lambda p: (

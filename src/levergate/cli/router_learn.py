@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from levergate.cli.labels import add_log_flags, window
 from levergate.cli.output import ExitCode, emit_report
@@ -104,7 +105,9 @@ def log_labels(args: argparse.Namespace, *, route: str, cheap: str | None, min_r
 
 
 def training_rows(args: argparse.Namespace, read: Any) -> tuple[Labels, LogLabels, LogLabels]:
-    """(training rows: the older logged labels and any public file, the older, the newer)."""
+    """(training rows: the older logged labels first, then any public file; the older, the
+    newer). The threshold is read on the logged rows alone (`calibrated`): the gate measures
+    retention in the log's terms, agreement with the strong model, not a public file's."""
     from levergate.requestlog.router_labels import split
     from levergate.routing.labels import Labels
 
@@ -122,6 +125,11 @@ def training_rows(args: argparse.Namespace, read: Any) -> tuple[Labels, LogLabel
                    np.concatenate([older.labels.strong, public.strong]),
                    f"{older.labels.source} + {public.source}")  # fmt: skip
     return mixed, older, newer
+
+
+def calibrated(labels: Labels, older: LogLabels) -> npt.NDArray[np.bool_]:
+    """The training rows the threshold is chosen on: the logged ones (they come first)."""
+    return np.arange(len(labels)) < len(older)
 
 
 def held_out(router: RouterFile, scorer: Scorer, older: LogLabels, newer: LogLabels,

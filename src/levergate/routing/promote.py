@@ -9,15 +9,17 @@ file's own for `learned.target_quality`, else the file's): its retention (qualit
 the strong model's: with the strong answer as reference, the share of cheap answers that agreed
 plus every strong one) and its saving (the share of calls kept off the strong model). The
 candidate passes when its retention reaches the target and its saving is at least the current
-router's; a route with no router file yet sends everything to its default, so saves nothing and
-keeps everything. Both curves are kept to be printed either way: a refusal says why in numbers.
+router's, unless the current router itself misses the target on those rows: then it is no
+benchmark to save against (the gate would keep the router that loses quality), and reaching the
+target is enough. A route with no router file yet sends everything to its default, so saves
+nothing and keeps everything. Both curves are kept to be printed either way: a refusal says why
+in numbers.
 
 The rows stand for the traffic only when both sides of the current threshold are sampled alike:
 ordinary shadow samples cover what the router sent cheap, explored ones (`learned.explore`,
-layers/route_shadow.py) what it sent strong, so the two rates should be equal. With no
-exploration every row is one the current router sent cheap, where it saves everything: a
-candidate then passes only by sending all of them cheap too, so the gate refuses rather than
-promote on a one-sided sample.
+layers/route_shadow.py) what it sent strong, so the two rates should be equal. Without
+exploration every row is one the current router sent cheap, and the candidate is measured only
+where the current router already saves everything.
 
 Installing is two renames (`install`): the current file is kept beside as `FILE.previous` and
 the candidate's bytes replace `FILE` atomically, so a gateway watching the file (layers/
@@ -85,7 +87,7 @@ def gate(
     if ours.retention < target - 1e-12:
         reasons.append(f"the candidate keeps {ours.retention:.1%} of strong quality, below the "
                        f"route's target {target:.1%}")  # fmt: skip
-    if ours.saving < theirs.saving - 1e-12:
+    if ours.saving < theirs.saving - 1e-12 and theirs.retention >= target - 1e-12:
         reasons.append(f"the candidate saves {ours.saving:.1%} of strong calls, less than the "
                        f"current router's {theirs.saving:.1%}")  # fmt: skip
     return Gate(len(cheap), target, ours, theirs, not reasons, tuple(reasons))

@@ -19,7 +19,7 @@ rows = st.integers(min_value=2, max_value=60)
 @settings(max_examples=200, deadline=None)
 @given(n=rows, seed=st.integers(0, 2**32 - 1), target=st.floats(0.5, 1.0),
        ours=st.floats(-1, 1), theirs=st.floats(-1, 1))  # fmt: skip
-def test_the_gate_passes_exactly_when_the_candidate_keeps_the_target_and_saves_as_much(
+def test_the_gate_passes_exactly_when_the_candidate_keeps_the_target_and_saves_enough(
     n: int, seed: int, target: float, ours: float, theirs: float
 ) -> None:
     rng = np.random.default_rng(seed)
@@ -28,8 +28,10 @@ def test_the_gate_passes_exactly_when_the_candidate_keeps_the_target_and_saves_a
     result = gate(candidate=(a, ours), current=(b, theirs), cheap=cheap, strong=strong,
                   target=target)  # fmt: skip
     kept, share = measured(a, cheap, strong, ours)
-    _, their_share = measured(b, cheap, strong, theirs)
-    assert result.passed == (kept >= target - 1e-12 and share <= their_share + 1e-12)
+    their_kept, their_share = measured(b, cheap, strong, theirs)
+    # A current router below the target is no saving to match: reaching the target is enough.
+    saves = share <= their_share + 1e-12 or their_kept < target - 1e-12
+    assert result.passed == (kept >= target - 1e-12 and saves)
     assert result.passed == (not result.reasons)
     assert (result.candidate.retention, result.candidate.saving) == (kept, 1 - share)
 
