@@ -161,6 +161,12 @@ def test_bad_candidates_and_too_few_labels_are_refused_by_name(
     train = ("router", "train", "--from-log", "--route", "auto", "--config", str(config))
     _, few = cli(*train, "-o", str(tmp_path / "x.json"), "--min-rows", "500", expect=2)
     assert "has 240 labels with a prompt for mini against big; at least 500 are needed" in few
+    out = str(tmp_path / "x.json")
+    assert "--min-rows must be at least 1" in cli(*train, "-o", out, "--min-rows", "0",
+                                                  expect=2)[1]  # fmt: skip
+    assert "between 0 and 1" in cli(*train, "-o", out, "--test-share", "1.5", expect=2)[1]
+    assert "needs --route" in cli("router", "train", "--from-log", "--config", str(config),
+                                  "-o", out, expect=2)[1]  # fmt: skip
     other = tmp_path / "other.json"
     cli(*train, "-o", str(other), "--cheap-model", "mini", "--strong-model", "gpt-4o")
     promote = ("router", "promote", "--route", "auto", "--config", str(config))

@@ -92,6 +92,9 @@ def log_labels(args: argparse.Namespace, *, route: str, cheap: str | None, min_r
     from levergate.requestlog.router_labels import read_log_labels
     from levergate.requestlog.store import LogStoreError
 
+    if min_rows < 1:
+        raise ConfigError("--min-rows must be at least 1")
+
     first, until = window(args)
     since = max(v for v in (first, since) if v is not None) if (first or since) else None
     store, where = store_of(args.config, args.db)
