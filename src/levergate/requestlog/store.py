@@ -166,7 +166,9 @@ class _Sql(ABC):
     # ---- shadow labels (requestlog/labels.py) --------------------------------------------------
 
     def write_labels(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Insert label rows (`LABEL_COLUMNS` order) in one transaction."""
+        """Insert label rows (`LABEL_COLUMNS` order) in one transaction (none: nothing)."""
+        if not rows:
+            return
 
         def insert(conn: Any) -> None:
             with self._transaction(conn):

@@ -4,6 +4,7 @@ only where bodies are logged and never for a private tenant."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def writer(path: Path, **values: object) -> tuple[LogWriter, SqliteLog]:
     settings = RequestLogSettings.model_validate({"enabled": True, **values})
     bodies = BodyText(settings.bodies, Redactor([SECRET]))
     metrics = LogMetrics(CollectorRegistry())
-    own = SqliteLog(str(path), timeout_seconds=1)
+    own = SqliteLog(str(path), timeout_seconds=settings.store.timeout_seconds)
     log = LogWriter(own, settings=settings, metrics=metrics, bodies=bodies)
     return log, SqliteLog(str(path), timeout_seconds=1)
 
@@ -114,4 +115,24 @@ async def test_a_full_label_queue_drops_instead_of_growing(tmp_path: Path) -> No
         log.labelled(label(n))
     assert await log.flush()
     assert len(store.labels(Labelled(), limit=100)) == 10
+    await log.aclose()
+
+
+async def test_labels_a_locked_store_refused_are_kept_and_written_later(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    log, store = writer(path, store={"timeout_seconds": 0.05})
+    store.write_labels([])  # nothing to write: no statement at all
+    assert store.labels(Labelled(), limit=1) == []  # the tables exist before the lock
+    for n in range(3):
+        log.labelled(label(n))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode = WAL")
+    holder.execute("BEGIN EXCLUSIVE")  # another process holds the file
+    try:
+        assert not await log.flush()  # refused, nothing raised, the labels kept in order
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert await log.flush()
+    assert [g["request_id"] for g in store.labels(Labelled(), limit=10)] == ["r0", "r1", "r2"]
     await log.aclose()
