@@ -174,8 +174,11 @@ class LogWriter:
             self._m.dropped.labels("queue_full").inc()
             return
         captured = None
-        if self._bodies_for(record.model, record.alias) and record.tenant not in self._private:
-            captured = self._capture(call, seen)
+        if self._body_models and (
+            self._all_bodies or record.model in self._body_models
+            or record.alias in self._body_models
+        ) and record.tenant not in self._private:  # fmt: skip
+            captured = self._capture(call, seen)  # inline: every request passes here
         queue.append((time.time(), record, captured))
         if len(queue) == self._batch:
             self._wake.set()
