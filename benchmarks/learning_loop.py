@@ -295,10 +295,10 @@ def summary(d: dict[str, Any]) -> list[str]:
     length = held[0]["prompt_length"]["retention"]
     lines = [
         (
-            f"On the held-back rows the starting router keeps {pct(start)} of GPT-4's quality and "
-            f"the prompt-length rule {pct(length)}: both chosen for {pct(target)} on the public file, "
-            f"both below it on the shifted traffic. The learning router's held-back retention by "
-            f"week: {', '.join(pct(h['learning']['retention']) for h in held)}."
+            f"On the held-back rows the starting router keeps {pct(start)} of GPT-4's quality "
+            f"and the prompt-length rule {pct(length)}: both chosen for {pct(target)} on the "
+            f"public file, both below it on the shifted traffic. The learning router's held-back "
+            f"retention by week: {', '.join(pct(h['learning']['retention']) for h in held)}."
         ),
     ]
     at = [i for i, h in enumerate(held) if h["learning"]["retention"] >= target - 1e-12]
