@@ -213,7 +213,8 @@ def _recorder(
     # Expected against actual provider prompt-cache reads, by alias (metrics on only).
     cached = PromptCacheSink.of(settings, registry=telemetry.registry)
     sinks += [cached, *extra] if cached is not None else extra
-    return Recorder(telemetry, catalog=shared.catalog, sinks=sinks)
+    return Recorder(telemetry, catalog=shared.catalog, sinks=sinks,
+                    shadow_labels=shared.shadow_labels)  # fmt: skip
 
 
 def _measure(settings: Settings, recorder: Recorder) -> Layer | None:

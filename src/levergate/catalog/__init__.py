@@ -72,6 +72,7 @@ class ModelSpec:
     capabilities: Abilities = Abilities()
     # The rates of the service tiers the provider sells this model at (flex, priority).
     tiers: Mapping[Tier, Rates] = field(default_factory=lambda: NO_TIERS)
+    fine_tuning: float | None = None  # US dollars per million training tokens
 
     @property
     def rates(self) -> Rates:
@@ -184,6 +185,7 @@ def _spec(
             logprobs=bool(c.logprobs),
         ),
         tiers=tiers,
+        fine_tuning=entry.fine_tuning,
     )
 
 

@@ -46,7 +46,7 @@ EXPORT_PAGE = 1000
 # `tail`: how long a missing sequence number is waited for, and how many are (class Follow).
 GAP_GRACE_SECONDS = 30.0
 MAX_GAPS = 10_000
-FORMATS = ("jsonl", "csv", "parquet")
+FORMATS = ("jsonl", "csv", "parquet", "openai-finetune")
 # An export's columns: `seq`, the row's (the savings by lever as one `savings` object), `detail`
 # and `savings` as JSON text in CSV and Parquet.
 EXPORT_COLUMNS = ("seq", *(n for n in NAMES if not n.startswith("saved_") or n == "saved_usd"),
@@ -71,6 +71,16 @@ def register(subparsers: Any) -> None:
     export = commands.add_parser("export", help="every matching record to a file")
     export.add_argument("--format", choices=FORMATS, help="default: from -o's suffix, else jsonl")
     export.add_argument("-o", "--output", type=Path, help="the file (default stdout; not parquet)")
+    tune = export.add_argument_group("--format openai-finetune (cli/finetune.py): --model STRONG "
+                                     "answers as chat fine-tuning JSONL")  # fmt: skip
+    tune.add_argument(
+        "--shadow-agreed",
+        action="store_true",
+        help="only strong shadow answers the cheap answer agreed with",
+    )
+    tune.add_argument("--base-model", help="the model to fine-tune, priced from the catalog "
+                      "(default: --model)")  # fmt: skip
+    tune.add_argument("--epochs", type=int, default=3, help="training passes (default 3)")
     export.set_defaults(func=_guarded(run_export))
     for command in (query, tail, export):
         add_source_flags(command)
@@ -242,6 +252,10 @@ def _show(records: list[dict[str, Any]], *, as_json: bool, head: bool) -> None:
 
 def run_export(args: argparse.Namespace, source: LogSource, where: LogFilter) -> int:
     form = args.format or _format_of(args.output)
+    if form == "openai-finetune":
+        from levergate.cli import finetune
+
+        return finetune.run(args, source, where)
     if form == "parquet" and args.output is None:
         raise ConfigError("--format parquet needs -o FILE")
     records = _all(source, where)

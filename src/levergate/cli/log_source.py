@@ -17,10 +17,14 @@ from levergate.cli.output import ExitCode
 from levergate.config import Settings
 from levergate.errors import BadRequest, ConfigError
 from levergate.requestlog.extension import store_for
+from levergate.requestlog.labels import Labelled
 from levergate.requestlog.query import LogFilter, decode_cursor, parse_filter
 from levergate.requestlog.store import LogStore, LogStoreError, Page, SqliteLog
+from levergate.routing.labels import MAX_ROWS
 
-__all__ = ["LogSource", "add_filter_flags", "add_source_flags", "filter_of", "source_of"]
+__all__ = [
+    "LogSource", "add_filter_flags", "add_source_flags", "filter_of", "source_of", "store_of",
+]  # fmt: skip
 
 FILTER_FLAGS = ("since", "until", "tenant", "key", "model", "feature", "workflow", "outcome",
                 "min_latency_ms", "min_cost_usd", "request_id")  # fmt: skip
@@ -79,16 +83,20 @@ def source_of(args: argparse.Namespace) -> LogSource:
             )
         secret = token if isinstance(token, str) else token.get_secret_value()
         return HttpSource(args.url, secret)
-    if args.db is not None:
-        if not args.db.is_file():
-            raise ConfigError(f"no request log at {args.db}")
-        return StoreSource(SqliteLog(str(args.db), timeout_seconds=10.0), str(args.db))
-    settings = _settings(args.config)
+    return StoreSource(*store_of(args.config, args.db))
+
+
+def store_of(config: str | None, db: Path | None) -> tuple[LogStore, str]:
+    """The log's store itself (`--db FILE`, else the one `--config` names) and where it is."""
+    if db is not None:
+        if not db.is_file():
+            raise ConfigError(f"no request log at {db}")
+        return SqliteLog(str(db), timeout_seconds=10.0), str(db)
+    settings = _settings(config)
     store = store_for(settings)
-    where = settings.request_log.store.sqlite_path if isinstance(store, SqliteLog) else "PostgreSQL"
     if isinstance(store, SqliteLog) and not Path(store.path).is_file():
         raise ConfigError(f"no request log at {store.path} (is request_log.enabled on?)")
-    return StoreSource(store, where if not isinstance(store, SqliteLog) else store.path)
+    return store, store.path if isinstance(store, SqliteLog) else "PostgreSQL"
 
 
 def _settings(path: str | None) -> Settings:
@@ -118,6 +126,10 @@ class StoreSource:
 
     def summary(self, where: LogFilter) -> dict[str, Any]:
         return self._call(lambda s: s.summary(where))  # type: ignore[no-any-return]
+
+    def labels(self, which: Labelled) -> list[dict[str, Any]]:
+        """The shadow labels (only the store has them: not `GET /admin/log`)."""
+        return self._call(lambda s: s.labels(which, limit=MAX_ROWS))  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self._store.close()

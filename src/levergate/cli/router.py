@@ -26,6 +26,7 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from levergate.cli import router_learn
 from levergate.cli.commands import SUMMARY
 from levergate.cli.output import emit_report
 from levergate.config import LocalEmbeddingsSettings, RoutingSettings
@@ -69,7 +70,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="embedding tokens (default %(default)s, as routing.embeddings)")  # fmt: skip
     add("--quantize", choices=("int8", "off"), default=serving.quantize,
         help="the embedder's MatMuls (default %(default)s, as routing.embeddings)")  # fmt: skip
+    router_learn.add_from_log_flags(train)
     train.set_defaults(func=run_train)
+    router_learn.register(commands)
     evaluate = commands.add_parser(
         "eval", help="the cost-quality curve of a router file, or of a cascade's confidence"
     )
@@ -103,7 +106,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _labels_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("labels", help="labelled prompts: .csv or .jsonl")
+    add("labels", nargs="?", help="labelled prompts: .csv or .jsonl (train --from-log: an "
+        "optional public file mixed into the logged labels)")  # fmt: skip
     add("--prompt-col", default="prompt")
     add("--cheap-model", metavar="ALIAS", help="the cheap model: the alias a route will name "
         "(recorded in a trained file; its labels are the column ALIAS_correct)")  # fmt: skip
@@ -128,6 +132,12 @@ def name_columns(
         setattr(args, f"{role}_col", column)
 
 
+def _named_read(args: argparse.Namespace) -> Labels:
+    """The labels file, its columns named after the models (train --from-log's public file)."""
+    name_columns(args)
+    return _read(args)
+
+
 def _read(args: argparse.Namespace) -> Labels:
     from levergate.routing.labels import Columns, read_labels
 
@@ -136,13 +146,20 @@ def _read(args: argparse.Namespace) -> Labels:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from levergate.routing.model import Models
+    from levergate.routing.model import Models, Scorer
     from levergate.routing.train import Options, embedder, features, spec_for, train
 
     if not 0 < args.target_quality <= 1 or args.c <= 0 or args.folds < 2 or args.hidden < 0:
         raise ConfigError("need 0 < --target-quality <= 1, --c > 0, --folds >= 2, --hidden >= 0")
-    name_columns(args)
-    labels = _read(args)
+    held, calibrate = None, None
+    if args.from_log:
+        labels, older, newer = router_learn.training_rows(args, _named_read)
+        held, calibrate = (older, newer), router_learn.calibrated(labels, older)
+    elif args.labels is None:
+        raise ConfigError("router train needs LABELS (a .csv or .jsonl file) or --from-log")
+    else:
+        name_columns(args)
+        labels = _read(args)
     settings = _embeddings(args.max_tokens, quantize=args.quantize)
     embed = embedder(settings)
     spec = spec_for(settings, dimensions=int(embed(["dimensions"]).shape[1]))
@@ -152,7 +169,15 @@ def run_train(args: argparse.Namespace) -> int:
     options = Options(target=args.target, c=args.c, hidden=args.hidden, folds=args.folds,
                       target_quality=args.target_quality, seed=args.seed)  # fmt: skip
     router = train(labels, x=x, spec=spec, models=models, options=options,
-                   labels_path=Path(args.labels))  # fmt: skip
+                   labels_path=Path(args.labels) if args.labels else None,
+                   calibrate=calibrate)  # fmt: skip
+    if held is not None:
+        scorer = Scorer(router.network, inputs=x.shape[1])
+        router = router_learn.held_out(router, scorer, held[0], held[1], features=lambda p: (
+            features(p, embed=embed, text_chars=spec.text_chars)))  # fmt: skip
+        log = router.training["log"]
+        print(f"held out: the newest {log['test_rows']} labels: {log['test_retention']:.1%} of "
+              f"strong quality kept, {log['test_saving']:.1%} saved at the threshold")  # fmt: skip
     router.save(args.output)
     kept, share = router.measured_at(router.threshold)
     print(f"trained on {len(labels)} rows: {models.cheap} {labels.cheap.mean():.1%} correct, "

@@ -104,6 +104,9 @@ class CatalogEntrySettings(_Strict):
     # Other names the provider accepts for the model (dated snapshots). Dated suffixes
     # (`-2024-08-06`, `-20250929`) and `-latest` are also stripped when a name is looked up.
     aliases: tuple[str, ...] = ()
+    # Fine-tuning a model on it: US dollars per million training tokens (tokens x epochs), as
+    # `levergate log export --format openai-finetune` estimates a distillation's cost.
+    fine_tuning: float | None = Field(None, ge=0)
 
     def over(self, base: CatalogEntrySettings) -> CatalogEntrySettings:
         """This entry's set fields over `base`'s, field by field (prices and capabilities too)."""
@@ -115,6 +118,7 @@ class CatalogEntrySettings(_Strict):
             tokenizer=self.tokenizer or base.tokenizer,
             capabilities=self.capabilities.over(base.capabilities),
             aliases=(*base.aliases, *self.aliases),
+            fine_tuning=base.fine_tuning if self.fine_tuning is None else self.fine_tuning,
         )
 
 

@@ -63,6 +63,9 @@ class RequestLogBodiesSettings(_Strict):
     # Bodies waiting to be written, in bytes (the request and the answer as received); past it
     # a record is logged without its body (counted: reason="bodies").
     max_queued_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=4 * 1024**3)
+    # Tenants whose text is never kept (bodies, shadow labels' prompts and answers) and never
+    # exported (`levergate log export --format openai-finetune`), whatever `models` says.
+    private_tenants: list[str] = Field(default_factory=list, max_length=10_000)
 
     @field_validator("redact_patterns")
     @classmethod
@@ -104,3 +107,9 @@ class RequestLogSettings(_Strict):
     # `GET /admin/log`: the largest `limit` (larger: a 400).
     max_page_size: int = Field(1000, ge=1, le=10_000)
     bodies: RequestLogBodiesSettings = Field(default_factory=RequestLogBodiesSettings)
+    # Shadow comparisons (routes', cascades') kept as labels beside their requests
+    # (requestlog/labels.py): what `levergate labels export` and `router train --from-log`
+    # read. ~0.3 KB a label without texts; past `max_labels` the oldest are deleted (and any
+    # older than `max_age_days`).
+    shadow_labels: bool = True
+    max_labels: int = Field(1_000_000, ge=100, le=100_000_000)

@@ -49,6 +49,12 @@ MAX_METADATA_VALUE_CHARS = 512
 TRAIN_C = 0.001
 TRAIN_FOLDS = 5
 TRAIN_TARGET_QUALITY = 0.95
+# The fewest logged labels (with prompts) `levergate labels export` and `router train
+# --from-log` accept for a route: below 100, one disagreement moves a held-out retention by more
+# than a point, so a 95% target cannot be told from 94%.
+LEARN_MIN_LABELS = 100
+# The newest share of a route's logged labels held back from training to evaluate on.
+LEARN_TEST_SHARE = 0.3
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
 
 
@@ -83,6 +89,11 @@ class LearnedSettings(_Strict):
     strong: str
     threshold: float | None = None
     target_quality: float | None = Field(None, gt=0, le=1)
+    # The share of the answers this router sent to the strong alias that the cheap one answers
+    # too, off the path, for labels where it chose the strong model (layers/route_shadow.py):
+    # without them, labels from traffic cover only what it already sends cheap. Each one is a
+    # cheap call; the route's shadow queue runs them.
+    explore: float = Field(0.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _one_threshold(self) -> LearnedSettings:
@@ -124,6 +135,12 @@ class RoutingSettings(_Strict):
     max_counted_chars: int = Field(400_000, ge=1)
     # Live quality measured: answers from a non-default alias shadowed by the default (off).
     shadow: ShadowSettings = Field(default_factory=ShadowSettings)
+    # How often (seconds) each learned route's router file is checked for a change on disk
+    # (`levergate router promote | rollback` replace it): a changed file is loaded and checked
+    # off the request path and served from the next request; one that fails to load or was
+    # trained for other models is refused with a logged error and the route keeps its router.
+    # 0: never (a restart or a reload reads it).
+    watch_seconds: float = Field(2.0, ge=0, le=3600)
 
     @property
     def enabled(self) -> bool:
@@ -135,8 +152,9 @@ class RoutingSettings(_Strict):
 
     @property
     def shadowed(self) -> bool:
-        """Some route shadows its answers (the routes' shadow queue is needed)."""
-        return any(self.sampling(r).rate > 0 for r in self.routes)
+        """Some route shadows or explores its answers (the routes' shadow queue is needed)."""
+        return any(self.sampling(r).rate > 0 or (r.learned is not None and r.learned.explore > 0)
+                   for r in self.routes)  # fmt: skip
 
     def check(self, aliases: Collection[str]) -> None:
         """Every alias a route names is a configured model; route names are not (raises

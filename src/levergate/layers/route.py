@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge
 
 from levergate.config import ModelSettings, RouteSpecSettings, RoutingSettings
+from levergate.config.routing import LearnedSettings
 from levergate.config.shadow import ShadowSamplingSettings
 from levergate.core.call import Call, RouteDecision
 from levergate.core.embedder import Embedder
+from levergate.core.jobs import BackgroundJob
 from levergate.core.reply import Reply
 from levergate.core.service import Layer, Service
 from levergate.core.tokenizer import LengthEstimate, Tokenizer
@@ -94,6 +96,13 @@ class Route:
         if tokenizer is None and any(r.count_tokens for r in routes.values()):
             tokenizer = _tokenizer(next(r.count_model for r in routes.values() if r.count_tokens))
         metrics = RouteMetrics(shared, routes, shadowed=settings.shadowed)
+        if embedder is not None and settings.watch_seconds > 0:
+            from levergate.layers.route_watch import RouterWatch
+
+            load = partial(_learned, settings=settings, models=models, embedder=embedder)
+            watch = RouterWatch(routes, load=load, clock=shared.clock,
+                                every=settings.watch_seconds, metrics=metrics)  # fmt: skip
+            shared.jobs.append(BackgroundJob("router_watch", watch.run))
         shadows = None
         if metrics.shadows is not None:
             shadows = RouteShadows.build(settings.shadow, shared=shared, metrics=metrics.shadows)
@@ -105,14 +114,16 @@ class Route:
         self,
         inner: Service,
         *,
-        routes: Mapping[str, Resolved],
+        routes: dict[str, Resolved],
         tokenizer: Tokenizer,
         metrics: RouteMetrics,
         max_chars: int,
         shadows: RouteShadows | None = None,
     ) -> None:
         self._inner = inner
-        self._routes = dict(routes)
+        # Not a copy: the router watch (layers/route_watch.py) swaps a route's entry when its
+        # router file changes, and the next request reads the new one.
+        self._routes = routes
         self._tokenizer = tokenizer
         self._metrics = metrics
         self._max_chars = max_chars
@@ -132,7 +143,9 @@ class Route:
         self._metrics.routed.labels(route.spec.name, decision.chosen, decision.reason).inc()
         reply = await self._inner(call.with_body(model=decision.chosen))
         if self._shadows is not None:
-            self._shadows.offer(call, decision, route.sampling, reply)
+            learned = route.spec.learned
+            explore = None if learned is None else (learned.cheap, learned.explore)
+            self._shadows.offer(call, decision, route.sampling, reply, explore=explore)
         return reply
 
     async def decide(self, route: Resolved, call: Call) -> RouteDecision:
@@ -174,13 +187,20 @@ class RouteMetrics:
             "Requests to a routed alias, by the alias chosen and why (rule, learned, default).",
             ("route", "chosen", "reason"), registry=reg,
         )  # fmt: skip
-        retention = Gauge(
+        self.reloads = Counter(
+            "levergate_router_reloads",
+            "Router files read again after they changed on disk, by route and result (loaded; "
+            "refused: the file did not load or was trained for other models or embeddings, "
+            "and the route kept its router).",
+            ("route", "result"), registry=reg,
+        )  # fmt: skip
+        self._retention = Gauge(
             "levergate_router_quality_retention",
             "A learned route's quality as a share of its strong model's, measured out of fold "
             "on the router file's training rows at the configured threshold.",
             ("route",), registry=reg,
         )  # fmt: skip
-        share = Gauge(
+        self._share = Gauge(
             "levergate_router_strong_share",
             "Share of calls a learned route sends to its strong model at the configured "
             "threshold, measured like levergate_router_quality_retention.",
@@ -188,9 +208,13 @@ class RouteMetrics:
         )  # fmt: skip
         for name, route in routes.items():
             if route.learned is not None:
-                kept, strong = route.learned.router.measured_at(route.learned.threshold)
-                retention.labels(name).set(kept)
-                share.labels(name).set(strong)
+                self.learned(name, route.learned)
+
+    def learned(self, name: str, learned: LearnedRouter) -> None:
+        """The offline retention and strong share of the router a route serves now."""
+        kept, strong = learned.router.measured_at(learned.threshold)
+        self._retention.labels(name).set(kept)
+        self._share.labels(name).set(strong)
 
 
 def _resolve(
@@ -202,7 +226,7 @@ def _resolve(
     default = models[spec.default]
     learned = None
     if spec.learned is not None and embedder is not None:
-        learned = _learned(spec, settings, models, embedder)
+        learned = _learned(spec, settings=settings, models=models, embedder=embedder)
     return Resolved(spec=spec, learned=learned, count_tokens=rules.counts_tokens(spec.rules),
                     count_model=default.upstream_model or default.name,
                     sampling=settings.sampling(spec))  # fmt: skip
@@ -210,6 +234,7 @@ def _resolve(
 
 def _learned(
     spec: RouteSpecSettings,
+    *,
     settings: RoutingSettings,
     models: Mapping[str, ModelSettings],
     embedder: Embedder,
@@ -219,6 +244,24 @@ def _learned(
     config = spec.learned
     assert config is not None  # noqa: S101 - checked by the caller
     router, scorer = load(config.file)
+    fits(router, spec, settings=settings, models=models)
+    threshold = serving_threshold(router, config)
+    return LearnedRouter(router=router, scorer=scorer, cheap=config.cheap, strong=config.strong,
+                         threshold=threshold, embedder=embedder)  # fmt: skip
+
+
+def fits(
+    router: RouterFile,
+    spec: RouteSpecSettings,
+    *,
+    settings: RoutingSettings,
+    models: Mapping[str, ModelSettings],
+) -> None:
+    """A `ConfigError` naming both when `router` was trained for other models than the route's
+    learned aliases, or on other embeddings than `routing.embeddings` (start-up, the router
+    watch and `levergate router promote` all check this)."""
+    config = spec.learned
+    assert config is not None  # noqa: S101 - a learned route
     for role, alias, trained in (("cheap", config.cheap, router.models.cheap),
                                  ("strong", config.strong, router.models.strong)):  # fmt: skip
         names = _names(models[alias])
@@ -236,13 +279,16 @@ def _learned(
             f"{got.embedder} embeddings of {got.max_tokens} tokens, routing.embeddings gives "
             f"{want.identity} of {want.max_tokens}"
         )
-    threshold = router.threshold
+
+
+def serving_threshold(router: RouterFile, config: LearnedSettings) -> float:
+    """The threshold a route serves `router` at: `learned.threshold`, else the file's own for
+    `learned.target_quality`, else the one stored in the file."""
     if config.threshold is not None:
-        threshold = config.threshold
-    elif config.target_quality is not None:
-        threshold = router.threshold_for(config.target_quality)[0]
-    return LearnedRouter(router=router, scorer=scorer, cheap=config.cheap, strong=config.strong,
-                         threshold=threshold, embedder=embedder)  # fmt: skip
+        return config.threshold
+    if config.target_quality is not None:
+        return router.threshold_for(config.target_quality)[0]
+    return router.threshold
 
 
 def _names(model: ModelSettings) -> set[str]:

@@ -26,6 +26,15 @@ source, so a test replays the draws):
   the whole answers' samples, which is unbiased as long as streamed and whole requests are alike;
 - a sampled answer with no text (a tool call, a refusal) is not compared (nothing to compare).
 
+Exploration (`learned.explore`, learned routes only): ordinary samples exist only where the
+route chose the cheap alias, so labels from them say nothing of the prompts it sends to the
+default, and a router learned from them, or a gate measuring on them (routing/promote.py),
+could never find that some of those could go cheap. With probability `learned.explore` a whole
+chat answer of the default that the learned router chose is compared with what the learned
+cheap alias answers off the path (`ShadowQueue.explore`); the result is counted as
+`result="explored_agree|explored_disagree|explored_failed"`, apart from the retention gauge
+(the client got the default's answer), and logged as a label like any other.
+
 Legacy completions (`/v1/completions`) draw nothing: the shadow is asked as a chat call.
 """
 
@@ -63,14 +72,25 @@ def route_meter(registry: CollectorRegistry) -> ShadowMeter:
 
 class RouteShadows(ShadowQueue):
     JOB_NAME = "route_shadow"
+    LAYER = "route"
 
     def offer(
-        self, call: Call, decision: RouteDecision, sampling: ShadowSamplingSettings, reply: Reply
+        self,
+        call: Call,
+        decision: RouteDecision,
+        sampling: ShadowSamplingSettings,
+        reply: Reply,
+        *,
+        explore: tuple[str, float] | None = None,
     ) -> None:
         """Count `reply`, the answer to the routed `call`, toward the route's retention, and
-        maybe shadow it (module docstring). Never waits; `reply` is read, never changed."""
+        maybe shadow it (module docstring); `explore`: a learned route's (cheap alias,
+        `learned.explore`). Never waits; `reply` is read, never changed."""
         by_default = (call.ctx.trace.alias or decision.chosen) == decision.default
         self._metrics.answered(decision.asked, cheap=not by_default)
+        if by_default and explore is not None and decision.router == "learned":
+            self._explored(call, decision, sampling, reply, explore)
+            return
         if by_default or call.kind != "chat" or not self.drawn(sampling):
             return
         if isinstance(reply, Stream):
@@ -80,4 +100,23 @@ class RouteShadows(ShadowQueue):
         if text is None:
             return
         self.put(call, label=decision.asked, strong=decision.default, sampling=sampling,
-                 cheap=text)  # fmt: skip
+                 cheap=text, cheap_alias=call.ctx.trace.alias or decision.chosen)  # fmt: skip
+
+    def _explored(
+        self,
+        call: Call,
+        decision: RouteDecision,
+        sampling: ShadowSamplingSettings,
+        reply: Reply,
+        explore: tuple[str, float],
+    ) -> None:
+        """Maybe ask the cheap alias too, off the path, what the default answered: one draw."""
+        cheap, rate = explore
+        if rate <= 0 or call.kind != "chat" or isinstance(reply, Stream):
+            return
+        if self._rng.random() >= rate:
+            return
+        text = answer_text(reply.data)
+        if text is not None:
+            self.explore(call, label=decision.asked, cheap_alias=cheap,
+                         strong=decision.default, sampling=sampling, answer=text)  # fmt: skip

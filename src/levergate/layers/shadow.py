@@ -45,8 +45,10 @@ from levergate.core.controls import Controls, Principal, Priority
 from levergate.core.jobs import BackgroundJob
 from levergate.errors import LevergateError
 from levergate.layers.cache.replay import whole
+from levergate.layers.measure.shadow_labels import ShadowLabel, ShadowLabels
 from levergate.policies.confidence import answer_text
 from levergate.policies.pricing import spent
+from levergate.policies.routing import last_user_text
 from levergate.policies.shadow import agree, equivalence_messages, equivalence_score, retention
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from levergate.layers.shared import Shared
 
 AGREE, DISAGREE, FAILED, DROPPED = "agree", "disagree", "failed", "dropped"
+EXPLORED = "explored_"  # the prefix of an explored sample's result in the shadow counter
 # Keys of the client's body the shadow call does without: it is asked whole, for one choice.
 _NOT_SHADOWED = ("stream", "stream_options", "n")
 
@@ -74,18 +77,33 @@ class Sample:
     request_id: str
     tenant: str
     feature: str
+    cheap_alias: str = ""  # the alias whose answer the client got
+    # Explored (`ShadowQueue.explore`): the client got the strong alias's answer, held in
+    # `cheap`'s place, and the cheap alias is the one asked off the path.
+    explored: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """How one sample compared: the result, and what it was decided on."""
+
+    result: str  # AGREE, DISAGREE or FAILED
+    strong: str | None = None  # the strong answer's text (None: the call failed)
+    judge_score: float | None = None
+    cheap: str | None = None  # the cheap answer's text (None: the call failed)
 
 
 class ShadowQueue:
     """One layer's queue of samples and its workers; `JOB_NAME` names their background job."""
 
     JOB_NAME: ClassVar[str]
+    LAYER: ClassVar[str]  # the `ShadowLabel.layer` of its samples
 
     @classmethod
     def build(cls, settings: ShadowSettings, *, shared: Shared, metrics: ShadowMeter) -> Self:
         """The queue, with its workers registered as a background job of the pipeline."""
         shadows = cls(settings, metrics=metrics, clock=shared.clock, rng=shared.rng(),
-                      spend=shared.own_spend)  # fmt: skip
+                      spend=shared.own_spend, labels=shared.shadow_labels)  # fmt: skip
         shared.jobs.append(BackgroundJob(cls.JOB_NAME, shadows.run))
         return shadows
 
@@ -97,6 +115,7 @@ class ShadowQueue:
         clock: Clock,
         rng: random.Random,
         spend: OwnSpend,
+        labels: ShadowLabels | None = None,
     ) -> None:
         self._queue: asyncio.Queue[Sample] = asyncio.Queue(maxsize=settings.queue)
         self._concurrency = settings.concurrency
@@ -105,6 +124,7 @@ class ShadowQueue:
         self._clock = clock
         self._rng = rng
         self._spend = spend
+        self._labels = labels  # where each compared sample goes (the request log listens)
         self._inner: Service | None = None
 
     def bind(self, inner: Service) -> None:
@@ -116,18 +136,50 @@ class ShadowQueue:
         return sampling.rate > 0 and self._rng.random() < sampling.rate
 
     def put(
-        self, call: Call, *, label: str, strong: str, sampling: ShadowSamplingSettings, cheap: str
+        self,
+        call: Call,
+        *,
+        label: str,
+        strong: str,
+        sampling: ShadowSamplingSettings,
+        cheap: str,
+        cheap_alias: str,
     ) -> None:
-        """Queue a sample of `cheap`, the answer to `call`, for `strong`. Never waits."""
+        """Queue a sample of `cheap`, `cheap_alias`'s answer to `call`, for `strong`. Never
+        waits."""
         body = {k: v for k, v in call.body.items() if k not in _NOT_SHADOWED}
         body["model"] = strong
         ctx = call.ctx
         sample = Sample(label, strong, sampling, body, cheap, ctx.request_id, ctx.principal.tenant,
-                        ctx.controls.feature)  # fmt: skip
+                        ctx.controls.feature, cheap_alias)  # fmt: skip
+        self._queued(sample)
+
+    def explore(
+        self,
+        call: Call,
+        *,
+        label: str,
+        cheap_alias: str,
+        strong: str,
+        sampling: ShadowSamplingSettings,
+        answer: str,
+    ) -> None:
+        """Queue `answer`, the strong alias's answer to `call`, to be compared with what
+        `cheap_alias` answers off the path: a label where the lever chose the strong alias,
+        which no ordinary sample gives (layers/route_shadow.py). Never waits."""
+        body = {k: v for k, v in call.body.items() if k not in _NOT_SHADOWED}
+        body["model"] = cheap_alias
+        ctx = call.ctx
+        sample = Sample(label, strong, sampling, body, answer, ctx.request_id,
+                        ctx.principal.tenant, ctx.controls.feature, cheap_alias,
+                        explored=True)  # fmt: skip
+        self._queued(sample)
+
+    def _queued(self, sample: Sample) -> None:
         try:
             self._queue.put_nowait(sample)
         except asyncio.QueueFull:
-            self._metrics.shadowed(label, DROPPED)
+            self._metrics.shadowed(sample.label, DROPPED)
 
     async def run(self) -> None:
         """The workers, until cancelled (the Job)."""
@@ -138,35 +190,64 @@ class ShadowQueue:
     async def _work(self) -> None:
         while True:
             sample = await self._queue.get()
-            self._metrics.shadowed(sample.label, await self.compare(sample))
+            verdict = await self.verdict(sample)
+            # Explored samples count apart: the retention gauge is of answers the client got
+            # from the cheap alias, which these are not.
+            result = EXPLORED + verdict.result if sample.explored else verdict.result
+            self._metrics.shadowed(sample.label, result)
+            if self._labels is not None and self._labels.heard:
+                self._labels.emit(self.labelled(sample, verdict))
 
     async def compare(self, sample: Sample) -> str:
         """AGREE or DISAGREE; FAILED when a call failed or the judge gave no verdict."""
-        deadline = self._clock.now() + self._timeout
-        try:
-            strong = answer_text((await self._call(sample, sample.body, deadline)).data)
-            if strong is None:
-                return FAILED
-            if sample.sampling.compare == "judge":
-                same = await self._judged(sample, strong, deadline)
-            else:
-                same = agree(sample.cheap, strong)
-        except LevergateError:
-            return FAILED
-        if same is None:
-            return FAILED
-        return AGREE if same else DISAGREE
+        return (await self.verdict(sample)).result
 
-    async def _judged(self, sample: Sample, strong: str, deadline: float) -> bool | None:
+    async def verdict(self, sample: Sample) -> Verdict:
+        """The comparison, with the strong answer and the judge's score it was decided on."""
+        deadline = self._clock.now() + self._timeout
+        held = sample.cheap  # the answer the client got (the strong one's, when explored)
+        try:
+            asked = answer_text((await self._call(sample, sample.body, deadline)).data)
+        except LevergateError:
+            asked = None
+        cheap, strong = (asked, held) if sample.explored else (held, asked)
+        if cheap is None or strong is None:
+            return Verdict(FAILED, strong, None, cheap)
+        score: float | None = None
+        try:
+            if sample.sampling.compare == "judge":
+                score = await self._judged(sample, cheap, strong, deadline)
+                same = None if score is None else score >= sample.sampling.judge_threshold
+            else:
+                same = agree(cheap, strong)
+        except LevergateError:
+            return Verdict(FAILED, strong, None, cheap)
+        if same is None:
+            return Verdict(FAILED, strong, None, cheap)
+        return Verdict(AGREE if same else DISAGREE, strong, score, cheap)
+
+    def labelled(self, sample: Sample, verdict: Verdict) -> ShadowLabel:
+        """The sample and its verdict as the value listeners get."""
+        return ShadowLabel(
+            request_id=sample.request_id, layer=self.LAYER, name=sample.label,
+            cheap=sample.cheap_alias, strong=sample.strong, result=verdict.result,
+            compare=sample.sampling.compare, judge_score=verdict.judge_score,
+            prompt=last_user_text(sample.body), cheap_text=verdict.cheap or "",
+            strong_text=verdict.strong, tenant=sample.tenant, feature=sample.feature,
+        )  # fmt: skip
+
+    async def _judged(
+        self, sample: Sample, cheap: str, strong: str, deadline: float
+    ) -> float | None:
+        """The judge's probability that the answers are equivalent (None: no verdict)."""
         s = sample.sampling
         if s.judge is None:  # pragma: no cover - ShadowSampling refuses compare=judge without
             return None
-        messages = equivalence_messages(sample.body.get("messages") or [], sample.cheap, strong,
+        messages = equivalence_messages(sample.body.get("messages") or [], cheap, strong,
                                         max_chars=s.judge_max_chars)  # fmt: skip
         body = {"model": s.judge, "messages": messages, "max_tokens": s.judge_max_tokens,
                 "temperature": 0}  # fmt: skip
-        score = equivalence_score(answer_text((await self._call(sample, body, deadline)).data))
-        return None if score is None else score >= s.judge_threshold
+        return equivalence_score(answer_text((await self._call(sample, body, deadline)).data))
 
     async def _call(self, sample: Sample, body: Mapping[str, Any], deadline: float) -> Completed:
         """One shadow call under a context of its own, its usage charged as kind=shadow."""

@@ -26,6 +26,7 @@ from levergate.core.tokenizer import TextTokenizer
 from levergate.layers.cache.build import CacheState
 from levergate.layers.keys.build import KeyKit, build_keys
 from levergate.layers.measure.ledger import Ledger, LedgerMetrics, OwnSpend
+from levergate.layers.measure.shadow_labels import ShadowLabels
 from levergate.layers.prompt_cache.state import PromptCacheState
 from levergate.layers.tiers.book import TierBook
 from levergate.layers.traffic.agreement import agreement_job
@@ -75,6 +76,9 @@ class Shared:
     # Tokenizers by name, each built once (tiktoken encodings, tokenizer.json files, GGUF
     # vocabularies): every lever that counts tokens shares them.
     tokenizers: Tokenizers = field(default_factory=Tokenizers)
+    # Every compared shadow sample (routes', cascades'), for the features that keep them as
+    # labels (the request log, through `Recorder.shadow_labels`).
+    shadow_labels: ShadowLabels = field(default_factory=ShadowLabels)
 
     @classmethod
     def build(

@@ -70,6 +70,8 @@ class RequestLog:
                                 bodies=BodyText(s.bodies, host.redactor))  # fmt: skip
         self.reader = LogReader(store_for(settings))
         host.recorder.observe(self.writer)
+        if s.shadow_labels:
+            host.recorder.shadow_labels.listen(self.writer.labelled)
 
     def jobs(self) -> Sequence[BackgroundJob]:
         return [BackgroundJob("request-log", self.writer.run)]

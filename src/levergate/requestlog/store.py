@@ -26,6 +26,13 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 
 import orjson
 
+from levergate.requestlog.labels import (
+    LABEL_COLUMNS,
+    LABEL_NAMES,
+    LABELS_TABLE,
+    Labelled,
+    as_label,
+)
 from levergate.requestlog.query import Cursor, LogFilter, encode_cursor
 from levergate.requestlog.row import COLUMNS, LEVERS, NAMES, as_dict, saved_column
 from levergate.stores.sqlite_worker import connect
@@ -65,6 +72,10 @@ class LogStore(Protocol):
     def groups(self, where: LogFilter, *, by: str, limit: int = 100) -> list[dict[str, Any]]: ...
     def latencies(self, where: LogFilter, *, most: int = MAX_SAMPLES) -> list[tuple[Any, ...]]: ...
     def prune(self, *, now: float, max_age_seconds: float, max_bytes: int) -> int: ...
+    def write_labels(self, rows: Sequence[tuple[Any, ...]]) -> None: ...
+    def labels(self, which: Labelled, *, limit: int) -> list[dict[str, Any]]: ...
+    def label_counts(self, which: Labelled) -> list[dict[str, Any]]: ...
+    def prune_labels(self, *, now: float, max_age_seconds: float, max_rows: int) -> int: ...
     def close(self) -> None: ...
 
 
@@ -103,6 +114,12 @@ class _Sql(ABC):
                  f"CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts, seq)",
                  f"CREATE INDEX IF NOT EXISTS {TABLE}_request ON {TABLE} (request_id)"]  # fmt: skip
         found += [f"CREATE INDEX IF NOT EXISTS {TABLE}_{c} ON {TABLE} ({c}, ts)" for c in INDEXED]
+        labelled = ", ".join(f"{n} {self.types.get(k, k)}" for n, k in LABEL_COLUMNS)
+        found += [
+            f"CREATE TABLE IF NOT EXISTS {LABELS_TABLE} (seq {self.seq_type}, {labelled})",
+            f"CREATE INDEX IF NOT EXISTS {LABELS_TABLE}_name ON {LABELS_TABLE} (name, ts)",
+            f"CREATE INDEX IF NOT EXISTS {LABELS_TABLE}_ts ON {LABELS_TABLE} (ts)",
+        ]
         return found
 
     def _run(self, sql: str, values: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -145,7 +162,56 @@ class _Sql(ABC):
         self._with(insert)
 
     @abstractmethod
-    def _insert(self, conn: Any, rows: Sequence[tuple[Any, ...]]) -> None: ...
+    def _insert(
+        self, conn: Any, rows: Sequence[tuple[Any, ...]], *, table: str = TABLE,
+        columns: Sequence[tuple[str, str]] = COLUMNS,
+    ) -> None: ...  # fmt: skip
+
+    # ---- shadow labels (requestlog/labels.py) --------------------------------------------------
+
+    def write_labels(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert label rows (`LABEL_COLUMNS` order) in one transaction (none: nothing)."""
+        if not rows:
+            return
+
+        def insert(conn: Any) -> None:
+            with self._transaction(conn):
+                self._insert(conn, rows, table=LABELS_TABLE, columns=LABEL_COLUMNS)
+
+        self._with(insert)
+
+    def labels(self, which: Labelled, *, limit: int) -> list[dict[str, Any]]:
+        """Compared labels (failed ones left out), oldest first, at most `limit`."""
+        condition, values = which.where(self.ph)
+        sql = (f"SELECT {', '.join(LABEL_NAMES)} FROM {LABELS_TABLE} WHERE {condition} "
+               f"ORDER BY ts, seq LIMIT {int(limit)}")  # fmt: skip
+        return [as_label(row) for row in self._run(sql, values)]
+
+    def label_counts(self, which: Labelled) -> list[dict[str, Any]]:
+        """Per route or cascade, model pair and day (UTC, epoch seconds of its start): labels
+        compared, agreeing, and carrying a prompt (only those can train a router)."""
+        condition, values = which.where(self.ph)
+        day = self.floor.format("ts / 86400.0")
+        sql = (f"SELECT layer, name, cheap, strong, {day} AS d, COUNT(*), SUM(CASE WHEN "
+               f"result = 'agree' THEN 1 ELSE 0 END), COUNT(prompt) FROM {LABELS_TABLE} "
+               f"WHERE {condition} GROUP BY layer, name, cheap, strong, d "
+               "ORDER BY name, d, cheap")  # fmt: skip
+        return [{"layer": layer, "name": name, "cheap": cheap, "strong": strong,
+                 "day": float(d) * 86400, "labels": int(n), "agree": int(a or 0),
+                 "with_prompt": int(p or 0)}
+                for layer, name, cheap, strong, d, n, a, p in self._run(sql, values)]  # fmt: skip
+
+    def prune_labels(self, *, now: float, max_age_seconds: float, max_rows: int) -> int:
+        """Delete labels older than the age, then the oldest past `max_rows`."""
+        gone = self._delete(f"DELETE FROM {LABELS_TABLE} WHERE ts < {self.ph}",
+                            [now - max_age_seconds])  # fmt: skip
+        count = int(self._run(f"SELECT COUNT(*) FROM {LABELS_TABLE}")[0][0])
+        if count <= max_rows:
+            return gone
+        return gone + self._delete(
+            f"DELETE FROM {LABELS_TABLE} WHERE seq <= (SELECT seq FROM {LABELS_TABLE} ORDER BY "
+            f"seq DESC LIMIT 1 OFFSET {self.ph})", [max_rows],
+        )  # fmt: skip
 
     def _transaction(self, conn: Any) -> Any:
         return conn
@@ -295,11 +361,14 @@ class SqliteLog(_Sql):
         to hand it back)."""
         self._with(lambda conn: self._insert(conn, rows))
 
-    def _insert(self, conn: Any, rows: Sequence[tuple[Any, ...]]) -> None:
-        width = len(NAMES)
+    def _insert(
+        self, conn: Any, rows: Sequence[tuple[Any, ...]], *, table: str = TABLE,
+        columns: Sequence[tuple[str, str]] = COLUMNS,
+    ) -> None:  # fmt: skip
+        width = len(columns)
         most = max(1, min(MULTI_ROWS, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
         row = "(" + ", ".join(["?"] * width) + ")"
-        head = f"INSERT INTO {TABLE} ({', '.join(NAMES)}) VALUES "
+        head = f"INSERT INTO {table} ({', '.join(name for name, _ in columns)}) VALUES "
         if len(rows) <= most:
             conn.execute(head + ", ".join([row] * len(rows)), list(chain.from_iterable(rows)))
             return
@@ -376,11 +445,15 @@ class PostgresLog(_Sql):
     def _transaction(self, conn: Any) -> Any:
         return conn.transaction()
 
-    def _insert(self, conn: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+    def _insert(
+        self, conn: Any, rows: Sequence[tuple[Any, ...]], *, table: str = TABLE,
+        columns: Sequence[tuple[str, str]] = COLUMNS,
+    ) -> None:  # fmt: skip
         """One statement: the rows as one JSON array the server takes apart."""
         casts = {"REAL": "float8", "INTEGER": "bigint", "TEXT": "text"}
-        fields = ", ".join(f"(r ->> {i})::{casts[kind]}" for i, (_, kind) in enumerate(COLUMNS))
-        sql = (f"INSERT INTO {TABLE} ({', '.join(NAMES)}) SELECT {fields} "
+        fields = ", ".join(f"(r ->> {i})::{casts[kind]}" for i, (_, kind) in enumerate(columns))
+        names = ", ".join(name for name, _ in columns)
+        sql = (f"INSERT INTO {table} ({names}) SELECT {fields} "
                "FROM jsonb_array_elements(%s::jsonb) r")  # fmt: skip
         conn.execute(sql, (orjson.dumps(rows).decode(),))
 
@@ -392,7 +465,7 @@ class PostgresLog(_Sql):
             f"SELECT AVG(pg_column_size(t.*)) FROM (SELECT * FROM {TABLE} ORDER BY seq DESC "
             "LIMIT 1000) t"
         ).fetchone()
-        indexes = len(self.schema()) - 1
+        indexes = sum(f" ON {TABLE} (" in statement for statement in self.schema())
         return int(count * (float(row[0] or 0) + INDEX_ENTRY_BYTES * indexes))
 
 

@@ -37,6 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from levergate.core.json_bound import parse_json
 from levergate.protocol.openai.body import generated_text
 from levergate.redact import REDACTED, Redactor
+from levergate.requestlog.labels import label_row
 from levergate.requestlog.row import Captured, row_of
 from levergate.requestlog.store import LogStore, LogStoreError
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from levergate.core.call import Call
     from levergate.layers.measure.record import RequestRecord
     from levergate.layers.measure.recorder import Seen
+    from levergate.layers.measure.shadow_labels import ShadowLabel
 
 __all__ = ["BodyText", "LogMetrics", "LogWriter"]
 
@@ -103,6 +105,10 @@ class BodyText:
         request = raw[: self._max + self._margin].decode("utf-8", "replace")
         return self._clean(request, len(raw)), self._clean(*_answer(captured, self._max))
 
+    def text(self, text: str) -> str:
+        """Any text as the log keeps it: redacted, capped."""
+        return self._clean(text, len(text.encode("utf-8", "replace")))
+
     def _clean(self, text: str, size: int) -> str:
         text = self._redactor(text[: self._max + self._margin])
         for pattern in self._patterns:
@@ -148,6 +154,8 @@ class LogWriter:
         names = settings.bodies.models
         self._body_models = frozenset(names)
         self._all_bodies = "*" in names
+        self._private = frozenset(settings.bodies.private_tenants)
+        self._labels: deque[tuple[float, ShadowLabel]] = deque()
         self._body_bytes = 0
         self._body_limit = settings.bodies.max_queued_bytes
         self._wake = asyncio.Event()
@@ -169,11 +177,38 @@ class LogWriter:
         if self._body_models and (
             self._all_bodies or record.model in self._body_models
             or record.alias in self._body_models
-        ):  # fmt: skip
-            captured = self._capture(call, seen)
+        ) and record.tenant not in self._private:  # fmt: skip
+            captured = self._capture(call, seen)  # inline: every request passes here
         queue.append((time.time(), record, captured))
         if len(queue) == self._batch:
             self._wake.set()
+
+    def _bodies_for(self, *names: str | None) -> bool:
+        """Whether bodies are logged for any of these aliases, routes or cascades."""
+        found = self._body_models
+        return bool(found) and (self._all_bodies or any(n in found for n in names if n))
+
+    def labelled(self, label: ShadowLabel) -> None:
+        """Queue a shadow label (`ShadowLabels` calls this on the event loop); a full queue
+        drops it, counted as `reason="queue_full"`."""
+        if len(self._labels) >= self._max:
+            self._m.dropped.labels("queue_full").inc()
+            return
+        self._labels.append((time.time(), label))
+        if len(self._labels) == self._batch:
+            self._wake.set()
+
+    def _label_rows(self, batch: Sequence[tuple[float, ShadowLabel]]) -> list[tuple[object, ...]]:
+        rows = []
+        for at, label in batch:
+            texts = None
+            if (self._bodies_for(label.name, label.cheap, label.strong)
+                    and label.tenant not in self._private):  # fmt: skip
+                clean = self._bodies.text
+                strong = None if label.strong_text is None else clean(label.strong_text)
+                texts = (clean(label.prompt), clean(label.cheap_text), strong)
+            rows.append(label_row(at, label, texts))
+        return rows
 
     def _capture(self, call: Call, seen: Seen) -> Captured | None:
         captured = Captured(call.raw, call.body, seen.reply, seen.generated)
@@ -227,6 +262,23 @@ class LogWriter:
             if self._failing:
                 self._failing = False
                 log.warning("request log: the store is writable again")
+        return await self._flush_labels()
+
+    async def _flush_labels(self) -> bool:
+        """Write the queued shadow labels; False (the batch back in the queue) when the store
+        failed."""
+        loop = asyncio.get_running_loop()
+        labels = self._labels
+        while labels:
+            batch = [labels.popleft() for _ in range(min(len(labels), self._batch))]
+            try:
+                rows = self._label_rows(batch)
+                await loop.run_in_executor(self._executor, self._store.write_labels, rows)
+            except LogStoreError as exc:
+                self._m.store_errors.inc()
+                log.warning("request log: writing shadow labels failed, retrying: %s", exc)
+                labels.extendleft(reversed(batch[max(0, len(batch) - self._max) :]))
+                return False
         return True
 
     async def _rows(self, batch: Sequence[Item]) -> list[tuple[object, ...]]:
@@ -264,10 +316,15 @@ class LogWriter:
     async def _prune(self) -> None:
         s = self._s
         loop = asyncio.get_running_loop()
+
+        def prune() -> int:
+            now, age = time.time(), s.max_age_days * 86400
+            gone = self._store.prune(now=now, max_age_seconds=age, max_bytes=s.max_bytes)
+            return gone + self._store.prune_labels(now=now, max_age_seconds=age,
+                                                   max_rows=s.max_labels)  # fmt: skip
+
         try:
-            gone = await loop.run_in_executor(self._executor, lambda: self._store.prune(
-                now=time.time(), max_age_seconds=s.max_age_days * 86400, max_bytes=s.max_bytes,
-            ))  # fmt: skip
+            gone = await loop.run_in_executor(self._executor, prune)
         except LogStoreError as exc:
             self._m.store_errors.inc()
             log.warning("request log: pruning failed: %s", exc)
@@ -284,6 +341,7 @@ class LogWriter:
             async with asyncio.timeout(self._s.store.timeout_seconds + 1):
                 if not await self.flush():
                     self._m.dropped.labels("store_error").inc(len(self._queue))
+                    self._labels.clear()
         except TimeoutError:
             self._m.dropped.labels("store_error").inc(len(self._queue))
             log.warning("request log: closed with %d records unwritten", len(self._queue))

@@ -78,9 +78,18 @@ def classes(cheap: Matrix, strong: Matrix, target: Target) -> npt.NDArray[np.int
     return out
 
 
-def fit(x: Matrix, cheap: Matrix, strong: Matrix, *, options: Options, groups: list[str]) -> Fitted:
+def fit(
+    x: Matrix,
+    cheap: Matrix,
+    strong: Matrix,
+    *,
+    options: Options,
+    groups: list[str],
+    calibrate: npt.NDArray[np.bool_] | None = None,
+) -> Fitted:
     """A network for the rows `x` and the threshold for `options.target_quality`, chosen on
-    out-of-fold scores of these rows."""
+    out-of-fold scores of these rows (of the `calibrate` rows alone, when given: labels from
+    traffic are measured in their own terms, so a threshold for them is read on them)."""
     GroupKFold = _sklearn().GroupKFold  # noqa: N806 - a class
 
     y = classes(cheap, strong, options.target)
@@ -97,7 +106,8 @@ def fit(x: Matrix, cheap: Matrix, strong: Matrix, *, options: Options, groups: l
             continue
         network = _network(x[train_rows], y[train_rows], options)
         scores[test_rows] = Scorer(network, inputs=x.shape[1]).score(x[test_rows])
-    calibration = curve(scores, cheap, strong)
+    rows = slice(None) if calibrate is None else calibrate
+    calibration = curve(scores[rows], cheap[rows], strong[rows])
     return Fitted(
         network=_network(x, y, options), calibration=calibration,
         threshold=calibration.threshold_for(options.target_quality),
@@ -175,10 +185,13 @@ def train(
     models: Models,
     options: Options,
     labels_path: Path | None = None,
+    calibrate: npt.NDArray[np.bool_] | None = None,
 ) -> RouterFile:
-    """The router file for `labels` whose feature rows are `x` (built with `spec`)."""
+    """The router file for `labels` whose feature rows are `x` (built with `spec`); its
+    threshold and calibration read on the `calibrate` rows alone when given (`fit`)."""
     started = time.perf_counter()
-    fitted = fit(x, labels.cheap, labels.strong, options=options, groups=labels.prompts)
+    fitted = fit(x, labels.cheap, labels.strong, options=options, groups=labels.prompts,
+                 calibrate=calibrate)  # fmt: skip
     c = fitted.calibration
     training: dict[str, Any] = {
         "rows": len(labels), "labels": labels.source, "folds": options.folds,

@@ -130,7 +130,7 @@ class Cascade:
             if verdict.passed:
                 self._decide(trace, plan, alias, f"accepted at {alias}: {verdict.reason}", verdict)
                 if self._shadows is not None:
-                    self._shadows.offer(call, plan, answer.reply.data)
+                    self._shadows.offer(call, plan, answer.reply.data, alias=alias)
                 return self._deliver(call, plan, answer, paid, outcome=ACCEPTED)
             why = f"{alias} rejected by {verdict.signal}: {verdict.reason}"
             self._escalate(call, plan, index, why="check", reason=why)

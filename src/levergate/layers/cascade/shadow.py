@@ -28,12 +28,14 @@ if TYPE_CHECKING:
 
 class Shadows(ShadowQueue):
     JOB_NAME = "cascade_shadow"
+    LAYER = "cascade"
 
-    def offer(self, call: Call, plan: Plan, answer: Mapping[str, Any]) -> None:
-        """Maybe shadow `answer`, the step's accepted answer to `call`. Never waits."""
+    def offer(self, call: Call, plan: Plan, answer: Mapping[str, Any], *, alias: str) -> None:
+        """Maybe shadow `answer`, the accepted answer of step `alias` to `call`. Never waits."""
         if not self.drawn(plan.shadow):
             return
         cheap = answer_text(answer)
         if cheap is None:  # a tool call, a refusal: no text to compare, nothing to pay for
             return
-        self.put(call, label=plan.label, strong=plan.strongest, sampling=plan.shadow, cheap=cheap)
+        self.put(call, label=plan.label, strong=plan.strongest, sampling=plan.shadow, cheap=cheap,
+                 cheap_alias=alias)  # fmt: skip

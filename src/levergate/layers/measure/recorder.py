@@ -30,6 +30,7 @@ from levergate.errors import LevergateError
 from levergate.layers.measure.ledger import Ledger, LedgerSink
 from levergate.layers.measure.prometheus import PrometheusSink, Telemetry
 from levergate.layers.measure.record import CANCELLED, OK, RequestRecord, Sink, Timings, Tokens
+from levergate.layers.measure.shadow_labels import ShadowLabels
 from levergate.policies.pricing import Bill, from_usage
 from levergate.policies.tiers import Tier
 from levergate.protocol.openai.body import generated_text
@@ -103,8 +104,11 @@ class Recorder:
         catalog: Catalog,
         sinks: Sequence[Sink] = (),
         tokenizer: Tokenizer | None = None,
+        shadow_labels: ShadowLabels | None = None,
     ) -> None:
         self.telemetry = telemetry
+        # Each shadow comparison, after its request's record (layers/measure/shadow_labels.py).
+        self.shadow_labels = shadow_labels or ShadowLabels()
         self._ledger = Ledger(catalog)
         # Prometheus first (today's metrics and the ledger's dollars); the request log and
         # the dashboard follow.

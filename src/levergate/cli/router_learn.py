@@ -1,0 +1,277 @@
+"""The learning loop's half of `levergate router`: training on the gateway's own labels, the
+promotion gate, and rolling back.
+
+    levergate router train --from-log --route auto --config gw.yaml -o candidate.json [public.csv]
+    levergate router promote candidate.json --route auto --config gw.yaml
+    levergate router rollback --route auto --config gw.yaml
+
+`train --from-log` reads the route's logged shadow labels (requestlog/router_labels.py),
+trains on the oldest and evaluates on the newest `--test-share` (time-ordered: traffic drifts,
+and a router is judged on what came after what it learned from), optionally with a public
+labelled file mixed into the training rows; the held-out numbers and the split are recorded in
+the file (`training.log`). `promote` measures the candidate and the route's current router on the
+route's labels newer than the candidate's split (routing/promote.py has the rule), prints both
+curves, and installs the candidate only when it passes: the route's file is replaced atomically
+and the old one kept as `FILE.previous`; gateways serving the route load it within
+`routing.watch_seconds` (layers/route_watch.py). `rollback` swaps the two back.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from levergate.cli.labels import add_log_flags, window
+from levergate.cli.output import ExitCode, emit_report
+from levergate.config import RouteSpecSettings, Settings
+from levergate.config.routing import LEARN_MIN_LABELS, LEARN_TEST_SHARE, TRAIN_TARGET_QUALITY
+from levergate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from levergate.requestlog.router_labels import LogLabels
+    from levergate.routing.labels import Labels
+    from levergate.routing.model import RouterFile, Scorer
+    from levergate.routing.promote import Gate, Measured
+
+GATE_MIN_LABELS = 30  # held-out labels the gate needs: 30% of LEARN_MIN_LABELS
+SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+def add_from_log_flags(train: argparse.ArgumentParser) -> None:
+    add = train.add_argument
+    add("--from-log", action="store_true", help="train on the route's labels in the request "
+        "log (LABELS, when given, is a public file mixed into the training rows)")  # fmt: skip
+    add("--route", help="with --from-log: the route whose labels to learn from")
+    add(
+        "--test-share",
+        type=float,
+        default=LEARN_TEST_SHARE,
+        help="with --from-log: the newest share of labels held back (default %(default)s)",
+    )
+    add(
+        "--min-rows",
+        type=int,
+        default=LEARN_MIN_LABELS,
+        help="with --from-log: refuse fewer labels than this (default %(default)s)",
+    )
+    add_log_flags(train)
+
+
+def register(commands: Any) -> None:
+    promote = commands.add_parser("promote", help="install a candidate router if it passes the "
+                                  "gate on the route's newer logged labels")  # fmt: skip
+    promote.add_argument("candidate", type=Path, help="the candidate router file")
+    promote.add_argument("--route", required=True)
+    promote.add_argument(
+        "--min-rows",
+        type=int,
+        default=GATE_MIN_LABELS,
+        help="refuse to decide on fewer labels (default %(default)s)",
+    )
+    add_log_flags(promote)
+    promote.add_argument("--json", dest="as_json", action="store_true")
+    promote.set_defaults(func=run_promote)
+    back = commands.add_parser("rollback", help="swap a route's router file and the one its "
+                               "last promotion replaced")  # fmt: skip
+    back.add_argument("--route", required=True)
+    back.add_argument("--config", required=True, help="the gateway's YAML settings")
+    back.set_defaults(func=run_rollback)
+
+
+# ---- train --from-log ---------------------------------------------------------------------------
+
+
+def log_labels(args: argparse.Namespace, *, route: str, cheap: str | None, min_rows: int,
+               since: float | None = None) -> LogLabels:  # fmt: skip
+    """`route`'s labels in the log `args` names (`--config`, `--db`, `--since`, `--until`)."""
+    from levergate.cli.log_source import store_of
+    from levergate.requestlog.router_labels import read_log_labels
+    from levergate.requestlog.store import LogStoreError
+
+    if min_rows < 1:
+        raise ConfigError("--min-rows must be at least 1")
+
+    first, until = window(args)
+    since = max(v for v in (first, since) if v is not None) if (first or since) else None
+    store, where = store_of(args.config, args.db)
+    try:
+        return read_log_labels(store, route=route, since=since, until=until, cheap=cheap,
+                               min_rows=min_rows)  # fmt: skip
+    except LogStoreError as exc:
+        raise ConfigError(f"the request log at {where} cannot be read: {exc}") from None
+    finally:
+        store.close()
+
+
+def training_rows(args: argparse.Namespace, read: Any) -> tuple[Labels, LogLabels, LogLabels]:
+    """(training rows: the older logged labels first, then any public file; the older, the
+    newer). The threshold is read on the logged rows alone (`calibrated`): the gate measures
+    retention in the log's terms, agreement with the strong model, not a public file's."""
+    from levergate.requestlog.router_labels import split
+    from levergate.routing.labels import Labels
+
+    if not args.route:
+        raise ConfigError("--from-log needs --route (the route whose labels to learn from)")
+    found = log_labels(args, route=args.route, cheap=args.cheap_model, min_rows=args.min_rows)
+    older, newer, _ = split(found, test_share=args.test_share)
+    args.cheap_model = args.cheap_model or found.cheap
+    args.strong_model = args.strong_model or found.strong
+    if not args.labels:
+        return older.labels, older, newer
+    public: Labels = read(args)
+    mixed = Labels(older.labels.prompts + public.prompts,
+                   np.concatenate([older.labels.cheap, public.cheap]),
+                   np.concatenate([older.labels.strong, public.strong]),
+                   f"{older.labels.source} + {public.source}")  # fmt: skip
+    return mixed, older, newer
+
+
+def calibrated(labels: Labels, older: LogLabels) -> npt.NDArray[np.bool_]:
+    """The training rows the threshold is chosen on: the logged ones (they come first)."""
+    return np.arange(len(labels)) < len(older)
+
+
+def held_out(router: RouterFile, scorer: Scorer, older: LogLabels, newer: LogLabels,
+             features: Any) -> RouterFile:  # fmt: skip
+    """`router` with what it measured on the newer labels recorded (`training.log`)."""
+    from levergate.routing.curve import curve, measured
+
+    scores = scorer.score(features(newer.labels.prompts))
+    kept, share = measured(scores, newer.labels.cheap, newer.labels.strong, router.threshold)
+    c = curve(scores, newer.labels.cheap, newer.labels.strong)
+    log = {"route": older.route, "cheap": older.cheap, "strong": older.strong,
+           "split_ts": float(newer.ts[0]), "train_rows": len(older), "test_rows": len(newer),
+           "test_retention": kept, "test_saving": 1 - share,
+           "test_saving_at_target": c.saving_at(router.target_quality)}  # fmt: skip
+    return router.model_copy(update={"training": {**router.training, "log": log}})
+
+
+# ---- promote and rollback -----------------------------------------------------------------------
+
+
+def _route(settings: Settings, name: str) -> RouteSpecSettings:
+    for spec in settings.routing.routes:
+        if spec.name == name:
+            if spec.learned is None:
+                raise ConfigError(f"route {name!r} has no learned router (routing.routes[]."
+                                  "learned) to promote into")  # fmt: skip
+            return spec
+    raise ConfigError(f"no route {name!r} in the configuration")
+
+
+def run_promote(args: argparse.Namespace) -> int:
+    from levergate.layers.route import fits
+    from levergate.routing.model import load
+
+    if args.config is None:
+        raise ConfigError("router promote needs --config: the gateway's settings name the route")
+    settings = Settings.load(args.config)
+    spec = _route(settings, args.route)
+    learned = spec.learned
+    assert learned is not None  # noqa: S101 - _route checked
+    models = {m.name: m for m in settings.models}
+    candidate, scorer = load(args.candidate)
+    fits(candidate, spec, settings=settings.routing, models=models)
+    route_file = Path(learned.file)
+    current = load(route_file) if route_file.exists() else None
+    split = candidate.training.get("log", {}).get("split_ts")
+    rows = log_labels(args, route=spec.name, cheap=learned.cheap, min_rows=args.min_rows,
+                      since=float(split) if split is not None else None)  # fmt: skip
+    result = _measure(spec, (candidate, scorer), current, rows)
+    report = _report(result, candidate=str(args.candidate), route_file=str(route_file))
+    if result.passed:
+        from levergate.routing.promote import install
+
+        install(args.candidate, route_file)
+    emit_report(report, args, render)
+    return ExitCode.OK if result.passed else ExitCode.FAILED
+
+
+def _measure(
+    spec: RouteSpecSettings,
+    candidate: tuple[RouterFile, Scorer],
+    current: tuple[RouterFile, Scorer] | None,
+    rows: LogLabels,
+) -> Gate:
+    from levergate.cli.router import _embeddings_of
+    from levergate.layers.route import serving_threshold
+    from levergate.routing.promote import gate
+    from levergate.routing.train import embedder, features
+
+    learned = spec.learned
+    assert learned is not None  # noqa: S101
+    embed = embedder(_embeddings_of(candidate[0]))
+    prompts = rows.labels.prompts
+
+    def scored(pair: tuple[RouterFile, Scorer]) -> tuple[Any, float]:
+        x = features(prompts, embed=embed, text_chars=pair[0].features.text_chars)
+        return pair[1].score(x), serving_threshold(pair[0], learned)
+
+    target = learned.target_quality or (current[0] if current else candidate[0]).target_quality
+    return gate(candidate=scored(candidate), current=None if current is None else scored(current),
+                cheap=rows.labels.cheap, strong=rows.labels.strong,
+                target=target or TRAIN_TARGET_QUALITY)  # fmt: skip
+
+
+def _points(measured: Measured) -> list[dict[str, float]]:
+    c = measured.curve
+    if c is None:
+        return [{"strong_share": 1.0, "retention": 1.0}]
+    found = []
+    for wanted in SHARES:
+        i = min(int(np.searchsorted(c.strong_share, wanted - 1e-12)), len(c.strong_share) - 1)
+        found.append({"strong_share": float(c.strong_share[i]),
+                      "retention": float(c.retention[i])})  # fmt: skip
+    return found
+
+
+def _report(result: Gate, *, candidate: str, route_file: str) -> dict[str, Any]:
+    def side(m: Measured) -> dict[str, Any]:
+        return {"threshold": m.threshold, "retention": m.retention, "saving": m.saving,
+                "curve": _points(m)}  # fmt: skip
+
+    return {"promoted": result.passed, "rows": result.rows, "target": result.target,
+            "candidate_file": candidate, "route_file": route_file,
+            "candidate": side(result.candidate), "current": side(result.current),
+            "reasons": list(result.reasons)}  # fmt: skip
+
+
+def render(r: dict[str, Any]) -> str:
+    pct = "{:.1%}".format
+    lines = [(f"{r['rows']} logged labels the candidate never trained on; route target "
+             f"{pct(r['target'])} of strong quality"), "",
+             "strong calls   kept (candidate)   strong calls   kept (current)"]  # fmt: skip
+    ours, theirs = r["candidate"]["curve"], r["current"]["curve"]
+    for i in range(max(len(ours), len(theirs))):
+        a = ours[i] if i < len(ours) else None
+        b = theirs[i] if i < len(theirs) else None
+        left = f"{pct(a['strong_share']):>12}   {pct(a['retention']):>16}" if a else " " * 31
+        right = f"   {pct(b['strong_share']):>12}   {pct(b['retention']):>14}" if b else ""
+        lines.append(left + right)
+    for who in ("candidate", "current"):
+        m = r[who]
+        lines.append(f"{who} at its threshold: {pct(m['retention'])} kept, {pct(m['saving'])} "
+                     "saved")  # fmt: skip
+    if r["promoted"]:
+        lines.append(f"promoted: {r['candidate_file']} -> {r['route_file']} (the old one kept as "
+                     f"{r['route_file']}.previous; gateways load it within "
+                     "routing.watch_seconds)")  # fmt: skip
+    else:
+        lines += ["refused: " + reason for reason in r["reasons"]]
+    return "\n".join(lines)
+
+
+def run_rollback(args: argparse.Namespace) -> int:
+    from levergate.routing.promote import previous_of, rollback
+
+    spec = _route(Settings.load(args.config), args.route)
+    assert spec.learned is not None  # noqa: S101
+    path = Path(spec.learned.file)
+    rollback(path)
+    print(f"rolled back: {path} is the router it replaced (the one it was is now "
+          f"{previous_of(path)}); gateways load it within routing.watch_seconds")  # fmt: skip
+    return ExitCode.OK
