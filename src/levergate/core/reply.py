@@ -275,6 +275,7 @@ class Stream:
         """Every watcher's calls around each event, in one generator."""
         watchers = self._watchers
         ended = Ended([] if any(w.keeps for w in watchers) else None)
+        eaches: list[Callable[[Event, float], None]]
         eaches = [w.each for w in watchers if _overrides(w, "each")]
         firsts = [w.first for w in watchers if _overrides(w, "first")]
         hidden, clock = self._hidden, time.perf_counter
@@ -287,12 +288,7 @@ class Stream:
                 if self._priming:
                     self._priming, seen = False, len(watchers)
                     yield event  # to `prime`; the next read is the consumer's first
-                    for watcher in watchers[seen:]:
-                        watcher.first(event)
-                    eaches = [w.each for w in watchers if _overrides(w, "each")]
-                    if ended.events is None and any(w.keeps for w in watchers):
-                        ended.events = []
-                    hidden = self._hidden
+                    eaches, hidden = self._primed(event, seen, ended)
                 if ended.events is not None:
                     ended.events.append(event)
                 if (found := event.usage()) is not None:
@@ -325,6 +321,7 @@ class Stream:
             ended.usage = tail.usage() or ended.usage
             handed = clock()
             if hidden is None or tail.usage() is None or not hidden(tail):
+                ended.sent = True
                 try:
                     yield tail
                 except BaseException as exc:
@@ -332,6 +329,18 @@ class Stream:
                 ended.consumer_seconds += clock() - handed
             for outer in watchers[at + 1 :]:
                 outer.each(tail, handed)
+
+    def _primed(
+        self, event: Event, seen: int, ended: Ended
+    ) -> tuple[list[Callable[[Event, float], None]], Callable[[Event], bool] | None]:
+        """After `prime`: the watchers added since see `event` as their first, and the driver
+        takes up every watcher's hooks and the filter."""
+        watchers = self._watchers
+        for watcher in watchers[seen:]:
+            watcher.first(event)
+        if ended.events is None and any(w.keeps for w in watchers):
+            ended.events = []
+        return [w.each for w in watchers if _overrides(w, "each")], self._hidden
 
     async def _end_all(self, start: int, ended: Ended, error: BaseException) -> NoReturn:
         """Every watcher from `start` out told the stream ended by `error` (one an `end`
