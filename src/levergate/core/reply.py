@@ -291,7 +291,8 @@ class Stream:
                     eaches, hidden = self._primed(event, seen, ended)
                 if ended.events is not None:
                     ended.events.append(event)
-                if (found := event.usage()) is not None:
+                # `usage()`'s own first test, inline: most events carry none.
+                if b'"usage"' in event.data and (found := event.usage()) is not None:
                     ended.usage = found
                     if hidden is not None and hidden(event):
                         for each in eaches:
