@@ -40,7 +40,7 @@ from levergate.control_headers import (
 )
 from levergate.core.call import Call, Context, Kind, Trace
 from levergate.core.controls import CachePolicy, Controls, Priority
-from levergate.core.reply import Completed, EventSource, Reply, Stream
+from levergate.core.reply import Completed, Event, Reply, Stream
 from levergate.errors import BadRequest, LevergateError
 from levergate.fanout import OnError, Progress
 from levergate.layers.traffic.readiness import Readiness, judge
@@ -219,7 +219,7 @@ class Gateway:
             self.redactor.scrub_error(exc)
             raise
         if isinstance(reply, Stream) and not call.wants_usage_chunk:
-            return reply.through(_drop_usage_chunk)
+            return reply.hiding(_is_usage_chunk)
         return reply
 
     async def list_models(self) -> list[dict[str, Any]]:
@@ -474,15 +474,12 @@ async def _chunks(stream: Stream) -> AsyncIterator[dict[str, Any]]:
         await stream.aclose()
 
 
-async def _drop_usage_chunk(events: EventSource) -> EventSource:
-    """Decided on the parsed event, not on its bytes: upstreams write JSON in every spacing
-    (`"usage": {` from Python's `json.dumps`), and a usage-only chunk that slips through has
-    `choices: []`, which breaks the everyday `chunk.choices[0]` loop. The parse is cached on
-    the event, so layers that read it too pay nothing more."""
-    async for event in events:
-        if is_usage_only(event.json()):
-            continue
-        yield event
+def _is_usage_chunk(event: Event) -> bool:
+    """Asked only of events that carry a usage block (`Stream.hiding`), and decided on the parsed
+    event, not on its bytes: upstreams write JSON in every spacing (`"usage": {` from Python's
+    `json.dumps`), and a usage-only chunk that slips through has `choices: []`, which breaks the
+    everyday `chunk.choices[0]` loop. The parse is cached on the event."""
+    return is_usage_only(event.json())
 
 
 def request_id_for(headers: Mapping[str, str]) -> str:

@@ -35,6 +35,7 @@ HELPERS = {
     "traffic_common.py": "imported by the traffic benchmarks; its __main__ is "
     "traffic_shared_limit.py's logged simulator",
     "relay.py": "the null proxy overhead.py runs beside the gateway",
+    "bare_relay.py": "the bare HTTP relay relay_side_by_side.py runs beside the gateway",
     "inprocess_cpu.py": "run by anthropic_inbound.py and imported by ledger_ab.py",
 }
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name not in HELPERS)

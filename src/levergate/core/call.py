@@ -228,8 +228,8 @@ class Call:
     @property
     def wants_usage_chunk(self) -> bool:
         """Whether the client asked for the final usage chunk of a stream."""
-        options = self.body.get("stream_options")
-        return isinstance(options, Mapping) and options.get("include_usage") is True
+        options = self.body.get("stream_options")  # a parsed JSON body: a dict, if anything
+        return isinstance(options, dict) and options.get("include_usage") is True
 
     def with_body(self, **changes: Any) -> Call:
         return dataclasses.replace(self, body={**self.body, **changes}, raw=None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Protocol
@@ -24,6 +25,12 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
+
+
+def loop_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+    """`loop.time`, the clock its timers keep, or `time.monotonic` itself where that is all it
+    is (asyncio's own loops: their `time()` is a Python method around it, a call each time)."""
+    return time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
 
 
 def timeout(clock: Clock, seconds: float) -> AbstractAsyncContextManager[object]:

@@ -2,14 +2,20 @@
 
 A `Stream` owns its resources: connections, permits, cache writes and metrics are settled when
 it *closes* (exhausted, failed or `aclose()`d by a disconnecting client), not when the service
-call returns. Every layer that wraps a stream does so with `Stream.through`, which guarantees
-the inner stream is closed when the outer one is, in that order.
+call returns. A layer that only observes a stream (a permit to release, a latency to record,
+usage to read) does so with `Stream.watch` and a `Watcher`: plain calls made by the stream's one
+driving generator, so an event crosses one generator however many layers watch it, and a layer
+pays per event only for the hooks it has. A layer that changes the events wraps the stream with
+`Stream.through`, which guarantees the inner stream is closed when the outer one is, in that
+order.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -126,8 +132,57 @@ class Event:
 EventSource = AsyncGenerator[Event, None]
 
 
+class Ended:
+    """What a watched stream's one driver saw, for its watchers: the last usage block, every
+    event (when a watcher `keeps` them), whether an event was handed on, the time the consumer
+    held the events (when a watcher reads `each`'s hand-off times), and how it ended: `error`
+    None when cleanly, else the failure, or GeneratorExit when the consumer closed it."""
+
+    __slots__ = ("consumer_seconds", "error", "events", "sent", "usage")
+
+    def __init__(self, events: list[Event] | None) -> None:
+        self.events = events
+        self.usage: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+        self.sent = False
+        self.consumer_seconds = 0.0
+
+
+class Watcher:
+    """A layer's view of a stream it hands up (`Stream.watch`): plain calls from the stream's
+    one driving generator, instead of an async generator per layer that every event crosses
+    (issue 22: five of them were ~25 Python calls a chunk). A watcher pays per event only for
+    what it overrides: `first` sees the first event before it is handed on; `each` every event
+    after it was (with `time.perf_counter()` at the hand-off); `end` how the stream ended, once,
+    innermost watcher first, and after a clean end it may return one more event to send, which
+    the watchers outside it see."""
+
+    __slots__ = ()
+    keeps = False  # wants every event in `Ended.events`
+
+    def first(self, event: Event) -> None:
+        """The first event, before it is handed on."""
+
+    def each(self, event: Event, handed: float) -> None:
+        """Every event, after it was handed on at `handed` (`time.perf_counter()`)."""
+
+    async def end(self, ended: Ended) -> Event | None:
+        """The stream ended (`ended.error`); after a clean end, an event to append, or None."""
+        del ended
+        return None
+
+
+def _overrides(watcher: Watcher, name: str) -> bool:
+    return getattr(type(watcher), name) is not getattr(Watcher, name)
+
+
 class Stream:
-    __slots__ = ("_events", "_inner", "headers", "primed")
+    """A stream of events that owns its resources. Layers observe it with `watch` (plain calls,
+    one driving generator for every watcher between two transforms) and change it with `through`
+    (a generator of their own); `prime` holds its first event in that same generator."""
+
+    __slots__ = ("_driver", "_ended", "_hidden", "_inner", "_priming", "_read", "_source",
+                 "_watchers", "headers", "primed")  # fmt: skip
 
     def __init__(
         self,
@@ -136,53 +191,179 @@ class Stream:
         headers: dict[str, str] | None = None,
         inner: Stream | None = None,
     ) -> None:
-        self._events = events
+        self._source = events
         self._inner = inner  # the stream `events` reads from, closed after it
         self.headers: dict[str, str] = headers if headers is not None else {}
         # Its first event has already arrived (`prime`): a failure before the first byte can
         # no longer come out of it.
         self.primed = False
+        self._watchers: list[Watcher] = []
+        self._hidden: Callable[[Event], bool] | None = None
+        self._driver: EventSource | None = None  # `_drive`, once primed or read
+        self._priming = False  # `prime` is pulling the first event out of `_drive`
+        self._read = False  # a consumer has it: no more watchers
+        self._ended: Ended | None = None  # set once the watchers were told the end
 
     def __aiter__(self) -> AsyncIterator[Event]:
-        return self._events
+        self._read = True
+        if self._driver is None:
+            plain = not self._watchers and self._hidden is None
+            self._driver = self._source if plain else self._drive()
+        return self._driver
 
     async def aclose(self) -> None:
         try:
-            await self._events.aclose()
+            try:
+                if self._driver is not None and self._driver is not self._source:
+                    await self._driver.aclose()
+                if self._ended is None and self._watchers:  # never iterated: still settled
+                    with contextlib.suppress(GeneratorExit):
+                        await self._end_all(0, Ended(None), GeneratorExit())
+            finally:
+                await self._source.aclose()
         finally:
             if self._inner is not None:
                 await self._inner.aclose()
 
     def through(self, transform: Callable[[EventSource], EventSource]) -> Stream:
         """A new stream: `transform` applied to this one's events. Closing the new stream closes
-        the transform's generator first (its `finally` blocks run) and then this stream. The
-        transform's generator is iterated directly, one generator per layer: an event crosses
-        every layer of the pipeline on its way out, so each level costs once per event."""
-        return Stream(transform(self._events), headers=self.headers, inner=self)
+        the transform's generator first (its `finally` blocks run) and then this stream."""
+        events = self.__aiter__()
+        return Stream(transform(events), headers=self.headers, inner=self)  # type: ignore[arg-type]
+
+    def watch(self, watcher: Watcher) -> Stream:
+        """This stream, `watcher` outside the ones it has (see `Watcher`)."""
+        self._unread()
+        self._watchers.append(watcher)
+        return self
+
+    def hiding(self, hidden: Callable[[Event], bool]) -> Stream:
+        """This stream without the events that carry a usage block and `hidden` says to drop,
+        after every watcher saw them: the outermost filter, at no cost for the other events."""
+        self._unread()
+        self._hidden = hidden
+        return self
+
+    def _unread(self) -> None:
+        if self._read:
+            raise RuntimeError("a stream is watched before it is read")
 
     async def prime(self) -> Stream:
         """This stream with its first event already received, so a failure before the first
         byte surfaces here, where a layer can still retry it or send it to a fallback (Retry
         and Fallback call this before handing a stream up). A primed stream is returned as it
-        is (Retry under Fallback pulls once); a failure closes the stream before it is raised."""
+        is (Retry under Fallback pulls once); a failure closes the stream before it is raised.
+        The event waits in the driving generator, which hands it on again to the first read."""
         if self.primed:
             return self
+        if self._read:  # a consumer iterates it already: primed as a stream of the rest
+            return await Stream(_rest(self.__aiter__()), headers=self.headers, inner=self).prime()
+        if self._driver is None:
+            self._driver = self._drive()
+        self._priming = True
         try:
-            first = await anext(self._events)
-        except StopAsyncIteration:
-            return self
+            await anext(self._driver)
+        except StopAsyncIteration:  # nothing came: the watchers were told; later ones start anew
+            return Stream(_exhausted(), headers=self.headers, inner=self)
         except BaseException:
             await self.aclose()
             raise
-        primed = self.through(lambda rest: _prepended(first, rest))
-        primed.primed = True
-        return primed
+        self.primed = True
+        return self
+
+    async def _drive(self) -> EventSource:
+        """Every watcher's calls around each event, in one generator."""
+        watchers = self._watchers
+        ended = Ended([] if any(w.keeps for w in watchers) else None)
+        eaches: list[Callable[[Event, float], None]]
+        eaches = [w.each for w in watchers if _overrides(w, "each")]
+        firsts = [w.first for w in watchers if _overrides(w, "first")]
+        hidden, clock = self._hidden, time.perf_counter
+        try:
+            async for event in self._source:
+                if firsts:
+                    for first in firsts:
+                        first(event)
+                    firsts = []
+                if self._priming:
+                    self._priming, seen = False, len(watchers)
+                    yield event  # to `prime`; the next read is the consumer's first
+                    eaches, hidden = self._primed(event, seen, ended)
+                if ended.events is not None:
+                    ended.events.append(event)
+                # `usage()`'s own first test, inline: most events carry none.
+                if b'"usage"' in event.data and (found := event.usage()) is not None:
+                    ended.usage = found
+                    if hidden is not None and hidden(event):
+                        for each in eaches:
+                            each(event, clock())
+                        continue
+                ended.sent = True
+                if eaches:
+                    handed = clock()
+                    yield event
+                    ended.consumer_seconds += clock() - handed
+                    for each in eaches:
+                        each(event, handed)
+                else:
+                    yield event
+        except BaseException as exc:
+            await self._end_all(0, ended, exc)
+        self._ended = ended
+        for at, watcher in enumerate(watchers):
+            try:
+                tail = await watcher.end(ended)
+            except BaseException as exc:
+                await self._end_all(at + 1, ended, exc)
+            if tail is None:
+                continue
+            if ended.events is not None:
+                ended.events.append(tail)
+            ended.usage = tail.usage() or ended.usage
+            handed = clock()
+            if hidden is None or tail.usage() is None or not hidden(tail):
+                ended.sent = True
+                try:
+                    yield tail
+                except BaseException as exc:
+                    await self._end_all(at + 1, ended, exc)
+                ended.consumer_seconds += clock() - handed
+            for outer in watchers[at + 1 :]:
+                outer.each(tail, handed)
+
+    def _primed(
+        self, event: Event, seen: int, ended: Ended
+    ) -> tuple[list[Callable[[Event, float], None]], Callable[[Event], bool] | None]:
+        """After `prime`: the watchers added since see `event` as their first, and the driver
+        takes up every watcher's hooks and the filter."""
+        watchers = self._watchers
+        for watcher in watchers[seen:]:
+            watcher.first(event)
+        if ended.events is None and any(w.keeps for w in watchers):
+            ended.events = []
+        return [w.each for w in watchers if _overrides(w, "each")], self._hidden
+
+    async def _end_all(self, start: int, ended: Ended, error: BaseException) -> NoReturn:
+        """Every watcher from `start` out told the stream ended by `error` (one an `end`
+        raises takes its place for the watchers outside), then the last error raised."""
+        self._ended = ended
+        for watcher in self._watchers[start:]:
+            ended.error = error
+            try:
+                await watcher.end(ended)
+            except BaseException as exc:
+                error = exc
+        raise error
 
 
-async def _prepended(first: Event, rest: EventSource) -> EventSource:
-    yield first
-    async for event in rest:
+async def _rest(events: AsyncIterator[Event]) -> EventSource:
+    async for event in events:
         yield event
+
+
+async def _exhausted() -> EventSource:
+    return
+    yield  # an async generator that yields nothing
 
 
 Reply = Completed | Stream

@@ -18,7 +18,7 @@ ledger reads as counted, not reported.
 Where in the stack: per model, above Retry (whichever attempt answered, its stream is counted
 once) and under Trim and the prompt-cache optimizer (the prompt is counted as it was sent); under
 the caches and the Responses bridge, so a cached stream replays the counted usage and the bridge
-translates it. A stream pays one generator step and a list append per event; the counting, only
+translates it. A stream pays a list append per event (`Ended.events`); the counting, only
 for a stream that needs it, runs in a worker thread (a tokenizer may load on first use). An
 alias served only by the embedded engine or Anthropic upstreams, which always report usage, has
 no CountUsage at all.
@@ -40,7 +40,7 @@ from levergate.config import (
     TrimSettings,
 )
 from levergate.core.call import Call
-from levergate.core.reply import Completed, Event, EventSource, Reply
+from levergate.core.reply import Completed, Ended, Event, Reply, Watcher
 from levergate.core.service import Layer, Service
 from levergate.core.tokenizer import USAGE_SOURCE, LengthEstimate, TextTokenizer
 from levergate.layers.shared import Shared, alias_tokenizer
@@ -91,16 +91,7 @@ class CountUsage:
         reply = await self._inner(call)
         if isinstance(reply, Completed) or call.kind not in _OBJECT:
             return reply
-        return reply.through(partial(self._watch, call))
-
-    async def _watch(self, call: Call, events: EventSource) -> EventSource:
-        seen: list[Event] = []
-        async for event in events:
-            seen.append(event)
-            yield event
-        # Here only when the stream ended cleanly: a failure or a client gone ends it above.
-        if seen and seen[-1].usage() is None:
-            yield Event.of(await asyncio.to_thread(self.usage_chunk, call, seen))
+        return reply.watch(_Counting(self, call))
 
     def usage_chunk(self, call: Call, events: list[Event]) -> dict[str, Any]:
         """OpenAI's usage-only chunk for a stream of `call` that reported no usage."""
@@ -138,6 +129,22 @@ class CountUsage:
         except (ImportError, OSError, ValueError) as exc:  # flagged as the estimate it is
             log.warning("usage of %s estimated: its tokenizer cannot load: %s", model, exc)
             return LengthEstimate()
+
+
+class _Counting(Watcher):
+    """A stream's events kept; the usage chunk added after a clean end that reported none."""
+
+    __slots__ = ("_call", "_layer")
+    keeps = True
+
+    def __init__(self, layer: CountUsage, call: Call) -> None:
+        self._layer, self._call = layer, call
+
+    async def end(self, ended: Ended) -> Event | None:
+        seen = ended.events
+        if ended.error is not None or not seen or seen[-1].usage() is not None:
+            return None
+        return Event.of(await asyncio.to_thread(self._layer.usage_chunk, self._call, seen))
 
 
 def _completion_prompt(prompt: Any, tokenizer: TextTokenizer) -> int:

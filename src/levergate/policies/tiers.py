@@ -98,14 +98,15 @@ def wire_tier(tier: Tier) -> str:
 def served_tier(answer: Mapping[str, Any] | None) -> Tier | None:
     """The tier an answer (a chat completion, one of its chunks, a Responses object or a
     translated Anthropic answer) says served it: its `service_tier`, else its usage's; None when
-    it says nothing we know."""
+    it says nothing we know. Asked of every whole answer: its objects are checked as the parsed
+    JSON's dicts (an ABC's `isinstance` is a Python call each)."""
     if not answer:
         return None
     value = answer.get("service_tier")
     if value is None:
         usage = answer.get("usage")
-        value = usage.get("service_tier") if isinstance(usage, Mapping) else None
-    if value is None and isinstance(inner := answer.get("response"), Mapping):
+        value = usage.get("service_tier") if isinstance(usage, dict) else None
+    if value is None and isinstance(inner := answer.get("response"), dict):
         return served_tier(inner)  # a Responses stream event carries the response object
     return _SERVED.get(value) if isinstance(value, str) else None
 

@@ -66,7 +66,11 @@ class SSEDecoder:
                 self._size = 0
             else:
                 block = chunk[start:end]
-            if limit is None and block.startswith(b"data: ") and b"\n" not in block:
+            if (
+                (limit is None or len(block) <= limit)
+                and block.startswith(b"data: ")
+                and b"\n" not in block
+            ):
                 events.append(block[6:])  # the common case: one single-line data event
             else:
                 self._emit(block, events)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from levergate.core.call import Trace
+from levergate.core.clock import loop_clock
 from levergate.errors import PayloadTooLarge
 from levergate.server.edge import Edge
 from levergate.server.exchange import declared_length
@@ -162,10 +163,11 @@ class _Watch:
     the reading task if the current wait has lasted `seconds`, and otherwise sets itself for
     when it would. Time the client spends between frames does not count, as over a socket."""
 
-    __slots__ = ("_handle", "_loop", "_seconds", "_task", "fired", "since")
+    __slots__ = ("_handle", "_loop", "_now", "_seconds", "_task", "fired", "since")
 
     def __init__(self, seconds: float) -> None:
         self._loop = asyncio.get_running_loop()
+        self._now = loop_clock(self._loop)
         self._seconds = seconds
         self._task: asyncio.Task[object] | None = None
         self._handle: asyncio.TimerHandle | None = None
@@ -173,7 +175,7 @@ class _Watch:
         self.fired = False
 
     def waiting(self) -> None:
-        self.since = self._loop.time()
+        self.since = self._now()
         if self._task is None:  # a response is read by one task: found once
             self._task = asyncio.current_task()
         if self._handle is None:

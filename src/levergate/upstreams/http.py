@@ -17,10 +17,10 @@ client.
 
 from __future__ import annotations
 
-import asyncio
+import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import orjson
 
@@ -43,7 +43,6 @@ from levergate.upstreams.passed_headers import HeaderAllowList
 from levergate.upstreams.stream_timer import StreamTimer
 from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
-T = TypeVar("T")
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 PATHS: dict[Kind, str] = {
@@ -112,9 +111,12 @@ class OpenAIUpstream:
             attempt = spans.attempt(self.name, call.model)
             headers = {**headers, "traceparent": spans.traceparent(attempt)}
         started = time.perf_counter()
+        # One timer for the exchange: the head within `ttfb`, a whole body within the total.
+        timer = StreamTimer(idle=timeouts.ttfb, deadline=deadline)
         try:
-            response = await self._send(url, payload, headers)
+            response = await self._send(url, payload, headers, timer=timer)
         except UpstreamError as exc:
+            timer.close()
             trace.upstream_seconds += time.perf_counter() - started
             if attempt is not None:
                 attempt.end(exc)
@@ -123,11 +125,12 @@ class OpenAIUpstream:
         passed = self._passed.pick(response.headers, redact=self._redact)
         try:
             if response.status >= 400:
-                await self._raise_for(response, deadline)
+                await self._raise_for(response, timer)
             if call.stream and _is_event_stream(response.headers):
+                timer.close()
                 trace.upstream_seconds += time.perf_counter() - started
                 return Stream(self._events(response, trace, deadline, call), headers=passed)
-            raw = await self._read(response, deadline, limit=self._limits.body_bytes)
+            raw = await self._read(response, timer, limit=self._limits.body_bytes)
         except BaseException as exc:
             trace.upstream_seconds += time.perf_counter() - started
             if attempt is not None:
@@ -136,6 +139,8 @@ class OpenAIUpstream:
             if isinstance(exc, UpstreamError):
                 exc.passed_headers = passed
             raise
+        finally:
+            timer.close()
         trace.upstream_seconds += time.perf_counter() - started
         if attempt is not None:
             attempt.end()
@@ -143,15 +148,18 @@ class OpenAIUpstream:
         return reply if self._scrub is None else self._scrub.completed(reply)
 
     async def _send(
-        self, url: str, payload: bytes, headers: Mapping[str, str] | None = None
-    ) -> HttpResponse:
+        self, url: str, payload: bytes, headers: Mapping[str, str] | None = None, *,
+        timer: StreamTimer,
+    ) -> HttpResponse:  # fmt: skip
         """POST `payload` to `url`: the response once its head arrived within the
-        time-to-first-byte timeout, else `UpstreamTimeout` / `UpstreamUnavailable`."""
+        time-to-first-byte timeout (and the total), else `UpstreamTimeout` /
+        `UpstreamUnavailable`."""
         timeouts = self._settings.timeouts
         sent = self._headers if headers is None else headers
         try:
-            async with asyncio.timeout(min(timeouts.ttfb, timeouts.total)):
-                return await self._client.request("POST", url, body=payload, headers=sent)
+            return await timer.read(
+                self._client.request("POST", url, body=payload, headers=sent), idle=timeouts.ttfb
+            )
         except TimeoutError:
             raise UpstreamTimeout(
                 f"upstream '{self.name}' sent no response within {timeouts.ttfb:g}s",
@@ -167,15 +175,19 @@ class OpenAIUpstream:
     async def _post_json(self, path: str, payload: bytes) -> dict[str, Any]:
         """A whole JSON object from `POST path` (a side request such as Anthropic's
         count_tokens), under the same timeouts, caps and error tree as an answer."""
-        deadline = time.monotonic() + self._settings.timeouts.total
-        response = await self._send(self._base + path, payload)
+        timeouts = self._settings.timeouts
+        timer = StreamTimer(idle=timeouts.ttfb, deadline=time.monotonic() + timeouts.total)
         try:
-            if response.status >= 400:
-                await self._raise_for(response, deadline)
-            raw = await self._read(response, deadline, limit=self._limits.body_bytes)
-        except BaseException:
-            await response.aclose()
-            raise
+            response = await self._send(self._base + path, payload, timer=timer)
+            try:
+                if response.status >= 400:
+                    await self._raise_for(response, timer)
+                raw = await self._read(response, timer, limit=self._limits.body_bytes)
+            except BaseException:
+                await response.aclose()
+                raise
+        finally:
+            timer.close()
         return self._object(raw)
 
     def _object(self, raw: bytes) -> dict[str, Any]:
@@ -196,8 +208,12 @@ class OpenAIUpstream:
         response = await self._client.request(
             "GET", self._base + path, body=None, headers=self._headers
         )
-        deadline = time.monotonic() + self._settings.timeouts.ttfb
-        raw = await self._read(response, deadline, limit=self._limits.body_bytes)
+        ttfb = self._settings.timeouts.ttfb
+        timer = StreamTimer(idle=ttfb, deadline=time.monotonic() + ttfb)
+        try:
+            raw = await self._read(response, timer, limit=self._limits.body_bytes)
+        finally:
+            timer.close()
         body = json_object(raw) if response.status < 400 else None
         data = body.get("data") if body is not None else None
         found = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
@@ -282,8 +298,8 @@ class OpenAIUpstream:
             raise self._failed_while_sending(exc) from None
         finally:
             trace.upstream_seconds += time.perf_counter() - waited
-        if chunk is not None:
-            self._check_deadline(deadline)
+        if chunk is not None and time.monotonic() >= deadline:
+            self._check_deadline(deadline)  # raises
         return chunk
 
     def _decoded(self, decoder: SSEDecoder, chunk: bytes) -> list[bytes]:
@@ -296,23 +312,34 @@ class OpenAIUpstream:
                 code="upstream_event_too_large",
             ) from None
 
-    async def _read(self, response: HttpResponse, deadline: float, *, limit: int) -> bytes:
-        """The whole body, under the total deadline; beyond `limit` bytes a 502 (the rest is
-        never read: the connection is dropped)."""
+    async def _read(self, response: HttpResponse, timer: StreamTimer, *, limit: int) -> bytes:
+        """The whole body, under the exchange's total deadline (`timer`); beyond `limit` bytes
+        a 502 (the rest is never read: the connection is dropped)."""
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             await response.aclose()
             raise self._too_large(limit)
-        raw, cut = await self._read_at_most(response, deadline, limit=limit)
+        raw, cut = await self._read_at_most(response, timer, limit=limit)
         if cut:
             raise self._too_large(limit)
         return raw
 
     async def _read_at_most(
-        self, response: HttpResponse, deadline: float, *, limit: int
+        self, response: HttpResponse, timer: StreamTimer, *, limit: int
     ) -> tuple[bytes, bool]:
-        """At most `limit` bytes of the body, and whether there was more."""
-        return await self._bounded(self._collect(response, deadline, limit=limit), deadline)
+        """At most `limit` bytes of the body, and whether there was more, under the exchange's
+        total deadline (`timer`, which is no idle timeout here: a body is read as one wait)."""
+        try:
+            return await timer.read(self._collect(response, timer.deadline, limit=limit),
+                                    idle=math.inf)  # fmt: skip
+        except TimeoutError:
+            raise UpstreamTimeout(
+                f"upstream '{self.name}' exceeded its total timeout",
+                upstream=self.name,
+                code="upstream_timeout",
+            ) from None
+        except TransportFailed as exc:
+            raise self._failed_while_sending(exc) from None
 
     async def _collect(
         self, response: HttpResponse, deadline: float, *, limit: int
@@ -351,30 +378,15 @@ class OpenAIUpstream:
                 code="upstream_timeout",
             )
 
-    async def _bounded(self, awaitable: Awaitable[T], deadline: float) -> T:
-        """Await under the exchange's total deadline (a stream's chunks: `StreamTimer`)."""
-        try:
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                result: T = await awaitable
-        except TimeoutError:
-            raise UpstreamTimeout(
-                f"upstream '{self.name}' exceeded its total timeout",
-                upstream=self.name,
-                code="upstream_timeout",
-            ) from None
-        except TransportFailed as exc:
-            raise self._failed_while_sending(exc) from None
-        return result
-
     def _failed_while_sending(self, exc: TransportFailed) -> UpstreamUnavailable:
         return UpstreamUnavailable(
             f"upstream '{self.name}' failed while sending its answer: {self._redact(str(exc))}",
             upstream=self.name,
         )
 
-    async def _raise_for(self, response: HttpResponse, deadline: float) -> None:
+    async def _raise_for(self, response: HttpResponse, timer: StreamTimer) -> None:
         limit = self._limits.error_body_bytes
-        raw, _ = await self._read_at_most(response, deadline, limit=limit)
+        raw, _ = await self._read_at_most(response, timer, limit=limit)
         status = response.status
         provider = self._redact.scrub(_error_object(raw)) or None
         message = provider.get("message") if provider else None

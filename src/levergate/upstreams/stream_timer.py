@@ -16,9 +16,12 @@ doing. The idle clock starts when a read starts, as it did with a timeout per re
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable
 from typing import Any, Literal, TypeVar
+
+from levergate.core.clock import loop_clock
 
 T = TypeVar("T")
 
@@ -26,10 +29,15 @@ T = TypeVar("T")
 class StreamTimer:
     def __init__(self, *, idle: float, deadline: float) -> None:
         """`idle`: seconds a read may wait; `deadline`: the exchange's end on `time.monotonic`."""
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
+        # The loop's clock, which its timers keep: the default loop's is `time.monotonic`,
+        # called directly (its `time()` is a Python method around it, a call per read).
+        self._now = loop_clock(loop)
         self._idle = idle
-        self._deadline = self._loop.time() + (deadline - time.monotonic())
-        self._since = 0.0
+        self.deadline = deadline
+        self._deadline = loop.time() + (deadline - time.monotonic())
+        self._until = 0.0  # when the current read has waited too long
+        self._at = math.inf  # when the armed timer is due
         self._reader: asyncio.Task[Any] | None = None  # the task waiting in `read`, if any
         self._cancelling = 0  # its cancellation requests when the read began
         self._fired = False  # the timer cancelled the read
@@ -37,12 +45,14 @@ class StreamTimer:
         # Which timeout ended a read (set just before its TimeoutError).
         self.expired: Literal["idle", "total"] | None = None
 
-    async def read(self, awaitable: Awaitable[T]) -> T:
-        """`awaitable`'s result; TimeoutError when the idle or the total timeout passes first."""
-        self._since = self._loop.time()
-        if self._handle is None:
+    async def read(self, awaitable: Awaitable[T], *, idle: float | None = None) -> T:
+        """`awaitable`'s result; TimeoutError when the idle or the total timeout passes first.
+        `idle` replaces the timer's own for this read (`math.inf`: only the total counts): one
+        timer serves a whole exchange, the wait for its head and the reads of its body."""
+        self._until = self._now() + (self._idle if idle is None else idle)
+        if self._handle is None or self._until < self._at:
             self._arm()
-        task = self._reader = asyncio.current_task()
+        task = self._reader = asyncio.current_task(self._loop)
         if task is None:
             raise RuntimeError("StreamTimer.read runs in a task")
         self._cancelling = task.cancelling()
@@ -62,16 +72,19 @@ class StreamTimer:
             self._handle = None
 
     def _arm(self) -> None:
-        self._handle = self._loop.call_at(min(self._since + self._idle, self._deadline), self._due)
+        if self._handle is not None:
+            self._handle.cancel()
+        self._at = min(self._until, self._deadline)
+        self._handle = self._loop.call_at(self._at, self._due)
 
     def _due(self) -> None:
-        self._handle = None
+        self._handle, self._at = None, math.inf
         if self._reader is None:
             return  # between reads: the next read arms it again
-        now = self._loop.time()
+        now = self._now()
         if now >= self._deadline:
             self.expired = "total"
-        elif now >= self._since + self._idle:
+        elif now >= self._until:
             self.expired = "idle"
         else:
             self._arm()  # a read started since it was armed

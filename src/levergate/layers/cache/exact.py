@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from levergate.config import CacheRuleSettings, CacheSettings
 from levergate.core.call import CacheOutcome, CacheResult, Call, Trace
 from levergate.core.clock import Clock, SystemClock, timeout
-from levergate.core.reply import Completed, Event, EventSource, Reply
+from levergate.core.reply import Completed, Ended, Event, Reply, Watcher
 from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamTimeout
 from levergate.layers.cache.coalesce import SingleFlight
@@ -172,19 +172,12 @@ class ExactCache:
             await self._view.entries.save(key, Form.COMPLETED, (reply.raw,), ttl=ttl, meta=meta)
             return reply
         allow_tools = rule.cache_tool_calls
-        return reply.through(
-            lambda events: self._store_when_complete(events, call, key, ttl, allow_tools)
-        )
+        return reply.watch(_Storing(self, call, key, ttl, allow_tools))
 
-    async def _store_when_complete(
-        self, events: EventSource, call: Call, key: str, ttl: float, allow_tools: bool
-    ) -> EventSource:
-        seen: list[Event] = []
-        async for event in events:
-            seen.append(event)
-            yield event
-        # Reached only when the upstream stream ended cleanly: an error or a cut stream raised
-        # above, and a client that closed early stopped this generator at its `yield`.
+    async def store_stream(
+        self, seen: list[Event], call: Call, key: str, ttl: float, allow_tools: bool
+    ) -> None:
+        """A stream that ended cleanly, stored whole unless it cannot be replayed."""
         whole = assemble(call.kind, seen)
         why = verdict(whole, allow_tools=allow_tools)
         if why is not None:
@@ -194,6 +187,26 @@ class ExactCache:
         alias, model = answered_by(call.ctx.trace)
         meta = usage_meta(whole.get("usage"), alias=alias, model=model)
         await self._view.entries.save(key, Form.STREAM, parts, ttl=ttl, meta=meta)
+
+
+class _Storing(Watcher):
+    """A stream's events kept; stored once it ended cleanly (an error, a cut stream or a client
+    that closed early stores nothing)."""
+
+    __slots__ = ("_allow_tools", "_cache", "_call", "_key", "_ttl")
+    keeps = True
+
+    def __init__(
+        self, cache: ExactCache, call: Call, key: str, ttl: float, allow_tools: bool
+    ) -> None:
+        self._cache, self._call, self._key = cache, call, key
+        self._ttl, self._allow_tools = ttl, allow_tools
+
+    async def end(self, ended: Ended) -> None:
+        if ended.error is None and ended.events is not None:
+            await self._cache.store_stream(
+                ended.events, self._call, self._key, self._ttl, self._allow_tools
+            )
 
 
 def _marked(reply: Reply, outcome: str) -> Reply:

@@ -37,7 +37,7 @@ from levergate.config import MaxWaitSettings, RateLimitsSettings
 from levergate.core.call import Call
 from levergate.core.clock import Clock
 from levergate.core.controls import Priority
-from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.reply import Completed, Ended, Reply, Watcher
 from levergate.core.service import Service
 from levergate.errors import BudgetExceeded, LevergateError, RateLimited
 from levergate.layers.measure.record import RequestRecord
@@ -227,22 +227,11 @@ class KeyQuota:
             admitted.room.release()
             raise
         if isinstance(reply, Completed):
-            await self._settle(call, admitted, reply.usage)
+            await self.settle(call, admitted, reply.usage)
             return reply
-        return reply.through(lambda events: self._settling(call, admitted, events))
+        return reply.watch(_Settling(self, call, admitted))
 
-    async def _settling(self, call: Call, admitted: _Admitted, events: EventSource) -> EventSource:
-        usage: dict[str, Any] | None = None
-        try:
-            async for event in events:
-                if (found := event.usage()) is not None:
-                    usage = found
-                yield event
-        finally:
-            # A stream cut short still used its tokens up to where it was cut.
-            await self._settle(call, admitted, usage)
-
-    async def _settle(self, call: Call, admitted: _Admitted, usage: dict[str, Any] | None) -> None:
+    async def settle(self, call: Call, admitted: _Admitted, usage: dict[str, Any] | None) -> None:
         """Release the key's permit and correct its TPM charge to the tokens used (its cost is
         charged from the finished-request record: `BudgetSink`)."""
         admitted.room.release()
@@ -312,3 +301,15 @@ class BudgetSink:
     def emit(self, record: RequestRecord) -> None:
         if record.key_id is not None and record.cost_usd > 0:
             self._budgets.owe(key_id=record.key_id, usd=record.cost_usd)
+
+
+class _Settling(Watcher):
+    """A stream cut short still used its tokens up to where it was cut: settled when it ends."""
+
+    __slots__ = ("_admitted", "_call", "_quota")
+
+    def __init__(self, quota: KeyQuota, call: Call, admitted: _Admitted) -> None:
+        self._quota, self._call, self._admitted = quota, call, admitted
+
+    async def end(self, ended: Ended) -> None:
+        await self._quota.settle(self._call, self._admitted, ended.usage)

@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from levergate.config.server import ResponseHeadersSettings
 from levergate.core.call import CacheOutcome, Call
-from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.reply import Completed, Ended, Event, Reply, Watcher
 from levergate.core.service import Service
 from levergate.core.spans import Spans
 from levergate.layers.measure.disclose import Disclose
@@ -92,7 +91,7 @@ class Measure:
             reply = await self._inner(call)
         except BaseException as exc:
             self._t.in_flight.dec()
-            self._later(call, Seen.failed(exc))
+            self.later(call, Seen.failed(exc))
             raise
         trace = call.ctx.trace
         total = trace.elapsed()
@@ -110,7 +109,7 @@ class Measure:
             return reply
         if disclose is not None:
             disclose.write(call, reply, None)
-        return reply.through(lambda events: self._watch(call, events))
+        return reply.watch(_Watching(self, call))
 
     async def _headers_only(self, call: Call) -> Reply:
         reply = await self._inner(call)
@@ -144,49 +143,11 @@ class Measure:
     def _priced(self, call: Call, seen: Seen) -> Bill | None:
         return self._recorder.price(call, seen)
 
-    async def _watch(self, call: Call, events: EventSource) -> EventSource:
-        started = call.ctx.trace.started
-        first: float | None = None
-        last = 0.0
-        gaps = 0
-        seen = Seen(outcome=CANCELLED, status=CLIENT_CLOSED)
-        generated = seen.generated
-        consumer = 0.0
-        sent = False
-        try:
-            async for event in events:
-                handed = time.perf_counter()
-                sent = True
-                yield event
-                consumer += time.perf_counter() - handed
-                if first is None:
-                    if has_generated_token(event.json()):
-                        first = last = handed
-                        generated.append(event.data)
-                elif _may_carry_token(event.data) and has_generated_token(event.json()):
-                    last = handed
-                    gaps += 1
-                    generated.append(event.data)
-                if (found := event.usage()) is not None:
-                    seen.usage = found
-                if seen.served is None and b'"service_tier"' in event.data:
-                    seen.served = served_tier(event.json())
-            seen.outcome, seen.status = OK, 200
-        except BaseException as exc:
-            failed = Seen.failed(exc)
-            seen.outcome, seen.error = failed.outcome, failed.error
-            # Once an event went out the client has its 200; an error ends the stream in-band.
-            seen.status = failed.status if failed.outcome == CANCELLED or not sent else 200
-            raise
-        finally:
-            self._t.in_flight.dec()
-            seen.consumer_seconds = consumer
-            if first is not None:
-                seen.ttft = first - started
-                seen.inter_token = (last - first) / gaps if gaps else None
-            self._later(call, seen)
+    def stream_ended(self, call: Call, seen: Seen) -> None:
+        self._t.in_flight.dec()
+        self.later(call, seen)
 
-    def _later(self, call: Call, seen: Seen) -> None:
+    def later(self, call: Call, seen: Seen) -> None:
         """Build and emit the record on the next loop turn (now, if no loop runs any more)."""
         seen.total = call.ctx.trace.elapsed() if seen.total is None else seen.total
         try:
@@ -197,10 +158,51 @@ class Measure:
         loop.call_soon(self._finish, call, seen)
 
 
-def _may_carry_token(data: bytes) -> bool:
-    """A byte-level pre-check so most chunks are judged without parsing them twice. On the
-    keys only: upstreams write JSON in every spacing (`"content": "` from Python servers)."""
-    return (
-        b'"content"' in data or b'"text"' in data or b'"tool_calls"' in data
-        or b'.delta"' in data  # a Responses delta event ("type":"response.output_text.delta")
-    )  # fmt: skip
+class _Watching(Watcher):
+    """A stream's record: TTFT at the first generated token (its hand-off time), the mean gap
+    between later ones, usage, the tier that served it, the time the client held its events,
+    and its outcome; built once it ended, whichever way."""
+
+    __slots__ = ("_call", "_first", "_gaps", "_last", "_measure", "_seen")
+
+    def __init__(self, measure: Measure, call: Call) -> None:
+        self._measure, self._call = measure, call
+        self._seen = Seen(outcome=CANCELLED, status=CLIENT_CLOSED)
+        self._first: float | None = None
+        self._last = 0.0
+        self._gaps = 0
+
+    def each(self, event: Event, handed: float) -> None:
+        seen = self._seen
+        if self._first is None:
+            if has_generated_token(event.json()):
+                self._first = self._last = handed
+                seen.generated.append(event.data)
+        elif (
+            # On the keys only, so most chunks are judged without a parse: upstreams write JSON
+            # in every spacing (`"content": "` from Python servers).
+            b'"content"' in (data := event.data) or b'"text"' in data or b'"tool_calls"' in data
+            or b'.delta"' in data  # a Responses delta event ("type":"response.output_text.delta")
+        ) and has_generated_token(event.json()):  # fmt: skip
+            self._last = handed
+            self._gaps += 1
+            seen.generated.append(event.data)
+        if seen.served is None and b'"service_tier"' in event.data:
+            seen.served = served_tier(event.json())
+
+    async def end(self, ended: Ended) -> None:
+        seen, error = self._seen, ended.error
+        if error is None:
+            seen.outcome, seen.status = OK, 200
+        else:
+            failed = Seen.failed(error)
+            seen.outcome, seen.error = failed.outcome, failed.error
+            # Once an event went out the client has its 200; an error ends the stream in-band.
+            sent = ended.sent
+            seen.status = failed.status if failed.outcome == CANCELLED or not sent else 200
+        seen.usage = ended.usage
+        seen.consumer_seconds = ended.consumer_seconds
+        if (first := self._first) is not None:
+            seen.ttft = first - self._call.ctx.trace.started
+            seen.inter_token = (self._last - first) / self._gaps if self._gaps else None
+        self._measure.stream_ended(self._call, seen)

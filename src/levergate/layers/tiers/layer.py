@@ -46,7 +46,7 @@ from levergate.config import ModelSettings, TiersSettings
 from levergate.core.call import Call
 from levergate.core.clock import Clock
 from levergate.core.controls import Priority
-from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.reply import Completed, Ended, Reply, Watcher
 from levergate.core.service import Layer, Service
 from levergate.errors import BadRequest, UpstreamError, UpstreamRejected
 from levergate.layers.tiers.book import TierBook
@@ -272,26 +272,29 @@ class Tiers:
         if tier is None:
             return reply
         if isinstance(reply, Completed):
-            self._observe(call, tier, started, reply.usage)
+            self.observe(call, tier, started, reply.usage)
             return reply
-        return reply.through(lambda events: self._watch(events, call, tier, started))
+        return reply.watch(_Timed(self, call, tier, started))
 
-    async def _watch(
-        self, events: EventSource, call: Call, tier: Tier, started: float
-    ) -> EventSource:
-        usage = None
-        async for event in events:
-            if (found := event.usage()) is not None:
-                usage = found
-            yield event
-        self._observe(call, tier, started, usage)  # only a stream that ended whole
-
-    def _observe(
+    def observe(
         self, call: Call, tier: Tier, started: float, usage: Mapping[str, Any] | None
     ) -> None:
         prompt, output = _size(call.body, usage)
         self._book.observe(self._model(call), tier, seconds=self._clock.now() - started,
                            prompt=prompt, output=output)  # fmt: skip
+
+
+class _Timed(Watcher):
+    """A streamed attempt's latency at its tier, into the book once it ended whole."""
+
+    __slots__ = ("_call", "_started", "_tier", "_tiers")
+
+    def __init__(self, tiers: Tiers, call: Call, tier: Tier, started: float) -> None:
+        self._tiers, self._call, self._tier, self._started = tiers, call, tier, started
+
+    async def end(self, ended: Ended) -> None:
+        if ended.error is None:
+            self._tiers.observe(self._call, self._tier, self._started, ended.usage)
 
 
 def _size(body: Mapping[str, Any], usage: Mapping[str, Any] | None) -> tuple[int, int]:

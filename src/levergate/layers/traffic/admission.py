@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from levergate.config import MaxWaitSettings, RateLimitsSettings, TrafficSettings
 from levergate.core.call import Call
 from levergate.core.clock import Clock
-from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.reply import Completed, Ended, Reply, Watcher
 from levergate.core.service import Layer, Service
 from levergate.errors import LevergateError, RateLimited
 from levergate.layers.traffic.limits import LimitScope
@@ -105,7 +105,7 @@ class Admission:
         if isinstance(reply, Completed):
             room.release()
             return reply
-        return reply.through(lambda events: _releasing(room, events))
+        return reply.watch(_Releasing(room))
 
     def _room(self, tenant: str) -> tuple[WaitingRoom, LimitScope] | None:
         found = self._rooms.get(tenant)
@@ -141,9 +141,14 @@ class Admission:
         )
 
 
-async def _releasing(room: WaitingRoom, events: EventSource) -> EventSource:
-    try:
-        async for event in events:
-            yield event
-    finally:
-        room.release()
+class _Releasing(Watcher):
+    """A streamed answer holds the tenant's slot until it ends."""
+
+    __slots__ = ("_room",)
+
+    def __init__(self, room: WaitingRoom) -> None:
+        self._room = room
+
+    async def end(self, ended: Ended) -> None:
+        del ended
+        self._room.release()

@@ -39,7 +39,7 @@ from levergate.config import TrafficSettings
 from levergate.core.call import Call, Trace
 from levergate.core.clock import Clock
 from levergate.core.quota import Quota
-from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.reply import Completed, Ended, Event, Reply, Watcher
 from levergate.errors import UpstreamError, UpstreamRejected
 from levergate.layers.traffic.endpoints import EjectionGroup, EndpointState, Node
 from levergate.policies import balancing
@@ -131,7 +131,7 @@ class Balance:
             reply = await member.node.service(call)
         except BaseException as exc:
             state.prefilling -= 1
-            self._release(state, tokens)
+            self.release(state, tokens)
             if isinstance(exc, UpstreamError):
                 self._after_failure(member, exc, trace)
             raise
@@ -142,10 +142,10 @@ class Balance:
         self._check_latency(state, now)
         if isinstance(reply, Completed):
             state.prefilling -= 1
-            self._release(state, tokens)
-            self._observe_speed(state, reply.usage, head)
+            self.release(state, tokens)
+            self.observe_speed(state, reply.usage, head)
             return reply
-        return reply.through(lambda events: self._watch(state, tokens, trace, before, events))
+        return reply.watch(_Streaming(self, state, tokens, trace, before))
 
     def choose(self, call: Call, now: float) -> Member:
         """The member for this attempt (public for tests and the benchmark's reports)."""
@@ -157,35 +157,16 @@ class Balance:
         self._moment.now = now
         return self._strategy.choose(fresh or pool, call=call, rng=self._rng).member
 
-    async def _watch(
-        self, state: EndpointState, tokens: float, trace: Trace, before: float, events: EventSource
-    ) -> EventSource:
-        first: float | None = None
-        usage: dict[str, Any] | None = None
-        clean = False
-        try:
-            async for event in events:
-                if first is None:
-                    first = trace.upstream_seconds - before
-                    state.prefilling -= 1
-                    state.ttft.observe(first, now=self._clock.now())
-                if (found := event.usage()) is not None:
-                    usage = found
-                yield event
-            clean = True
-        finally:
-            if first is None:
-                state.prefilling -= 1
-            self._release(state, tokens)
-            if clean:
-                total = trace.upstream_seconds - before
-                self._observe_speed(state, usage, total - (first or 0.0))
+    def prefilled(self, state: EndpointState, seconds: float) -> None:
+        """A stream's first event came `seconds` after its request was sent."""
+        state.prefilling -= 1
+        state.ttft.observe(seconds, now=self._clock.now())
 
-    def _release(self, state: EndpointState, tokens: float) -> None:
+    def release(self, state: EndpointState, tokens: float) -> None:
         state.outstanding -= 1
         state.queued_tokens = max(0.0, state.queued_tokens - tokens)
 
-    def _observe_speed(
+    def observe_speed(
         self, state: EndpointState, usage: dict[str, Any] | None, seconds: float
     ) -> None:
         generated = (usage or {}).get("completion_tokens")
@@ -282,3 +263,31 @@ class _Candidate:
 def _trusted(average: Ewma, now: float) -> float:
     """The average, or 0 (unknown) while it rests on too little recent evidence."""
     return average.value() if average.weight(now) >= TRUSTED_SAMPLES else 0.0
+
+
+class _Streaming(Watcher):
+    """A streamed attempt's endpoint: prefilling until its first event (its time to first event
+    observed then), outstanding until it ends, its decode speed observed when it ends whole."""
+
+    __slots__ = ("_balance", "_before", "_first", "_state", "_tokens", "_trace")
+
+    def __init__(
+        self, balance: Balance, state: EndpointState, tokens: float, trace: Trace, before: float
+    ) -> None:
+        self._balance, self._state, self._tokens = balance, state, tokens
+        self._trace, self._before = trace, before
+        self._first: float | None = None
+
+    def first(self, event: Event) -> None:
+        del event
+        self._first = first = self._trace.upstream_seconds - self._before
+        self._balance.prefilled(self._state, first)
+
+    async def end(self, ended: Ended) -> None:
+        state, first = self._state, self._first
+        if first is None:
+            state.prefilling -= 1
+        self._balance.release(state, self._tokens)
+        if ended.error is None:
+            total = self._trace.upstream_seconds - self._before
+            self._balance.observe_speed(state, ended.usage, total - (first or 0.0))

@@ -23,7 +23,7 @@ from levergate.config import MaxWaitSettings, RateLimitsSettings, TrafficSetting
 from levergate.core.call import Call
 from levergate.core.clock import Clock
 from levergate.core.controls import Priority
-from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.reply import Completed, Ended, Reply, Watcher
 from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamRejected, UpstreamTimeout
 from levergate.layers.traffic.metrics import TrafficMetrics
@@ -163,34 +163,15 @@ class Limits:
         try:
             reply = await self._inner(call)
         except BaseException as exc:
-            self._finish(dropped=_is_drop(exc), started=admitted)
+            self.finish(dropped=_is_drop(exc), started=admitted)
             raise
         if isinstance(reply, Completed):
-            await self._correct(call, estimate, reply.usage, background)
-            self._finish(dropped=False, started=admitted)
+            await self.correct(call, estimate, reply.usage, background)
+            self.finish(dropped=False, started=admitted)
             return reply
-        return reply.through(
-            lambda events: self._watch(call, estimate, admitted, events, background)
-        )
+        return reply.watch(_Streaming(self, call, estimate, admitted, background))
 
-    async def _watch(
-        self, call: Call, estimate: int, started: float, events: EventSource, background: bool
-    ) -> EventSource:
-        usage: dict[str, Any] | None = None
-        dropped = False
-        try:
-            async for event in events:
-                if (found := event.usage()) is not None:
-                    usage = found
-                yield event
-        except BaseException as exc:
-            dropped = _is_drop(exc)
-            raise
-        finally:
-            self._finish(dropped=dropped, started=started)
-            await self._correct(call, estimate, usage, background)
-
-    async def _correct(
+    async def correct(
         self, call: Call, estimate: int, usage: dict[str, Any] | None, background: bool
     ) -> None:
         if not usage:
@@ -203,7 +184,7 @@ class Limits:
         if fixes:
             await self._store.adjust(fixes)
 
-    def _finish(self, *, dropped: bool, started: float) -> None:
+    def finish(self, *, dropped: bool, started: float) -> None:
         self.in_flight -= 1
         self._room.release()
         if self._aimd is None:
@@ -220,3 +201,21 @@ def _is_drop(exc: BaseException) -> bool:
     if isinstance(exc, UpstreamRejected):
         return exc.upstream_status == 429
     return isinstance(exc, UpstreamTimeout)
+
+
+class _Streaming(Watcher):
+    """A streamed answer holds its permit until it ends; its tokens are corrected then to the
+    usage it reported, even when cut short (it used them up to where it was cut)."""
+
+    __slots__ = ("_background", "_call", "_estimate", "_limits", "_started")
+
+    def __init__(
+        self, limits: Limits, call: Call, estimate: int, started: float, background: bool
+    ) -> None:
+        self._limits, self._call, self._estimate = limits, call, estimate
+        self._started, self._background = started, background
+
+    async def end(self, ended: Ended) -> None:
+        error = ended.error
+        self._limits.finish(dropped=error is not None and _is_drop(error), started=self._started)
+        await self._limits.correct(self._call, self._estimate, ended.usage, self._background)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from levergate.core.call import Call
 from levergate.core.clock import Clock
-from levergate.core.reply import Completed, EventSource, Reply
+from levergate.core.reply import Completed, Ended, Reply, Watcher
 from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from levergate.layers.traffic.endpoints import EjectionGroup, EndpointState
@@ -29,7 +29,9 @@ if TYPE_CHECKING:
     from levergate.layers.traffic.keys import EndpointKey
 
 
-class OutlierEjection:
+class OutlierEjection(Watcher):
+    """Its own stream watcher: a stream's outcome is settled when it ends (no per-request state)."""
+
     @classmethod
     def layer(cls, key: EndpointKey, *, shared: Shared) -> Layer:
         t = shared.traffic
@@ -63,18 +65,10 @@ class OutlierEjection:
         if isinstance(reply, Completed):
             self._settle(None)
             return reply
-        return reply.through(self._watch)
+        return reply.watch(self)
 
-    async def _watch(self, events: EventSource) -> EventSource:
-        outcome: BaseException | None = None
-        try:
-            async for event in events:
-                yield event
-        except BaseException as exc:
-            outcome = exc
-            raise
-        finally:
-            self._settle(outcome)
+    async def end(self, ended: Ended) -> None:
+        self._settle(ended.error)
 
     def _settle(self, exc: BaseException | None) -> None:
         now = self._clock.now()

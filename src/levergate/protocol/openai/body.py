@@ -178,17 +178,19 @@ def _in_range(body: dict[str, Any], param: str, lowest: int, highest: int) -> No
 
 def has_generated_token(chunk: Mapping[str, Any]) -> bool:
     """True when a stream chunk carries generated output (content, a tool call, or text) rather
-    than only the role preamble or usage: the moment TTFT is measured at."""
+    than only the role preamble or usage: the moment TTFT is measured at. Asked of every event
+    of every stream, so its objects are checked as the parsed JSON's dicts (an ABC's
+    `isinstance` is a Python call each)."""
     choices = chunk.get("choices")
     if not isinstance(choices, list):
         return chunk.get("type") in RESPONSE_DELTAS and bool(chunk.get("delta"))
     for choice in choices:
-        if not isinstance(choice, Mapping):
+        if not isinstance(choice, dict):
             continue
         if choice.get("text"):
             return True
         delta = choice.get("delta")
-        if isinstance(delta, Mapping) and (
+        if isinstance(delta, dict) and (
             delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content")
         ):
             return True

@@ -146,7 +146,7 @@ async def _frames(stream: Stream, opening: list[Event]) -> AsyncGenerator[bytes,
         if opening:
             yield b"".join([encode(event.data) for event in opening])
         async for event in stream:
-            yield encode(event.data)
+            yield b"data: " + event.data + b"\n\n"  # `encode`, inline: every event passes here
         yield DONE_FRAME
     except LevergateError as exc:
         log.warning("stream ended by %s: %s", type(exc).__name__, exc.message)

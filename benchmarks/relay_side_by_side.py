@@ -1,0 +1,277 @@
+"""levergate's default proxy path against a bare relay, side by side in one run (issue 22).
+
+Three targets behind one `levergate sim` (0 ms upstream latency), each its own process:
+direct (the simulator itself), a bare relay (`bare_relay.py`: uvicorn + uvloop + httptools
+relaying with aiohttp, nothing else) and `levergate serve --upstream URL` with its defaults.
+In alternating rounds (direct, relay, levergate, then again) it measures
+
+- requests/s with wrk (a C load generator) at 16 and 64 connections, non-streamed chat
+  requests (no temperature: the exact cache lets them through), and the relay's and the
+  gateway's CPU per request from /proc;
+- at concurrency 1, the p50 round trip of a plain Python socket client (one keep-alive
+  connection, distinct requests);
+- an exact-cache hit (temperature 0, the same request again) through levergate against the
+  same client's round trip straight to the simulator.
+
+Targets (issue 22): levergate >= 0.95x the relay's requests/s at c=16 and c=64, <= 1.1x its CPU
+per request, c=1 p50 within +0.05 ms of the relay's, a cache hit <= 1.5x the direct round trip.
+The machine is shared (two cores, other sessions' tests): every figure is a ratio inside one
+run, and the load average is printed with it.
+
+    .venv/bin/python benchmarks/relay_side_by_side.py [--seconds 5] [--rounds 2] [--smoke]
+
+Writes benchmarks/results/relay_side_by_side.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import (
+    Output,
+    add_output_options,
+    cpu_seconds,
+    free_port,
+    need_tool,
+    stamp,
+    stop,
+    wait_port,
+)
+
+HERE = Path(__file__).resolve().parent
+LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
+TARGETS = ("direct", "relay", "levergate")
+BODY = {"model": "sim-small", "max_tokens": 16, "messages": [{"role": "user", "content": "hello"}]}
+
+
+@dataclass(frozen=True)
+class Plan:
+    seconds: int
+    rounds: int
+    connections: tuple[int, ...] = (16, 64)
+    requests: int = 400  # per round-trip measurement
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Plan:
+        if args.smoke:
+            return cls(1, 1, connections=(16,), requests=20)
+        return cls(args.seconds, args.rounds)
+
+
+@contextmanager
+def started(
+    command: list[str], port: int, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})  # fmt: skip
+    try:
+        wait_port(port, proc=proc)
+        yield proc
+    finally:
+        stop(proc, seconds=15)
+
+
+def wrk(url: str, connections: int, seconds: int, lua: Path, pid: int | None) -> dict[str, Any]:
+    before = cpu_seconds(pid) if pid else 0.0
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(lua),
+         url + "/v1/chat/completions"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    used = cpu_seconds(pid) - before if pid else 0.0
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {
+        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
+        "requests": total,
+        "non_2xx": int(errors.group(1)) if errors else 0,
+        "cpu_ms_per_request": 1000 * used / max(1, total) if pid else None,
+    }
+
+
+def round_trips(port: int, *, requests: int, same: dict[str, Any] | None = None) -> float:
+    """p50 ms of a request's whole round trip from a plain Python socket client on one
+    keep-alive connection: distinct requests, or `same` every time (a cache hit after the
+    first). The first tenth is a warm-up."""
+    times = []
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(requests):
+            body = same or {**BODY, "messages": [{"role": "user", "content": f"hello {i}"}]}
+            raw = json.dumps(body).encode()
+            request = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                       b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                       % (len(raw), raw))  # fmt: skip
+            started_at = time.perf_counter()
+            sock.sendall(request)
+            _read_response(sock)
+            times.append(1000 * (time.perf_counter() - started_at))
+    return statistics.median(times[requests // 10 :])
+
+
+def _read_response(sock: socket.socket) -> None:
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += sock.recv(65536)
+    head, _, body = received.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"answered {head.splitlines()[0]!r}")
+    found = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+    if found is None:
+        raise RuntimeError("no content-length")
+    while len(body) < int(found.group(1)):
+        body += sock.recv(65536)
+
+
+def run(plan: Plan, baseline: Path | None) -> dict[str, Any]:
+    """`baseline`: another tree's `src`, served as a fourth target ("levergate baseline"), so a
+    change is measured before and after in the same run."""
+    need_tool("wrk")
+    targets = (*TARGETS, "levergate baseline") if baseline else TARGETS
+    lua = Path(tempfile.mkdtemp()) / "post.lua"
+    lua.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                   f"wrk.body = {json.dumps(json.dumps(BODY))}\n")  # fmt: skip
+    ports = {name: free_port() for name in targets}
+    sim = f"http://127.0.0.1:{ports['direct']}"
+    commands = {
+        "direct": [*LEVERGATE, "sim", "--port", str(ports["direct"]), "--ttft-ms", "0"],
+        "relay": [sys.executable, str(HERE / "bare_relay.py"), "--port", str(ports["relay"]),
+                  "--upstream", sim],
+        **{name: [*LEVERGATE, "serve", "--upstream", sim + "/v1", "--port", str(ports[name])]
+           for name in targets if name.startswith("levergate")},
+    }  # fmt: skip
+    envs = {"levergate baseline": {"PYTHONPATH": str(baseline)}} if baseline else {}
+    rows: list[dict[str, Any]] = []
+    trips: dict[str, list[float]] = {name: [] for name in (*targets, "levergate cache hit")}
+    hit = {**BODY, "temperature": 0}
+    with ExitStack() as stack:
+        pids = {name: stack.enter_context(started(commands[name], ports[name], envs.get(name))).pid
+                for name in targets}  # fmt: skip
+        for name in targets:  # warm-up: imports, pools, first-use caches
+            wrk(f"http://127.0.0.1:{ports[name]}", 16, 1, lua, None)
+        for index in range(plan.rounds):
+            for connections in plan.connections:
+                for name in targets:
+                    pid = pids[name] if name != "direct" else None
+                    row = wrk(
+                        f"http://127.0.0.1:{ports[name]}", connections, plan.seconds, lua, pid
+                    )
+                    rows.append({"round": index + 1, "target": name,
+                                 "connections": connections, **row})  # fmt: skip
+                    print(json.dumps(rows[-1]), flush=True)
+            for name in targets:
+                trips[name].append(round_trips(ports[name], requests=plan.requests))
+            trips["levergate cache hit"].append(
+                round_trips(ports["levergate"], requests=plan.requests, same=hit)
+            )
+    return {"rows": rows, "round_trip_p50_ms": trips, "load_average": os.getloadavg()}
+
+
+def summary(data: dict[str, Any]) -> dict[str, Any]:
+    """Ratios to the relay, per connection count: medians over the rounds."""
+    out: dict[str, Any] = {}
+    for connections in sorted({r["connections"] for r in data["rows"]}):
+
+        def median(target: str, key: str, c: int = connections) -> float:
+            rows = data["rows"]
+            found = [r[key] for r in rows if r["target"] == target and r["connections"] == c]
+            return float(statistics.median(found))
+
+        out[f"c{connections}"] = row = {
+            "direct_rps": median("direct", "rps"), "relay_rps": median("relay", "rps"),
+            "levergate_rps": median("levergate", "rps"),
+            "rps_ratio": median("levergate", "rps") / median("relay", "rps"),
+            "relay_cpu_ms": median("relay", "cpu_ms_per_request"),
+            "levergate_cpu_ms": median("levergate", "cpu_ms_per_request"),
+            "cpu_ratio": median("levergate", "cpu_ms_per_request")
+            / median("relay", "cpu_ms_per_request"),
+        }  # fmt: skip
+        if data.get("baseline"):
+            row["baseline_rps_ratio"] = median("levergate baseline", "rps") / row["relay_rps"]
+            row["baseline_cpu_ratio"] = (median("levergate baseline", "cpu_ms_per_request")
+                                         / row["relay_cpu_ms"])  # fmt: skip
+    trips = {name: statistics.median(values) for name, values in data["round_trip_p50_ms"].items()}
+    out["c1"] = {
+        **trips,
+        "levergate_minus_relay_ms": trips["levergate"] - trips["relay"],
+        "cache_hit_over_direct": trips["levergate cache hit"] / trips["direct"],
+    }
+    return out
+
+
+def markdown(data: dict[str, Any]) -> str:
+    s = data["summary"]
+    load = ", ".join(f"{x:.2f}" for x in data["load_average"])
+    lines = [
+        f"# levergate against a bare relay ({data['date']}, {data['machine']})", "",
+        (f"One run, {data['rounds']} alternating rounds of {data['seconds']} s per target "
+         f"(direct | bare relay | levergate), wrk -t1, 0 ms simulator; load average at the end "
+         f"{load} (a shared machine). Ratios are medians over the rounds."), "",
+        ("| connections | direct req/s | relay req/s | levergate req/s | levergate / relay "
+         "| relay CPU ms/req | levergate CPU ms/req | CPU levergate / relay |"),
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    for key, row in s.items():
+        if key == "c1":
+            continue
+        lines.append(
+            f"| {key[1:]} | {row['direct_rps']:,.0f} | {row['relay_rps']:,.0f} | "
+            f"{row['levergate_rps']:,.0f} | {row['rps_ratio']:.2f}x | {row['relay_cpu_ms']:.3f} | "
+            f"{row['levergate_cpu_ms']:.3f} | {row['cpu_ratio']:.2f}x |"
+        )
+        if "baseline_rps_ratio" in row:
+            lines.append(f"| {key[1:]}, baseline ({data['baseline']}) | | | | "
+                         f"{row['baseline_rps_ratio']:.2f}x | | | "
+                         f"{row['baseline_cpu_ratio']:.2f}x |")  # fmt: skip
+    c1 = s["c1"]
+    lines += [
+        "", "Concurrency 1, a Python socket client's round trip (p50 ms):", "",
+        "| direct | relay | levergate | levergate - relay | cache hit | hit / direct |",
+        "|---:|---:|---:|---:|---:|---:|",
+        (f"| {c1['direct']:.3f} | {c1['relay']:.3f} | {c1['levergate']:.3f} | "
+         f"{c1['levergate_minus_relay_ms']:+.3f} | {c1['levergate cache hit']:.3f} | "
+         f"{c1['cache_hit_over_direct']:.2f}x |"),
+        "", "Every wrk run, in order:", "",
+        "| round | connections | target | req/s | non-2xx | CPU ms/req |",
+        "|---|---|---|---:|---:|---:|",
+    ]  # fmt: skip
+    for r in data["rows"]:
+        cpu = "-" if r["cpu_ms_per_request"] is None else f"{r['cpu_ms_per_request']:.3f}"
+        lines.append(f"| {r['round']} | {r['connections']} | {r['target']} | {r['rps']:,.0f} | "
+                     f"{r['non_2xx']} | {cpu} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--baseline", type=Path, help="another tree's src/, a fourth target")
+    parser.add_argument("--baseline-name", default="baseline", help="what the baseline is")
+    add_output_options(parser)
+    args = parser.parse_args()
+    out = Output.of(args)
+    plan = Plan.of(args)
+    data = {**stamp(), "seconds": plan.seconds, "rounds": plan.rounds,
+            "baseline": args.baseline_name if args.baseline else None,
+            **run(plan, args.baseline)}  # fmt: skip
+    data["summary"] = summary(data)
+    out.write("relay_side_by_side", data, markdown(data))
+
+
+if __name__ == "__main__":
+    main()
