@@ -111,6 +111,13 @@ def compare(lever: str, base: Mapping[str, Any], variant: Mapping[str, Any]) -> 
     return found
 
 
+def _advice(row: Mapping[str, Any], route: str, monthly: float, share: float) -> str:
+    slower = ", at a slower TTFT p95" if (row["ttft_p95_change_ms"] or 0.0) > 0 else ""
+    quality = row["caveat"].split(":")[0].split(". ")[0]
+    return (f"turn on {LABELS[row['lever']]} for route {route}: -${monthly:,.2f}/month "
+            f"({share:.0%} of its spend){slower}; quality: {quality}")  # fmt: skip
+
+
 def _recommend(
     levers: list[tuple[dict[str, Any], Mapping[str, Any]]], base: Mapping[str, Any], span: float
 ) -> list[dict[str, Any]]:
@@ -122,15 +129,10 @@ def _recommend(
             saved = paid - variant["by_route"].get(route, 0.0)
             if saved <= 1e-12:
                 continue
-            monthly = saved * scale
-            slower = (row["ttft_p95_change_ms"] or 0.0) > 0
             found.append({
                 "lever": row["lever"], "route": route, "saved_usd": saved,
-                "monthly_usd": monthly, "share": saved / paid if paid > 0 else 0.0,
-                "text": (f"turn on {LABELS[row['lever']]} for route {route}: -${monthly:,.2f}/month "
-                         f"({saved / paid:.0%} of its spend)"
-                         + (", at a slower TTFT p95" if slower else "")
-                         + f"; quality: {row['caveat'].split(':')[0].split('.')[0]}"),
+                "monthly_usd": saved * scale, "share": saved / paid if paid > 0 else 0.0,
+                "text": _advice(row, route, saved * scale, saved / paid if paid > 0 else 0.0),
             })  # fmt: skip
     found.sort(key=lambda r: -r["monthly_usd"])
     return found[:MAX_RECOMMENDATIONS]
@@ -199,7 +201,10 @@ def _latency(given: Input, timing: Timing) -> dict[str, Any]:
                                       else latency.tokens_per_second)  # fmt: skip
         return found
 
-    how = ("fitted to the logged timings per answering model (analyze/fit.py)" if given.timings
-           else "assumed: the input has no timings (the benchmarks' simulator settings)")  # fmt: skip
+    how = (
+        "fitted to the logged timings per answering model (analyze/fit.py)"
+        if given.timings
+        else "assumed: the input has no timings (the benchmarks' simulator settings)"
+    )
     return {"how": how, "overall": one(timing.overall), "hit_seconds": timing.hit_seconds,
             "models": {m: one(v) for m, v in sorted(timing.latency.items())}}  # fmt: skip

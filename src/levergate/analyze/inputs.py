@@ -189,7 +189,8 @@ def _filled(requests: list[Req], skipped: Skipped) -> list[Req]:
     fingerprint (module docstring)."""
     last: dict[str, Req] = {}
     out: list[Req] = []
-    for req in requests:
+    for given in requests:
+        req = given
         if req.fp is not None and not req.hit:
             last[req.fp] = req
         if req.hit:
@@ -255,12 +256,28 @@ def from_trace(records: Iterable[TraceRecord], *, model: str, source: str) -> In
     blocks (equal ids, equal prefixes); Azure's rows have sizes and times only."""
     found = [
         Req(
-            arrival=r.offset_s, tenant="", feature="", model=model, alias=model, upstream="",
-            fp=None, det=False, n=1, blocks=r.hash_ids,
+            arrival=r.offset_s,
+            tenant="",
+            feature="",
+            model=model,
+            alias=model,
+            upstream="",
+            fp=None,
+            det=False,
+            n=1,
+            blocks=r.hash_ids,
             block_tokens=float(MOONCAKE_BLOCK_TOKENS) if r.hash_ids else 0.0,
-            prompt=r.input_tokens, cached=0, written=0, output=r.output_tokens, ttft=None,
-            total=None, not_after=None, defer=False, hit=False, body=False,
-        )  # fmt: skip
+            prompt=r.input_tokens,
+            cached=0,
+            written=0,
+            output=r.output_tokens,
+            ttft=None,
+            total=None,
+            not_after=None,
+            defer=False,
+            hit=False,
+            body=False,
+        )
         for r in records
     ]
     found.sort(key=lambda r: r.arrival)

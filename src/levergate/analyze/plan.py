@@ -17,7 +17,7 @@ a change to one is reported as not evaluable, with the reason.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,20 +75,23 @@ def plan_of(settings: Settings) -> Plan:
         balance_default=strategy,
         affinity_ttl=settings.traffic.balance.affinity.ttl_seconds,
         endpoints=endpoints,
-        anthropic=frozenset(name for name, ups in endpoints.items()
-                            if any(kinds.get(u) == "anthropic" for u in ups)),  # fmt: skip
+        anthropic=frozenset(
+            name for name, ups in endpoints.items() if any(kinds.get(u) == "anthropic" for u in ups)
+        ),
         breakpoints=pc.enabled and pc.breakpoints.enabled,
         defer=defer,
         catalog=Catalog.build(settings),
         compared={
             "prompt_cache_key": pc.enabled and pc.openai_cache_key != "off",
-            "semantic": (settings.cache.semantic.model_dump(),
-                         sorted(n for n, r in _rules(settings.cache) if r.semantic)),
+            "semantic": (
+                settings.cache.semantic.model_dump(),
+                sorted(n for n, r in _rules(settings.cache) if r.semantic),
+            ),
             "route": settings.routing.model_dump(),
             "trim": settings.trim.model_dump(),
             "cascade": settings.cascade.model_dump(),
         },
-    )  # fmt: skip
+    )
 
 
 def _rules(cache: CacheSettings) -> list[tuple[str, Any]]:
@@ -105,7 +108,7 @@ def _exact_part(plan: Plan) -> Any:
 
 def changed(baseline: Plan, candidate: Plan) -> list[str]:
     """The levers the candidate sets otherwise than the baseline, in `LEVERS` order."""
-    parts = {
+    parts: dict[str, Callable[[Plan], Any]] = {
         "exact": _exact_part,
         "affinity": lambda p: (sorted(p.balance.items()), p.balance_default, p.affinity_ttl),
         "breakpoints": lambda p: p.breakpoints,

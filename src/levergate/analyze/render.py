@@ -40,12 +40,15 @@ def _sides(a: Mapping[str, Any]) -> list[str]:
     rows = [["", "baseline", "candidate", "change"],
             ["cost", _usd(base["cost_usd"]), _usd(cand["cost_usd"]),
              f"{_usd(total['change_usd'])} ({_share(total['change_share'])})"]]  # fmt: skip
-    for name in ("ttft_p50", "ttft_p95", "total_p50", "total_p95"):
-        rows.append([f"{name.replace('_', ' ')} ms", _ms(base[f"{name}_ms"]),
-                     _ms(cand[f"{name}_ms"]), _ms(total[f"{name}_change_ms"], sign=True)])  # fmt: skip
-    for name, label in (("exact_hits", "exact-cache hits"), ("coalesced", "coalesced"),
-                        ("cached_tokens", "prompt tokens cached"), ("deferred", "deferred")):  # fmt: skip
-        rows.append([label, f"{base[name]:,}", f"{cand[name]:,}", f"{cand[name] - base[name]:+,}"])
+    rows += [
+        [f"{n.replace('_', ' ')} ms", _ms(base[f"{n}_ms"]), _ms(cand[f"{n}_ms"]),
+         _ms(total[f"{n}_change_ms"], sign=True)]
+        for n in ("ttft_p50", "ttft_p95", "total_p50", "total_p95")
+    ]  # fmt: skip
+    counts = (("exact_hits", "exact-cache hits"), ("coalesced", "coalesced"),
+              ("cached_tokens", "prompt tokens cached"), ("deferred", "deferred"))  # fmt: skip
+    rows += [[label, f"{base[n]:,}", f"{cand[n]:,}", f"{cand[n] - base[n]:+,}"]
+             for n, label in counts]  # fmt: skip
     return _grid(rows)
 
 
@@ -54,11 +57,12 @@ def _levers(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if not evaluated:
         return ["(no lever the candidate changes could be evaluated)"]
     grid = [["lever alone", "cost change", "share", "TTFT p95 ms", "total p95 ms", "hit rate"]]
-    for r in evaluated:
-        grid.append([LABELS[r["lever"]], _usd(r["change_usd"]), _share(r["change_share"]),
-                     _ms(r["ttft_p95_change_ms"], sign=True),
-                     _ms(r["total_p95_change_ms"], sign=True),
-                     f"{r['baseline_hit_rate']:.1%} -> {r['hit_rate']:.1%}"])  # fmt: skip
+    grid += [
+        [LABELS[r["lever"]], _usd(r["change_usd"]), _share(r["change_share"]),
+         _ms(r["ttft_p95_change_ms"], sign=True), _ms(r["total_p95_change_ms"], sign=True),
+         f"{r['baseline_hit_rate']:.1%} -> {r['hit_rate']:.1%}"]
+        for r in evaluated
+    ]  # fmt: skip
     lines = _grid(grid)
     lines += ["", "quality caveats:"]
     lines += [f"  {LABELS[r['lever']]}: {r['caveat']}" for r in evaluated]
@@ -83,8 +87,8 @@ def table(a: Mapping[str, Any]) -> str:
     logged = a["logged_cost_usd"]
     if logged is not None:
         off = (a["baseline"]["cost_usd"] / logged - 1.0) if logged > 0 else 0.0
-        out += ["", f"check: the log says these requests cost {_usd(logged)}; the baseline "
-                f"replayed, {_usd(a['baseline']['cost_usd'])} ({off:+.1%})"]  # fmt: skip
+        out += ["", (f"check: the log says these requests cost {_usd(logged)}; the baseline "
+                f"replayed, {_usd(a['baseline']['cost_usd'])} ({off:+.1%})")]  # fmt: skip
     skipped = [f"{i['malformed']:,} malformed lines" if i["malformed"] else "",
                f"{i['errors_left_out']:,} failed requests" if i["errors_left_out"] else "",
                f"{i['without_replay_features']:,} without replay features"

@@ -18,11 +18,11 @@ Per request, in the pipeline's order:
    (`policies.affinity.OwnerTable`, ties by rendezvous hashing on the first block); otherwise
    the endpoint the log says served it, or round robin when it does not say.
 4. The provider's prompt cache, one per endpoint and alias, as the simulator emulates it
-   (simulator/prompt_cache.py): OpenAI-style providers cache every prefix of at least 1,024
-   tokens, read back in 128-token steps within `ttl_seconds`; Anthropic ones only behind
+   (simulator/prompt_cache.py): OpenAI-style providers cache every prefix of at least
+   1,024 tokens, read back in 128-token steps within `ttl_seconds`; Anthropic ones only behind
    breakpoints (automatic breakpoints on: the whole-block prefix is written, then read, at the
-   catalog's cache write and read prices, for 5 minutes refreshed on use). Prefixes are the chained block digests, so a
-   prediction is exact to a block (~256 tokens).
+   catalog's cache write and read prices, for 5 minutes refreshed on use). Prefixes are the
+   chained block digests, so a prediction is exact to a block (~256 tokens).
 5. Latency: a request keeps its own logged times shifted by the fitted prefill cost of the
    change in its uncached prompt (analyze/fit.py); one with no logged times takes the model's.
 
@@ -204,70 +204,79 @@ def _deferred(plan: Plan, req: Req, rates: Rates) -> bool:
 
 def replay(plan: Plan, requests: Sequence[Req], timing: Timing) -> Run:
     """Replay `requests` (in arrival order) under `plan` (module docstring)."""
-    run = Run()
-    exact, prompts, endpoints = _Exact(), _Prompts(), _Endpoints(plan)
-    rates_of: dict[str, Rates] = {}
+    replayer = _Replayer(plan, timing)
     for req in requests:
-        now = req.arrival
+        replayer.one(req)
+    return replayer.run
+
+
+class _Replayer:
+    """One configuration's state while its replay runs."""
+
+    def __init__(self, plan: Plan, timing: Timing) -> None:
+        self.plan, self.timing, self.run = plan, timing, Run()
+        self.exact, self.prompts, self.endpoints = _Exact(), _Prompts(), _Endpoints(plan)
+        self.rates: dict[str, Rates] = {}
+
+    def one(self, req: Req) -> None:
+        now, run, exact = req.arrival, self.run, self.exact
         exact.advance(now)
         run.requests += 1
-        keyed = _cache_key(plan, req)
+        keyed = _cache_key(self.plan, req)
         if keyed is not None:
-            key, ttl = keyed
-            expiry = exact.entries.get(key)
+            expiry = exact.entries.get(keyed[0])
             if expiry is not None and expiry > now:
                 run.exact_hits += 1
-                run.ttft.append(timing.hit_seconds)
-                run.total.append(timing.hit_seconds)
-                continue
-            done = exact.flight.get(key)
-            if done is not None and plan.cache is not None and plan.cache.coalesce:
+                run.ttft.append(self.timing.hit_seconds)
+                run.total.append(self.timing.hit_seconds)
+                return
+            done = exact.flight.get(keyed[0])
+            if done is not None and self.plan.cache is not None and self.plan.cache.coalesce:
                 run.coalesced += 1
                 run.total.append(max(0.0, done - now))
-                continue
-        rates = rates_of.get(req.alias)
-        if rates is None:
-            rates = rates_of[req.alias] = plan.catalog.rates(req.alias)
-        finish = _upstream(run, plan, req, rates, timing, prompts, endpoints)
+                return
+        finish = self._upstream(req)
         if keyed is not None:
             exact.fill(keyed[0], finish, keyed[1])
-    return run
 
+    def _prompt_cache(self, req: Req) -> tuple[int, int]:
+        """(read, written) prompt tokens at the provider's cache of the endpoint chosen."""
+        if not (req.blocks and req.block_tokens):
+            return 0, 0
+        scope = (self.endpoints.choose(req, req.arrival), req.alias)
+        if req.alias not in self.plan.anthropic:
+            return self.prompts.openai(scope, req, req.arrival), 0
+        if self.plan.breakpoints:
+            return self.prompts.anthropic(scope, req, req.arrival)
+        return 0, 0
 
-def _upstream(
-    run: Run, plan: Plan, req: Req, rates: Rates, timing: Timing, prompts: _Prompts,
-    endpoints: _Endpoints,
-) -> float:  # fmt: skip
-    """Price and time one request sent upstream; when its answer completes."""
-    now = req.arrival
-    scope = (endpoints.choose(req, now), req.alias)
-    read = written = 0
-    if req.blocks and req.block_tokens:
-        if req.alias in plan.anthropic:
-            if plan.breakpoints:
-                read, written = prompts.anthropic(scope, req, now)
+    def _upstream(self, req: Req) -> float:
+        """Price and time one request sent upstream; when its answer completes."""
+        run, now = self.run, req.arrival
+        rates = self.rates.get(req.alias)
+        if rates is None:
+            rates = self.rates[req.alias] = self.plan.catalog.rates(req.alias)
+        read, written = self._prompt_cache(req)
+        uncached = req.prompt - read - written
+        deferred = _deferred(self.plan, req, rates)
+        usd = cost(Tokens(uncached, read, written, req.output),
+                   rates.batched() if deferred else rates)  # fmt: skip
+        run.cost_usd += usd
+        run.by_route[req.model] += usd
+        run.prompt_tokens += req.prompt
+        run.cached_tokens += read
+        run.written_tokens += written
+        latency = self.timing.latency.get(req.alias, self.timing.overall)
+        if req.total is not None:
+            shift = latency.shift(uncached - (req.prompt - req.cached - req.written))
+            total = max(0.0, req.total + shift)
+            ttft = None if req.ttft is None else max(0.0, req.ttft + shift)
         else:
-            read = prompts.openai(scope, req, now)
-    uncached = req.prompt - read - written
-    deferred = _deferred(plan, req, rates)
-    paid = rates.batched() if deferred else rates
-    usd = cost(Tokens(uncached, read, written, req.output), paid)
-    run.cost_usd += usd
-    run.by_route[req.model] += usd
-    run.prompt_tokens += req.prompt
-    run.cached_tokens += read
-    run.written_tokens += written
-    latency = timing.latency.get(req.alias, timing.overall)
-    if req.total is not None:
-        shift = latency.shift(uncached - (req.prompt - req.cached - req.written))
-        total = max(0.0, req.total + shift)
-        ttft = None if req.ttft is None else max(0.0, req.ttft + shift)
-    else:
-        total, ttft = latency.total(uncached, req.output), latency.ttft(uncached)
-    if deferred:
-        run.deferred += 1
-    else:
-        run.total.append(total)
-        if ttft is not None:
-            run.ttft.append(ttft)
-    return now + total if math.isfinite(total) else now
+            total, ttft = latency.total(uncached, req.output), latency.ttft(uncached)
+        if deferred:
+            run.deferred += 1
+        else:
+            run.total.append(total)
+            if ttft is not None:
+                run.ttft.append(ttft)
+        return now + total if math.isfinite(total) else now

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     candidate = Settings.load(args.config)  # a bad field: ConfigError, before any reading
     baseline = Settings.load(args.baseline) if args.baseline else Settings.load()
     progress = Progress(quiet=args.quiet or args.as_json)
-    given = _read(args, baseline)
+    given = _read(args)
     if given is None:
         return ExitCode.UNREACHABLE
     for line in given.skipped.lines:
@@ -102,7 +102,7 @@ def _range(args: argparse.Namespace) -> str:
     return " matching " + ", ".join(f"{k}={v}" for k, v in given.items()) if given else ""
 
 
-def _read(args: argparse.Namespace, baseline: Settings) -> Any:
+def _read(args: argparse.Namespace) -> Any:
     from levergate.analyze.inputs import Skipped, from_bodies, from_records, read_lines
 
     skipped = Skipped()

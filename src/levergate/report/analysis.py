@@ -57,9 +57,11 @@ def _lists(a: Mapping[str, Any]) -> str:
     missing = "".join(f"<li><b>{escape(r['lever'])}</b>: {escape(r['reason'])}</li>"
                       for r in a["not_evaluable"])  # fmt: skip
     ranked = "".join(f"<li>{escape(r['text'])}</li>" for r in a["recommendations"])
-    return ((f"<h2>Not evaluable</h2><ul>{missing}</ul>" if missing else "")
-            + (f"<h2>Recommendations</h2><ol>{ranked}</ol>" if ranked else
-               "<h2>Recommendations</h2><p class=sub>No evaluated lever saves on this input.</p>"))  # fmt: skip
+    advice = (f"<ol>{ranked}</ol>" if ranked
+              else "<p class=sub>No evaluated lever saves on this input.</p>")  # fmt: skip
+    return (f"<h2>Not evaluable</h2><ul>{missing}</ul>" if missing else "") + (
+        f"<h2>Recommendations</h2>{advice}"
+    )
 
 
 def html(a: Mapping[str, Any]) -> str:

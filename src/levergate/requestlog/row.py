@@ -5,9 +5,9 @@ The columns are the `RequestRecord`'s (layers/measure/record.py, schema 4) flatt
 filtered or summed on has a column of its own (times, tenant, key, model, outcome, latency, the
 four token buckets, cost, the savings of each `Lever`, the service tier), the rest of the
 decisions (the route decision, escalation reasons, failed endpoints, side spends, notes, the
-micro-batch, how the tier was decided) are one JSON `detail`, and what `levergate analyze` replays
-(fingerprint, prefix digests, deadlines: requestlog/features.py) one JSON `replay`. Money is US dollars as the ledger
-priced it, so the log's sums are `/metrics`' sums.
+micro-batch, how the tier was decided) are one JSON `detail`, and what `levergate analyze`
+replays (fingerprint, prefix digests, deadlines: requestlog/features.py) one JSON `replay`.
+Money is US dollars as the ledger priced it, so the log's sums are `/metrics`' sums.
 """
 
 from __future__ import annotations
