@@ -104,7 +104,7 @@ def compare(lever: str, base: Mapping[str, Any], variant: Mapping[str, Any]) -> 
         "change_share": change / base["cost_usd"] if base["cost_usd"] > 0 else 0.0,
         "hit_rate": _rate(lever, variant), "baseline_hit_rate": _rate(lever, base),
     }  # fmt: skip
-    for name in ("ttft_p50_ms", "ttft_p95_ms", "total_p50_ms", "total_p95_ms"):
+    for name in ("ttft_p50_ms", "ttft_p95_ms", "total_p50_ms", "total_p95_ms", "total_mean_ms"):
         found[f"{name[:-3]}_change_ms"] = _change(variant[name], base[name])
     if lever in CAVEAT_OF:
         found["caveat"] = CAVEATS[CAVEAT_OF[lever]]

@@ -90,6 +90,8 @@ class Run:
             "written_tokens": self.written_tokens,
             "ttft_p50_ms": at(self.ttft, 50.0), "ttft_p95_ms": at(self.ttft, 95.0),
             "total_p50_ms": at(self.total, 50.0), "total_p95_ms": at(self.total, 95.0),
+            "total_mean_ms": math.fsum(self.total) * 1000.0 / len(self.total) if self.total
+            else None,
             "by_route": dict(self.by_route),
         }  # fmt: skip
 

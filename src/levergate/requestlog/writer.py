@@ -30,7 +30,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -144,9 +144,13 @@ class LogWriter:
         metrics: LogMetrics,
         bodies: BodyText,
         clock: Clock | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
+        """`clock`: the gateway's (deadlines are times on it); `wall`: what a row's `ts` is read
+        from (epoch seconds; a virtual-time benchmark passes its loop's clock)."""
         self._store = store
         self._clock = clock or SystemClock()
+        self._wall = wall
         self._s = settings
         self._m = metrics
         self._bodies = bodies
@@ -179,7 +183,7 @@ class LogWriter:
             or record.alias in self._body_models
         ):  # fmt: skip
             captured = self._capture(call, seen)
-        now = time.time()
+        now = self._wall()
         replay = features(call, now=self._clock.now(), wall=now, total=record.timings.total)
         queue.append((now, record, captured, replay))
         if len(queue) == self._batch:
@@ -276,7 +280,7 @@ class LogWriter:
         loop = asyncio.get_running_loop()
         try:
             gone = await loop.run_in_executor(self._executor, lambda: self._store.prune(
-                now=time.time(), max_age_seconds=s.max_age_days * 86400, max_bytes=s.max_bytes,
+                now=self._wall(), max_age_seconds=s.max_age_days * 86400, max_bytes=s.max_bytes,
             ))  # fmt: skip
         except LogStoreError as exc:
             self._m.store_errors.inc()
