@@ -109,7 +109,7 @@ def affinity_requests(count: int) -> list[Req]:
 def sim_settings() -> SimSettings:
     return SimSettings.model_validate({
         "port": 0, "seed": SEED,
-        "latency": {"ttft_ms": 50.0, "prefill_ms_per_token": 0.02, "tokens_per_second": 400.0,
+        "latency": {"ttft_ms": 50.0, "prefill_ms_per_token": 0.1, "tokens_per_second": 400.0,
                     "jitter": 0.1, "per_request": True},
     })  # fmt: skip
 

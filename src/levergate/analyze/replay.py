@@ -42,6 +42,7 @@ from typing import Any
 from levergate.analyze.fit import Latency
 from levergate.analyze.inputs import Req
 from levergate.analyze.plan import Plan
+from levergate.config import CacheSettings
 from levergate.bench.stats import percentile
 from levergate.policies.affinity import OwnerTable, rendezvous
 from levergate.policies.cache_policy import bypass_reason, namespace, rule_for
@@ -152,12 +153,18 @@ class _Prompts:
 
 
 def _depth(entries: Mapping[int, float], blocks: Sequence[int], now: float) -> int:
-    """How many leading blocks are remembered (a chained digest names its whole prefix)."""
-    for depth in range(len(blocks), 0, -1):
-        expiry = entries.get(blocks[depth - 1])
+    """How many leading blocks are remembered, by bisection: remembering a block remembers
+    every block before it until the same time or later (a chained digest names its whole
+    prefix, and nothing is evicted), so the live ones are a leading run."""
+    low, high = 0, len(blocks)  # blocks[:low] live; blocks[high:] not
+    while low < high:
+        mid = (low + high + 1) // 2
+        expiry = entries.get(blocks[mid - 1])
         if expiry is not None and expiry > now:
-            return depth
-    return 0
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 class _Endpoints:
@@ -186,15 +193,12 @@ class _Endpoints:
         return members[turn % len(members)]
 
 
-def _cache_key(plan: Plan, req: Req) -> tuple[tuple[str, str], float] | None:
-    """The exact-cache key and TTL of `req`, or None when the cache would not look it up."""
-    cache = plan.cache
-    if cache is None or req.fp is None:
-        return None
+def _ttl(cache: CacheSettings, req: Req) -> float | None:
+    """The TTL of `req`'s entry, or None when the cache would not look it up."""
     rule = rule_for(cache, model=req.model, feature=req.feature)
     if bypass_reason(rule, {"temperature": 0 if req.det else None, "n": req.n}) is not None:
         return None
-    return (namespace(cache, req.tenant), req.fp), rule.ttl_seconds
+    return rule.ttl_seconds
 
 
 def _deferred(plan: Plan, req: Req, rates: Rates) -> bool:
@@ -219,12 +223,25 @@ class _Replayer:
         self.plan, self.timing, self.run = plan, timing, Run()
         self.exact, self.prompts, self.endpoints = _Exact(), _Prompts(), _Endpoints(plan)
         self.rates: dict[str, Rates] = {}
+        self.ttls: dict[tuple[str, str, bool, int], float | None] = {}  # a rule per shape
+
+    def _cache_key(self, req: Req) -> tuple[tuple[str, str], float] | None:
+        """The exact-cache key and TTL of `req`, or None when the cache would not look it up."""
+        cache = self.plan.cache
+        if cache is None or req.fp is None:
+            return None
+        shape = (req.model, req.feature, req.det, req.n)
+        if shape in self.ttls:
+            ttl = self.ttls[shape]
+        else:
+            ttl = self.ttls[shape] = _ttl(cache, req)
+        return None if ttl is None else ((namespace(cache, req.tenant), req.fp), ttl)
 
     def one(self, req: Req) -> None:
         now, run, exact = req.arrival, self.run, self.exact
         exact.advance(now)
         run.requests += 1
-        keyed = _cache_key(self.plan, req)
+        keyed = self._cache_key(req)
         if keyed is not None:
             expiry = exact.entries.get(keyed[0])
             if expiry is not None and expiry > now:
