@@ -42,8 +42,8 @@ from typing import Any
 from levergate.analyze.fit import Latency
 from levergate.analyze.inputs import Req
 from levergate.analyze.plan import Plan
-from levergate.config import CacheSettings
 from levergate.bench.stats import percentile
+from levergate.config import CacheSettings
 from levergate.policies.affinity import OwnerTable, rendezvous
 from levergate.policies.cache_policy import bypass_reason, namespace, rule_for
 from levergate.policies.pricing import Rates, Tokens, cost
