@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from levergate.analyze.fit import ASSUMED, Point, fit_models
-from levergate.analyze.inputs import Input
+from levergate.analyze.inputs import Input, Req
+from levergate.analyze.parallel import MIN_REQUESTS, run_all
 from levergate.analyze.plan import FAST_LEVERS, Plan, changed, with_lever
 from levergate.analyze.replay import Timing, replay
 from levergate.policies.pricing import Lever
@@ -140,27 +142,32 @@ def _recommend(
 
 def analyse(
     given: Input, *, baseline: Plan, candidate: Plan,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None, fork: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """The analysis of `given` (module docstring)."""
+    """The analysis of `given` (module docstring). `fork`: the replays on two cores when the
+    input is large enough (analyze/parallel.py; only from a single-threaded process)."""
     say = progress or (lambda _: None)
     reqs = given.requests
     timing = timing_of(given)
     started = time.perf_counter()
-    say(f"replaying {len(reqs):,} requests: the baseline")
-    base = replay(baseline, reqs, timing).summary()
-    say("the candidate")
-    cand = replay(candidate, reqs, timing).summary()
+    levers = changed(baseline, candidate)
+    problems = {lever: _unevaluable(lever, given, candidate) for lever in levers}
+    evaluated = [lever for lever in levers if problems[lever] is None]
+    plans = [baseline, candidate, *(with_lever(baseline, candidate, v) for v in evaluated)]
+    say(f"replaying {len(reqs):,} requests under {len(plans)} configurations")
+    summaries = run_all([partial(_summary, plan, reqs, timing) for plan in plans],
+                        fork=fork and len(reqs) >= MIN_REQUESTS)  # fmt: skip
+    base, cand = summaries[0], summaries[1]
+    variants = dict(zip(evaluated, summaries[2:], strict=True))
     rows: list[dict[str, Any]] = []
     saving: list[tuple[dict[str, Any], Mapping[str, Any]]] = []
-    for lever in changed(baseline, candidate):
-        problem = _unevaluable(lever, given, candidate)
+    for lever in levers:
+        problem = problems[lever]
         if problem is not None:
             rows.append({"lever": lever, "evaluable": False, "reason": problem,
                          "caveat": CAVEATS[CAVEAT_OF[lever]]})  # fmt: skip
             continue
-        say(f"{LABELS[lever]} alone")
-        variant = replay(with_lever(baseline, candidate, lever), reqs, timing).summary()
+        variant = variants[lever]
         row = compare(lever, base, variant)
         if lever == "defer" and not variant["deferred"]:
             row["note"] = ("no request carried an x-levergate-deadline at least "
@@ -181,6 +188,10 @@ def analyse(
         "recommendations": _recommend(saving, base, span),
         "replay_seconds": time.perf_counter() - started,
     }
+
+
+def _summary(plan: Plan, reqs: Sequence[Req], timing: Timing) -> dict[str, Any]:
+    return replay(plan, reqs, timing).summary()
 
 
 def _input(given: Input, span: float) -> dict[str, Any]:

@@ -87,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
     if not given.requests:
         warn(f"nothing to analyse: no successful requests in {given.source}{_range(args)}")
         return ExitCode.FAILED
+    # The CLI is single-threaded here (the log's store is closed): the replays may fork.
     result = analyse(given, baseline=plan_of(baseline), candidate=plan_of(candidate),
-                     progress=progress.update)  # fmt: skip
+                     progress=progress.update, fork=True)  # fmt: skip
     progress.close()
     if args.html is not None:
         args.html.write_text(html(result), encoding="utf-8")
