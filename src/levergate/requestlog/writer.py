@@ -7,7 +7,8 @@ dropped and counted (`levergate_request_log_dropped_total{reason="queue_full"}`)
 enabled, are taken by reference and bounded in bytes apart from the count.
 
 Each record's replay features (requestlog/features.py: the fingerprint, the prefix digests, the
-deadlines; what `levergate analyze` needs with bodies off) are computed there too, ~10 us.
+deadlines; what `levergate analyze` needs with bodies off) are computed there too: 9 us for a
+small prompt, ~200 us for a 48 KB one (requestlog/features.py).
 
 Off the path, a supervised background job (`run`) wakes every `flush_seconds` (or as soon as a
 batch is waiting), takes up to `batch_size` records, turns them into rows (requestlog/row.py,
