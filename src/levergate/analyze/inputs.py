@@ -58,6 +58,7 @@ class Req(NamedTuple):
     defer: bool
     hit: bool  # answered by a cache in the log
     body: bool  # the prompt text is available (bodies logged, or a request file)
+    origin: str = "request"  # "request", "batch" (a Batch API line), "async", "deferred"
 
 
 @dataclass
@@ -152,6 +153,7 @@ def record_req(record: Mapping[str, Any]) -> Req | str:
         not_after=_number(replay.get("not_after_s")), defer=replay.get("defer") is True,
         hit=isinstance(cache, str) and cache.endswith(":hit"),
         body=isinstance(record.get("request_body"), str),
+        origin=str(record.get("origin") or "request"),
     )  # fmt: skip
 
 

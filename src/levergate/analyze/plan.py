@@ -112,7 +112,14 @@ def changed(baseline: Plan, candidate: Plan) -> list[str]:
         "exact": _exact_part,
         "affinity": lambda p: (sorted(p.balance.items()), p.balance_default, p.affinity_ttl),
         "breakpoints": lambda p: p.breakpoints,
-        "defer": lambda p: None if p.defer is None else p.defer.min_deadline_seconds,
+        "defer": lambda p: (
+            None
+            if p.defer is None
+            else (
+                p.defer.min_deadline_seconds,
+                sorted((k, v.batch_lines, v.async_requests) for k, v in p.defer.routes.items()),
+            )
+        ),
     }
     found = [lever for lever, part in parts.items() if part(baseline) != part(candidate)]
     found += [k for k in LEVERS if k in candidate.compared

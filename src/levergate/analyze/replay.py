@@ -11,8 +11,9 @@ Per request, in the pipeline's order:
    rule's TTL; a request arriving while an identical one is in flight shares it (coalescing).
    A hit costs nothing and takes the gateway's own time (`hit_seconds`, from the log's hits or
    its overhead); a coalesced request waits for the answer it shares.
-2. Deferral: a request whose `x-levergate-deadline` is at least `defer.min_deadline_seconds`
-   away, or that asked `x-levergate-defer`, is priced at its model's batch discount (when the
+2. Deferral: a Batch API line or an async request its alias's `defer.routes` policy defers, a
+   request whose `x-levergate-deadline` is at least `defer.min_deadline_seconds` away, or
+   that asked `x-levergate-defer`, is priced at its model's batch discount (when the
    catalog gives one) and leaves the latency percentiles (answered within the batch window).
 3. The endpoint: with prefix affinity, the member holding the longest prefix of its digests
    (`policies.affinity.OwnerTable`, ties by rendezvous hashing on the first block); otherwise
@@ -202,9 +203,17 @@ def _ttl(cache: CacheSettings, req: Req) -> float | None:
 
 
 def _deferred(plan: Plan, req: Req, rates: Rates) -> bool:
+    """Whether deferral sends `req` to its provider's batch API (config/deferral.py): a Batch
+    API line to an alias whose route policy says `batch_lines`, an async request to one that
+    says `async_requests`, or a request that asked or whose deadline is far enough away."""
     d = plan.defer
     if d is None or not rates.batch_discount:
         return False
+    policy = d.routes.get(req.model)
+    if req.origin in ("batch", "deferred"):
+        return policy is not None and policy.batch_lines
+    if req.origin == "async" and policy is not None and policy.async_requests:
+        return True
     return req.defer or (req.not_after is not None and req.not_after >= d.min_deadline_seconds)
 
 

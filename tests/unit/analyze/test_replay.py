@@ -87,6 +87,18 @@ def test_affinity_keeps_a_conversation_where_its_prefix_is_warm() -> None:
                                      for n in range(7))  # fmt: skip
 
 
+def test_batch_lines_are_deferred_where_their_route_policy_says() -> None:
+    rates = Catalog.builtin().rates("gpt-4o-mini")
+    lines = [req(arrival=float(n), fp=None, origin="batch") for n in range(3)]
+    routed = plan(defer={"enabled": True, "routes": {"gpt-4o-mini": {}}},
+                  batch={"enabled": True}, **OFF, **endpoints(count=1))  # fmt: skip
+    unrouted = plan(defer={"enabled": True}, batch={"enabled": True}, **OFF)
+    assert replay(routed, lines, TIMING).deferred == 3
+    assert replay(unrouted, lines, TIMING).deferred == 0
+    full = 3 * cost(Tokens(1000, 0, 0, 100), rates)
+    assert replay(routed, lines, TIMING).cost_usd == pytest.approx(full / 2)
+
+
 def test_a_far_deadline_is_deferred_at_the_batch_discount() -> None:
     rates = Catalog.builtin().rates("gpt-4o-mini")
     reqs = [req(arrival=0.0, fp=None, not_after=90_000.0), req(arrival=1.0, fp=None)]
