@@ -8,8 +8,9 @@ Every import counts: module level, under `TYPE_CHECKING` and inside functions, r
 source with `ast` (importing would hide the lazy ones). A feature may use the server's surface
 for features — `server.exchange` (Request, Response), `server.route` (Route, Routed),
 `server.guards`, `server.params` — and nothing else of it. The tools beside the gateway (the
-CLI, the simulator, the bench harness) may import anything. Without this, gateway ↔ server ↔
-batch was one 23-module cycle and `GatewayTransport(gw)` loaded the Batch API even when off.
+CLI, the simulator, the bench harness, the analyzer) may import anything. Without this,
+gateway ↔ server ↔ batch was one 23-module cycle and `GatewayTransport(gw)` loaded the Batch
+API even when off.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ FEATURES = ("levergate.batch", "levergate.requestlog", "levergate.dashboard")
 SERVER = "levergate.server"
 SURFACE = frozenset(f"{SERVER}.{name}" for name in ("exchange", "route", "guards", "params"))
 ROOT = "levergate.app"
-TOOLS = ("levergate.cli", "levergate.bench", "levergate.simulator", "levergate.__main__")
+# The analyzer (`levergate analyze`) is a tool too: offline, never in a running gateway; it
+# reads the request log's features and replays the levers' policies.
+TOOLS = ("levergate.cli", "levergate.bench", "levergate.simulator", "levergate.analyze",
+         "levergate.__main__")  # fmt: skip
 
 
 def _within(module: str, packages: tuple[str, ...] | str) -> bool:

@@ -21,4 +21,5 @@ SUMMARY: dict[str, str] = {
     "local": "the embedded engine's model files",
     "log": "read the request log: query, tail, export (JSONL, CSV, Parquet)",
     "report": "an offline HTML report and a markdown summary of the log or a bench run",
+    "analyze": "replay your traffic through candidate settings: what each lever would save",
 }

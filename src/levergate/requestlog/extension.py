@@ -67,7 +67,8 @@ class RequestLog:
         metrics = LogMetrics(host.recorder.telemetry.registry)
         self.settings = s
         self.writer = LogWriter(store_for(settings), settings=s, metrics=metrics,
-                                bodies=BodyText(s.bodies, host.redactor))  # fmt: skip
+                                bodies=BodyText(s.bodies, host.redactor),
+                                clock=host.clock)  # fmt: skip
         self.reader = LogReader(store_for(settings))
         host.recorder.observe(self.writer)
         if s.shadow_labels:

@@ -1,12 +1,13 @@
 """One finished request as one row of the request log: the columns, and the record turned into
 them (in the writer's thread, never on the request path).
 
-The columns are the `RequestRecord`'s (layers/measure/record.py, schema 3) flattened: what is
+The columns are the `RequestRecord`'s (layers/measure/record.py, schema 4) flattened: what is
 filtered or summed on has a column of its own (times, tenant, key, model, outcome, latency, the
 four token buckets, cost, the savings of each `Lever`, the service tier), the rest of the
 decisions (the route decision, escalation reasons, failed endpoints, side spends, notes, the
-micro-batch, how the tier was decided) are one JSON `detail`. Money is US dollars as the ledger
-priced it, so the log's sums are `/metrics`' sums.
+micro-batch, how the tier was decided) are one JSON `detail`, and what `levergate analyze`
+replays (fingerprint, prefix digests, deadlines: requestlog/features.py) one JSON `replay`.
+Money is US dollars as the ledger priced it, so the log's sums are `/metrics`' sums.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("request_body", TEXT),
     ("answer_body", TEXT),
     ("schema", INTEGER),
+    # What `levergate analyze` replays, bodies or not (requestlog/features.py; schema 4).
+    ("replay", TEXT),
 )
 NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
@@ -149,10 +152,13 @@ _NO_SAVINGS = (0.0,) * len(LEVERS)
 
 
 def row_of(
-    at: float, record: RequestRecord, bodies: tuple[str | None, str | None] = (None, None)
+    at: float,
+    record: RequestRecord,
+    bodies: tuple[str | None, str | None] = (None, None),
+    replay: str | None = None,
 ) -> tuple[Any, ...]:
-    """The row of `record`, finished at `at` (epoch seconds), in `COLUMNS` order. Run once per
-    record by the writer's thread: kept to plain attribute reads (~4 us)."""
+    """The row of `record`, finished at `at` (epoch seconds), in `COLUMNS` order, with its
+    replay features (`replay`, requestlog/features.py). Kept to plain attribute reads (~4 us)."""
     t, tokens, cache = record.timings, record.tokens, record.cache
     savings = record.savings
     saved = tuple(savings.get(lever, 0.0) for lever in LEVERS) if savings else _NO_SAVINGS
@@ -173,7 +179,7 @@ def row_of(
         None if cache is None else f"{cache.cache}:{cache.outcome.value}", record.attempts,
         record.retries, record.fallback, record.escalations, _PRIORITY[record.priority],
         record.tier, record.trimmed_input, record.expected_cached,
-        None if plain else _detail(record), *bodies, record.schema,
+        None if plain else _detail(record), *bodies, record.schema, replay,
     )  # fmt: skip
 
 
@@ -182,6 +188,8 @@ def as_dict(row: Sequence[Any], names: Sequence[str] = NAMES) -> dict[str, Any]:
     found = dict(zip(names, row, strict=True))
     detail = found.pop("detail", None)
     found["detail"] = parse_json(detail) if detail else {}
+    replay = found.get("replay")
+    found["replay"] = parse_json(replay) if isinstance(replay, str) else None
     found["savings"] = {
         str(lever): value for lever in LEVERS if (value := found.pop(saved_column(lever), 0.0))
     }

@@ -122,6 +122,14 @@ class _Sql(ABC):
         ]
         return found
 
+    def added(self, present: Sequence[str]) -> list[str]:
+        """The statements that bring a table written by an older levergate (`present`: its
+        columns) up to `COLUMNS`: each newer column added, NULL in the old rows (whose `schema`
+        says which record shape wrote them)."""
+        have = {name.lower() for name in present}
+        return [f"ALTER TABLE {TABLE} ADD COLUMN {name} {self.types.get(kind, kind)}"
+                for name, kind in COLUMNS if name not in have]  # fmt: skip
+
     def _run(self, sql: str, values: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         found: list[tuple[Any, ...]] = self._with(lambda conn: self._fetch(conn, sql, values))
         return found
@@ -345,6 +353,9 @@ class SqliteLog(_Sql):
         conn = connect(self.path, busy_ms=self._busy_ms)
         for statement in self.schema():
             conn.execute(statement)
+        present = [row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})")]
+        for statement in self.added(present):
+            conn.execute(statement)
         return conn
 
     def _errors(self) -> tuple[type[BaseException], ...]:
@@ -431,6 +442,12 @@ class PostgresLog(_Sql):
         try:
             with conn.transaction():
                 for statement in self.schema():
+                    conn.execute(statement)
+                present = conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                    "AND table_schema = current_schema()", (TABLE,),
+                ).fetchall()  # fmt: skip
+                for statement in self.added([row[0] for row in present]):
                     conn.execute(statement)
         except BaseException:
             conn.close()

@@ -6,6 +6,10 @@ time, nothing serialised — or, with the queue full, one counter increment: the
 dropped and counted (`levergate_request_log_dropped_total{reason="queue_full"}`). Bodies, where
 enabled, are taken by reference and bounded in bytes apart from the count.
 
+Each record's replay features (requestlog/features.py: the fingerprint, the prefix digests, the
+deadlines; what `levergate analyze` needs with bodies off) are computed there too: 9 us for a
+small prompt, ~200 us for a 48 KB one (requestlog/features.py).
+
 Off the path, a supervised background job (`run`) wakes every `flush_seconds` (or as soon as a
 batch is waiting), takes up to `batch_size` records, turns them into rows (requestlog/row.py,
 bodies redacted and capped), 50 records per turn of the event loop, and hands the rows to the
@@ -27,16 +31,18 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from levergate.core.clock import Clock, SystemClock
 from levergate.core.json_bound import parse_json
 from levergate.protocol.openai.body import generated_text
 from levergate.redact import REDACTED, Redactor
+from levergate.requestlog.features import features
 from levergate.requestlog.labels import label_row
 from levergate.requestlog.row import Captured, row_of
 from levergate.requestlog.store import LogStore, LogStoreError
@@ -52,7 +58,8 @@ __all__ = ["BodyText", "LogMetrics", "LogWriter"]
 
 log = logging.getLogger("levergate.requestlog")
 
-Item = tuple[float, "RequestRecord", Captured | None]
+# (finished at, epoch seconds; the record; its bodies, when kept; its replay features)
+Item = tuple[float, "RequestRecord", Captured | None, str | None]
 RETRY_FIRST_S, RETRY_CAP_S = 1.0, 30.0
 ROWS_PER_TURN = 50  # rows built per turn of the event loop (~0.2 ms of work)
 
@@ -143,8 +150,14 @@ class LogWriter:
         settings: RequestLogSettings,
         metrics: LogMetrics,
         bodies: BodyText,
+        clock: Clock | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
+        """`clock`: the gateway's (deadlines are times on it); `wall`: what a row's `ts` is read
+        from (epoch seconds; a virtual-time benchmark passes its loop's clock)."""
         self._store = store
+        self._clock = clock or SystemClock()
+        self._wall = wall
         self._s = settings
         self._m = metrics
         self._bodies = bodies
@@ -179,7 +192,9 @@ class LogWriter:
             or record.alias in self._body_models
         ) and record.tenant not in self._private:  # fmt: skip
             captured = self._capture(call, seen)  # inline: every request passes here
-        queue.append((time.time(), record, captured))
+        now = self._wall()
+        replay = features(call, now=self._clock.now(), wall=now, total=record.timings.total)
+        queue.append((now, record, captured, replay))
         if len(queue) == self._batch:
             self._wake.set()
 
@@ -194,7 +209,7 @@ class LogWriter:
         if len(self._labels) >= self._max:
             self._m.dropped.labels("queue_full").inc()
             return
-        self._labels.append((time.time(), label))
+        self._labels.append((self._wall(), label))
         if len(self._labels) == self._batch:
             self._wake.set()
 
@@ -247,7 +262,7 @@ class LogWriter:
         queue = self._queue
         while queue:
             batch = [queue.popleft() for _ in range(min(len(queue), self._batch))]
-            for _, _, captured in batch:
+            for _, _, captured, _ in batch:
                 if captured is not None:
                     self._body_bytes -= captured.size
             rows = await self._rows(batch)
@@ -287,10 +302,10 @@ class LogWriter:
         GIL (measured: the log's cost doubled), while the database's own work there holds none.
         """
         rows: list[tuple[object, ...]] = []
-        for n, (at, record, captured) in enumerate(batch, 1):
+        for n, (at, record, captured, replay) in enumerate(batch, 1):
             try:
                 bodies = self._bodies.texts(captured) if captured is not None else (None, None)
-                rows.append(row_of(at, record, bodies))
+                rows.append(row_of(at, record, bodies, replay))
             except Exception:  # a record that cannot be a row is that record's loss alone
                 log.exception("request log: record %s not written", record.request_id)
                 self._m.dropped.labels("invalid").inc()
@@ -318,7 +333,7 @@ class LogWriter:
         loop = asyncio.get_running_loop()
 
         def prune() -> int:
-            now, age = time.time(), s.max_age_days * 86400
+            now, age = self._wall(), s.max_age_days * 86400
             gone = self._store.prune(now=now, max_age_seconds=age, max_bytes=s.max_bytes)
             return gone + self._store.prune_labels(now=now, max_age_seconds=age,
                                                    max_rows=s.max_labels)  # fmt: skip

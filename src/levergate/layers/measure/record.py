@@ -46,8 +46,10 @@ CANCELLED = "cancelled"  # the client went away (or the server shut down) before
 # by). 2: `route` (which held the request kind) became `kind`; the route decision, escalation
 # reasons, trimmed tokens, micro-batch, priority, deadline, queue wait, workflow, tier and
 # origin were added; savings are keyed by `Lever`. 3: `tier` may be flex or priority, priced by
-# the answer's `service_tier`; `tier_assumed` and `tier_decision` were added.
-SCHEMA = 3
+# the answer's `service_tier`; `tier_assumed` and `tier_decision` were added. 4: the request
+# log keeps each request's replay features beside it (requestlog/features.py: fingerprint,
+# prefix digests, deadlines), which `levergate analyze` reads; rows of 3 have none.
+SCHEMA = 4
 NONE: frozenset[str] = frozenset()
 
 

@@ -1,0 +1,116 @@
+"""The replay features the log keeps of every request (requestlog/features.py): what the
+analyzer relies on holds — equal prefixes give equal leading digests, the fingerprint ignores
+what does not shape the answer, the digests survive their encoding, an old table gains the
+column, and a logged request carries them with bodies off."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from levergate.config.request_log import RequestLogSettings
+from levergate.core.call import Call, Context
+from levergate.core.controls import AsyncAsk, Controls
+from levergate.layers.measure.recorder import Seen
+from levergate.redact import Redactor
+from levergate.requestlog.features import (
+    BLOCK_BYTES,
+    decode_blocks,
+    encode_blocks,
+    features,
+    features_of_body,
+)
+from levergate.requestlog.query import LogFilter
+from levergate.requestlog.row import COLUMNS, NAMES
+from levergate.requestlog.store import TABLE, SqliteLog
+from levergate.requestlog.writer import BodyText, LogMetrics, LogWriter
+from tests.unit.requestlog.records import record, rows
+
+
+def chat(text: str, **extra: object) -> dict[str, object]:
+    return {"model": "m", "messages": [{"role": "user", "content": text}], **extra}
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=40))
+def test_block_digests_survive_their_encoding(blocks: list[int]) -> None:
+    assert decode_blocks(encode_blocks(blocks)) == tuple(blocks)
+
+
+def test_a_damaged_encoding_is_no_digests() -> None:
+    assert decode_blocks("not base64!") == ()
+    assert decode_blocks("AAAA") == ()  # 3 bytes: not whole digests
+
+
+@given(st.text(min_size=1, max_size=3000), st.text(max_size=3000), st.text(max_size=3000))
+def test_equal_prefixes_share_their_leading_digests(head: str, one: str, two: str) -> None:
+    a = decode_blocks(features_of_body(chat(head + one), kind="chat", model="m")["blocks"])
+    b = decode_blocks(features_of_body(chat(head + two), kind="chat", model="m")["blocks"])
+    shared = 0
+    while shared < min(len(a), len(b)) and a[shared] == b[shared]:
+        shared += 1
+    # The serialised prompt starts `[{"role":"user","content":"` then the text: the blocks
+    # wholly inside the common head are equal.
+    common = len(b'[{"role":"user","content":"') + len(head.encode())
+    assert shared >= min(common // BLOCK_BYTES, len(a), len(b))
+    if one == two:
+        assert a == b
+
+
+def test_the_fingerprint_ignores_transport_and_bookkeeping() -> None:
+    base = features_of_body(chat("hi", temperature=0), kind="chat", model="m")
+    same = features_of_body(chat("hi", temperature=0, stream=True, user="u"), kind="chat",
+                            model="m")  # fmt: skip
+    other = features_of_body(chat("hi", temperature=0, max_tokens=5), kind="chat", model="m")
+    assert base["fp"] == same["fp"] != other["fp"]
+    assert base["det"]
+    assert not features_of_body(chat("hi"), kind="chat", model="m")["det"]
+    assert same["stream"]
+    assert not base["stream"]
+
+
+def test_deadlines_are_kept_relative_to_arrival() -> None:
+    controls = Controls(deadline=1010.0, run_async=AsyncAsk(not_after=100_000, defer=True))
+    call = Call(kind="chat", body=chat("hi"), ctx=Context(request_id="r", controls=controls))
+    found = features(call, now=1002.0, wall=10_000.0, total=2.0)
+    assert found is not None
+    assert '"timeout_s":10.0' in found
+    assert '"not_after_s":90002.0' in found
+    assert '"defer":true' in found
+
+
+def test_an_old_table_gains_the_replay_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    old = ", ".join(f"{name} {kind}" for name, kind in COLUMNS if name != "replay")
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"CREATE TABLE {TABLE} (seq INTEGER PRIMARY KEY AUTOINCREMENT, {old})")
+    store = SqliteLog(str(path), timeout_seconds=1)
+    try:
+        store.write(rows(3))
+        assert store.summary(LogFilter())["requests"] == 3
+        assert "replay" in NAMES
+    finally:
+        store.close()
+
+
+async def test_a_logged_request_keeps_its_features_with_bodies_off(tmp_path: Path) -> None:
+    settings = RequestLogSettings.model_validate({"enabled": True})
+    store = SqliteLog(str(tmp_path / "log.db"), timeout_seconds=1)
+    writer = LogWriter(store, settings=settings, metrics=LogMetrics(CollectorRegistry()),
+                       bodies=BodyText(settings.bodies, Redactor([])))  # fmt: skip
+    body = chat("x" * 5000, temperature=0)
+    writer.observe(record(1), Call(kind="chat", body=body, ctx=Context(request_id="r")), Seen())
+    assert await writer.flush()
+    reader = SqliteLog(str(tmp_path / "log.db"), timeout_seconds=1)
+    try:
+        (got,) = reader.page(LogFilter(), cursor=None, limit=5).records
+    finally:
+        reader.close()
+        await writer.aclose()
+    assert got["request_body"] is None
+    replay = got["replay"]
+    assert replay["fp"] == features_of_body(body, kind="chat", model="m")["fp"]
+    assert len(decode_blocks(replay["blocks"])) == replay["pb"] // BLOCK_BYTES
