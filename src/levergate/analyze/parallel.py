@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from levergate.core.json_bound import parse_json
+
 __all__ = ["MIN_REQUESTS", "ReplayFailed", "run_all"]
 
 MIN_REQUESTS = 20_000  # below this, the fork costs more than the second core saves
@@ -53,5 +55,5 @@ def run_all(jobs: Sequence[Job], *, fork: bool) -> list[dict[str, Any]]:
         _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise ReplayFailed(f"a replay worker exited with status {status}")
-    rest: list[dict[str, Any]] = orjson.loads(data)
+    rest: list[dict[str, Any]] = parse_json(data)
     return found + rest

@@ -19,8 +19,10 @@ ALLOWED = ("levergate.simulator", "levergate.config", "levergate.core.clock", "l
            "levergate.policies", "levergate.protocol")  # fmt: skip
 # `python -m levergate.simulator` is the CLI's `levergate sim`.
 ENTRY_POINT = {"__main__.py": ("levergate.cli.sim",)}
-# Who may start a simulator: the CLI (`levergate sim`, `serve --simulate`), nothing else in src.
-USERS = ("levergate.simulator", "levergate.cli")
+# Who may start a simulator: the CLI (`levergate sim`, `serve --simulate`), nothing else in src;
+# the what-if analyzer reads the simulator's models of a provider (its prompt cache's settings,
+# its token counts) to replay a log against them, and starts none.
+USERS = ("levergate.simulator", "levergate.cli", "levergate.analyze")
 
 
 def imported(path: Path) -> set[str]:
