@@ -137,6 +137,7 @@ from levergate.config.routing import (
 )
 from levergate.config.server import (
     BackgroundSettings,
+    LargeRequestSettings,
     MetricsSettings,
     RequestLimitsSettings,
     ServerSettings,
@@ -222,6 +223,7 @@ __all__ = [
     "KVCacheType",
     "KeyPolicySettings",
     "KeyStoreSettings",
+    "LargeRequestSettings",
     "LearnedSettings",
     "LedgerSettings",
     "LocalEmbeddingsSettings",

@@ -44,6 +44,27 @@ class ResponseHeadersSettings(_Strict):
 MULTIPART_OVERHEAD_BYTES = 64 * 1024
 
 
+class LargeRequestSettings(_Strict):
+    """Fair admission of large requests (server/large.py, policies/fair_queue.py): a JSON
+    request whose declared body is at least `min_bytes` (or that declares none and comes
+    chunked) waits for a slot before its body is read, so one tenant's multi-megabyte bodies
+    (parsed, hashed, counted, re-encoded and stored on the one event loop, and sent upstream
+    whole) cannot take the loop from every other tenant's small requests, which never wait.
+    Slots go to the waiting tenant holding fewest, in turn. A slot is held until the handler
+    has its answer (a whole answer built, a stream's head), upstream time included: the caps
+    bound a tenant's concurrent large requests. Uploads (streamed to disk) are not counted."""
+
+    enabled: bool = True
+    # Declared body bytes from which a request is large. A chat of ~4,000 tokens is ~16 KiB.
+    min_bytes: int = Field(64 * 1024, ge=1)
+    # Large requests holding a slot at once, in all and of one tenant.
+    in_flight: int = Field(16, ge=1)
+    per_tenant: int = Field(4, ge=1)
+    # Large requests of one tenant waiting for a slot; one more is answered 429
+    # (`too_many_large_requests`). A waiter holds its connection only: its body is not read.
+    waiting_per_tenant: int = Field(64, ge=0)
+
+
 class ServerSettings(_Strict):
     """The HTTP server `levergate serve` runs (uvicorn with levergate's own protocol limits,
     server/run.py): where it listens, the bounds every client is held to, logging of requests,
@@ -146,6 +167,8 @@ class ServerSettings(_Strict):
     # The warning that connections were refused is logged at most once per this many seconds,
     # with the count refused since the last one: a flood does not become a flood of log lines.
     overload_log_seconds: float = Field(10.0, gt=0)
+    # Slots for large request bodies, per tenant (server/large.py).
+    large_requests: LargeRequestSettings = Field(default_factory=LargeRequestSettings)
 
 
 class RequestLimitsSettings(_Strict):

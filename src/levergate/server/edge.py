@@ -29,7 +29,9 @@ from levergate.server.exchange import (
     Response,
     declared_length,
 )
+from levergate.principal import identify
 from levergate.server.guards import Credentials
+from levergate.server.large import LargeRequests
 from levergate.server.route import Divert, ErrorShape, Route, Routed
 from levergate.server.routes import ROUTES, Router
 
@@ -63,6 +65,9 @@ class Edge:
         # The app's reloader (`POST /admin/reload`), when it was started from a file.
         self.reloader: Reloader | None = None
         self._router = Router(served, settings=settings.server)
+        # Slots for large JSON bodies, fair across tenants (server/large.py).
+        large = settings.server.large_requests
+        self.large = LargeRequests(large) if large.enabled else None
 
     async def handle(
         self,
@@ -93,15 +98,33 @@ class Edge:
             if route.stream:
                 declared_length(headers, limit=bound.limit)
                 request.chunks = source.chunks(limit=bound.limit)
-            else:
-                request.body = await source.read(limit=bound.limit)
-            return await route.handler(self, request)
+                return await route.handler(self, request)
+            if self.large is not None and self.large.is_large(headers):
+                declared_length(headers, limit=bound.limit)  # a 413 waits for no slot
+                async with self.large.slot(await self._tenant(request)):
+                    return await self._whole(route, request, source, limit=bound.limit)
+            return await self._whole(route, request, source, limit=bound.limit)
         except LevergateError as exc:
             response = shape(exc)
             response.headers.append((REQUEST_ID_HEADER, request.request_id))
             if id_header is not None:
                 response.headers.append((id_header, request.request_id))
             return response
+
+    async def _whole(self, route: Route, request: Request, source: BodySource, *,
+                     limit: int) -> Response:  # fmt: skip
+        request.body = await source.read(limit=limit)
+        return await route.handler(self, request)
+
+    async def _tenant(self, request: Request) -> str:
+        """Whose slots a large request waits for: the caller its route's guard identified, or
+        as `Authenticate` will (a 401 now for a key that is none, before its body is read)."""
+        if request.principal is None:
+            credentials = self.credentials
+            found = await identify(request.headers, keyring=credentials.keyring,
+                                   auth_on=credentials.auth_on)  # fmt: skip
+            return found.principal.tenant
+        return request.principal.tenant
 
 
 def error_response(exc: LevergateError) -> Response:

@@ -35,7 +35,9 @@ from typing import Any
 import httpx
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+# The folder holding this levergate package (a checkout's src/): the processes started here
+# import this copy, not whichever one the interpreter has installed.
+SRC = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 ATTACKER = "levergate.testing.soak_attack"
 LEVERGATE = [PYTHON, "-m", "levergate.cli.main"]
@@ -116,7 +118,13 @@ def gateway_config(tmp: Path, *, sim_port: int, port: int, hook_port: int, plan:
     if plan.postgres_dsn:
         store = {"backend": "postgres", "postgres_dsn": plan.postgres_dsn, "timeout_seconds": 5}
     settings = {
-        "server": {"port": port, "max_connections_per_peer": 256},
+        # Large bodies (the attack's Responses turns and embeddings at the bound; the victim's
+        # are ~200 bytes) one at a time per tenant (server/large.py).
+        "server": {
+            "port": port,
+            "max_connections_per_peer": 256,
+            "large_requests": {"min_bytes": 16 << 10, "per_tenant": 1},
+        },
         "upstreams": [
             {
                 "name": "sim",
@@ -223,9 +231,9 @@ async def victim(port: int, seconds: float, rate: float, block: Block, start: in
 
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
     with log.open("wb") as out:
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=SRC)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
