@@ -15,11 +15,10 @@ from hypothesis import strategies as st
 from levergate.policies.fair_queue import FairQueue, Full
 
 TENANTS = "abc"
-OPS = st.lists(
-    st.tuples(st.sampled_from(["arrive", "leave", "withdraw"]), st.sampled_from(TENANTS),
-              st.integers(0, 10)),  # fmt: skip
-    max_size=200,
+STEP = st.tuples(
+    st.sampled_from(["arrive", "leave", "withdraw"]), st.sampled_from(TENANTS), st.integers(0, 10)
 )
+OPS = st.lists(STEP, max_size=200)
 
 
 def _check(queue: FairQueue[int], holding: dict[int, str]) -> None:

@@ -28,7 +28,7 @@ from levergate.policies.fair_share import shares
 T = TypeVar("T", bound=Hashable)
 
 
-class Full(Exception):  # noqa: N818 - a state, like queue.Full
+class Full(Exception):
     """The tenant already has `waiting` requests waiting."""
 
 

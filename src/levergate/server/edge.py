@@ -21,6 +21,7 @@ from levergate.core.call import Trace
 from levergate.core.tokenizer import Tokenizer
 from levergate.errors import LevergateError, error_payload
 from levergate.gateway import REQUEST_ID_HEADER, Gateway
+from levergate.principal import identify
 from levergate.protocol.tokens import TiktokenCounter
 from levergate.server.exchange import (
     BodySource,
@@ -29,7 +30,6 @@ from levergate.server.exchange import (
     Response,
     declared_length,
 )
-from levergate.principal import identify
 from levergate.server.guards import Credentials
 from levergate.server.large import LargeRequests
 from levergate.server.route import Divert, ErrorShape, Route, Routed

@@ -37,9 +37,10 @@ class Held:
         return Response(200, [("content-type", "text/plain")], b"ok")
 
 
-def settings(**large: int) -> Settings:
+def settings(*, waiting: int = 64) -> Settings:
     base = Settings.for_upstream("http://127.0.0.1:9/v1")
-    limits = LargeRequestSettings(min_bytes=1024, per_tenant=1, in_flight=2, **large)
+    limits = LargeRequestSettings(min_bytes=1024, per_tenant=1, in_flight=2,
+                                  waiting_per_tenant=waiting)  # fmt: skip
     server = base.server.model_copy(update={"large_requests": limits})
     return base.model_copy(update={"server": server})
 
@@ -51,7 +52,7 @@ def held() -> Held:
 
 @pytest.fixture
 async def http(held: Held) -> AsyncIterator[httpx.AsyncClient]:
-    async with Gateway(settings(waiting_per_tenant=2)) as gateway:
+    async with Gateway(settings(waiting=2)) as gateway:
         transport = GatewayTransport(gateway, routes=(Route("POST", "/v1/held", held),))
         async with httpx.AsyncClient(transport=transport, base_url="http://lg") as client:
             yield client
@@ -142,4 +143,3 @@ async def test_a_key_that_is_none_is_refused_before_its_body_is_read(held: Held)
                                        headers={"authorization": "Bearer nope"})  # fmt: skip
     assert answer.status_code == 401
     assert held.reached == []
-
