@@ -21,6 +21,8 @@ answer, is bounded (the same table is in the README):
     connections per peer address  server.max_connections_per_peer      1,024 (0 off)  503
     silent connections at the cap server.shed_idle_after_seconds       1 s            closed
     JSON request body             server.max_body_bytes                8 MiB          413
+    large JSON bodies, a tenant   server.large_requests.per_tenant,    4, 16, 64      waits; 429
+      (from min_bytes: 64 KiB)      in_flight, waiting_per_tenant
     JSON nesting, wherever JSON   MAX_JSON_DEPTH (fixed, below what    128 levels     400 (upstream
       enters                        orjson writes)                                    answer: 502)
     streamed upload (the file's   server.max_upload_bytes (+ 64 KiB    200 MiB        413
