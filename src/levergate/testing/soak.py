@@ -71,6 +71,9 @@ class Block:
     errors: list[str] = field(default_factory=list)
     attack: dict[str, Any] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds the block took per process
+    # The machine's 1-minute load average as the block ended: on a shared machine, the other
+    # tenants' load inflates solo and attacked blocks alike and flattens their ratio.
+    load: float = 0.0
 
     def all_ms(self) -> list[float]:
         return sorted(ms for values in self.latencies.values() for ms in values)
@@ -333,6 +336,7 @@ def run_block(r: Rig, plan: Plan, kind: str, index: int) -> Block:
     finally:
         block.cpu = {"gateway": round(cpu_seconds(r.gateway.pid) - before[0], 1),
                      "sim": round(cpu_seconds(r.sim.pid) - before[1], 1)}  # fmt: skip
+        block.load = round(os.getloadavg()[0], 2)
     return block
 
 
@@ -427,6 +431,7 @@ def _block_row(b: Block) -> dict[str, Any]:
         },
         "attack_requests": sum(b.attack.get("outcomes", {}).values()),
         "cpu_seconds": b.cpu,
+        "load_1m": b.load,
     }
 
 
@@ -435,7 +440,7 @@ def markdown(result: dict[str, Any], *, load: str) -> str:
     rows = [
         f"| {i + 1} | {b['kind']} | {b['requests']} | {b['errors']} | {b['p50_ms']} | "
         f"{b['p99_ms']} | {b['max_ms']} | {b['attack_requests']} | "
-        f"{b['cpu_seconds'].get('gateway')} / {b['cpu_seconds'].get('sim')} |"
+        f"{b['cpu_seconds'].get('gateway')} / {b['cpu_seconds'].get('sim')} | {b['load_1m']} |"
         for i, b in enumerate(result["blocks"])
     ]
     p50, p99 = result["victim_p50_ms"], result["victim_p99_ms"]
@@ -447,7 +452,8 @@ def markdown(result: dict[str, Any], *, load: str) -> str:
         f"{plan['victim_rate']:g} requests/s (open loop) in every block of "
         f"{plan['block_seconds']:g} s; in the attacked blocks the hostile tenant does issue 20's "
         f"items {plan['attack_items']} at once (levergate/testing/soak_attack.py). CPU seconds "
-        f"are the gateway's / the simulator's during the block. Machine load: {load}."
+        "are the gateway's / the simulator's during the block; load is the machine's 1-minute "
+        f"load average as the block ended. Machine load: {load}."
     )
     verdict = (
         f"Victim p99 solo {p99['solo']} ms, attacked {p99['attacked']} ms: "
@@ -456,10 +462,9 @@ def markdown(result: dict[str, Any], *, load: str) -> str:
         f"{result['gateway_alive']}, tracebacks in its log: {result['tracebacks']}, RSS after "
         f"each block (MiB): {result['gateway_rss_mib']}."
     )
-    table = [
-        "| block | kind | victim requests | errors | p50 ms | p99 ms | max ms | hostile | CPU s |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    columns = ("block", "kind", "victim requests", "errors", "p50 ms", "p99 ms", "max ms",
+               "hostile", "CPU s", "load")  # fmt: skip
+    table = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     outcomes = f"What the hostile tenant got: {result['attack_outcomes']}"
     lines = [f"# Soak ({result['date']}, {result['machine']})", "", head, "", *table, *rows]
     return "\n".join([*lines, "", verdict, "", outcomes, ""])
