@@ -30,7 +30,7 @@ from levergate.server.exchange import (
     Response,
     declared_length,
 )
-from levergate.server.guards import Credentials
+from levergate.server.guards import Credentials, client_key
 from levergate.server.large import LargeRequests
 from levergate.server.route import Divert, ErrorShape, Route, Routed
 from levergate.server.routes import ROUTES, Router
@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("levergate.edge")
 
 JSON = "application/json"
+# The routes whose caller is a client (a tenant's key): those a large body waits a slot for.
+# The admin API and /metrics have credentials of their own, and no tenant.
+_CLIENT_GUARDS = (None, client_key)
 
 __all__ = ["Edge", "Response", "error_response"]
 
@@ -99,7 +102,7 @@ class Edge:
                 declared_length(headers, limit=bound.limit)
                 request.chunks = source.chunks(limit=bound.limit)
                 return await route.handler(self, request)
-            if self.large is not None and self.large.is_large(headers):
+            if route.guard in _CLIENT_GUARDS and self.large and self.large.is_large(headers):
                 declared_length(headers, limit=bound.limit)  # a 413 waits for no slot
                 async with self.large.slot(await self._tenant(request)):
                     return await self._whole(route, request, source, limit=bound.limit)

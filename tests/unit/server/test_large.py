@@ -11,11 +11,13 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from levergate.config import LargeRequestSettings, Settings
 from levergate.gateway import Gateway
 from levergate.server.edge import Edge
 from levergate.server.exchange import Request, Response
+from levergate.server.guards import admin_token
 from levergate.server.large import LargeRequests
 from levergate.server.route import Route
 from levergate.server.transport import GatewayTransport
@@ -143,3 +145,20 @@ async def test_a_key_that_is_none_is_refused_before_its_body_is_read(held: Held)
                                        headers={"authorization": "Bearer nope"})  # fmt: skip
     assert answer.status_code == 401
     assert held.reached == []
+
+
+async def test_routes_with_credentials_of_their_own_take_no_slot(held: Held) -> None:
+    """The admin API's caller is no tenant: its large body is not asked for a client key."""
+    base = settings()
+    auth = base.auth.model_copy(update={"enabled": True, "keys": []})
+    admin = base.admin.model_copy(update={"enabled": True, "token": SecretStr("admin-t")})
+    routes = (Route("POST", "/admin/held", held, guard=admin_token),)
+    async with Gateway(base.model_copy(update={"auth": auth, "admin": admin})) as gateway:
+        transport = GatewayTransport(gateway, routes=routes)
+        async with httpx.AsyncClient(transport=transport, base_url="http://lg") as client:
+            held.release.set()
+            answer = await client.post("/admin/held", content=LARGE,
+                                       headers={"authorization": "Bearer admin-t",
+                                                "x-levergate-tenant": "-"})  # fmt: skip
+    assert answer.status_code == 200
+    assert held.reached == ["-:2048"]
