@@ -51,8 +51,8 @@ from levergate.policies.fingerprint import fingerprint
 if TYPE_CHECKING:
     from levergate.core.call import Call
 
-__all__ = ["BLOCK_BYTES", "MAX_BLOCKS", "REPLAY_VERSION", "decode_blocks", "encode_blocks",
-           "features", "features_of_body"]  # fmt: skip
+__all__ = ["BLOCK_BYTES", "MAX_BLOCKS", "REPLAY_VERSION", "controls_of", "decode_blocks",
+           "encode_blocks", "features", "features_of_body", "replay_text"]  # fmt: skip
 
 REPLAY_VERSION = 1
 # 1 KB blocks (~256 tokens): a provider caches in 128-token steps past 1,024 tokens, so a
@@ -105,14 +105,11 @@ def _digest(value: Any) -> str | None:
         return None
 
 
-def features(call: Call, *, now: float, wall: float, total: float) -> str | None:
-    """The replay features of a finished `call` as the row's JSON text (`now`: the gateway's
-    clock, `wall`: epoch seconds, both at the finish; `total`: its seconds). None for a body
-    that cannot be serialised (a library caller's objects): that request is not replayable."""
-    try:
-        found = features_of_body(call.body, kind=call.kind, model=call.model)
-    except TypeError:
-        return None
+def controls_of(call: Call, *, now: float, wall: float, total: float) -> dict[str, Any]:
+    """The features of a finished `call`'s deadlines, read when it finishes (`now`: the
+    gateway's clock, `wall`: epoch seconds, both at the finish; `total`: its seconds): a few
+    attribute reads, where the clocks are; the body's part can wait for the writer's batch."""
+    found: dict[str, Any] = {}
     controls = call.ctx.controls
     if controls.deadline is not None:
         found["timeout_s"] = round(controls.deadline - now + total, 3)
@@ -122,4 +119,24 @@ def features(call: Call, *, now: float, wall: float, total: float) -> str | None
             found["not_after_s"] = round(ask.not_after - wall + total, 3)
         if ask.defer:
             found["defer"] = True
+    return found
+
+
+def replay_text(
+    body: Mapping[str, Any], *, kind: str, model: str, controls: Mapping[str, Any]
+) -> str | None:
+    """The replay features as the row's JSON text: the body's, then its `controls_of`. None for
+    a body that cannot be serialised (a library caller's objects): not replayable."""
+    try:
+        found = features_of_body(body, kind=kind, model=model)
+    except TypeError:
+        return None
+    found.update(controls)
     return orjson.dumps(found).decode()
+
+
+def features(call: Call, *, now: float, wall: float, total: float) -> str | None:
+    """The replay features of a finished `call` as the row's JSON text (`controls_of`'s
+    arguments); None when it is not replayable."""
+    extra = controls_of(call, now=now, wall=wall, total=total)
+    return replay_text(call.body, kind=call.kind, model=call.model, controls=extra)
