@@ -27,12 +27,15 @@ Which lever needs what (the analyzer says what it could not evaluate and why):
     semantic cache, routing,    the prompt's text: only with bodies logged (request_body)
       trimming, cascade
 
-Computed once per logged request on the event loop, after the answer went out: 9 us for a small
-prompt, ~200 us for a 48 KB one (timeit, on the shared 2-core machine: the fingerprint's
-serialisation and SHA-256 ~55 us, the prompt's serialisation ~15 us and its XXH3 blocks ~30 us,
-the rest serialising the features); the blocks are bounded by `MAX_BLOCKS` whatever the
-prompt's size. Not yet done: reusing the fingerprint and digests when the exact cache and
-affinity computed them for the call already.
+Computed once per logged request, on the event loop with the writer's batch (requestlog/
+writer.py: the deadlines when the request finishes, `controls_of`; the body's with the rows):
+9 us for a small prompt, ~200 us for a 48 KB one (timeit, on the shared 2-core machine: the
+fingerprint's serialisation and SHA-256 ~55 us, the prompt's serialisation ~15 us and its XXH3
+blocks ~30 us, the rest serialising the features); the blocks are bounded by `MAX_BLOCKS`
+whatever the prompt's size. Nothing is reused from the layers: the exact cache's key is in the
+tenant's namespace under the resolved model (and off by default), affinity's and the prompt
+cache's digests are of other block sizes (settings; 2 KB), and the prompt cache's of the body
+as sent.
 """
 
 from __future__ import annotations

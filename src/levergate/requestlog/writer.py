@@ -17,14 +17,14 @@ caller's call (no bytes to count), the features are computed at once, as before.
 
 Off the path, a supervised background job (`run`) wakes every `flush_seconds` (or as soon as a
 batch is waiting), takes up to `batch_size` records, turns them into rows (requestlog/row.py,
-bodies redacted and capped, replay features computed), yielding the event loop every ~0.5 ms, and hands the rows to the
-writer's own thread, where the database inserts them a hundred to a statement in one
-transaction (Python running in that thread instead would contend with the loop for the GIL:
-measured, that doubled the log's cost). A store that fails (locked past its
-timeout, disk full, PostgreSQL down or restarted) fails the batch, not a request: the batch
-goes back to the front of the queue, what no longer fits in its bound is dropped and counted
-(`reason="store_error"`), and the job waits (1 s, doubling to 30 s) before it tries again,
-reconnecting. Every `prune_seconds` the thread
+bodies redacted and capped, replay features computed), yielding the event loop every ~0.5 ms,
+and hands the rows to the writer's own thread, where the database inserts them in a few
+multi-row statements of a few sizes (store.py `chunk_sizes`) in one transaction (Python running
+in that thread instead would contend with the loop for the GIL: measured, that doubled the
+log's cost). A store that fails (locked past its timeout, disk full, PostgreSQL down or
+restarted) fails the batch, not a request: the batch goes back to the front of the queue, what
+no longer fits in its bound is dropped and counted (`reason="store_error"`), and the job waits
+(1 s, doubling to 30 s) before it tries again, reconnecting. Every `prune_seconds` the thread
 enforces the age and size bounds. Closing flushes what is queued, bounded by the store's timeout.
 """
 
@@ -62,7 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["BodyText", "LogMetrics", "LogWriter", "Pending"]
 
 log = logging.getLogger("levergate.requestlog")
-
 
 
 class Pending(NamedTuple):
@@ -222,7 +221,9 @@ class LogWriter:
         if len(queue) == self._batch:
             self._wake.set()
 
-    def _replay(self, call: Call, captured: Captured | None, extra: dict[str, Any]) -> str | Pending | None:
+    def _replay(
+        self, call: Call, captured: Captured | None, extra: dict[str, Any]
+    ) -> str | Pending | None:
         """The features to compute in the batch (`Pending`), or, past the bound on held bodies
         or with no bytes to count them by, computed now."""
         raw = call.raw

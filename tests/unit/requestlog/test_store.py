@@ -10,12 +10,20 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from levergate.layers.measure.record import SCHEMA
 from levergate.policies.tiers import Tier, TierDecision
 from levergate.requestlog.query import LogFilter, decode_cursor
 from levergate.requestlog.row import LEVERS, NAMES, row_of
-from levergate.requestlog.store import LogStore, LogStoreError, PostgresLog, SqliteLog
+from levergate.requestlog.store import (
+    LogStore,
+    LogStoreError,
+    PostgresLog,
+    SqliteLog,
+    chunk_sizes,
+)
 from tests.postgres_required import postgres_database
 from tests.unit.requestlog.records import record, rich_record, rows
 
@@ -190,3 +198,23 @@ def test_a_tier_decision_reads_back(store: LogStore) -> None:
         "assumed": True, "chosen": "standard", "reason": "cheapest in time", "asked": None,
         "seconds_left": 300.0, "refused": ["flex"], "hedged": None,
     }  # fmt: skip
+
+
+@given(st.integers(0, 5000), st.integers(1, 1000))
+def test_a_batch_is_cut_into_few_statements_of_few_sizes(count: int, most: int) -> None:
+    """SQLite compiles a statement per size: whatever the batch, the sizes are `most` and the
+    powers of two below it, each power once."""
+    sizes = chunk_sizes(count, most)
+    assert sum(sizes) == count
+    assert all(size == most or (size < most and size & (size - 1) == 0) for size in sizes)
+    rest = [size for size in sizes if size != most]
+    assert len(rest) == len(set(rest)) <= most.bit_length()
+
+
+async def test_a_batch_of_several_statements_is_written_whole(tmp_path: Path) -> None:
+    store = SqliteLog(str(tmp_path / "log.db"), timeout_seconds=1)
+    try:
+        store.write(rows(700))  # several statements, in one transaction
+        assert store.summary(LogFilter())["requests"] == 700
+    finally:
+        store.close()

@@ -15,6 +15,7 @@ from levergate.core.call import Call, Context
 from levergate.core.reply import Completed
 from levergate.layers.measure.recorder import Seen
 from levergate.redact import Redactor
+from levergate.requestlog.features import features_of_body
 from levergate.requestlog.query import LogFilter
 from levergate.requestlog.row import Captured
 from levergate.requestlog.store import SqliteLog
@@ -127,3 +128,38 @@ def test_a_stream_answer_is_its_generated_text() -> None:
     texts = BodyText(RequestLogBodiesSettings(), Redactor())
     request, answer = texts.texts(Captured(None, {"model": "m"}, None, chunks))
     assert (request, answer) == ('{"model":"m"}', "ab")
+
+
+async def test_features_held_for_the_batch_or_past_their_bound_computed_at_once_are_equal(
+    tmp_path: Path,
+) -> None:
+    """Bodies with their bytes as received wait for the batch, up to bodies.max_queued_bytes
+    (1 KB: the first); the rest are computed on the spot; a batch that fails and is retried
+    keeps them. Every row's replay is the body's features either way."""
+    path = tmp_path / "log.db"
+    log, _, _ = writer(path, bodies={"max_queued_bytes": 1024})
+    calls = [call(f"{n} " + "x" * 600) for n in range(3)]
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode = WAL")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        for n, c in enumerate(calls):
+            log.observe(record(n), c, Seen())
+        held = len(calls[0].raw or b"")
+        assert log._held_bytes == held
+        assert not await log.flush()
+        assert log._held_bytes == held  # the batch is back in the queue, its body held again
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    log.observe(record(3), calls[0], Seen())
+    assert await log.flush()
+    assert log._held_bytes == 0
+    reader = SqliteLog(str(path), timeout_seconds=1)
+    got = {
+        r["request_id"]: r["replay"] for r in reader.page(LogFilter(), cursor=None, limit=9).records
+    }
+    reader.close()
+    await log.aclose()
+    for n, c in enumerate([*calls, calls[0]]):
+        assert got[f"req-{n}"] == features_of_body(c.body, kind="chat", model="fast")
