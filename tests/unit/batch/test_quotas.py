@@ -8,7 +8,6 @@ import fcntl
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
@@ -24,19 +23,6 @@ from levergate.config import TenantQuotasSettings
 from levergate.errors import PayloadTooLarge, QuotaExceeded
 from levergate.testing import ManualClock
 from tests.postgres_required import postgres_database
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        sqlite = SqliteStore(tmp_path / "b.sqlite3", timeout=5)
-        yield sqlite
-        await sqlite.aclose()
-        return
-    async with postgres_database("levergate_quota_unit") as dsn:
-        pg = PostgresStore(dsn, timeout=5)
-        yield pg
-        await pg.aclose()
 
 
 def job(job_id: str, *, tenant: str = "t", kind: str = "batch", size: int = 0) -> Job:

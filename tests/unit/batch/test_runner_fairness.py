@@ -20,19 +20,18 @@ from levergate.batch.store import Store
 from levergate.batch.stores.sqlite import SqliteStore
 from levergate.config import RequestLimitsSettings
 from levergate.config.batch import BatchSettings
-from tests.unit.batch.test_stores import store  # noqa: F401 - the fixture, both backends
 
 NOW = 1000.0
 
 
-async def queued(store: Store, job_id: str, tenant: str, lines: int) -> None:  # noqa: F811
+async def queued(store: Store, job_id: str, tenant: str, lines: int) -> None:
     job = Job(id=job_id, tenant=tenant, status="in_progress", endpoint="/v1/chat/completions",
               input_file_id="f", created_at=0, expires_at=10**10)  # fmt: skip
     await store.add_lines(job_id, [LineRow(i, f"c{i}", b"{}") for i in range(lines)])
     await store.add_job(job)
 
 
-async def test_claimable_tenants_and_claims_by_tenant(store: Store) -> None:  # noqa: F811
+async def test_claimable_tenants_and_claims_by_tenant(store: Store) -> None:
     await queued(store, "batch_a", "a", 5)
     await queued(store, "batch_b", "b", 2)
     assert await store.claimable(now=NOW) == ["a", "b"]
@@ -42,7 +41,7 @@ async def test_claimable_tenants_and_claims_by_tenant(store: Store) -> None:  # 
 
 
 async def test_a_lease_avoids_the_busy_tenants_while_another_has_work(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     for job_id, tenant in (("batch_1", "a"), ("batch_2", "a"), ("batch_3", "b")):
         job = Job(id=job_id, tenant=tenant, status="validating", endpoint="/v1/chat/completions",

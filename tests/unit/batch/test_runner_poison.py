@@ -24,28 +24,12 @@ from levergate.batch.model import Claim, FileRecord, Job, LineRow
 from levergate.batch.runner import Done, Later, Runner, Step
 from levergate.batch.service import WallClock
 from levergate.batch.store import Store
-from levergate.batch.stores.postgres import PostgresStore
-from levergate.batch.stores.sqlite import SqliteStore
 from levergate.config import RequestLimitsSettings
 from levergate.config.batch import BatchSettings
-from tests.postgres_required import postgres_database
 
 SETTINGS = BatchSettings(enabled=True, poll_seconds=0.01, retry_seconds=0.01, lease_seconds=30,
                  max_attempts=3, max_job_attempts=3)  # fmt: skip
 Execute = Callable[[Claim], Awaitable[Done | Later]]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        sqlite = SqliteStore(tmp_path / "b.sqlite3", timeout=5)
-        yield sqlite
-        await sqlite.aclose()
-        return
-    async with postgres_database("levergate_batch_poison") as dsn:
-        pg = PostgresStore(dsn, timeout=5)
-        yield pg
-        await pg.aclose()
 
 
 async def answered(claim: Claim) -> Done:

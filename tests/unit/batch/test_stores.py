@@ -3,10 +3,7 @@ times are given explicitly (a ManualClock's), so a lapse is a number, never a sl
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from levergate.batch.model import Job, LineRow
 from levergate.batch.store import Store
@@ -16,19 +13,6 @@ from levergate.testing import ManualClock
 from tests.postgres_required import postgres_database
 
 LEASE = 30.0
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        sqlite = SqliteStore(tmp_path / "b.sqlite3", timeout=5)
-        yield sqlite
-        await sqlite.aclose()
-        return
-    async with postgres_database("levergate_batch_unit") as dsn:
-        pg = PostgresStore(dsn, timeout=5)
-        yield pg
-        await pg.aclose()
 
 
 async def running_job(store: Store, job_id: str, lines: int, *, refused: int = 0) -> Job:
