@@ -29,6 +29,20 @@ def _max_in_window(times: list[float], costs: list[float], window: float) -> flo
     return best
 
 
+def _admitted(rate: gcra.Rate, arrivals: list[float]) -> list[float]:
+    """When each arrival (gaps between them) GCRA admitted at one unit of cost."""
+    tat: float | None = None
+    now = 0.0
+    admitted: list[float] = []
+    for gap in arrivals:
+        now += gap
+        step = gcra.check(tat=tat, now=now, cost=1, rate=rate)
+        if step.admitted:
+            tat = step.tat
+            admitted.append(now)
+    return admitted
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     limit=st.integers(min_value=1, max_value=60),
@@ -39,15 +53,7 @@ def test_gcra_never_admits_more_than_the_limit_in_any_window(
     limit: int, burst_share: float, arrivals: list[float]
 ) -> None:
     rate = gcra.Rate.per_window(limit=limit, window=10.0, burst_share=burst_share)
-    tat: float | None = None
-    now = 0.0
-    admitted: list[float] = []
-    for gap in arrivals:
-        now += gap
-        step = gcra.check(tat=tat, now=now, cost=1, rate=rate)
-        if step.admitted:
-            tat = step.tat
-            admitted.append(now)
+    admitted = _admitted(rate, arrivals)
     assert _max_in_window(admitted, [1.0] * len(admitted), 10.0) <= limit
 
 
@@ -64,15 +70,7 @@ def test_gcra_with_a_margin_keeps_late_slots_and_still_the_limit_in_any_window(
     """The slack (half the margin) lets a late arrival keep its slot: the window guarantee
     holds for any arrival times, late ones included."""
     rate = gcra.Rate.per_window(limit=limit, window=10.0, burst_share=burst_share, margin=margin)
-    tat: float | None = None
-    now = 0.0
-    admitted: list[float] = []
-    for gap in arrivals:
-        now += gap
-        step = gcra.check(tat=tat, now=now, cost=1, rate=rate)
-        if step.admitted:
-            tat = step.tat
-            admitted.append(now)
+    admitted = _admitted(rate, arrivals)
     assert _max_in_window(admitted, [1.0] * len(admitted), 10.0) <= limit
 
 
