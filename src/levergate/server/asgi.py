@@ -66,8 +66,14 @@ class App:
 
     def swap(self, gateway: Gateway) -> None:
         """Serve new requests with `gateway` (a reload); running ones keep the edge they began
-        on. The one place the app's pipeline is replaced."""
-        self.gateway, self.edge = gateway, self._edge(gateway)
+        on. The one place the app's pipeline is replaced. The large-body slots carry over when
+        their settings did not change, so requests holding one still count (a fresh set would
+        let twice the bound in until the old requests end)."""
+        edge = self._edge(gateway)
+        kept = self.edge.large
+        if kept is not None and edge.large is not None and kept.settings == edge.large.settings:
+            edge.large = kept
+        self.gateway, self.edge = gateway, edge
 
     def running_on(self, gateway: Gateway) -> bool:
         """Whether a request (or a stream's body) is still being answered by `gateway`."""

@@ -31,6 +31,7 @@ Ticket = asyncio.Future[None]
 
 class LargeRequests:
     def __init__(self, settings: LargeRequestSettings) -> None:
+        self.settings = settings
         self.min_bytes = settings.min_bytes
         self._queue: FairQueue[Ticket] = FairQueue(
             total=settings.in_flight,

@@ -15,6 +15,7 @@ from pydantic import SecretStr
 
 from levergate.config import LargeRequestSettings, Settings
 from levergate.gateway import Gateway
+from levergate.server.asgi import App
 from levergate.server.edge import Edge
 from levergate.server.exchange import Request, Response
 from levergate.server.guards import admin_token
@@ -162,3 +163,23 @@ async def test_routes_with_credentials_of_their_own_take_no_slot(held: Held) -> 
                                                 "x-levergate-tenant": "-"})  # fmt: skip
     assert answer.status_code == 200
     assert held.reached == ["-:2048"]
+
+
+async def test_a_reload_keeps_the_slots_requests_hold() -> None:
+    """The app's edge is rebuilt by a reload; a request holding a slot on the old edge still
+    counts, so the tenant's next large request waits instead of taking a second slot."""
+    held = Held()
+    routes = (Route("POST", "/v1/held", held),)
+    async with Gateway(settings()) as before, Gateway(settings()) as after:
+        app = App(before, routes=routes)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://lg") as http:
+            first = post(http, "a", LARGE)
+            await settle()
+            app.swap(after)
+            second = post(http, "a", LARGE)
+            await settle()
+            assert held.reached == ["a:2048"]  # the second waits for the first's slot
+            held.release.set()
+            assert [r.status_code for r in await asyncio.gather(first, second)] == [200, 200]
+            assert held.reached == ["a:2048", "a:2048"]
