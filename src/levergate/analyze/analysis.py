@@ -16,10 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from levergate.analyze.bodies import BodyRun, Embedders, replay_bodies
+from levergate.analyze.effects import Effects
 from levergate.analyze.fit import ASSUMED, Point, fit_models
 from levergate.analyze.inputs import Input, Req
 from levergate.analyze.parallel import MIN_REQUESTS, run_all
-from levergate.analyze.plan import FAST_LEVERS, Plan, changed, with_lever
+from levergate.analyze.plan import BODY_LEVERS, Plan, changed, with_lever
+from levergate.analyze.quality import caveat
 from levergate.analyze.replay import Timing, replay
 from levergate.policies.pricing import Lever
 from levergate.report.data import CAVEATS
@@ -42,8 +45,6 @@ CAVEAT_OF = {
 }  # fmt: skip
 NO_TEXT = ("needs the prompt's text, and the input has none: log bodies for the routes to "
            "analyse (request_log.bodies.models) or give an OpenAI request file")  # fmt: skip
-NOT_YET = ("needs a replay of the prompt's text through the {lever}, which this version of "
-           "levergate analyze does not do yet")  # fmt: skip
 NOT_MODELLED = ("not modelled: prompt_cache_key steers which of the provider's machines serves a "
                 "prompt, and neither the simulator nor this replay emulates those machines (one "
                 "cache per key and model)")  # fmt: skip
@@ -79,8 +80,11 @@ def _unevaluable(lever: str, given: Input, candidate: Plan) -> str | None:
         return "no request went to an alias with an Anthropic upstream"
     if lever == "prompt_cache_key":
         return NOT_MODELLED
-    if lever not in FAST_LEVERS:
-        return NOT_YET.format(lever=LABELS[lever]) if any(r.body for r in reqs) else NO_TEXT
+    if lever in BODY_LEVERS and not any(r.payload is not None for r in reqs):
+        if any(r.body for r in reqs):
+            return ("the logged bodies were all cut at request_log.bodies.max_bytes: none can "
+                    "be replayed whole (raise the limit for the routes to analyse)")  # fmt: skip
+        return NO_TEXT
     return None
 
 
@@ -94,6 +98,12 @@ def _rate(lever: str, s: Mapping[str, Any]) -> float:
         return float((s["exact_hits"] + s["coalesced"]) / n)
     if lever == "defer":
         return float(s["deferred"] / n)
+    if lever == "semantic":
+        return float(s.get("semantic_hits", 0) / n)
+    if lever in ("route", "cascade"):  # answered by another alias / escalated
+        return float(s.get("rerouted" if lever == "route" else "escalated", 0) / n)
+    if lever == "trim":
+        return float(s.get("trimmed_tokens", 0) / s["prompt_tokens"]) if s["prompt_tokens"] else 0.0
     return float(s["cached_tokens"] / s["prompt_tokens"]) if s["prompt_tokens"] else 0.0
 
 
@@ -143,9 +153,11 @@ def _recommend(
 def analyse(
     given: Input, *, baseline: Plan, candidate: Plan,
     progress: Callable[[str], None] | None = None, fork: bool = False,
+    embedders: Embedders | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The analysis of `given` (module docstring). `fork`: the replays on two cores when the
-    input is large enough (analyze/parallel.py; only from a single-threaded process)."""
+    input is large enough (analyze/parallel.py; only from a single-threaded process).
+    `embedders`: instead of the gateway's own (tests)."""
     say = progress or (lambda _: None)
     reqs = given.requests
     timing = timing_of(given)
@@ -154,11 +166,18 @@ def analyse(
     problems = {lever: _unevaluable(lever, given, candidate) for lever in levers}
     evaluated = [lever for lever in levers if problems[lever] is None]
     plans = [baseline, candidate, *(with_lever(baseline, candidate, v) for v in evaluated)]
+    bodies, failed = replay_bodies(
+        plans, reqs, levers=[v for v in evaluated if v in BODY_LEVERS], latency=timing.overall,
+        say=say, embedders=embedders, labels=given.labels,
+    )  # fmt: skip
+    problems.update(failed)
     say(f"replaying {len(reqs):,} requests under {len(plans)} configurations")
-    summaries = run_all([partial(_summary, plan, reqs, timing) for plan in plans],
+    summaries = run_all([partial(_summary, plan, reqs, timing, run.effects)
+                         for plan, run in zip(plans, bodies, strict=True)],
                         fork=fork and len(reqs) >= MIN_REQUESTS)  # fmt: skip
     base, cand = summaries[0], summaries[1]
     variants = dict(zip(evaluated, summaries[2:], strict=True))
+    measured = dict(zip(evaluated, bodies[2:], strict=True))
     rows: list[dict[str, Any]] = []
     saving: list[tuple[dict[str, Any], Mapping[str, Any]]] = []
     for lever in levers:
@@ -169,6 +188,8 @@ def analyse(
             continue
         variant = variants[lever]
         row = compare(lever, base, variant)
+        if lever in BODY_LEVERS:
+            _measured(row, measured[lever], lever)
         if lever == "defer" and not variant["deferred"]:
             row["note"] = ("no request carried an x-levergate-deadline at least "
                            "defer.min_deadline_seconds away, nor x-levergate-defer")  # fmt: skip
@@ -190,8 +211,22 @@ def analyse(
     }
 
 
-def _summary(plan: Plan, reqs: Sequence[Req], timing: Timing) -> dict[str, Any]:
-    return replay(plan, reqs, timing).summary()
+def _summary(
+    plan: Plan, reqs: Sequence[Req], timing: Timing, effects: Effects | None = None
+) -> dict[str, Any]:
+    return replay(plan, reqs, timing, effects).summary()
+
+
+def _measured(row: dict[str, Any], run: BodyRun, lever: str) -> None:
+    """A body lever's row given its measured quality caveat and its replay's notes."""
+    found = run.measured.get(lever)
+    if found is None:
+        return
+    row["quality"] = found
+    row["caveat"] = caveat(lever, found)
+    notes = run.notes.get(lever)
+    if notes:
+        row["note"] = "; ".join(notes)
 
 
 def _input(given: Input, span: float) -> dict[str, Any]:

@@ -59,6 +59,13 @@ class Req(NamedTuple):
     hit: bool  # answered by a cache in the log
     body: bool  # the prompt text is available (bodies logged, or a request file)
     origin: str = "request"  # "request", "batch" (a Batch API line), "async", "deferred"
+    # For the levers that need bodies (analyze/bodies.py): the request as sent, when the log kept
+    # it whole (not cut at `bodies.max_bytes`) or a request file gave it; the logged answer's
+    # text; the prompt tokens the logged run's trim layer left out; the cascade's escalations.
+    payload: Mapping[str, Any] | None = None
+    answer: str | None = None
+    trimmed: int = 0
+    escalations: int = 0
 
 
 @dataclass
@@ -86,6 +93,8 @@ class Input:
     logged_cost: float | None = None  # what the log says the replayed requests cost
     hit_seconds: float | None = None  # the median logged exact-cache hit
     overhead_seconds: float | None = None  # the median gateway's own time
+    # The log's shadow labels per route and day (`label_counts`): the routes' live retention.
+    labels: list[dict[str, Any]] = field(default_factory=list)
 
 
 # ---- lines ------------------------------------------------------------------------------------
@@ -153,8 +162,23 @@ def record_req(record: Mapping[str, Any]) -> Req | str:
         not_after=_number(replay.get("not_after_s")), defer=replay.get("defer") is True,
         hit=isinstance(cache, str) and cache.endswith(":hit"),
         body=isinstance(record.get("request_body"), str),
-        origin=str(record.get("origin") or "request"),
+        origin=str(record.get("origin") or "request"), payload=_payload(record),
+        answer=record["answer_body"] if isinstance(record.get("answer_body"), str) else None,
+        trimmed=_count(record, "trimmed_tokens"), escalations=_count(record, "escalations"),
     )  # fmt: skip
+
+
+def _payload(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The logged request body, parsed; None when it was not logged, or was cut (its JSON then
+    ends in the writer's `[truncated: N bytes]` marker and does not parse)."""
+    text = record.get("request_body")
+    if not isinstance(text, str):
+        return None
+    try:
+        found = parse_json(text)
+    except (orjson.JSONDecodeError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def from_records(
@@ -234,7 +258,7 @@ def body_req(number: int, value: Mapping[str, Any], *, interval: float) -> Req |
         n=found["n"], blocks=decode_blocks(found["blocks"]),
         block_tokens=BLOCK_BYTES * prompt / pb if pb else 0.0, prompt=prompt, cached=0,
         written=0, output=int(cap) if cap else DEFAULT_OUTPUT_TOKENS, ttft=None, total=None,
-        not_after=None, defer=False, hit=False, body=True,
+        not_after=None, defer=False, hit=False, body=True, payload=body,
     )  # fmt: skip
 
 

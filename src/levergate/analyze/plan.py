@@ -10,8 +10,13 @@ Fingerprint-only levers (replayed from the log's features, bodies or not):
     prompt_cache_key  OpenAI's `prompt_cache_key` (`prompt_cache.openai_cache_key`): compared,
                  not replayed (`Lever.reason`)
 
-Levers that need the prompt's text (`semantic`, `route`, `trim`, `cascade`) are compared too:
-a change to one is reported as not evaluable, with the reason.
+Levers that need the prompt's text, replayed through the gateway's own layers where the input
+has bodies (analyze/bodies.py), else reported not evaluable with the reason:
+
+    semantic     the semantic cache (`cache.semantic`, the rules' `semantic: true`)
+    route        routing (`routing.routes`: rules and learned routers)
+    trim         trimming (`trim.models`)
+    cascade      cascades (`cascade`)
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from levergate.catalog import Catalog
-from levergate.config import CacheSettings, Settings
+from levergate.config import CacheSettings, RoutingSettings, Settings, TrimSettings
 from levergate.config.base import WILDCARD
+from levergate.config.cascade import CascadeSettings
 from levergate.config.deferral import DeferSettings
 
 __all__ = ["BODY_LEVERS", "FAST_LEVERS", "LEVERS", "Plan", "changed", "plan_of", "with_lever"]
@@ -37,6 +43,12 @@ OWNS: dict[str, tuple[str, ...]] = {
     "affinity": ("balance", "balance_default", "affinity_ttl"),
     "breakpoints": ("breakpoints",),
     "defer": ("defer",),
+    # The body levers' layers are built from `settings` (its models and catalog) and their own
+    # part: a candidate's route may name an alias the baseline does not have.
+    "semantic": ("semantic", "settings"),
+    "route": ("routing", "settings", "catalog"),
+    "trim": ("trim", "settings"),
+    "cascade": ("cascade", "settings", "catalog"),
 }
 
 
@@ -53,6 +65,12 @@ class Plan:
     catalog: Catalog
     # The rest of the settings, compared only (levers needing bodies, prompt_cache_key).
     compared: Mapping[str, Any]
+    # The levers that need bodies (analyze/bodies.py builds their layers from these).
+    settings: Settings | None = None
+    semantic: CacheSettings | None = None  # None: no rule opts in (or the cache is off)
+    routing: RoutingSettings | None = None
+    trim: TrimSettings | None = None
+    cascade: CascadeSettings | None = None
 
     def endpoints_of(self, alias: str) -> tuple[str, ...]:
         return self.endpoints.get(alias) or self.endpoints.get(WILDCARD) or ("",)
@@ -91,6 +109,15 @@ def plan_of(settings: Settings) -> Plan:
             "trim": settings.trim.model_dump(),
             "cascade": settings.cascade.model_dump(),
         },
+        settings=settings,
+        semantic=(
+            settings.cache
+            if settings.cache.enabled and any(r.semantic for _, r in _rules(settings.cache))
+            else None
+        ),
+        routing=settings.routing,
+        trim=settings.trim,
+        cascade=settings.cascade,
     )
 
 

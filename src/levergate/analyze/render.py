@@ -49,6 +49,13 @@ def _sides(a: Mapping[str, Any]) -> list[str]:
               ("cached_tokens", "prompt tokens cached"), ("deferred", "deferred"))  # fmt: skip
     rows += [[label, f"{base[n]:,}", f"{cand[n]:,}", f"{cand[n] - base[n]:+,}"]
              for n, label in counts]  # fmt: skip
+    # The body levers' counts (analyze/bodies.py), where either side has any.
+    bodies = (("semantic_hits", "semantic-cache hits"), ("rerouted", "answered by another alias"),
+              ("escalated", "cascade escalations"), ("trimmed_tokens", "prompt tokens trimmed"),
+              ("refused", "refused by trimming"))  # fmt: skip
+    rows += [[label, f"{base.get(n, 0):,}", f"{cand.get(n, 0):,}",
+              f"{cand.get(n, 0) - base.get(n, 0):+,}"]
+             for n, label in bodies if base.get(n) or cand.get(n)]  # fmt: skip
     return _grid(rows)
 
 

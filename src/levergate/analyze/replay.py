@@ -24,7 +24,12 @@ Per request, in the pipeline's order:
    breakpoints (automatic breakpoints on: the whole-block prefix is written, then read, at the
    catalog's cache write and read prices, for 5 minutes refreshed on use). Prefixes are the
    chained block digests, so a prediction is exact to a block (~256 tokens).
-5. Latency: a request keeps its own logged times shifted by the fitted prefill cost of the
+5. The levers that need bodies, decided beforehand by the gateway's own layers per request
+   (analyze/bodies.py, as `Effect`s: analyze/effects.py): after the exact cache, a semantic
+   hit is free and takes a hit's time; otherwise the request goes on as the route, cascade and
+   trim layers would send it (another alias, fewer prompt or output tokens, a rejected first
+   answer paid and waited for).
+6. Latency: a request keeps its own logged times shifted by the fitted prefill cost of the
    change in its uncached prompt (analyze/fit.py); one with no logged times takes the model's.
 
 Pure apart from the catalog's lookups: no I/O, no wall clock.
@@ -40,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from levergate.analyze.effects import Effect, Effects, applied
 from levergate.analyze.fit import Latency
 from levergate.analyze.inputs import Req
 from levergate.analyze.plan import Plan
@@ -75,6 +81,11 @@ class Run:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     written_tokens: int = 0
+    semantic_hits: int = 0
+    rerouted: int = 0  # answered by another alias than the log's (a route, a cascade)
+    trimmed_tokens: int = 0  # prompt tokens trimming left out, beyond the log's
+    escalated: int = 0  # a cascade's first answer rejected
+    refused: int = 0  # trimming refused it
     ttft: list[float] = field(default_factory=list)
     total: list[float] = field(default_factory=list)
     by_route: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -89,7 +100,9 @@ class Run:
             "requests": self.requests, "cost_usd": self.cost_usd, "exact_hits": self.exact_hits,
             "coalesced": self.coalesced, "deferred": self.deferred,
             "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
-            "written_tokens": self.written_tokens,
+            "written_tokens": self.written_tokens, "semantic_hits": self.semantic_hits,
+            "rerouted": self.rerouted, "trimmed_tokens": self.trimmed_tokens,
+            "escalated": self.escalated, "refused": self.refused,
             "ttft_p50_ms": at(self.ttft, 50.0), "ttft_p95_ms": at(self.ttft, 95.0),
             "total_p50_ms": at(self.total, 50.0), "total_p95_ms": at(self.total, 95.0),
             "total_mean_ms": math.fsum(self.total) * 1000.0 / len(self.total) if self.total
@@ -217,11 +230,18 @@ def _deferred(plan: Plan, req: Req, rates: Rates) -> bool:
     return req.defer or (req.not_after is not None and req.not_after >= d.min_deadline_seconds)
 
 
-def replay(plan: Plan, requests: Sequence[Req], timing: Timing) -> Run:
-    """Replay `requests` (in arrival order) under `plan` (module docstring)."""
+def replay(
+    plan: Plan, requests: Sequence[Req], timing: Timing, effects: Effects | None = None
+) -> Run:
+    """Replay `requests` (in arrival order) under `plan` (module docstring); `effects`: the
+    body levers' decisions, by request index."""
     replayer = _Replayer(plan, timing)
-    for req in requests:
-        replayer.one(req)
+    if not effects:
+        for req in requests:
+            replayer.one(req)
+        return replayer.run
+    for index, req in enumerate(requests):
+        replayer.one(req, effects.get(index))
     return replayer.run
 
 
@@ -246,7 +266,7 @@ class _Replayer:
             ttl = self.ttls[shape] = _ttl(cache, req)
         return None if ttl is None else ((namespace(cache, req.tenant), req.fp), ttl)
 
-    def one(self, req: Req) -> None:
+    def one(self, req: Req, effect: Effect | None = None) -> None:
         now, run, exact = req.arrival, self.run, self.exact
         exact.advance(now)
         run.requests += 1
@@ -263,9 +283,44 @@ class _Replayer:
                 run.coalesced += 1
                 run.total.append(max(0.0, done - now))
                 return
-        finish = self._upstream(req)
+        delay = 0.0
+        if effect is not None:
+            if effect.semantic or effect.refused:
+                self._answered(effect)
+                return
+            req, delay = self._through(req, effect)
+        finish = self._upstream(req, delay)
         if keyed is not None:
             exact.fill(keyed[0], finish, keyed[1])
+
+    def _answered(self, effect: Effect) -> None:
+        """A request the semantic cache answers (a hit's time) or trimming refuses."""
+        if effect.refused:
+            self.run.refused += 1
+            return
+        self.run.semantic_hits += 1
+        self.run.ttft.append(self.timing.hit_seconds)
+        self.run.total.append(self.timing.hit_seconds)
+
+    def _through(self, req: Req, effect: Effect) -> tuple[Req, float]:
+        """`req` as the body levers send it, and the seconds a cascade's rejected first answer
+        took before it (that answer priced here, with no prompt cache)."""
+        run, timing = self.run, self.timing
+        sent = applied(req, effect, timing.latency, timing.overall)
+        run.rerouted += sent.alias != req.alias
+        run.trimmed_tokens += max(0, req.prompt - sent.prompt)
+        if effect.first is None:
+            return sent, 0.0
+        run.escalated += 1
+        first = req._replace(alias=effect.first, prompt=sent.prompt, cached=0, written=0)
+        rates = self.plan.catalog.rates(first.alias)
+        usd = cost(Tokens(first.prompt, 0, 0, first.output), rates)
+        run.cost_usd += usd
+        run.by_route[req.model] += usd
+        if first.alias == req.alias and req.total is not None:
+            return sent, req.total  # the log timed that very answer
+        model = timing.latency.get(first.alias, timing.overall)
+        return sent, model.total(first.prompt, first.output)
 
     def _prompt_cache(self, req: Req) -> tuple[int, int]:
         """(read, written) prompt tokens at the provider's cache of the endpoint chosen."""
@@ -278,8 +333,9 @@ class _Replayer:
             return self.prompts.anthropic(scope, req, req.arrival)
         return 0, 0
 
-    def _upstream(self, req: Req) -> float:
-        """Price and time one request sent upstream; when its answer completes."""
+    def _upstream(self, req: Req, delay: float = 0.0) -> float:
+        """Price and time one request sent upstream, `delay` seconds after it arrived (a
+        cascade's rejected answer before it); when its answer completes."""
         run, now = self.run, req.arrival
         rates = self.rates.get(req.alias)
         if rates is None:
@@ -301,6 +357,7 @@ class _Replayer:
             ttft = None if req.ttft is None else max(0.0, req.ttft + shift)
         else:
             total, ttft = latency.total(uncached, req.output), latency.ttft(uncached)
+        total, ttft = total + delay, None if ttft is None else ttft + delay
         if deferred:
             run.deferred += 1
         else:

@@ -127,13 +127,30 @@ def _read(args: argparse.Namespace) -> Any:
         warn(str(exc))
         return None
     try:
-        return from_records(_first(_pages(source, where), args.limit), skipped=skipped,
-                            source=f"the request log at {source.where}")  # fmt: skip
+        given = from_records(_first(_pages(source, where), args.limit), skipped=skipped,
+                             source=f"the request log at {source.where}")  # fmt: skip
+        given.labels = _labels(source, where)
     except SourceError as exc:
         warn(str(exc))
         return None
     finally:
         source.close()
+    return given
+
+
+def _labels(source: Any, where: Any) -> list[dict[str, Any]]:
+    """The routes' live quality where the source has it: the store's shadow labels over the
+    analysed time range, or a running gateway's `levergate_route_quality_retention` gauge."""
+    from levergate.requestlog.labels import Labelled
+
+    if hasattr(source, "label_counts"):
+        found: list[dict[str, Any]] = source.label_counts(
+            Labelled(since=where.since, until=where.until))  # fmt: skip
+        return found
+    if hasattr(source, "gauge"):
+        values = source.gauge("levergate_route_quality_retention", "route")
+        return [{"layer": "route", "name": k, "gauge": v} for k, v in values.items()]
+    return []
 
 
 def _readable(path: Path) -> None:

@@ -131,6 +131,10 @@ class StoreSource:
         """The shadow labels (only the store has them: not `GET /admin/log`)."""
         return self._call(lambda s: s.labels(which, limit=MAX_ROWS))  # type: ignore[no-any-return]
 
+    def label_counts(self, which: Labelled) -> list[dict[str, Any]]:
+        """The shadow labels counted per route or cascade and day (`levergate analyze`)."""
+        return self._call(lambda s: s.label_counts(which))  # type: ignore[no-any-return]
+
     def close(self) -> None:
         self._store.close()
 
@@ -189,6 +193,21 @@ class HttpSource:
 
     def summary(self, where: LogFilter) -> dict[str, Any]:
         return self._get("/admin/log/summary", where.describe())
+
+    def gauge(self, name: str, label: str) -> dict[str, float]:
+        """`name`'s values by `label` from the gateway's `/metrics` ({} when it cannot be read:
+        the metrics token differs, or metrics are off)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            answer = self._http.get("/metrics")
+        except httpx.HTTPError:
+            return {}
+        if answer.status_code != 200:
+            return {}
+        return {s.labels.get(label, ""): s.value
+                for family in text_string_to_metric_families(answer.text)
+                for s in family.samples if s.name == name}  # fmt: skip
 
     def close(self) -> None:
         self._http.close()

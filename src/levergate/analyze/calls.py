@@ -1,0 +1,121 @@
+"""What the body levers' replays share (analyze/semantic.py, route.py, trim.py, cascade.py): a
+logged request as the `Call` its layer sees, an answer standing in for the upstream's, the layers'
+`Shared` state, and an embedder whose vectors were computed beforehand in batches.
+
+The layers are the gateway's own, called as the pipeline calls them, with an inner service in
+place of the rest of the pipeline: it records what reached it and answers with the logged tokens,
+so nothing leaves the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from levergate.analyze.inputs import Req
+from levergate.config import WILDCARD, ModelSettings, Settings
+from levergate.core.call import Call, Context
+from levergate.core.clock import Clock
+from levergate.core.controls import DEFAULT_TENANT, Controls, Principal
+from levergate.core.embedder import Embedder
+from levergate.core.reply import Completed
+from levergate.layers.shared import Shared
+
+__all__ = ["BATCH", "Primed", "answer", "call_of", "kind_of", "models_of", "shared_of"]
+
+BATCH = 64  # texts per embedding call while priming
+Say = Callable[[str], None]
+
+
+def kind_of(body: Mapping[str, Any]) -> str | None:
+    """ "chat" or "completion" for a body a chat or completion route takes; None otherwise."""
+    if isinstance(body.get("messages"), list):
+        return "chat"
+    return "completion" if body.get("prompt") is not None else None
+
+
+def call_of(index: int, req: Req, body: Mapping[str, Any] | None = None) -> Call | None:
+    """The call the layers see for logged request `index` (its tenant, feature and the model it
+    asked for); None when it has no body of a routable kind."""
+    given = body if body is not None else req.payload
+    if given is None:
+        return None
+    kind = kind_of(given)
+    if kind is None:
+        return None
+    ctx = Context(str(index), principal=Principal(tenant=req.tenant or DEFAULT_TENANT),
+                  controls=Controls(feature=req.feature))  # fmt: skip
+    return Call(kind=kind, body={**given, "model": req.model}, ctx=ctx)  # type: ignore[arg-type]
+
+
+def answer(req: Req, *, alias: str = "") -> Completed:
+    """A whole, finished chat answer with `req`'s logged token counts (what a cache stores)."""
+    usage = {"prompt_tokens": req.prompt, "completion_tokens": req.output,
+             "total_tokens": req.prompt + req.output,
+             "prompt_tokens_details": {"cached_tokens": req.cached}}  # fmt: skip
+    data = {"id": "chatcmpl-replay", "object": "chat.completion", "model": alias or req.alias,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "(replayed)"}}],
+            "usage": usage}  # fmt: skip
+    return Completed(data=data, usage=usage)
+
+
+def models_of(settings: Settings) -> dict[str, ModelSettings]:
+    return {m.name: m for m in settings.models}
+
+
+def model_for(settings: Settings, alias: str) -> ModelSettings | None:
+    """The model settings serving `alias`: its own, else the `*` catch-all's."""
+    models = models_of(settings)
+    return models.get(alias) or models.get(WILDCARD)
+
+
+def shared_of(settings: Settings, clock: Clock) -> Shared:
+    """The layers' shared state, as the pipeline builds it (stores are opened lazily; nothing
+    here connects anywhere until used, and the replays use none)."""
+    return Shared.build(settings, models=models_of(settings), clock=clock,
+                        registry=CollectorRegistry())  # fmt: skip
+
+
+class Primed:
+    """An `Embedder` answering from vectors the gateway's own embedder computed beforehand, in
+    batches of `BATCH` with progress (`prime`, on an ordinary event loop: a local embedder runs
+    in a thread, which a virtual-time loop cannot wait for). A text it was not primed with is
+    an embedding failure, which the layers treat as their embedder failing."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._inner = embedder
+        self._known: dict[str, list[float]] = {}
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    async def prime(self, texts: Iterable[str], *, say: Say, what: str) -> None:
+        wanted = [t for t in dict.fromkeys(texts) if t not in self._known]
+        done = 0
+        for part in _batches(wanted, BATCH):
+            vectors = await self._inner.embed(list(part))
+            self._known.update(zip(part, vectors, strict=True))
+            done += len(part)
+            say(f"{what}: embedded {done:,} of {len(wanted):,} prompts")
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        try:
+            return [self._known[t] for t in texts]
+        except KeyError:
+            raise LookupError("a text the replay's embedder was not primed with") from None
+
+
+def _batches(items: Sequence[str], size: int) -> Iterable[tuple[str, ...]]:
+    it = iter(items)
+    while part := tuple(itertools.islice(it, size)):
+        yield part
+
+
+def run(coro: Any) -> Any:
+    """`asyncio.run`, for the replays' ordinary (real-time) loops."""
+    return asyncio.run(coro)
