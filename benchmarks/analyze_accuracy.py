@@ -40,13 +40,16 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import analyze_workloads as workloads
 import httpx
 import openai
 import orjson
+from analyze_workloads import BODY_RATES, measured_rate
 from harness import Output, add_output_options, data_file, stamp
 
 from levergate.analyze.analysis import analyse
@@ -79,6 +82,8 @@ class Req:
     at: float
     text: str
     max_tokens: int
+    model: str = MODEL
+    messages: tuple[dict[str, str], ...] | None = None  # a conversation instead of `text`
 
 
 def exact_requests(count: int) -> list[Req]:
@@ -141,39 +146,42 @@ class LogRows:
     requestlog/features.py, and `row_of`), kept in memory and written to the store at the end
     so that the store's writes do not share the two cores with the run."""
 
-    def __init__(self, clock: LoopClock) -> None:
+    def __init__(self, clock: LoopClock, *, bodies: bool = False) -> None:
         self.clock = clock
+        self.bodies = bodies  # the request bodies logged too (the levers that need them)
         self.rows: list[tuple[Any, ...]] = []
 
     def observe(self, record: RequestRecord, call: Call, seen: object) -> None:
         del seen
         now = self.clock.now()
         replay = features(call, now=now, wall=now, total=record.timings.total)
-        self.rows.append(row_of(now, record, (None, None), replay))
+        body = orjson.dumps(call.body).decode() if self.bodies else None
+        self.rows.append(row_of(now, record, (body, None), replay))
 
 
 async def send(sdk: openai.AsyncOpenAI, req: Req) -> None:
     loop = asyncio.get_running_loop()
     await asyncio.sleep(max(0.0, req.at - loop.time()))  # `at`: on the loop's clock
+    messages = list(req.messages or ({"role": "user", "content": req.text},))
     await sdk.chat.completions.create(
-        model=MODEL, temperature=0, max_tokens=req.max_tokens,
-        messages=[{"role": "user", "content": req.text}],
+        model=req.model, temperature=0, max_tokens=req.max_tokens,
+        messages=messages,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
 async def live(
-    build: Callable[[str], Settings], reqs: Sequence[Req], db: Path
+    build: Callable[[str], Settings], reqs: Sequence[Req], db: Path, *, bodies: bool = False
 ) -> list[RequestRecord]:
     """One run: the records, and the request log written to `db`."""
     records, clock = Records(), LoopClock()
-    log = LogRows(clock)
+    log = LogRows(clock, bodies=bodies)
     async with (
         run_simulator(sim_settings(), clock=clock) as handle,
         build_gateway(build(handle.base_url), deps=Deps(clock=clock, sinks=[records])) as gw,
     ):
         gw.recorder.observe(log)
         start = clock.now() + 0.1
-        timed = [Req(start + r.at * SCALE, r.text, r.max_tokens) for r in reqs]
+        timed = [replace(r, at=start + r.at * SCALE) for r in reqs]
         http = httpx.AsyncClient(transport=GatewayTransport(gw), timeout=DAY)
         async with openai.AsyncOpenAI(base_url="http://levergate/v1", api_key="x",
                                       http_client=http, max_retries=0,  # type: ignore[arg-type]
@@ -205,10 +213,12 @@ def mean(records: Sequence[RequestRecord]) -> float:
 
 
 def lever_run(
-    name: str, build: Callable[..., Settings], reqs: Sequence[Req], folder: Path
-) -> dict[str, Any]:
-    """Baseline, analysis, live: the comparison for one lever."""
-    off = asyncio.run(live(lambda url: build(url, on=False), reqs, folder / f"{name}-off.db"))
+    name: str, build: Callable[..., Settings], reqs: Sequence[Req], folder: Path,
+    *, bodies: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """Baseline, analysis, live: the comparison for one lever (`bodies`: logged)."""
+    off = asyncio.run(live(lambda url: build(url, on=False), reqs, folder / f"{name}-off.db",
+                           bodies=bodies))  # fmt: skip
     on = asyncio.run(live(lambda url: build(url, on=True), reqs, folder / f"{name}-on.db"))
     given = from_records(logged(folder / f"{name}-off.db"), source=name, skipped=Skipped())
     url = "http://127.0.0.1:1/v1"
@@ -230,8 +240,26 @@ def lever_run(
         "measured_mean_change_ms": measured_change,
         "latency_direction_right": (row["total_mean_change_ms"] or 0.0) * measured_change > 0
         or (row["total_mean_change_ms"] or 0.0) == measured_change == 0,
-        "predicted_hit_rate": row["hit_rate"],
+        "predicted_hit_rate": row["hit_rate"], "caveat": row.get("caveat"),
+        **({"measured_hit_rate": measured_rate(name, on)} if name in BODY_RATES else {}),
     }  # fmt: skip
+
+
+RATE_OF = {"semantic": "semantic-cache hits", "route": "sent to gpt-4o-mini",
+           "trim": "prompt tokens trimmed"}  # fmt: skip
+
+
+def body_runs(count: int, folder: Path, *, smoke: bool) -> list[dict[str, Any]]:
+    """The levers that need bodies (analyze_workloads.py), bodies logged in the baseline."""
+    router = workloads.router_file(folder, rows=200 if smoke else workloads.TRAIN_ROWS)
+    return [
+        lever_run("semantic", workloads.semantic_settings,
+                  workloads.semantic_requests(count, Req), folder, bodies=True),
+        lever_run("route", partial(workloads.route_settings, router=router),
+                  workloads.route_requests(count, Req), folder, bodies=True),
+        lever_run("trim", workloads.trim_settings, workloads.trim_requests(count, Req), folder,
+                  bodies=True),
+    ]  # fmt: skip
 
 
 def report(runs: Sequence[dict[str, Any]], when: dict[str, str], wall: float) -> str:
@@ -258,11 +286,18 @@ def report(runs: Sequence[dict[str, Any]], when: dict[str, str], wall: float) ->
             f"{r['predicted_mean_change_ms'] or 0:+.0f} / {r['measured_mean_change_ms']:+.0f} | "
             f"{'right' if r['latency_direction_right'] else 'WRONG'} |"
         )  # fmt: skip
+    bodies = [r for r in runs if "measured_hit_rate" in r]
+    if bodies:
+        lines += ["", ("The levers that need bodies (request bodies logged in the baseline run): "
+                  "the rate each predicts against the live run's, and its measured quality "
+                  "caveat."), "", "| lever | rate | predicted | measured | quality caveat |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {r['lever']} | {RATE_OF[r['lever']]} | {r['predicted_hit_rate']:.1%} | "
+                  f"{r['measured_hit_rate']:.1%} | {r['caveat']} |" for r in bodies]  # fmt: skip
     lines += ["", (
         "Not measured yet: deferral to batch APIs (answered through the provider batch API's "
         "polling), automatic breakpoints (an Anthropic upstream), prompt_cache_key (not "
-        "modelled), and the levers that need bodies (semantic cache, routing, trimming: "
-        "reported not evaluable)."), ""]  # fmt: skip
+        "modelled) and cascades (replayed by `analyze`, not run live here)."), ""]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -281,6 +316,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             lever_run("exact", exact_settings, exact_requests(count), Path(folder)),
             lever_run("affinity", affinity_settings, affinity_requests(count), Path(folder)),
         ]
+        runs += body_runs(24 if args.smoke else count, Path(folder), smoke=args.smoke)
     wall = time.monotonic() - started
     out.write("analyze_accuracy", {**when, "runs": runs, "goal": GOAL},
               report(runs, when, wall))  # fmt: skip

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +27,14 @@ import numpy as np
 from harness import data_file
 
 from levergate.config import Settings
+from levergate.layers.measure.record import RequestRecord
 from levergate.routing.labels import read_labels
 
 SEED = 25
 DAY = 86400.0
 TRAIN_ROWS = 600
 TRIM_BUDGET = 160
+BODY_RATES = ("semantic", "route", "trim")
 ROUTE_FILE = "routellm/mmlu_mixtral_vs_gpt4_dev.csv"
 
 Make = Callable[..., Any]  # analyze_accuracy.Req
@@ -73,14 +75,14 @@ def semantic_settings(url: str, *, on: bool) -> Settings:
                          limits={"max_timeout_seconds": DAY})  # fmt: skip
 
 
-def router_file(folder: Path) -> Path:
-    """A router trained on the file's first rows, for gpt-4o-mini (cheap) and gpt-4o."""
+def router_file(folder: Path, *, rows: int = TRAIN_ROWS) -> Path:
+    """A router trained on the file's first `rows` rows, for gpt-4o-mini (cheap) and gpt-4o."""
     from levergate.config import RoutingSettings
     from levergate.routing.model import Models
     from levergate.routing.train import Options, embedder, features, spec_for, train
 
     labels = read_labels(data_file(ROUTE_FILE))
-    labels = labels.subset(np.arange(TRAIN_ROWS))
+    labels = labels.subset(np.arange(rows))
     serving = RoutingSettings().embeddings
     spec = spec_for(serving, dimensions=384)
     x = features(labels.prompts, embed=embedder(serving), text_chars=spec.text_chars)
@@ -130,3 +132,18 @@ def trim_settings(url: str, *, on: bool) -> Settings:
     return Settings.load(upstreams=[{"name": "sim", "base_url": url, "api_key": "sk-a"}],
                          models=[{"name": "gpt-4o-mini", "upstream": "sim"}], trim=trim,
                          cache={"enabled": False}, limits={"max_timeout_seconds": DAY})  # fmt: skip
+
+
+def measured_rate(lever: str, records: Sequence[RequestRecord]) -> float:
+    """The live run's counterpart of the analysis's rate for `lever`: the share of requests the
+    semantic cache answered, the share a route sent to gpt-4o-mini, the share of the prompt
+    tokens trimming left out."""
+    n = len(records) or 1
+    if lever == "semantic":
+        return sum(r.cache is not None and r.cache.cache == "semantic" and r.cache.outcome.value
+                   == "hit" for r in records) / n  # fmt: skip
+    if lever == "route":
+        return sum(r.alias == "gpt-4o-mini" for r in records) / n
+    sent = sum(r.tokens.input_uncached + r.tokens.cached_read for r in records)
+    cut = sum(r.trimmed_input for r in records)
+    return cut / (sent + cut) if sent + cut else 0.0

@@ -1,9 +1,10 @@
 """`levergate analyze` end to end: `levergate serve` (exact cache off, the request log on, bodies
-off) in front of `levergate sim`, the official OpenAI SDK sending repeated questions, then
-`levergate analyze` as a child process over the gateway's own log with a candidate that turns
-the cache on: the repeats it would have answered, what that saves, what it could not evaluate
-and why; the bad inputs (a candidate that does not validate, malformed export lines, an empty
-input)."""
+off but for gpt-4o) in front of `levergate sim`, the official OpenAI SDK sending repeated
+questions, then `levergate analyze` as a child process over the gateway's own log with a
+candidate that turns the cache on: the repeats it would have answered, what that saves, what it
+could not evaluate and why; with bodies logged, reworded questions the semantic cache would
+answer (the gateway's own layer and MiniLM); the bad inputs (a candidate that does not
+validate, malformed export lines, an empty input)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ from tests.e2e.test_readme import Server, clean_env, free_port
 pytestmark = pytest.mark.timeout(180)
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 QUESTIONS, COPIES = 6, 3
+# To gpt-4o, bodies logged: each question, then the same reworded (case and punctuation only).
+REWORDED = ["How do I bake bread at home?", "how do i bake bread at home",
+            "Why is the sky blue?", "why is the sky blue"]  # fmt: skip
 
 
 class Rig:
@@ -55,7 +59,12 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         "upstreams": [{"name": "sim", "base_url": f"http://127.0.0.1:{sim_port}/v1"}],
         "models": [{"name": "*", "upstream": "sim"}],
         "cache": {"enabled": False},
-        "request_log": {"enabled": True, "flush_seconds": 0.05, "store": {"sqlite_path": str(db)}},
+        "request_log": {
+            "enabled": True,
+            "flush_seconds": 0.05,
+            "store": {"sqlite_path": str(db)},
+            "bodies": {"models": ["gpt-4o"]},
+        },
     }
     (root / "baseline.yaml").write_text(yaml.safe_dump(config))
     sim = Server([*LEVERGATE, "sim", "--port", str(sim_port)], port=sim_port,
@@ -79,12 +88,15 @@ def send(url: str, db: Path) -> None:
                 model="gpt-4o-mini", max_tokens=16, temperature=0, stream=copy == 1 and n == 0,
                 messages=[{"role": "user", "content": f"Question {n}: " + "words " * 300}],
             )  # fmt: skip
+    for text in REWORDED:
+        client.chat.completions.create(model="gpt-4o", max_tokens=16, temperature=0,
+                                       messages=[{"role": "user", "content": text}])  # fmt: skip
     client.close()
     for _ in range(200):
         if db.is_file():
             store = SqliteLog(str(db), timeout_seconds=1)
             try:
-                if store.summary(LogFilter())["requests"] == QUESTIONS * COPIES:
+                if store.summary(LogFilter())["requests"] == QUESTIONS * COPIES + len(REWORDED):
                     return
             finally:
                 store.close()
@@ -97,7 +109,7 @@ def test_the_candidate_cache_is_replayed_over_the_gateways_own_log(rig: Rig) -> 
                                                        "default": {"semantic": True}}})  # fmt: skip
     page = rig.root / "analysis.html"
     done = rig.cli("--config", str(candidate), "--baseline", "baseline.yaml", "--json",
-                   "--html", str(page))  # fmt: skip
+                   "--html", str(page), "--model", "gpt-4o-mini")  # fmt: skip
     result = json.loads(done.stdout)
     assert result["input"]["requests"] == QUESTIONS * COPIES
     assert result["input"]["with_fingerprints"] == QUESTIONS * COPIES
@@ -111,7 +123,7 @@ def test_the_candidate_cache_is_replayed_over_the_gateways_own_log(rig: Rig) -> 
     assert result["baseline"]["cost_usd"] == pytest.approx(result["logged_cost_usd"], rel=0.02)
     (semantic,) = result["not_evaluable"]
     assert semantic["lever"] == "semantic"
-    assert "prompt's text" in semantic["reason"]
+    assert "prompt's text" in semantic["reason"]  # gpt-4o-mini's bodies were not logged
     assert result["recommendations"][0]["route"] == "gpt-4o-mini"
     assert "analysis-data" in page.read_text()
     text = table(result)  # what the command prints without --json
@@ -128,7 +140,7 @@ def test_a_candidate_that_does_not_validate_names_its_field(rig: Rig) -> None:
 
 def test_malformed_export_lines_are_skipped_and_an_empty_input_is_said(rig: Rig) -> None:
     exported = subprocess.run(
-        [*LEVERGATE, "log", "export", "--db", str(rig.db)],
+        [*LEVERGATE, "log", "export", "--db", str(rig.db), "--model", "gpt-4o-mini"],
         capture_output=True, text=True, check=True, env=clean_env(),
     )  # fmt: skip
     lines = exported.stdout.splitlines()
@@ -144,3 +156,21 @@ def test_malformed_export_lines_are_skipped_and_an_empty_input_is_said(rig: Rig)
     empty = rig.write("empty.jsonl", "")
     done = rig.cli("--config", str(candidate), "--records", str(empty), expect=1)
     assert "nothing to analyse" in done.stderr
+
+
+def test_with_bodies_logged_the_semantic_cache_is_replayed(rig: Rig) -> None:
+    candidate = rig.write("semantic.yaml", {"cache": {"enabled": True, "models": {
+        "gpt-4o": {"semantic": True}}}})  # fmt: skip
+    done = rig.cli("--config", str(candidate), "--baseline", "baseline.yaml", "--json",
+                   "--model", "gpt-4o")  # fmt: skip
+    result = json.loads(done.stdout)
+    assert result["input"]["with_bodies"] == len(REWORDED)
+    assert not result["not_evaluable"]
+    semantic = next(r for r in result["levers"] if r["lever"] == "semantic")
+    assert result["candidate"]["semantic_hits"] == 2  # each reworded question
+    assert semantic["hit_rate"] == pytest.approx(0.5)
+    assert semantic["change_share"] == pytest.approx(-0.5, abs=0.1)
+    assert semantic["quality"]["hits"] == 2
+    assert semantic["quality"]["false_hit_rate"] == pytest.approx(0.0074, abs=0.0001)
+    assert "false-hit rate 0.74%" in semantic["caveat"]
+    assert "semantic-cache hits" in table(result)

@@ -103,7 +103,8 @@ def _rate(lever: str, s: Mapping[str, Any]) -> float:
     if lever in ("route", "cascade"):  # answered by another alias / escalated
         return float(s.get("rerouted" if lever == "route" else "escalated", 0) / n)
     if lever == "trim":
-        return float(s.get("trimmed_tokens", 0) / s["prompt_tokens"]) if s["prompt_tokens"] else 0.0
+        cut = s.get("trimmed_tokens", 0)  # of the prompt tokens before trimming
+        return float(cut / (s["prompt_tokens"] + cut)) if s["prompt_tokens"] + cut else 0.0
     return float(s["cached_tokens"] / s["prompt_tokens"]) if s["prompt_tokens"] else 0.0
 
 

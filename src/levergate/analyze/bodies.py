@@ -91,6 +91,7 @@ class _Bodies:
         self.reqs, self.latency, self.say, self.labels = reqs, latency, say, labels
         self.embedders = embedders
         self.primed: dict[str, Any] = {}
+        self.seconds: dict[str, float] = {}  # one text's embedding, timed here
         self.done: dict[tuple[Any, ...], Any] = {}
         self.closers: list[Any] = []
 
@@ -129,6 +130,7 @@ class _Bodies:
         primed = Primed(embedder)
         asyncio.run(primed.prime(texts, say=self.say, what="semantic cache"))
         self.primed["semantic"] = primed
+        self.seconds["semantic"] = asyncio.run(primed.timed(texts))
         return None
 
     def _prime_route(self, plans: Sequence[Plan]) -> str | None:
@@ -156,6 +158,7 @@ class _Bodies:
         primed = Primed(embedder)
         asyncio.run(primed.prime(texts, say=self.say, what="learned router"))
         self.primed["route"] = primed
+        self.seconds["route"] = asyncio.run(primed.timed(texts))
         return None
 
     def _build_routes(self, plans: Sequence[Plan]) -> str | None:
@@ -203,15 +206,19 @@ class _Bodies:
             from levergate.analyze.semantic import candidates, replay_semantic
 
             primed = self.primed["semantic"]
-            done = replay_semantic(part, settings, reqs, candidates(part, reqs), embedder=primed,
+            wanted = candidates(part, reqs)
+            done = replay_semantic(part, settings, reqs, wanted, embedder=primed,
                                    latency=self.latency)  # fmt: skip
             measured = semantic_quality(part, len(done.hits))
-            measured.update(looked_up=done.looked_up, hits=len(done.hits))
-            return done.hits, measured, done.notes
+            embed = self.seconds.get("semantic", 0.0)
+            measured.update(looked_up=done.looked_up, hits=len(done.hits), embed_seconds=embed)
+            looked = {at: Effect(semantic=at in done.hits, seconds=embed) for at in wanted}
+            return looked, measured, done.notes
         if lever == "route":
             from levergate.analyze.route import live_retention, replay_routes
 
-            routed = replay_routes(part, settings, reqs, embedder=self.primed.get("route"))
+            routed = replay_routes(part, settings, reqs, embedder=self.primed.get("route"),
+                                   seconds=self.seconds.get("route", 0.0))  # fmt: skip
             return routed.effects, {
                 "decided": routed.decided, "chosen": routed.chosen, "learned": routed.quality,
                 "live": live_retention(self.labels),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import statistics
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +30,7 @@ from levergate.layers.shared import Shared
 __all__ = ["BATCH", "Primed", "answer", "call_of", "kind_of", "models_of", "shared_of"]
 
 BATCH = 64  # texts per embedding call while priming
+TIMED = 16  # single-text embeddings timed (what a lookup or a score adds to a request)
 Say = Callable[[str], None]
 
 
@@ -102,6 +105,16 @@ class Primed:
             self._known.update(zip(part, vectors, strict=True))
             done += len(part)
             say(f"{what}: embedded {done:,} of {len(wanted):,} prompts")
+
+    async def timed(self, texts: Sequence[str], most: int = TIMED) -> float:
+        """The median seconds the gateway's embedder takes for one text, as the request path
+        asks it (one text a call), over up to `most` of `texts`; 0 with none."""
+        seconds = []
+        for text in list(dict.fromkeys(texts))[:most]:
+            started = time.perf_counter()
+            await self._inner.embed([text])
+            seconds.append(time.perf_counter() - started)
+        return statistics.median(seconds) if seconds else 0.0
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         try:

@@ -12,6 +12,8 @@ layers decide it (analyze/bodies.py), the replay (analyze/replay.py) prices and 
     refused    trimming refuses it (`context_length_exceeded`): nothing is paid or timed
     blocks     the trimmed prompt's prefix digests (and tokens per block): what the provider's
                prompt cache sees of it
+    seconds    time the layer itself adds on the request path (embedding the prompt for the
+               semantic cache's lookup or a learned router's score)
 
 An effect is relative to what the log shows: a request the baseline's layers already routed or
 trimmed keeps its logged alias and tokens under the same settings.
@@ -37,6 +39,7 @@ class Effect(NamedTuple):
     first: str | None = None
     refused: bool = False
     blocks: tuple[tuple[int, ...], float] | None = None
+    seconds: float = 0.0
 
 
 Effects = Mapping[int, Effect]  # request index (in the input's order) -> its effect
@@ -54,6 +57,7 @@ def merged(a: Effect | None, b: Effect) -> Effect:
         first=b.first if b.first is not None else a.first,
         refused=a.refused or b.refused,
         blocks=b.blocks if b.blocks is not None else a.blocks,
+        seconds=a.seconds + b.seconds,
     )
 
 

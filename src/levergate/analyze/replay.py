@@ -299,8 +299,8 @@ class _Replayer:
             self.run.refused += 1
             return
         self.run.semantic_hits += 1
-        self.run.ttft.append(self.timing.hit_seconds)
-        self.run.total.append(self.timing.hit_seconds)
+        self.run.ttft.append(self.timing.hit_seconds + effect.seconds)
+        self.run.total.append(self.timing.hit_seconds + effect.seconds)
 
     def _through(self, req: Req, effect: Effect) -> tuple[Req, float]:
         """`req` as the body levers send it, and the seconds a cascade's rejected first answer
@@ -310,7 +310,7 @@ class _Replayer:
         run.rerouted += sent.alias != req.alias
         run.trimmed_tokens += max(0, req.prompt - sent.prompt)
         if effect.first is None:
-            return sent, 0.0
+            return sent, effect.seconds
         run.escalated += 1
         first = req._replace(alias=effect.first, prompt=sent.prompt, cached=0, written=0)
         rates = self.plan.catalog.rates(first.alias)
@@ -318,9 +318,9 @@ class _Replayer:
         run.cost_usd += usd
         run.by_route[req.model] += usd
         if first.alias == req.alias and req.total is not None:
-            return sent, req.total  # the log timed that very answer
+            return sent, effect.seconds + req.total  # the log timed that very answer
         model = timing.latency.get(first.alias, timing.overall)
-        return sent, model.total(first.prompt, first.output)
+        return sent, effect.seconds + model.total(first.prompt, first.output)
 
     def _prompt_cache(self, req: Req) -> tuple[int, int]:
         """(read, written) prompt tokens at the provider's cache of the endpoint chosen."""

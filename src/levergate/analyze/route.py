@@ -61,16 +61,19 @@ def learned_texts(routing: RoutingSettings, reqs: Sequence[Req]) -> list[str]:
 
 
 def replay_routes(
-    routing: RoutingSettings, settings: Settings, reqs: Sequence[Req], *, embedder: Embedder | None
-) -> Routed:
-    """Each request to a route decided by the layer (module docstring). A router file that does
-    not load, or was trained for other models, is the `ConfigError` start-up would raise."""
-    return asyncio.run(_decide(routing, settings, reqs, embedder))
+    routing: RoutingSettings, settings: Settings, reqs: Sequence[Req], *,
+    embedder: Embedder | None, seconds: float = 0.0,
+) -> Routed:  # fmt: skip
+    """Each request to a route decided by the layer (module docstring); `seconds`: what a
+    learned router's score adds to a request (its embedding). A router file that does not load,
+    or was trained for other models, is the `ConfigError` start-up would raise."""
+    return asyncio.run(_decide(routing, settings, reqs, embedder, seconds))
 
 
 async def _decide(
-    routing: RoutingSettings, settings: Settings, reqs: Sequence[Req], embedder: Embedder | None
-) -> Routed:
+    routing: RoutingSettings, settings: Settings, reqs: Sequence[Req], embedder: Embedder | None,
+    seconds: float,
+) -> Routed:  # fmt: skip
     found = Routed()
     names = {r.name for r in routing.routes}
     shared = shared_of(settings, SystemClock())
@@ -101,8 +104,11 @@ async def _decide(
             chosen = sent.get(at, req.alias)
             found.decided += 1
             found.chosen[chosen] = found.chosen.get(chosen, 0) + 1
-            if chosen != req.alias:
-                found.effects[at] = Effect(alias=chosen)
+            decision = call.ctx.trace.route
+            scored = seconds if decision is not None and decision.router == "learned" else 0.0
+            if chosen != req.alias or scored:
+                found.effects[at] = Effect(alias=chosen if chosen != req.alias else None,
+                                           seconds=scored)  # fmt: skip
         found.quality = _quality(routing)
     finally:
         await shared.aclose()
