@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import random
 import statistics
@@ -163,10 +164,11 @@ async def send(sdk: openai.AsyncOpenAI, req: Req) -> None:
     loop = asyncio.get_running_loop()
     await asyncio.sleep(max(0.0, req.at - loop.time()))  # `at`: on the loop's clock
     messages = list(req.messages or ({"role": "user", "content": req.text},))
-    await sdk.chat.completions.create(
-        model=req.model, temperature=0, max_tokens=req.max_tokens,
-        messages=messages,  # type: ignore[arg-type]
-    )  # fmt: skip
+    with contextlib.suppress(openai.BadRequestError):  # trimming refuses a prompt too long
+        await sdk.chat.completions.create(
+            model=req.model, temperature=0, max_tokens=req.max_tokens,
+            messages=messages,  # type: ignore[arg-type]
+        )  # fmt: skip
 
 
 async def live(

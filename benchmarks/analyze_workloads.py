@@ -33,7 +33,7 @@ from levergate.routing.labels import read_labels
 SEED = 25
 DAY = 86400.0
 TRAIN_ROWS = 600
-TRIM_BUDGET = 160
+TRIM_BUDGET = 256
 BODY_RATES = ("semantic", "route", "trim")
 ROUTE_FILE = "routellm/mmlu_mixtral_vs_gpt4_dev.csv"
 

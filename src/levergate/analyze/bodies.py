@@ -20,10 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from levergate.analyze.calls import Queued
 from levergate.analyze.effects import Effect, merged
 from levergate.analyze.inputs import Req
 from levergate.analyze.plan import BODY_LEVERS, Plan
 from levergate.analyze.quality import semantic_quality
+from levergate.config import LocalEmbeddingsSettings
 from levergate.core.embedder import Embedder
 from levergate.errors import LevergateError
 
@@ -205,20 +207,22 @@ class _Bodies:
         if lever == "semantic":
             from levergate.analyze.semantic import candidates, replay_semantic
 
-            primed = self.primed["semantic"]
+            embed = self.seconds.get("semantic", 0.0)
+            queued = Queued(self.primed["semantic"], first=embed,
+                            most=LocalEmbeddingsSettings().batch_max)  # fmt: skip
             wanted = candidates(part, reqs)
-            done = replay_semantic(part, settings, reqs, wanted, embedder=primed,
+            done = replay_semantic(part, settings, reqs, wanted, embedder=queued,
                                    latency=self.latency)  # fmt: skip
             measured = semantic_quality(part, len(done.hits))
-            embed = self.seconds.get("semantic", 0.0)
             measured.update(looked_up=done.looked_up, hits=len(done.hits), embed_seconds=embed)
-            looked = {at: Effect(semantic=at in done.hits, seconds=embed) for at in wanted}
+            looked = {at: Effect(semantic=at in done.hits, seconds=done.waited.get(at, embed))
+                      for at in wanted}  # fmt: skip
             return looked, measured, done.notes
         if lever == "route":
             from levergate.analyze.route import live_retention, replay_routes
 
             routed = replay_routes(part, settings, reqs, embedder=self.primed.get("route"),
-                                   seconds=self.seconds.get("route", 0.0))  # fmt: skip
+                                   first=self.seconds.get("route", 0.0))  # fmt: skip
             return routed.effects, {
                 "decided": routed.decided, "chosen": routed.chosen, "learned": routed.quality,
                 "live": live_retention(self.labels),

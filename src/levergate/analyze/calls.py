@@ -93,18 +93,21 @@ class Primed:
     def __init__(self, embedder: Embedder) -> None:
         self._inner = embedder
         self._known: dict[str, list[float]] = {}
+        self.each = 0.0  # seconds per text within the priming batches
 
     def __len__(self) -> int:
         return len(self._known)
 
     async def prime(self, texts: Iterable[str], *, say: Say, what: str) -> None:
         wanted = [t for t in dict.fromkeys(texts) if t not in self._known]
-        done = 0
+        done, started = 0, time.perf_counter()
         for part in _batches(wanted, BATCH):
             vectors = await self._inner.embed(list(part))
             self._known.update(zip(part, vectors, strict=True))
             done += len(part)
             say(f"{what}: embedded {done:,} of {len(wanted):,} prompts")
+        if done:
+            self.each = (time.perf_counter() - started) / done
 
     async def timed(self, texts: Sequence[str], most: int = TIMED) -> float:
         """The median seconds the gateway's embedder takes for one text, as the request path
@@ -121,6 +124,45 @@ class Primed:
             return [self._known[t] for t in texts]
         except KeyError:
             raise LookupError("a text the replay's embedder was not primed with") from None
+
+
+class Queued:
+    """A primed embedder as the request path meets it, in virtual time: the gateway's local
+    embedder runs one batch at a time (its micro-batcher's `max_running` 1), and the texts
+    waiting when it frees are the next batch (at most `most`); a batch of k texts takes
+    `first + (k - 1) x each` seconds (`first`: one text alone, `each`: a text within a batch,
+    both timed here). So a lookup or a score waits behind the others when the traffic comes
+    faster than the embedder, as it does live."""
+
+    def __init__(self, primed: Primed, *, first: float, most: int) -> None:
+        self._primed = primed
+        self._first, self._each, self._most = first, min(primed.each, first), max(1, most)
+        self._waiting: list[tuple[int, asyncio.Future[None]]] = []
+        self._busy = False
+        self._server: asyncio.Task[None] | None = None
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        self._waiting.append((len(texts), ready))
+        if not self._busy:
+            self._busy = True
+            self._server = loop.create_task(self._serve())
+        await ready
+        return await self._primed.embed(texts)
+
+    async def _serve(self) -> None:
+        while self._waiting:
+            batch: list[asyncio.Future[None]] = []
+            count = 0
+            while self._waiting and (not batch or count + self._waiting[0][0] <= self._most):
+                size, ready = self._waiting.pop(0)
+                batch.append(ready)
+                count += size
+            await asyncio.sleep(self._first + max(0, count - 1) * self._each)
+            for ready in batch:
+                ready.set_result(None)
+        self._busy = False
 
 
 def _batches(items: Sequence[str], size: int) -> Iterable[tuple[str, ...]]:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from levergate.analyze.calls import answer, call_of, models_of, shared_of
+from levergate.analyze.calls import Primed, Queued, answer, call_of, models_of, shared_of
 from levergate.analyze.effects import Effect
 from levergate.analyze.inputs import Req
 from levergate.config import RoutingSettings, Settings
@@ -31,6 +31,7 @@ from levergate.core.reply import Reply
 from levergate.errors import LevergateError
 from levergate.layers.route import Route, serving_threshold
 from levergate.policies import routing as rules
+from levergate.testing import run_virtual
 
 __all__ = ["Routed", "learned_texts", "replay_routes"]
 
@@ -62,18 +63,21 @@ def learned_texts(routing: RoutingSettings, reqs: Sequence[Req]) -> list[str]:
 
 def replay_routes(
     routing: RoutingSettings, settings: Settings, reqs: Sequence[Req], *,
-    embedder: Embedder | None, seconds: float = 0.0,
+    embedder: Embedder | None, first: float = 0.0,
 ) -> Routed:  # fmt: skip
-    """Each request to a route decided by the layer (module docstring); `seconds`: what a
-    learned router's score adds to a request (its embedding). A router file that does not load,
-    or was trained for other models, is the `ConfigError` start-up would raise."""
-    return asyncio.run(_decide(routing, settings, reqs, embedder, seconds))
+    """Each request to a route decided by the layer (module docstring), in arrival order on a
+    virtual clock; a learned router's score waits for the embedder as the request path does
+    (`Queued`: `first` seconds for one text). A router file that does not load, or was trained
+    for other models, is the `ConfigError` start-up would raise."""
+    if isinstance(embedder, Primed):
+        embedder = Queued(embedder, first=first, most=routing.embeddings.batch_max)
+    found: Routed = run_virtual(_decide(routing, settings, reqs, embedder))
+    return found
 
 
 async def _decide(
-    routing: RoutingSettings, settings: Settings, reqs: Sequence[Req], embedder: Embedder | None,
-    seconds: float,
-) -> Routed:  # fmt: skip
+    routing: RoutingSettings, settings: Settings, reqs: Sequence[Req], embedder: Embedder | None
+) -> Routed:
     found = Routed()
     names = {r.name for r in routing.routes}
     shared = shared_of(settings, SystemClock())
@@ -82,37 +86,49 @@ async def _decide(
                            embedder=embedder)  # fmt: skip
         if make is None:
             return found
-        sent: dict[int, str] = {}
+        loop = asyncio.get_running_loop()
+        sent: dict[int, tuple[str, float]] = {}  # the alias, the seconds the layer took
+        started: dict[int, float] = {}
 
         async def upstream(call: Call) -> Reply:
             at = int(call.ctx.request_id)
-            sent[at] = call.model
+            sent[at] = (call.model, loop.time() - started[at])
             return answer(reqs[at], alias=call.model)
 
         layer = make(upstream)
+        calls: dict[int, Call] = {}
+        tasks = []
+        start = reqs[0].arrival if reqs else 0.0
         for at, req in enumerate(reqs):
-            if req.model not in names:
-                continue
-            call = call_of(at, req)
+            call = call_of(at, req) if req.model in names else None
             if call is None:
                 continue
-            try:
-                await layer(call)
-            except LevergateError:  # a 400 (embeddings to a route): as the log has it
+            if (wait := req.arrival - start - loop.time()) > 0:
+                await asyncio.sleep(wait)
+            started[at], calls[at] = loop.time(), call
+            tasks.append(asyncio.create_task(layer(call)))
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for (at, call), result in zip(calls.items(), results, strict=True):
+            if isinstance(result, LevergateError):  # a 400: as the log has it
                 found.refused += 1
                 continue
-            chosen = sent.get(at, req.alias)
-            found.decided += 1
-            found.chosen[chosen] = found.chosen.get(chosen, 0) + 1
-            decision = call.ctx.trace.route
-            scored = seconds if decision is not None and decision.router == "learned" else 0.0
-            if chosen != req.alias or scored:
-                found.effects[at] = Effect(alias=chosen if chosen != req.alias else None,
-                                           seconds=scored)  # fmt: skip
+            if isinstance(result, BaseException):
+                raise result
+            _decided(found, at, reqs[at], call, sent.get(at))
         found.quality = _quality(routing)
     finally:
         await shared.aclose()
     return found
+
+
+def _decided(found: Routed, at: int, req: Req, call: Call, sent: tuple[str, float] | None) -> None:
+    chosen, took = sent if sent is not None else (req.alias, 0.0)
+    found.decided += 1
+    found.chosen[chosen] = found.chosen.get(chosen, 0) + 1
+    decision = call.ctx.trace.route
+    scored = took if decision is not None and decision.router == "learned" else 0.0
+    if chosen != req.alias or scored:
+        found.effects[at] = Effect(alias=chosen if chosen != req.alias else None, seconds=scored)
 
 
 def _quality(routing: RoutingSettings) -> dict[str, dict[str, Any]]:

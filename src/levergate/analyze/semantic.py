@@ -20,13 +20,13 @@ as the exact hit stores nothing here either.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
 from prometheus_client import CollectorRegistry
 
-from levergate.analyze.calls import Primed, answer, call_of, models_of
+from levergate.analyze.calls import answer, call_of, models_of
 from levergate.analyze.effects import Effect
 from levergate.analyze.fit import Latency
 from levergate.analyze.inputs import Req
@@ -51,6 +51,9 @@ class Semantic:
 
     hits: dict[int, Effect] = field(default_factory=dict)
     looked_up: int = 0
+    # The layer's own seconds per request (its lookup: the embedding, queued): a miss's until
+    # it went upstream, a hit's whole.
+    waited: dict[int, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -75,7 +78,7 @@ def replay_semantic(
     reqs: Sequence[Req],
     wanted: dict[int, str],
     *,
-    embedder: Primed,
+    embedder: Embedder,
     latency: Latency,
 ) -> Semantic:
     """The semantic cache over `wanted` (`candidates`), in virtual time (module docstring)."""
@@ -84,17 +87,21 @@ def replay_semantic(
     if verify:
         found.notes.append(f"cache.semantic.verify_model ({verify}) is a model call: not "
                            "asked offline, its hits counted as if it said yes")  # fmt: skip
-    reached: set[int] = set()
+    reached: dict[int, float] = {}
+    spent: dict[int, float] = {}
     run_virtual(_drive(cache, settings, reqs, sorted(wanted), embedder=embedder,
-                       latency=latency, reached=reached))  # fmt: skip
+                       latency=latency, reached=reached, spent=spent))  # fmt: skip
     found.hits = {i: Effect(semantic=True) for i in wanted if i not in reached}
+    found.waited = {i: reached.get(i, spent.get(i, 0.0)) for i in wanted}
     return found
 
 
 async def _drive(
     cache: CacheSettings, settings: Settings, reqs: Sequence[Req], order: list[int], *,
-    embedder: Embedder, latency: Latency, reached: set[int],
+    embedder: Embedder, latency: Latency, reached: dict[int, float], spent: dict[int, float],
 ) -> None:  # fmt: skip
+    """`reached`: each miss's seconds in the layer before it went upstream; `spent`: each
+    request's seconds in all."""
     loop = asyncio.get_running_loop()
     clock = LoopClock()
     stats = CacheStats(CollectorRegistry())
@@ -109,9 +116,11 @@ async def _drive(
     index = PartitionedIndex(max_entries=cache.semantic.max_entries,
                              hnsw_above=cache.semantic.hnsw_above)  # fmt: skip
 
+    started: dict[int, float] = {}
+
     async def upstream(call: Call) -> Reply:
         at = int(call.ctx.request_id)
-        reached.add(at)
+        reached[at] = loop.time() - started[at]
         req = reqs[at]
         took = req.total if req.total is not None else latency.total(req.prompt, req.output)
         await asyncio.sleep(max(0.0, took))
@@ -130,5 +139,13 @@ async def _drive(
         wait = req.arrival - start - loop.time()
         if wait > 0:
             await asyncio.sleep(wait)
-        tasks.append(asyncio.create_task(layer(call)))
+        started[at] = loop.time()
+        tasks.append(asyncio.create_task(_timed(layer(call), at, started, spent)))
     await asyncio.gather(*tasks)
+
+
+async def _timed(
+    answered: Awaitable[Reply], at: int, started: dict[int, float], spent: dict[int, float]
+) -> None:
+    await answered
+    spent[at] = asyncio.get_running_loop().time() - started[at]

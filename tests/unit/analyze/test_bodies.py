@@ -4,6 +4,7 @@ and a body-less input reported not evaluable."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections import Counter
@@ -16,9 +17,10 @@ from hypothesis import strategies as st
 
 from levergate.analyze.analysis import analyse
 from levergate.analyze.bodies import Embedders
-from levergate.analyze.calls import Primed
+from levergate.analyze.calls import Primed, Queued
 from levergate.analyze.cascade import replay_cascades
-from levergate.analyze.fit import ASSUMED
+from levergate.analyze.effects import Effect, applied
+from levergate.analyze.fit import ASSUMED, Latency
 from levergate.analyze.inputs import Input, Req, Skipped
 from levergate.analyze.plan import plan_of
 from levergate.analyze.quality import evaluation
@@ -27,6 +29,7 @@ from levergate.analyze.semantic import candidates, replay_semantic
 from levergate.analyze.trim import replay_trim
 from levergate.config import Settings
 from levergate.routing.model import load
+from levergate.testing import run_virtual
 from tests.unit.analyze.reqs import req
 from tests.unit.layers.test_route import Keywords, router_file
 
@@ -72,8 +75,6 @@ EXACT = {"cache": {"enabled": True}}
 def semantic_hits(reqs: list[Req], **more: Any) -> set[int]:
     s = settings_of(**(more or SEMANTIC))
     primed = Primed(Words())
-    import asyncio
-
     wanted = candidates(s.cache, reqs)
     asyncio.run(primed.prime(wanted.values(), say=lambda _: None, what="test"))
     done = replay_semantic(s.cache, s, reqs, wanted, embedder=primed, latency=ASSUMED)
@@ -141,9 +142,7 @@ def test_the_semantic_cache_never_costs_more_and_counts_every_request(
                    for r in reqs[:at])  # fmt: skip
 
 
-def _sem() -> Any:
-    from levergate.analyze.effects import Effect
-
+def _sem() -> Effect:
     return Effect(semantic=True)
 
 
@@ -278,3 +277,44 @@ def test_the_shipped_semantic_evaluation_is_the_benchmarks_own() -> None:
     for name in ("with_guards", "without_guards"):
         fields = ("threshold", "precision", "recall", "false_hit_rate")
         assert shipped[name] == [{k: r[k] for k in fields} for r in qqp[name]]
+
+
+latencies = st.builds(Latency, st.floats(0, 500), st.floats(0, 1), st.floats(1, 200))
+
+
+@given(latencies, st.integers(1, 5000), st.integers(0, 5000), st.integers(1, 400),
+       st.integers(0, 400))  # fmt: skip
+def test_an_effect_moves_a_requests_time_by_the_fitted_model(
+    model: Latency, prompt: int, sent: int, output: int, capped: int
+) -> None:
+    logged = req(prompt=prompt, output=output, total=5.0, ttft=1.0)
+    fitted = {"gpt-4o-mini": model}
+    trimmed = applied(logged, Effect(prompt=min(sent, prompt)), fitted, ASSUMED)
+    assert trimmed.prompt == min(sent, prompt)
+    assert trimmed.total == pytest.approx(max(0.0, 5.0 + model.shift(trimmed.prompt - prompt)))
+    assert (trimmed.total or 0.0) <= 5.0  # fewer prompt tokens never take longer
+    cut = applied(logged, Effect(output=capped), fitted, ASSUMED)
+    assert cut.output == min(capped, output)
+    assert (cut.total or 0.0) <= 5.0
+    moved = applied(logged, Effect(alias="gpt-4o"), fitted, ASSUMED)
+    assert (moved.alias, moved.total, moved.ttft) == ("gpt-4o", None, None)  # the model's times
+
+
+def test_lookups_faster_than_the_embedder_wait_in_its_queue() -> None:
+    primed = Primed(Words())
+    asyncio.run(primed.prime([f"text {n}" for n in range(8)], say=lambda _: None, what="t"))
+    primed.each = 0.001
+    queued = Queued(primed, first=0.01, most=4)
+
+    async def burst() -> list[float]:
+        loop = asyncio.get_running_loop()
+
+        async def one(n: int) -> float:
+            await queued.embed([f"text {n}"])
+            return loop.time()
+
+        return await asyncio.gather(*(one(n) for n in range(8)))
+
+    done = run_virtual(burst())
+    # One batch at a time, the waiting texts taken together, at most four: 10 ms + 3 x 1 ms.
+    assert done == pytest.approx([0.013] * 4 + [0.026] * 4)
