@@ -9,8 +9,8 @@ latency model to, and the gateway measures them on the real clock), with the tra
 times compressed `SCALE` times and a fast simulator: the official OpenAI SDK through
 levergate's whole pipeline (an httpx transport) to the simulator over loopback. The request
 log's rows are built as its writer builds them (the replay features of each call, `row_of`,
-bodies off) and written to SQLite. Spend is the gateway's ledger (each record's
-`cost_usd`, the catalog's prices).
+bodies off but for the levers that need them) and written to SQLite. Spend is the gateway's
+ledger (each record's `cost_usd`, the catalog's prices).
 
     exact      ShareGPT first prompts, each asked again at Zipf-like popularity (a third of the
                requests are new questions), temperature 0; Azure LLM trace 2023 (conversation)
@@ -20,10 +20,12 @@ bodies off) and written to SQLite. Spend is the gateway's ledger (each record's
                from its 512-token prefix blocks (bench/workload.py); one model over two
                endpoints of the simulator with keys of their own (each key its own provider
                prompt cache). Off: `balance: round_robin`; on: `balance: affinity`.
+    semantic, route, trim   the levers that need bodies: analyze_workloads.py (QQP pairs,
+               RouteLLM's MMLU questions under a router trained in the run, HH-RLHF dialogues).
 
 Not measured here yet: deferral (a deferred request answers through the provider batch API's
 polling, not modelled on this loop), automatic breakpoints (needs an Anthropic upstream), and
-the levers that need bodies (analyze reports them not evaluable).
+cascades (their checks are replayed over logged answers; no live rig here).
 
     python benchmarks/analyze_accuracy.py [--requests 400] [--smoke]
 
@@ -270,7 +272,8 @@ def report(runs: Sequence[dict[str, Any]], when: dict[str, str], wall: float) ->
         "",
         (f"{when['date']}, {when['machine']} ({wall:.0f} s of wall time). Each "
          f"lever: the workload (arrivals compressed x{SCALE:g}) through the gateway with the "
-         "lever off (the request log written, bodies off), `analyze` with it on, then live "
+         "lever off (the request log written, bodies off but for the semantic cache, routing "
+         "and trimming), `analyze` with it on, then live "
          "with it on. Spend is the gateway's ledger; the goal is within 10%."),
         "",
         ("| lever | requests | baseline $ | predicted $ | measured $ | spend error | predicted "
