@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from levergate.analyze.calls import Queued
+from levergate.analyze.calls import Queued, queue_waits
 from levergate.analyze.effects import Effect, merged
 from levergate.analyze.inputs import Req
 from levergate.analyze.plan import BODY_LEVERS, Plan
@@ -207,15 +207,15 @@ class _Bodies:
         if lever == "semantic":
             from levergate.analyze.semantic import candidates, replay_semantic
 
-            embed = self.seconds.get("semantic", 0.0)
-            queued = Queued(self.primed["semantic"], first=embed,
-                            most=LocalEmbeddingsSettings().batch_max)  # fmt: skip
+            primed, embed = self.primed["semantic"], self.seconds.get("semantic", 0.0)
             wanted = candidates(part, reqs)
-            done = replay_semantic(part, settings, reqs, wanted, embedder=queued,
+            done = replay_semantic(part, settings, reqs, wanted, embedder=primed,
                                    latency=self.latency)  # fmt: skip
+            queued = Queued(primed, first=embed, most=LocalEmbeddingsSettings().batch_max)
+            waits = queue_waits([(at, reqs[at].arrival, t) for at, t in wanted.items()], queued)
             measured = semantic_quality(part, len(done.hits))
             measured.update(looked_up=done.looked_up, hits=len(done.hits), embed_seconds=embed)
-            looked = {at: Effect(semantic=at in done.hits, seconds=done.waited.get(at, embed))
+            looked = {at: Effect(semantic=at in done.hits, seconds=waits.get(at, embed))
                       for at in wanted}  # fmt: skip
             return looked, measured, done.notes
         if lever == "route":

@@ -27,7 +27,8 @@ from levergate.core.embedder import Embedder
 from levergate.core.reply import Completed
 from levergate.layers.shared import Shared
 
-__all__ = ["BATCH", "Primed", "answer", "call_of", "kind_of", "models_of", "shared_of"]
+__all__ = ["BATCH", "Primed", "Queued", "answer", "call_of", "kind_of", "models_of",
+           "queue_waits", "shared_of"]  # fmt: skip
 
 BATCH = 64  # texts per embedding call while priming
 TIMED = 16  # single-text embeddings timed (what a lookup or a score adds to a request)
@@ -163,6 +164,33 @@ class Queued:
             for ready in batch:
                 ready.set_result(None)
         self._busy = False
+
+
+def queue_waits(arrivals: Sequence[tuple[int, float, str]], embedder: Queued) -> dict[int, float]:
+    """The seconds each (key, arrival, text) waits for `embedder`'s answer, one embedding each,
+    in arrival order on a virtual clock."""
+    from levergate.testing import run_virtual
+
+    waited: dict[int, float] = {}
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def one(key: int, text: str) -> None:
+            started = loop.time()
+            await embedder.embed([text])
+            waited[key] = loop.time() - started
+
+        tasks = []
+        start = arrivals[0][1] if arrivals else 0.0
+        for key, at, text in sorted(arrivals, key=lambda a: a[1]):
+            if (wait := at - start - loop.time()) > 0:
+                await asyncio.sleep(wait)
+            tasks.append(asyncio.create_task(one(key, text)))
+        await asyncio.gather(*tasks)
+
+    run_virtual(run())
+    return waited
 
 
 def _batches(items: Sequence[str], size: int) -> Iterable[tuple[str, ...]]:

@@ -1,7 +1,10 @@
 """The semantic cache replayed: the gateway's own `SemanticCache` layer (layers/cache/semantic.py:
 its partition key, rule, namespaces, guards, index, threshold and top-k), in arrival order on a
 virtual clock, with the gateway's own embedder (the local MiniLM), its vectors computed
-beforehand in batches (`Primed`).
+beforehand in batches (`Primed`). Which requests hit is decided with the lookups taking no time,
+so a request follows the answers that completed before it arrived in the log, as a client that
+waited for them would; what the lookups add to each request (the embedder's queue) is timed
+apart (`calls.queue_waits`).
 
 Every request with a body is started at its arrival time on a `VirtualTimeLoop`; a miss goes on
 to an inner service that takes the request's logged time (or its model's) and answers with its
@@ -20,7 +23,7 @@ as the exact hit stores nothing here either.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -51,9 +54,6 @@ class Semantic:
 
     hits: dict[int, Effect] = field(default_factory=dict)
     looked_up: int = 0
-    # The layer's own seconds per request (its lookup: the embedding, queued): a miss's until
-    # it went upstream, a hit's whole.
-    waited: dict[int, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -87,21 +87,17 @@ def replay_semantic(
     if verify:
         found.notes.append(f"cache.semantic.verify_model ({verify}) is a model call: not "
                            "asked offline, its hits counted as if it said yes")  # fmt: skip
-    reached: dict[int, float] = {}
-    spent: dict[int, float] = {}
+    reached: set[int] = set()
     run_virtual(_drive(cache, settings, reqs, sorted(wanted), embedder=embedder,
-                       latency=latency, reached=reached, spent=spent))  # fmt: skip
+                       latency=latency, reached=reached))  # fmt: skip
     found.hits = {i: Effect(semantic=True) for i in wanted if i not in reached}
-    found.waited = {i: reached.get(i, spent.get(i, 0.0)) for i in wanted}
     return found
 
 
 async def _drive(
     cache: CacheSettings, settings: Settings, reqs: Sequence[Req], order: list[int], *,
-    embedder: Embedder, latency: Latency, reached: dict[int, float], spent: dict[int, float],
+    embedder: Embedder, latency: Latency, reached: set[int],
 ) -> None:  # fmt: skip
-    """`reached`: each miss's seconds in the layer before it went upstream; `spent`: each
-    request's seconds in all."""
     loop = asyncio.get_running_loop()
     clock = LoopClock()
     stats = CacheStats(CollectorRegistry())
@@ -116,11 +112,9 @@ async def _drive(
     index = PartitionedIndex(max_entries=cache.semantic.max_entries,
                              hnsw_above=cache.semantic.hnsw_above)  # fmt: skip
 
-    started: dict[int, float] = {}
-
     async def upstream(call: Call) -> Reply:
         at = int(call.ctx.request_id)
-        reached[at] = loop.time() - started[at]
+        reached.add(at)
         req = reqs[at]
         took = req.total if req.total is not None else latency.total(req.prompt, req.output)
         await asyncio.sleep(max(0.0, took))
@@ -139,13 +133,5 @@ async def _drive(
         wait = req.arrival - start - loop.time()
         if wait > 0:
             await asyncio.sleep(wait)
-        started[at] = loop.time()
-        tasks.append(asyncio.create_task(_timed(layer(call), at, started, spent)))
+        tasks.append(asyncio.create_task(layer(call)))
     await asyncio.gather(*tasks)
-
-
-async def _timed(
-    answered: Awaitable[Reply], at: int, started: dict[int, float], spent: dict[int, float]
-) -> None:
-    await answered
-    spent[at] = asyncio.get_running_loop().time() - started[at]
