@@ -239,7 +239,8 @@ class _Bodies:
 
         t = replay_trim(part, settings, reqs, aliases)
         return t.effects, {"seen": t.seen, "trimmed": t.trimmed, "tokens": t.tokens,
-                           "refused": t.refused}, t.notes  # fmt: skip
+                           "refused": t.refused, "capped": t.capped,
+                           "output_cut": t.output_cut}, t.notes  # fmt: skip
 
     def close(self) -> None:
         async def shut() -> None:

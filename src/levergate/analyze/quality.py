@@ -87,5 +87,7 @@ def caveat(lever: str, measured: dict[str, Any]) -> str:
             )
         return text
     return (f"{measured['tokens']:,} prompt tokens cut from {measured['trimmed']:,} of "
-            f"{measured['seen']:,} requests, {measured['refused']:,} refused: dropped history "
-            "is not shown to the model (its effect on answers is not measured)")  # fmt: skip
+            f"{measured['seen']:,} requests, {measured['refused']:,} refused, "
+            f"{measured.get('capped', 0):,} answers capped ({measured.get('output_cut', 0):,} "
+            "output tokens fewer): dropped history is not shown to the model, and a capped "
+            "answer ends early (their effect on answers is not measured)")  # fmt: skip

@@ -45,6 +45,8 @@ class Trimmed:
     trimmed: int = 0  # of which the layer shortened the prompt
     tokens: int = 0  # prompt tokens left out, as the layer counted them
     refused: int = 0
+    capped: int = 0  # answers the output budget shortens
+    output_cut: int = 0  # output tokens fewer
     notes: list[str] = field(default_factory=list)
 
 
@@ -113,6 +115,9 @@ def _effect(req: Req, call: Call, found: Trimmed) -> Effect | None:
     if not left_out and output is None and not req.trimmed:
         return None
     prompt = max(1, req.prompt + req.trimmed - left_out)
+    if output is not None:
+        found.capped += 1
+        found.output_cut += req.output - output
     found.trimmed += left_out > 0
     found.tokens += left_out
     blocks = None

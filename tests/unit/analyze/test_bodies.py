@@ -212,6 +212,7 @@ def test_trimming_drops_history_to_the_budget_and_caps_the_output() -> None:
     assert done.tokens > 3000  # ten long turns left out of ~4,300 counted tokens
     assert first.prompt == 4200 - done.tokens
     assert first.output == 100
+    assert (done.capped, done.output_cut) == (1, 200)
     assert first.blocks is not None
     assert first.blocks[0]
     assert 1 not in done.effects  # it fits, and its 50 output tokens are under the cap
