@@ -21,7 +21,7 @@ from levergate.analyze.calls import Primed, Queued
 from levergate.analyze.cascade import replay_cascades
 from levergate.analyze.effects import Effect, applied
 from levergate.analyze.fit import ASSUMED, Latency
-from levergate.analyze.inputs import Input, Req, Skipped
+from levergate.analyze.inputs import Input, Req, Skipped, from_records
 from levergate.analyze.plan import plan_of
 from levergate.analyze.quality import evaluation
 from levergate.analyze.replay import Timing, replay
@@ -31,6 +31,7 @@ from levergate.config import Settings
 from levergate.routing.model import load
 from levergate.testing import run_virtual
 from tests.unit.analyze.reqs import req
+from tests.unit.analyze.test_inputs import record
 from tests.unit.layers.test_route import Keywords, router_file
 
 TIMING = Timing({}, ASSUMED, 0.002)
@@ -319,3 +320,20 @@ def test_lookups_faster_than_the_embedder_wait_in_its_queue() -> None:
     done = run_virtual(burst())
     # One batch at a time, the waiting texts taken together, at most four: 10 ms + 3 x 1 ms.
     assert done == pytest.approx([0.013] * 4 + [0.026] * 4)
+
+
+def test_a_logged_body_is_replayed_only_when_it_was_kept_whole() -> None:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    whole = record(0, "hi", request_body=json.dumps(body), answer_body="hello",
+                   trimmed_tokens=12, escalations=1)  # fmt: skip
+    cut = record(1, "hi", request_body=json.dumps(body)[:20] + "[truncated: 999 bytes]")
+    given = from_records([("a", whole), ("b", cut)], source="t", skipped=Skipped())
+    first, second = given.requests
+    assert (first.payload, first.answer, first.trimmed, first.escalations) == (
+        body, "hello", 12, 1)  # fmt: skip
+    assert second.payload is None
+    assert second.body
+    result = analyse(Input([second], "t", timings=True, skipped=Skipped()),
+                     baseline=plan_of(settings_of(**EXACT)),
+                     candidate=plan_of(settings_of(**SEMANTIC)))  # fmt: skip
+    assert "cut at request_log.bodies.max_bytes" in result["not_evaluable"][0]["reason"]
