@@ -255,7 +255,7 @@ RATE_OF = {"semantic": "semantic-cache hits", "route": "sent to gpt-4o-mini",
 
 def body_runs(count: int, folder: Path, *, smoke: bool) -> list[dict[str, Any]]:
     """The levers that need bodies (analyze_workloads.py), bodies logged in the baseline."""
-    router = workloads.router_file(folder, rows=200 if smoke else workloads.TRAIN_ROWS)
+    router = workloads.router_file(folder, rows=80 if smoke else workloads.TRAIN_ROWS)
     return [
         lever_run("semantic", workloads.semantic_settings,
                   workloads.semantic_requests(count, Req), folder, bodies=True),
@@ -321,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             lever_run("exact", exact_settings, exact_requests(count), Path(folder)),
             lever_run("affinity", affinity_settings, affinity_requests(count), Path(folder)),
         ]
-        runs += body_runs(24 if args.smoke else count, Path(folder), smoke=args.smoke)
+        runs += body_runs(12 if args.smoke else count, Path(folder), smoke=args.smoke)
     wall = time.monotonic() - started
     out.write("analyze_accuracy", {**when, "runs": runs, "goal": GOAL},
               report(runs, when, wall))  # fmt: skip
