@@ -259,19 +259,29 @@ def check_int(name: str, value: Any, *, high: int, low: int = 1) -> None:
         )
 
 
-def answer(*, spec: Spec, seed: int, cached_tokens: int, id: str, created: int) -> Answer:  # noqa: A002 - the OpenAI field name
+def choose(*, spec: Spec, seed: int) -> list[list[str]]:
     """The words of every choice, a pure function of (seed, prompt, model, request seed), so
     the same request always gets the same answer and a shorter cap gives a prefix of a longer
     one. Choice i of n hashes with its index, so the n choices differ."""
     count = spec.output_tokens
     if len(spec.prompts) == 1 and spec.n == 1:
-        choices = [tokens.words(seed=seed, text=spec.prompts[0][0], salt=spec.salt, count=count)]
-    else:
-        choices = [
-            tokens.words(seed=seed, text=text, salt=f"{spec.salt}|{index}", count=count)
-            for text, _ in spec.prompts
-            for index in range(spec.n)
-        ]
+        return [tokens.words(seed=seed, text=spec.prompts[0][0], salt=spec.salt, count=count)]
+    return [
+        tokens.words(seed=seed, text=text, salt=f"{spec.salt}|{index}", count=count)
+        for text, _ in spec.prompts
+        for index in range(spec.n)
+    ]
+
+
+def answer(
+    *, spec: Spec, seed: int, cached_tokens: int, id: str, created: int,  # noqa: A002 - the OpenAI field name
+    choices: list[list[str]] | None = None,
+) -> Answer:  # fmt: skip
+    """The answer (`choose`'s words, or `choices` when they were chosen elsewhere:
+    isolation.py)."""
+    if choices is None:
+        choices = choose(spec=spec, seed=seed)
+    count = spec.output_tokens
     if spec.schema is not None:  # structured output: one JSON value per choice
         choices = [[orjson.dumps(tokens.schema_value(spec.schema, list(c))).decode()]
                    for c in choices]  # fmt: skip
@@ -367,7 +377,7 @@ def forced_fault(value: str) -> Fault | None:
         raise SimError(400, str(exc)) from None
 
 
-def parse_json(raw: bytes) -> Any:
+def parse_json(raw: bytes | bytearray) -> Any:
     if not raw:
         raise SimError(400, "The request body is empty; expected a JSON object.")
     try:

@@ -65,8 +65,14 @@ class PromptCache:
         """Cached tokens for this prompt, then remember all its prefixes (refreshing TTLs)."""
         if not self.settings.enabled:
             return 0
-        digests = prefix_digests(scope=scope, text=text, settings=self.settings)
-        if not digests:
+        return self.lookup_and_store_digests(
+            prefix_digests(scope=scope, text=text, settings=self.settings), now=now
+        )
+
+    def lookup_and_store_digests(self, digests: list[bytes], *, now: float) -> int:
+        """`lookup_and_store` with the prompt's `prefix_digests` computed already (elsewhere:
+        isolation.py)."""
+        if not self.settings.enabled or not digests:
             return 0
         self.stats.lookups += 1
         cached = 0

@@ -22,6 +22,7 @@ import logging
 
 import httptools
 
+from levergate.simulator.isolation import Isolation
 from levergate.simulator.responses import Reply, SimError
 from levergate.simulator.simulator import RELEVANT_HEADERS, Simulator
 from levergate.simulator.wire import chunk, head
@@ -44,7 +45,10 @@ class _Connection(asyncio.Protocol):
         self._url = b""
         self._headers: dict[str, str] = {}
         self._body: bytes | bytearray = b""
-        self._queue: collections.deque[tuple[Reply, bool]] = collections.deque()
+        # A reply, or one being prepared in a worker process (isolation.py).
+        self._queue: collections.deque[tuple[Reply | asyncio.Future[Reply], bool]] = (
+            collections.deque()
+        )
         self._task: asyncio.Task[None] | None = None
         self._writable: asyncio.Future[None] | None = None
         self._closed = False
@@ -62,11 +66,21 @@ class _Connection(asyncio.Protocol):
             self._task.cancel()
         # The task may be cancelled before it ever ran, so the slots are released here too
         # (`finish` is idempotent).
-        for reply, _ in self._queue:
-            self._sim.finish(reply)
+        for item, _ in self._queue:
+            self._forget(item)
         self._queue.clear()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
+
+    def _forget(self, item: Reply | asyncio.Future[Reply]) -> None:
+        """Release what an unanswered request holds (a reply being prepared is cancelled, or
+        released once prepared)."""
+        if isinstance(item, Reply):
+            self._sim.finish(item)
+        elif not item.done():
+            item.cancel()
+        elif not item.cancelled() and item.exception() is None:
+            self._sim.finish(item.result())
 
     def pause_writing(self) -> None:
         self._writable = asyncio.get_running_loop().create_future()
@@ -124,14 +138,19 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._closed:
             return  # pipelined after a `connection: close` request: never answered
-        method = self._parser.get_method()
-        reply = self._sim.handle(
-            method=_METHODS.get(method) or method.decode("latin-1"),
-            path=self._url.decode("latin-1"),
-            headers=self._headers,
-            body=bytes(self._body),
-        )
+        name = self._parser.get_method()
+        method = _METHODS.get(name) or name.decode("latin-1")
+        path = self._url.decode("latin-1")
         keep_alive = bool(self._parser.should_keep_alive())
+        sim = self._sim
+        kind = self._server.isolation.wanted(sim.settings, method=method, path=path,
+                                             size=len(self._body))  # fmt: skip
+        if kind is not None:
+            work = self._isolated(kind, path, dict(self._headers), self._body)
+            self._enqueue(asyncio.ensure_future(work), keep_alive)
+            return
+        reply = sim.handle(method=method, path=path, headers=self._headers,
+                           body=bytes(self._body))  # fmt: skip
         if (
             self._task is None
             and reply.delay <= 0
@@ -140,7 +159,22 @@ class _Connection(asyncio.Protocol):
         ):
             self._write_now(reply, keep_alive=keep_alive)
             return
-        self._queue.append((reply, keep_alive))
+        self._enqueue(reply, keep_alive)
+
+    async def _isolated(self, kind: str, path: str, headers: dict[str, str],
+                        body: bytes | bytearray) -> Reply:  # fmt: skip
+        """A large request prepared in a worker process (isolation.py), then answered here."""
+        sim = self._sim
+        try:
+            parsed = await self._server.isolation.prepare(kind, headers, body, sim.settings)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a worker that died, or a bug in it: its 500, logged
+            return sim.handle_parsed(path, exc)
+        return sim.handle_parsed(path, parsed)
+
+    def _enqueue(self, item: Reply | asyncio.Future[Reply], keep_alive: bool) -> None:
+        self._queue.append((item, keep_alive))
         if len(self._queue) >= _MAX_QUEUE and self._transport is not None:
             self._transport.pause_reading()
         if self._task is None:
@@ -199,7 +233,8 @@ class _Connection(asyncio.Protocol):
         """Answer queued requests in order; owned by this connection, cancelled with it."""
         try:
             while self._queue and not self._closed:
-                reply, keep_alive = self._queue[0]
+                item, keep_alive = self._queue[0]
+                reply = item if isinstance(item, Reply) else await item
                 try:
                     await self._execute(reply, keep_alive=keep_alive)
                 finally:
@@ -266,6 +301,7 @@ class SimServer:
         self.sim = sim
         self.connections: set[_Connection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.isolation = Isolation()
         self._server: asyncio.Server | None = None
 
     async def start(
@@ -293,6 +329,7 @@ class SimServer:
             task.cancel()
         if self.tasks:
             await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.isolation.close()
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None

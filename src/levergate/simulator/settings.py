@@ -183,6 +183,18 @@ class TierSettings(_Frozen):
     )
 
 
+class IsolationSettings(_Frozen):
+    """A provider serves each request on hardware of its own: one customer's huge prompt never
+    makes another's small request wait. The simulator answers on one event loop, so a chat or
+    completion request whose body is at least `min_bytes` is parsed, counted, hashed and given
+    its words in one of `workers` processes (simulator/isolation.py) while the loop answers
+    everyone else; the state (limits, the prompt cache, ids, stats) stays on the loop. The
+    answer is the same either way. None: every request on the loop."""
+
+    min_bytes: int | None = Field(1 << 20, ge=1024)
+    workers: int = Field(2, ge=1, le=64)
+
+
 class SimSettings(_Frozen):
     host: str = DEFAULT_HOST
     port: int = Field(DEFAULT_SIM_PORT, ge=0, le=65535)
@@ -209,6 +221,7 @@ class SimSettings(_Frozen):
     # False: any model name is served (listed or not); True: unknown models get a 404.
     strict_models: bool = False
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    isolation: IsolationSettings = Field(default_factory=IsolationSettings)
     # True: bodies and stream events are written the way Python's `json.dumps` writes them
     # (`"usage": {...}`, `", "` separators), as FastAPI / sse-starlette servers such as
     # llama_cpp.server do; False: compact JSON, as OpenAI writes it.

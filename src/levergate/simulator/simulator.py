@@ -25,10 +25,19 @@ from typing import Any
 import orjson
 
 from levergate.core.clock import Clock, SystemClock
-from levergate.simulator import anthropic, batch_api, embeddings, generate, responses_api, tiers
+from levergate.simulator import (
+    anthropic,
+    batch_api,
+    embeddings,
+    generate,
+    isolation,
+    responses_api,
+    tiers,
+)
 from levergate.simulator.admission import Request, admit
 from levergate.simulator.control import control_reply
 from levergate.simulator.faults import FAULT_HEADER, Fault, malformed_body
+from levergate.simulator.isolation import Parsed
 from levergate.simulator.latency import ZERO, plan_timing
 from levergate.simulator.limits import RateLimiter
 from levergate.simulator.prompt_cache import PromptCache
@@ -212,29 +221,36 @@ class Simulator:
         return control_reply(self, method=method, path=path, query=query, body=body)
 
     def _generate(self, kind: str, headers: Mapping[str, str], raw: bytes) -> Reply:
+        return self.answer_parsed(isolation.parse(kind, headers, raw, self._settings))
+
+    def handle_parsed(self, path: str, parsed: Parsed | BaseException) -> Reply:
+        """`handle` for a generation request parsed elsewhere (isolation.py): `parsed`, or what
+        preparing it raised. Never raises."""
+        self.stats.requests[path] += 1
+        try:
+            reply = self.answer_parsed(_unless_raised(parsed))
+        except SimError as exc:
+            reply = exc.reply()
+        except Exception:  # the process edge, as `handle`'s
+            _log.exception("simulator failed on POST %s", path)
+            reply = SimError(500, "Internal simulator error.", error_type="server_error").reply()
+        self.stats.statuses[reply.status] += 1
+        return reply
+
+    def answer_parsed(self, parsed: Parsed) -> Reply:
+        """A parsed generation request through the simulator's state: flex capacity ->
+        forced fault | concurrency -> RPM/TPM -> drawn fault -> prompt cache -> latency plan
+        -> words -> reply."""
+        if parsed.key is not None:
+            self.stats.keys[key_label(parsed.key)] += 1
+        if parsed.cache_key is not None:
+            self.stats.cache_key(parsed.cache_key)
+        if parsed.error is not None:
+            return parsed.error
+        key, forced, spec, tier = parsed.key or "", parsed.forced, parsed.spec, parsed.tier
+        if spec is None:
+            return self._embed(parsed.body or {}, key=key, forced=forced)
         s = self._settings
-        body = generate.check_request(kind, generate.parse_json(raw))
-        if s.strict_models and body["model"] not in s.models:
-            raise SimError(
-                404,
-                f"The model '{body['model']}' does not exist",
-                code="model_not_found",
-                param="model",
-            )
-        key = generate.bearer_key(headers.get("authorization"))
-        self.stats.keys[key_label(key)] += 1
-        if "prompt_cache_key" in body:
-            self.stats.cache_key(generate.prompt_cache_key(body["prompt_cache_key"]))
-        forced = generate.forced_fault(headers[FAULT_HEADER]) if FAULT_HEADER in headers else None
-        if kind == "embedding":
-            return self._embed(body, key=key, forced=forced)
-        spec = generate.parse_spec(
-            chat=kind == "chat",
-            body=body,
-            settings=s,
-            natural=headers.get(generate.OUTPUT_TOKENS_HEADER),
-        )
-        tier = tiers.asked(body, s.tiers, model=spec.model)
         if tier is tiers.SimTier.FLEX:
             self._flex_capacity()
         now = self.clock.now()
@@ -246,7 +262,7 @@ class Simulator:
             return Reply(status=200, hang=True, holds_slot=True, flex=flex)
         extra = s.faults.slow_ms / 1000.0 if fault is Fault.SLOW else 0.0
         reply = self._answer(spec=spec, key=key, fault=fault, extra_ttft=extra, now=now,
-                             tier=tier)  # fmt: skip
+                             tier=tier, parsed=parsed)  # fmt: skip
         reply.headers = limit_headers
         reply.holds_slot = True
         reply.flex = flex
@@ -306,21 +322,27 @@ class Simulator:
 
     def _answer(
         self, *, spec: generate.Spec, key: str, fault: Fault | None, extra_ttft: float,
-        now: float, tier: tiers.SimTier = tiers.SimTier.DEFAULT,
+        now: float, tier: tiers.SimTier, parsed: Parsed,
     ) -> Reply:  # fmt: skip
+        """`parsed`'s digests, words and draws when a worker computed them (isolation.py)."""
         s = self._settings
         cached = 0
         if self._cache_from is not None:
             scope = f"{key}\x00{spec.model}"
-            for text, count in spec.prompts:
-                if count >= self._cache_from:
+            for index, (text, count) in enumerate(spec.prompts):
+                if count < self._cache_from:
+                    continue
+                if parsed.digests is None:
                     cached += self._cache.lookup_and_store(scope=scope, text=text, now=now)
+                else:
+                    digests = parsed.digests[index]
+                    cached += self._cache.lookup_and_store_digests(digests, now=now)
         timing = ZERO
         if not self._zero_latency or extra_ttft or tier is not tiers.SimTier.DEFAULT:
             rng = self._rng
             if s.latency.per_request:
-                rng = tiers.request_rng(s.seed, model=spec.model, tier=tier,
-                                        prompt=spec.prompts[0][0])  # fmt: skip
+                rng = parsed.rng or tiers.request_rng(s.seed, model=spec.model, tier=tier,
+                                                      prompt=spec.prompts[0][0])  # fmt: skip
             timing = tiers.request_timing(
                 latency=s.latency, tiers=s.tiers, tier=tier,
                 uncached_tokens=spec.prompt_tokens - cached, output_tokens=spec.output_tokens,
@@ -333,6 +355,7 @@ class Simulator:
             cached_tokens=cached,
             id=f"{prefix}{self._id_prefix}{next(self._ids):010x}",
             created=int(self._wall()),
+            choices=parsed.choices,
         )
         if s.reasoning_share:
             answer.reasoning_tokens = int(answer.completion_tokens * s.reasoning_share)
@@ -444,6 +467,12 @@ class Simulator:
         if found is None:
             raise responses_api.not_found(response_id)
         return Reply(status=200, body=orjson.dumps(found.response))
+
+
+def _unless_raised(parsed: Parsed | BaseException) -> Parsed:
+    if isinstance(parsed, BaseException):
+        raise parsed
+    return parsed
 
 
 def _natural(value: str | None, highest: int) -> int | None:

@@ -1,0 +1,141 @@
+"""Large requests prepared in worker processes (`SimSettings.isolation`).
+
+A hosted provider serves each request on hardware of its own, so one customer's huge prompt
+never makes another customer's small request wait. The simulator answers on one event loop,
+and a chat request carrying a 32 MiB conversation costs it a few hundred milliseconds of CPU
+(parsing the JSON, rendering the prompt, hashing every prompt-cache prefix, hashing the prompt
+for the answer's words): measured in the soak (benchmarks/soak.py), every other request on the
+loop waited for it. So the work that is a pure function of the request and the settings is
+split from the work on the simulator's state:
+
+- `parse` (pure): the body parsed and checked, the caller's key, the answer's `Spec`, its tier.
+  The loop runs it for a small request; `prepare` runs it in a worker process for a large one
+  and adds the expensive products of the prompt's text — its prompt-cache prefix digests, the
+  answer's words, the per-request latency draws — then drops the text, so only a few bytes per
+  thousand prompt tokens come back.
+- `Simulator.answer_parsed` (state: stats, admission, the prompt cache, ids) runs on the loop,
+  with those products when they were computed elsewhere. The answer is the same either way.
+
+Only chat and completion requests go to a worker: they are what carries a conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import random
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from levergate.simulator import generate, tiers
+from levergate.simulator.faults import FAULT_HEADER, Fault
+from levergate.simulator.prompt_cache import prefix_digests
+from levergate.simulator.responses import Reply, SimError
+from levergate.simulator.settings import SimSettings
+
+ISOLATED_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+
+
+@dataclass(slots=True)
+class Parsed:
+    """A generation request as far as it is known without the simulator's state. `error`: the
+    request is refused (what was known before the refusal is kept, for the stats)."""
+
+    key: str | None = None
+    cache_key: str | None = None
+    forced: Fault | None = None
+    body: dict[str, Any] | None = None  # an embeddings request's body
+    spec: generate.Spec | None = None
+    tier: tiers.SimTier = tiers.SimTier.DEFAULT
+    error: Reply | None = None
+    # Computed in a worker from the prompt's text (then dropped from `spec.prompts`):
+    digests: list[list[bytes]] | None = None  # each prompt's prompt-cache prefix digests
+    choices: list[list[str]] | None = None  # the answer's words (generate.choose)
+    rng: random.Random | None = None  # the per-request latency draws (tiers.request_rng)
+
+
+def parse(
+    kind: str, headers: Mapping[str, str], raw: bytes | bytearray, settings: SimSettings
+) -> Parsed:
+    """Route -> parse + validate, a provider's checks in a provider's order."""
+    parsed = Parsed()
+    try:
+        body = generate.check_request(kind, generate.parse_json(raw))
+        _check_model(body["model"], settings)
+        parsed.key = generate.bearer_key(headers.get("authorization"))
+        if "prompt_cache_key" in body:
+            parsed.cache_key = generate.prompt_cache_key(body["prompt_cache_key"])
+        if FAULT_HEADER in headers:
+            parsed.forced = generate.forced_fault(headers[FAULT_HEADER])
+        if kind == "embedding":
+            parsed.body = body
+            return parsed
+        spec = generate.parse_spec(chat=kind == "chat", body=body, settings=settings,
+                                   natural=headers.get(generate.OUTPUT_TOKENS_HEADER))  # fmt: skip
+        parsed.tier = tiers.asked(body, settings.tiers, model=spec.model)
+        parsed.spec = spec
+    except SimError as exc:
+        parsed.error = exc.reply()
+    return parsed
+
+
+def _check_model(model: str, settings: SimSettings) -> None:
+    if settings.strict_models and model not in settings.models:
+        raise SimError(404, f"The model '{model}' does not exist", code="model_not_found",
+                       param="model")  # fmt: skip
+
+
+def prepare(
+    kind: str, headers: Mapping[str, str], raw: bytes | bytearray, settings: SimSettings
+) -> Parsed:
+    """`parse`, then everything the answer needs from the prompt's text (a worker's job)."""
+    parsed = parse(kind, headers, raw, settings)
+    spec = parsed.spec
+    if spec is None or parsed.key is None:
+        return parsed
+    cache = settings.prompt_cache
+    scope = f"{parsed.key}\x00{spec.model}"
+    parsed.digests = [
+        prefix_digests(scope=scope, text=text, settings=cache)
+        if cache.enabled and count >= cache.min_tokens
+        else []
+        for text, count in spec.prompts
+    ]
+    parsed.choices = generate.choose(spec=spec, seed=settings.seed)
+    if settings.latency.per_request:
+        parsed.rng = tiers.request_rng(settings.seed, model=spec.model, tier=parsed.tier,
+                                       prompt=spec.prompts[0][0])  # fmt: skip
+    spec.prompts = [("", count) for _, count in spec.prompts]
+    return parsed
+
+
+class Isolation:
+    """The worker processes, started with the first large request, stopped with the server."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+
+    def wanted(self, settings: SimSettings, *, method: str, path: str, size: int) -> str | None:
+        """The kind of a request to prepare in a worker, or None (on the loop)."""
+        bound = settings.isolation.min_bytes
+        if bound is None or size < bound or method != "POST":
+            return None
+        return ISOLATED_PATHS.get(path)
+
+    async def prepare(
+        self, kind: str, headers: Mapping[str, str], raw: bytes | bytearray, settings: SimSettings
+    ) -> Parsed:
+        if self._pool is None:
+            # spawn: a fork of a process running an event loop (and its threads) is unsafe.
+            spawn = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(settings.isolation.workers, mp_context=spawn)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, prepare, kind, headers, raw, settings)
+
+    async def close(self) -> None:
+        """Stop the workers (waiting, off the loop, for one still preparing a request)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
