@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from levergate.config import ModelSettings, Settings
     from levergate.core.call import Call, Kind, Trace
     from levergate.core.clock import Clock
+    from levergate.core.interactive import Interactive
     from levergate.core.jobs import BackgroundJob
     from levergate.core.reply import Reply
     from levergate.layers.keys.build import KeyKit
@@ -72,6 +73,11 @@ class Host(Protocol):
     @property
     def extensions(self) -> Sequence[Extension]:
         """The gateway's features, once all are built (a dashboard finds the request log)."""
+        ...
+
+    @property
+    def interactive(self) -> Interactive:
+        """Client requests in flight on this process (the batch runner yields to them)."""
         ...
 
     @property

@@ -40,6 +40,7 @@ from levergate.control_headers import (
 )
 from levergate.core.call import Call, Context, Kind, Trace
 from levergate.core.controls import CachePolicy, Controls, Priority
+from levergate.core.interactive import Interactive
 from levergate.core.reply import Completed, Event, Reply, Stream
 from levergate.errors import BadRequest, LevergateError
 from levergate.fanout import OnError, Progress
@@ -91,6 +92,8 @@ class Gateway:
         self._log_redactor = Redactor.for_logs(self.settings)
         install_redaction(self._log_redactor)
         self.ready = False
+        # Client requests in flight (the edge counts them): the batch runner yields to them.
+        self.interactive = Interactive()
         # Set by the server when it begins to stop: /readyz answers 503 from then on.
         self.draining = False
         self._jobs: list[asyncio.Future[None]] = []

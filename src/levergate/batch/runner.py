@@ -12,7 +12,10 @@ supervisor), doing two things at once in one task group.
 Fair across tenants, because one tenant's flood must not stall another's work. Free line
 slots are shared max-min fairly among the tenants that have lines waiting
 (policies/fair_share.py: the next slot to the tenant with the fewest lines in flight,
-round-robin among equals), and no tenant holds more than `max_tenant_share` of them. Job
+round-robin among equals), and no tenant holds more than `max_tenant_share` of them. While
+any client request is in flight on this process, the runner claims no more lines than
+`share_while_interactive` of `concurrency` (core/interactive.py: interactive traffic first on
+the loop both share); once none is, the full `concurrency` again. Job
 steps run `job_workers` at once, a tenant's at most half of them, and a job of a tenant this
 process is not busy with is leased first. Webhooks are delivered by their own workers
 (batch/deliveries.py), never on this loop.
@@ -51,8 +54,9 @@ from levergate.batch.store import Store, StoreError
 from levergate.config import RequestLimitsSettings
 from levergate.config.batch import BatchSettings
 from levergate.core.clock import Clock, timeout
+from levergate.core.interactive import Interactive
 from levergate.errors import LevergateError
-from levergate.policies.fair_share import rotated, shares
+from levergate.policies.fair_share import line_slots, rotated, shares
 
 log = logging.getLogger("levergate.batch")
 PAGE = 1000
@@ -90,8 +94,12 @@ class Runner:
         execute: Execute,
         clock: Clock,
         steps: Sequence[Step] = (),
+        interactive: Interactive | None = None,
     ) -> None:
         self._s = settings
+        # Client requests in flight on this process: fewer lines meanwhile (line_slots).
+        self._interactive = interactive or Interactive()
+
         self._limits = limits
         self._store = store
         self._disk = disk
@@ -106,6 +114,7 @@ class Runner:
         self._tenant_cap = max(1, math.floor(settings.concurrency * settings.max_tenant_share))
         self._turn = 0
         self._wake = asyncio.Event()
+        self._interactive.on_quiet(self._wake.set)
         self._stepping: dict[str, str] = {}  # job id -> tenant, for the job steps running
         self._step_done = asyncio.Event()
         # Jobs held back until a time; False: its step failed (its attempts keep counting).
@@ -134,7 +143,9 @@ class Runner:
     async def _lines(self, tasks: asyncio.TaskGroup) -> None:
         while True:
             self._wake.clear()
-            free = self._s.concurrency - len(self._inflight)
+            free = line_slots(concurrency=self._s.concurrency, in_flight=len(self._inflight),
+                              interactive=self._interactive.in_flight,
+                              share=self._s.share_while_interactive)  # fmt: skip
             claimed = await self._claim(free) if free > 0 else []
             for claim in claimed:
                 self._inflight[(claim.job_id, claim.idx)] = claim.tenant

@@ -58,7 +58,7 @@ class BatchService:
         self.runner = Runner(
             settings=self.settings, limits=host.settings.limits, store=self.store,
             disk=self.disk, execute=LineExecutor(host, settings=self.settings),
-            clock=self.clock,
+            clock=self.clock, interactive=host.interactive,
         )  # fmt: skip
         self._bounds = FileBounds(self.settings.max_lines, self.settings.max_line_bytes,
                                   self.settings.max_custom_id_chars)  # fmt: skip

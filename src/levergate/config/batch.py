@@ -78,6 +78,12 @@ class BatchSettings(_Strict):
     # answers (benchmarks/batch_throughput.py --quick, one run each on a busy host), 0.75
     # used 73.5% of the provider's limit, 0.9 94.2%, 1.0 88.0% (the runner before: 88.1%).
     max_tenant_share: float = Field(0.9, gt=0, le=1)
+    # Interactive traffic first (core/interactive.py): while any client request is in flight
+    # on this process, the runner keeps at most this share of `concurrency` lines in flight
+    # (at least one), because every line is event-loop work the client requests wait behind
+    # (measured in the soak, benchmarks/soak.py: 64 lines in flight kept the loop about a
+    # third busy while another tenant's p99 tripled). 1.0: no yielding.
+    share_while_interactive: float = Field(0.0625, gt=0, le=1)
     # Job-level steps (validating an input file into lines, writing output files, deferral
     # and async-request steps) run this many at once per process, a tenant's at most half of
     # them, so one tenant's large files never hold another tenant's small batch back.

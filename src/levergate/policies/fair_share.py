@@ -41,3 +41,12 @@ def rotated(items: Sequence[str], turn: int) -> list[str]:
         return []
     at = turn % len(items)
     return [*items[at:], *items[:at]]
+
+
+def line_slots(*, concurrency: int, in_flight: int, interactive: int, share: float) -> int:
+    """Lines the batch runner may claim now: up to `concurrency` in flight, and while client
+    requests are in flight (`interactive`), up to `share` of it (at least one), so interactive
+    traffic comes first on the loop they share (core/interactive.py). Lines already in flight
+    past the smaller bound run to their end: nothing is taken back, no more are claimed."""
+    bound = concurrency if interactive <= 0 else max(1, int(concurrency * share))
+    return max(0, bound - in_flight)

@@ -95,24 +95,34 @@ class Edge:
             if route.errors is not None:
                 shape = route.errors
             id_header = route.id_header
-            if route.guard is not None:
-                await route.guard(self, request)
-            source = BytesBody(body) if isinstance(body, bytes) else body
-            if route.stream:
-                declared_length(headers, limit=bound.limit)
-                request.chunks = source.chunks(limit=bound.limit)
-                return await route.handler(self, request)
-            if route.guard in _CLIENT_GUARDS and self.large and self.large.is_large(headers):
-                declared_length(headers, limit=bound.limit)  # a 413 waits for no slot
-                async with self.large.slot(await self._tenant(request)):
-                    return await self._whole(route, request, source, limit=bound.limit)
-            return await self._whole(route, request, source, limit=bound.limit)
+            if route.guard not in _CLIENT_GUARDS:
+                return await self._routed(route, bound.limit, request, body)
+            with self.gateway.interactive.serving():
+                return await self._routed(route, bound.limit, request, body)
         except LevergateError as exc:
             response = shape(exc)
             response.headers.append((REQUEST_ID_HEADER, request.request_id))
             if id_header is not None:
                 response.headers.append((id_header, request.request_id))
             return response
+
+    async def _routed(self, route: Route, limit: int, request: Request,
+                      body: BodySource | bytes) -> Response:  # fmt: skip
+        """Guard, body and handler: a client's request counts as interactive meanwhile (the
+        batch runner yields to it: core/interactive.py)."""
+        headers = request.headers
+        if route.guard is not None:
+            await route.guard(self, request)
+        source = BytesBody(body) if isinstance(body, bytes) else body
+        if route.stream:
+            declared_length(headers, limit=limit)
+            request.chunks = source.chunks(limit=limit)
+            return await route.handler(self, request)
+        if route.guard in _CLIENT_GUARDS and self.large and self.large.is_large(headers):
+            declared_length(headers, limit=limit)  # a 413 waits for no slot
+            async with self.large.slot(await self._tenant(request)):
+                return await self._whole(route, request, source, limit=limit)
+        return await self._whole(route, request, source, limit=limit)
 
     async def _whole(self, route: Route, request: Request, source: BodySource, *,
                      limit: int) -> Response:  # fmt: skip

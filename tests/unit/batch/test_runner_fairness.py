@@ -20,6 +20,7 @@ from levergate.batch.store import Store
 from levergate.batch.stores.sqlite import SqliteStore
 from levergate.config import RequestLimitsSettings
 from levergate.config.batch import BatchSettings
+from levergate.core.interactive import Interactive
 
 NOW = 1000.0
 
@@ -169,3 +170,67 @@ async def test_one_tenants_slow_job_steps_leave_workers_for_another_tenant(
     runner.steps.append(step)
     await run_until(runner, lambda: "batch_b" in stepped, then=0.3)  # 15 polls more
     assert sum(job.startswith("batch_a") for job in stepped) == 2  # half the workers
+
+
+class Held(Recorder):
+    """A line that runs until it is let go: what is in flight stays in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def __call__(self, claim: Claim) -> Done:
+        self.started.append((claim.tenant, claim.job_id))
+        self.now[claim.tenant] += 1
+        await self.go.wait()
+        self.now[claim.tenant] -= 1
+        return Done(ok=True, result=b"{}")
+
+
+async def test_the_runner_keeps_fewer_lines_in_flight_while_client_requests_are(
+    sqlite: SqliteStore, tmp_path: Path
+) -> None:
+    """Interactive traffic first: with a client request in flight the runner claims up to its
+    yielded share of the slots and no more, and takes them all once the last one ends."""
+    await queued(sqlite, "batch_a", "a", 100)
+    await queued(sqlite, "batch_b", "b", 100)
+    execute, interactive = Held(), Interactive()
+    settings = BatchSettings.model_validate(
+        {"enabled": True, "dir": str(tmp_path / "files"), "poll_seconds": 0.02,
+         "concurrency": 32, "max_tenant_share": 1.0, "share_while_interactive": 0.125}
+    )  # fmt: skip
+    runner = Runner(settings=settings, limits=RequestLimitsSettings(), store=sqlite,
+                    disk=Disk(settings.dir), execute=execute, clock=WallClock(),
+                    interactive=interactive)  # fmt: skip
+    with interactive.serving():
+        task = asyncio.create_task(runner.run())
+        try:
+            await run_while(lambda: len(execute.started) < 4)
+            for _ in range(20):  # the runner polls every 0.02 s: it had time to claim more
+                await asyncio.sleep(0.01)
+            assert len(execute.started) == 4  # 32 x 0.125
+            with interactive.serving():
+                pass  # another client request came and went: one is still in flight
+            await asyncio.sleep(0.1)
+            assert len(execute.started) == 4
+        except BaseException:
+            task.cancel()
+            raise
+    # The last client request ended: the full concurrency again.
+    try:
+        await run_while(lambda: len(execute.started) < 32)
+        await asyncio.sleep(0.1)
+        assert len(execute.started) == 32
+    finally:
+        execute.go.set()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def run_while(waiting: Callable[[], bool]) -> None:
+    for _ in range(2000):
+        if not waiting():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("it never got there")

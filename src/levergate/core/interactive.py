@@ -1,0 +1,32 @@
+"""Client requests in flight on this process, counted by the edge (server/edge.py): what the
+batch runner yields to (batch/runner.py). Interactive traffic first is a product promise, and
+both share one event loop: every batch line in flight is work each client request waits
+behind, so while any client request is being served the runner keeps fewer lines in flight
+(`batch.share_while_interactive`), and takes its full `concurrency` again once none is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+class Interactive:
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self._quiet: list[Callable[[], None]] = []
+
+    def on_quiet(self, listener: Callable[[], None]) -> None:
+        """Call `listener` each time the last client request in flight ends."""
+        self._quiet.append(listener)
+
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        """One client request in flight for the block."""
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            if not self.in_flight:
+                for listener in self._quiet:
+                    listener()
