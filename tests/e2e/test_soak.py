@@ -47,8 +47,9 @@ async def test_a_hostile_tenant_leaves_the_other_unharmed(tmp_path: Path) -> Non
     ratio = result["p99_ratio"]
     print(f"victim p99 attacked / solo: {ratio}x ({result['victim_p99_ms']})")
     if ratio > 2.0:
-        # Known (README, hardening: the soak): large bodies now wait for their tenant's slot
-        # (server/large.py), but a Responses turn continuing a 32 MiB conversation still holds
-        # the simulator's one event loop (shared by both tenants) ~0.7 s, and the hostile
-        # tenant's batch lines and uploads keep the gateway's loop about a third busy.
+        # Known (README, hardening: the soak): large bodies wait for their tenant's slot
+        # (server/large.py), the simulator prepares large prompts in worker processes
+        # (simulator/isolation.py), batch lines yield to client requests (core/interactive.py),
+        # but the gateway's loop still reads and writes the attack's uploads, 67 MB embeddings
+        # answers and 32 MiB conversations, and translates each Responses turn's conversation.
         pytest.xfail(f"victim p99 {ratio}x its solo p99 (bound 2x): {result['blocks']}")
