@@ -26,6 +26,7 @@ import multiprocessing
 import random
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,12 +128,25 @@ class Isolation:
     async def prepare(
         self, kind: str, headers: Mapping[str, str], raw: bytes | bytearray, settings: SimSettings
     ) -> Parsed:
-        if self._pool is None:
-            # spawn: a fork of a process running an event loop (and its threads) is unsafe.
-            spawn = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(settings.isolation.workers, mp_context=spawn)
+        """`prepare` in a worker. A pool whose worker died (killed, out of memory) is broken for
+        good: it is replaced, and the request tried once more on the new one."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, prepare, kind, headers, raw, settings)
+        for attempt in (0, 1):
+            pool = self._pool
+            if pool is None:
+                # spawn: a fork of a process running an event loop (and its threads) is unsafe.
+                spawn = multiprocessing.get_context("spawn")
+                pool = self._pool = ProcessPoolExecutor(settings.isolation.workers,
+                                                        mp_context=spawn)  # fmt: skip
+            try:
+                return await loop.run_in_executor(pool, prepare, kind, headers, raw, settings)
+            except BrokenProcessPool:
+                if self._pool is pool:
+                    self._pool = None
+                    pool.shutdown(wait=False, cancel_futures=True)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self) -> None:
         """Stop the workers (waiting, off the loop, for one still preparing a request)."""

@@ -127,3 +127,27 @@ async def test_a_large_request_is_prepared_in_a_worker_and_answered_whole() -> N
 
 def drop_ids(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in ("id", "created")}
+
+
+async def test_a_worker_that_died_is_replaced() -> None:
+    """A worker killed between requests (out of memory, an operator): the next large request is
+    answered by a new one, not a 500 for every large request from then on."""
+    body = {"model": "m", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "y" * 4096}]}  # fmt: skip
+    before = set(multiprocessing.active_children())
+    isolation = IsolationSettings(min_bytes=1024, workers=1)
+    async with (
+        run_simulator(SimSettings(isolation=isolation)) as sim,
+        httpx.AsyncClient(base_url=sim.base_url, timeout=60) as http,
+    ):
+        first = await http.post("/chat/completions", json=body)
+        (worker,) = set(multiprocessing.active_children()) - before
+        worker.kill()
+        worker.join()
+        again = await http.post("/chat/completions", json=body)
+        (replaced,) = set(multiprocessing.active_children()) - before
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert replaced.pid != worker.pid
+    assert first.json()["choices"] == again.json()["choices"]
+    # The state stayed on the loop: the repeated prompt hits the prompt cache.
+    assert again.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 1024
