@@ -17,6 +17,7 @@ SUMMARY: dict[str, str] = {
     "catalog": "list the model catalog: prices, context windows, tokenizers",
     "router": "train, evaluate, promote and roll back the learned router",
     "labels": "the shadow comparisons logged from live traffic, as router training labels",
+    "cache": "choose and install the semantic cache's threshold per route, or roll it back",
     "config": "check a configuration file; print the settings' schema or reference",
     "local": "the embedded engine's model files",
     "log": "read the request log: query, tail, export (JSONL, CSV, Parquet)",

@@ -1,6 +1,7 @@
 """`levergate labels export`: the shadow comparisons logged from live traffic, as router labels.
 
-    levergate labels export --route auto -o auto.csv [--config gateway.yaml | --db log.sqlite3]
+    levergate labels export --route auto -o auto.csv [--config gateway.yaml | --db log.sqlite3 |
+                                                      --url http://gw:8080 --admin-token T]
     levergate router train auto.csv --cheap-model small --strong-model large -o router.json
 
 Each shadow sample a route or cascade took (routing.shadow, cascade.shadow) is a row of the
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from levergate.cli.commands import SUMMARY
-from levergate.cli.output import ExitCode, emit_report, warn
+from levergate.cli.output import emit_report, warn
 from levergate.config.routing import LEARN_MIN_LABELS
 from levergate.errors import BadRequest, ConfigError
 
@@ -44,12 +45,11 @@ def register(subparsers: Any) -> None:
 
 
 def add_log_flags(parser: argparse.ArgumentParser) -> None:
-    """Where the log is and which time window (as `levergate log`, the store only)."""
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--config", help="the gateway's YAML settings (its request_log.store)")
-    where.add_argument("--db", type=Path, help="a request log SQLite file")
-    parser.add_argument("--since", help="epoch seconds, ISO 8601 or a duration ago (7d)")
-    parser.add_argument("--until", help="as --since")
+    """Where the labels are (the store `--config` names, `--db FILE`, or a running gateway's
+    `--url`) and which time window."""
+    from levergate.cli.log_source import add_label_source_flags
+
+    add_label_source_flags(parser)
 
 
 def window(args: argparse.Namespace) -> tuple[float | None, float | None]:
@@ -66,26 +66,26 @@ def window(args: argparse.Namespace) -> tuple[float | None, float | None]:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from levergate.cli.log_source import store_of
+    from levergate.cli.log_source import SourceError, labels_of
     from levergate.requestlog.labels import Labelled
     from levergate.requestlog.router_labels import read_log_labels, write_labels
-    from levergate.requestlog.store import LogStoreError
 
     if args.min_rows < 1:
         raise ConfigError("--min-rows must be at least 1")
     if args.output.suffix.lower() not in {".csv", ".jsonl", ".ndjson"}:
         raise ConfigError(f"--output {args.output}: write .csv or .jsonl")
     since, until = window(args)
-    store, where = store_of(args.config, args.db)
+    source = labels_of(args)
+    where = source.where
     try:
-        counts = store.label_counts(Labelled(since=since, until=until))
-        found = read_log_labels(store, route=args.route, since=since, until=until,
+        counts = source.label_counts(Labelled(since=since, until=until))
+        found = read_log_labels(source, route=args.route, since=since, until=until,
                                 cheap=args.cheap_model, min_rows=args.min_rows)  # fmt: skip
-    except LogStoreError as exc:
+    except SourceError as exc:
         warn(f"the request log at {where} cannot be read: {exc}")
-        return ExitCode.UNREACHABLE
+        return exc.code
     finally:
-        store.close()
+        source.close()
     write_labels(found, args.output)
     report = {"log": where, "route": args.route, "cheap": found.cheap, "strong": found.strong,
               "rows": len(found), "agree": int(found.labels.cheap.sum()),

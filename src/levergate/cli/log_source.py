@@ -7,6 +7,7 @@ a running gateway over `GET /admin/log` (`--url`, with the admin token from `--a
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,7 +24,8 @@ from levergate.requestlog.store import LogStore, LogStoreError, Page, SqliteLog
 from levergate.routing.labels import MAX_ROWS
 
 __all__ = [
-    "LogSource", "add_filter_flags", "add_source_flags", "filter_of", "source_of", "store_of",
+    "LabelSource", "LogSource", "add_filter_flags", "add_label_source_flags", "add_source_flags",
+    "filter_of", "labels_of", "source_of", "store_of",
 ]  # fmt: skip
 
 FILTER_FLAGS = ("since", "until", "tenant", "key", "model", "feature", "workflow", "outcome",
@@ -76,14 +78,45 @@ def filter_of(args: argparse.Namespace) -> LogFilter:
 
 def source_of(args: argparse.Namespace) -> LogSource:
     if args.url:
-        token = args.admin_token or _settings(None).admin.token
-        if token is None:
-            raise ConfigError(
-                "--url needs the admin token: --admin-token or LEVERGATE_ADMIN__TOKEN"
-            )
-        secret = token if isinstance(token, str) else token.get_secret_value()
-        return HttpSource(args.url, secret)
+        return HttpSource(args.url, _token(args))
     return StoreSource(*store_of(args.config, args.db))
+
+
+class LabelSource(Protocol):
+    """Where the shadow labels are read from: the store, or `GET /admin/labels`."""
+
+    where: str
+
+    def labels(self, which: Labelled, *, limit: int = MAX_ROWS) -> list[dict[str, Any]]: ...
+    def label_counts(self, which: Labelled) -> list[dict[str, Any]]: ...
+    def close(self) -> None: ...
+
+
+def add_label_source_flags(parser: argparse.ArgumentParser) -> None:
+    """`--db` or `--url` (with `--admin-token`), else the store `--config` names, and the time
+    window."""
+    parser.add_argument("--config", help="the gateway's YAML settings (its request_log.store)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--db", type=Path, help="a request log SQLite file")
+    where.add_argument("--url", help="a running gateway's base URL: read GET /admin/labels")
+    parser.add_argument("--admin-token", help="with --url (default: LEVERGATE_ADMIN__TOKEN)")
+    parser.add_argument("--since", help="epoch seconds, ISO 8601 or a duration ago (7d)")
+    parser.add_argument("--until", help="as --since")
+
+
+def labels_of(args: argparse.Namespace) -> LabelSource:
+    """The labels `args` name: `--url` (a running gateway), else the store (`--config`,
+    `--db`)."""
+    if getattr(args, "url", None):
+        return HttpSource(args.url, _token(args))
+    return StoreSource(*store_of(args.config, args.db))
+
+
+def _token(args: argparse.Namespace) -> str:
+    token = getattr(args, "admin_token", None) or _settings(None).admin.token
+    if token is None:
+        raise ConfigError("--url needs the admin token: --admin-token or LEVERGATE_ADMIN__TOKEN")
+    return token if isinstance(token, str) else token.get_secret_value()
 
 
 def store_of(config: str | None, db: Path | None) -> tuple[LogStore, str]:
@@ -127,9 +160,9 @@ class StoreSource:
     def summary(self, where: LogFilter) -> dict[str, Any]:
         return self._call(lambda s: s.summary(where))  # type: ignore[no-any-return]
 
-    def labels(self, which: Labelled) -> list[dict[str, Any]]:
-        """The shadow labels (only the store has them: not `GET /admin/log`)."""
-        return self._call(lambda s: s.labels(which, limit=MAX_ROWS))  # type: ignore[no-any-return]
+    def labels(self, which: Labelled, *, limit: int = MAX_ROWS) -> list[dict[str, Any]]:
+        """The shadow labels `which` wants, oldest first, at most `limit`."""
+        return self._call(lambda s: s.labels(which, limit=limit))  # type: ignore[no-any-return]
 
     def label_counts(self, which: Labelled) -> list[dict[str, Any]]:
         """The shadow labels counted per route or cascade and day (`levergate analyze`)."""
@@ -209,5 +242,42 @@ class HttpSource:
                 for family in text_string_to_metric_families(answer.text)
                 for s in family.samples if s.name == name}  # fmt: skip
 
+    def labels(self, which: Labelled, *, limit: int = MAX_ROWS) -> list[dict[str, Any]]:
+        """`GET /admin/labels`, page by page (`LABEL_PAGE` each), at most `limit` rows."""
+        params = {**_label_params(which), "limit": min(LABEL_PAGE, limit)}
+        found: list[dict[str, Any]] = []
+        while len(found) < limit:
+            try:
+                page = self._get("/admin/labels", params)
+            except SourceError as exc:  # a gateway whose max_page_size is below LABEL_PAGE
+                most = re.search(r"'limit' must be an integer from 1 to (\d+)", str(exc))
+                if most is None or int(most.group(1)) >= params["limit"]:
+                    raise
+                params["limit"] = int(most.group(1))
+                continue
+            found.extend(page["data"][: limit - len(found)])
+            if not page.get("next_cursor"):
+                break
+            params["cursor"] = page["next_cursor"]
+        return found
+
+    def label_counts(self, which: Labelled) -> list[dict[str, Any]]:
+        found = self._get("/admin/labels/counts", _label_params(which))
+        rows: list[dict[str, Any]] = found["data"]
+        return rows
+
     def close(self) -> None:
         self._http.close()
+
+
+LABEL_PAGE = 1000  # rows per GET /admin/labels (the default request_log.max_page_size)
+
+
+def _label_params(which: Labelled) -> dict[str, Any]:
+    params: dict[str, Any] = {"uncompared": "true" if which.uncompared else "false"}
+    for name in ("name", "since", "until"):
+        if (value := getattr(which, name)) is not None:
+            params[name] = repr(value) if isinstance(value, float) else value
+    if which.layers is not None:
+        params["layer"] = ",".join(which.layers)
+    return params

@@ -1,6 +1,6 @@
-"""`levergate serve | sim | bench | batch | catalog | router | config | local | log | report |
-analyze`: one entry point, one module per subcommand (`levergate --version` prints the
-package's version).
+"""`levergate serve | sim | bench | batch | catalog | router | labels | cache | config | local |
+log | report | analyze`: one entry point, one module per subcommand (`levergate --version`
+prints the package's version).
 
 Each subcommand module exposes `register(subparsers)`, which adds its parser and sets
 `func` to a callable taking the parsed arguments and returning the process exit code. `main`

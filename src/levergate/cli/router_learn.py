@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from levergate.routing.promote import Gate, Measured
 
 GATE_MIN_LABELS = 30  # held-out labels the gate needs: 30% of LEARN_MIN_LABELS
+CHALLENGE_SHARE = 0.05
 SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
@@ -75,6 +76,16 @@ def register(commands: Any) -> None:
     add_log_flags(promote)
     promote.add_argument("--json", dest="as_json", action="store_true")
     promote.set_defaults(func=run_promote)
+    challenge = commands.add_parser("challenge", help="run a candidate router beside the "
+                                    "route's on a share of live traffic")  # fmt: skip
+    challenge.add_argument("candidate", type=Path, nargs="?", help="the candidate router file")
+    challenge.add_argument("--route", required=True)
+    challenge.add_argument("--config", required=True, help="the gateway's YAML settings")
+    challenge.add_argument("--share", type=float, default=CHALLENGE_SHARE,
+                           help="the share of the route's learned decisions the candidate "
+                           "decides too (default %(default)s)")  # fmt: skip
+    challenge.add_argument("--stop", action="store_true", help="end the route's challenge")
+    challenge.set_defaults(func=run_challenge)
     back = commands.add_parser("rollback", help="swap a route's router file and the one its "
                                "last promotion replaced")  # fmt: skip
     back.add_argument("--route", required=True)
@@ -87,24 +98,24 @@ def register(commands: Any) -> None:
 
 def log_labels(args: argparse.Namespace, *, route: str, cheap: str | None, min_rows: int,
                since: float | None = None) -> LogLabels:  # fmt: skip
-    """`route`'s labels in the log `args` names (`--config`, `--db`, `--since`, `--until`)."""
-    from levergate.cli.log_source import store_of
+    """`route`'s labels in the log `args` names (`--config`, `--db`, `--url`, `--since`,
+    `--until`)."""
+    from levergate.cli.log_source import SourceError, labels_of
     from levergate.requestlog.router_labels import read_log_labels
-    from levergate.requestlog.store import LogStoreError
 
     if min_rows < 1:
         raise ConfigError("--min-rows must be at least 1")
 
     first, until = window(args)
     since = max(v for v in (first, since) if v is not None) if (first or since) else None
-    store, where = store_of(args.config, args.db)
+    source = labels_of(args)
     try:
-        return read_log_labels(store, route=route, since=since, until=until, cheap=cheap,
+        return read_log_labels(source, route=route, since=since, until=until, cheap=cheap,
                                min_rows=min_rows)  # fmt: skip
-    except LogStoreError as exc:
-        raise ConfigError(f"the request log at {where} cannot be read: {exc}") from None
+    except SourceError as exc:
+        raise ConfigError(f"the request log at {source.where} cannot be read: {exc}") from None
     finally:
-        store.close()
+        source.close()
 
 
 def training_rows(args: argparse.Namespace, read: Any) -> tuple[Labels, LogLabels, LogLabels]:
@@ -183,12 +194,115 @@ def run_promote(args: argparse.Namespace) -> int:
                       since=float(split) if split is not None else None)  # fmt: skip
     result = _measure(spec, (candidate, scorer), current, rows)
     report = _report(result, candidate=str(args.candidate), route_file=str(route_file))
-    if result.passed:
+    report["live"] = _live(args, spec.name, digest=_digest(args.candidate), target=result.target)
+    report["reasons"] += report["live"]["reasons"]
+    passed = result.passed and not report["live"]["reasons"]
+    report["promoted"] = passed
+    if passed:
+        from levergate.layers.route_paths import challenger_path
         from levergate.routing.promote import install
 
         install(args.candidate, route_file)
+        challenging = challenger_path(str(route_file))
+        if challenging.is_file() and _challenged_digest(challenging) == report["live"]["sha256"]:
+            challenging.unlink()  # the challenger is the champion now
     emit_report(report, args, render)
-    return ExitCode.OK if result.passed else ExitCode.FAILED
+    return ExitCode.OK if passed else ExitCode.FAILED
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _challenged_digest(path: Path) -> str | None:
+    import json
+
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))["training"]["challenge"]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
+def _live(args: argparse.Namespace, route: str, *, digest: str, target: float) -> dict[str, Any]:
+    """The candidate's live numbers as a challenger (its labels: layer `challenger`, its file's
+    SHA-256), beside the champion's on the same requests; used by the gate when there are at
+    least `--min-rows`."""
+    import json
+
+    from levergate.cli.log_source import SourceError, labels_of
+    from levergate.requestlog.labels import Labelled
+    from levergate.routing.promote import live
+
+    first, until = window(args)
+    source = labels_of(args)
+    try:
+        rows = source.labels(Labelled(name=route, since=first, until=until,
+                                      layers=("challenger",), uncompared=True))  # fmt: skip
+    except SourceError as exc:
+        raise ConfigError(f"the request log at {source.where} cannot be read: {exc}") from None
+    finally:
+        source.close()
+    ours = []
+    for row in rows:
+        try:
+            detail = json.loads(row.get("detail") or "{}")
+        except ValueError:
+            continue
+        if isinstance(detail, dict) and detail.get("candidate") == digest:
+            ours.append({**row, "detail": detail})
+    found = live(ours)
+    report: dict[str, Any] = {"sha256": digest, "rows": 0 if found is None else found.rows,
+                              "used": False, "reasons": []}  # fmt: skip
+    if found is None:
+        return report
+    report.update(challenger=dict(zip(("retention", "saving"), found.challenger, strict=True)),
+                  champion=dict(zip(("retention", "saving"), found.champion, strict=True)),
+                  used=found.rows >= args.min_rows)  # fmt: skip
+    if report["used"] and found.challenger[0] < target - 1e-12:
+        report["reasons"].append(
+            f"live, the candidate keeps {found.challenger[0]:.1%} of strong quality on "
+            f"{found.rows} challenged requests, below the route's target {target:.1%}")  # fmt: skip
+    return report
+
+
+def run_challenge(args: argparse.Namespace) -> int:
+    """Put the candidate beside the route's router file as its challenger (or `--stop`)."""
+    from levergate.layers.route import fits
+    from levergate.layers.route_paths import challenger_path
+    from levergate.routing.model import load
+
+    settings = Settings.load(args.config)
+    spec = _route(settings, args.route)
+    assert spec.learned is not None  # noqa: S101 - _route checked
+    path = challenger_path(spec.learned.file)
+    if args.stop:
+        path.unlink(missing_ok=True)
+        print(f"route {args.route}: no challenger ({path} removed); gateways drop it within "
+              "routing.watch_seconds")  # fmt: skip
+        return ExitCode.OK
+    if args.candidate is None:
+        raise ConfigError("router challenge needs the candidate router file (or --stop)")
+    if not 0 < args.share <= 1:
+        raise ConfigError("--share must be above 0 and at most 1")
+    models = {m.name: m for m in settings.models}
+    candidate, _ = load(args.candidate)
+    fits(candidate, spec, settings=settings.routing, models=models, file=str(args.candidate))
+    import time
+
+    challenge = {"share": args.share, "sha256": _digest(args.candidate), "started": time.time(),
+                 "file": str(args.candidate)}  # fmt: skip
+    marked = candidate.model_copy(update={"training": {**candidate.training,
+                                                       "challenge": challenge}})  # fmt: skip
+    beside = path.with_name(f".{path.name}.tmp")
+    marked.save(beside)
+    beside.replace(path)
+    print(f"route {args.route}: {args.candidate} challenges the route's router on {args.share:.1%} "
+          f"of its learned decisions ({path}); gateways start within routing.watch_seconds, and "
+          "`router promote` reads its live labels")  # fmt: skip
+    return ExitCode.OK
 
 
 def _measure(
@@ -254,8 +368,9 @@ def render(r: dict[str, Any]) -> str:
         lines.append(left + right)
     for who in ("candidate", "current"):
         m = r[who]
-        lines.append(f"{who} at its threshold: {pct(m['retention'])} kept, {pct(m['saving'])} "
-                     "saved")  # fmt: skip
+        lines.append(f"offline, {who} at its threshold: {pct(m['retention'])} kept, "
+                     f"{pct(m['saving'])} saved")  # fmt: skip
+    lines += _render_live(r.get("live"))
     if r["promoted"]:
         lines.append(f"promoted: {r['candidate_file']} -> {r['route_file']} (the old one kept as "
                      f"{r['route_file']}.previous; gateways load it within "
@@ -263,6 +378,16 @@ def render(r: dict[str, Any]) -> str:
     else:
         lines += ["refused: " + reason for reason in r["reasons"]]
     return "\n".join(lines)
+
+
+def _render_live(live: dict[str, Any] | None) -> list[str]:
+    if not live or not live.get("rows"):
+        return ["live: no challenged requests for this candidate (levergate router challenge)"]
+    pct = "{:.1%}".format
+    used = "used by the gate" if live["used"] else "too few for the gate (--min-rows)"
+    return [f"live, {live['rows']} challenged requests ({used}):"] + [
+        f"  {who:<10} {pct(live[who]['retention'])} kept, {pct(live[who]['saving'])} saved"
+        for who in ("challenger", "champion")]  # fmt: skip
 
 
 def run_rollback(args: argparse.Namespace) -> int:

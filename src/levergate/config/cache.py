@@ -9,6 +9,7 @@ from pydantic import Field
 
 from levergate.config.base import _Strict
 from levergate.config.local import cache_home
+from levergate.config.shadow import ShadowSettings
 from levergate.config.stores import MEMCACHED_ADDRESS, ConnectionName
 
 CacheMode = Literal["off", "deterministic", "always"]
@@ -87,6 +88,28 @@ class CacheStoreSettings(_Strict):
     max_entry_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
 
+class SemanticCalibrationSettings(ShadowSettings):
+    """Verifications of sampled semantic lookups, off the request path (layers/cache/checks.py):
+    the labels `levergate cache threshold` chooses a route's threshold from.
+
+    With probability `rate` (and at most `per_minute` a minute, per gateway) a lookup is
+    sampled, whatever it finds. A hit is served as always, and its answer is compared with what
+    the model asked answers to the same request (one call, off the path, paid for as
+    `kind="shadow"`). A miss whose neighbours reach `band` below the threshold is served
+    normally, and the first of them the guards let through (the hit a lower threshold would have
+    served) is compared with the answer the request got: no model call, unless `compare: judge`.
+    Every sampled lookup is a label in the request log (layer `semantic`, its similarity and
+    verdict), so the hit rate and the false-hit rate can be read at thresholds down to the
+    band's floor. Off by default (`rate: 0`); the queue, its workers and their deadline bound
+    what is in flight (a full queue drops the check, counted)."""
+
+    band: float = Field(0.1, ge=0, le=1)
+    per_minute: float = Field(60.0, gt=0, le=1_000_000)
+    queue: int = Field(64, ge=1, le=100_000)
+    concurrency: int = Field(1, ge=1, le=64)
+    timeout_seconds: float = Field(60.0, gt=0, le=3600)
+
+
 GuardName = Literal["negation", "numbers", "dates", "entities", "key_terms", "swapped", "order"]
 
 
@@ -131,6 +154,14 @@ class SemanticCacheSettings(_Strict):
     # the index follows the cache store's connection (kept for one release).
     index_redis_url: str | None = None
     index_redis_prefix: str | None = None
+    # Sampled lookups verified off the request path, for `levergate cache threshold`.
+    calibration: SemanticCalibrationSettings = Field(default_factory=SemanticCalibrationSettings)
+    # Thresholds per model or route name, installed by `levergate cache threshold` (and
+    # `cache rollback`); a name not in it uses `threshold`. Checked for a change every
+    # `watch_seconds` and used from the next lookup (layers/cache/thresholds.py); a file that
+    # does not load is refused with a logged error and the thresholds stay. None: none.
+    thresholds_file: str | None = None
+    watch_seconds: float = Field(2.0, ge=0, le=3600)
 
 
 class CacheSettings(_Strict):

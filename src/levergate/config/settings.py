@@ -137,6 +137,9 @@ class Settings(BaseSettings):
                 raise ValueError(f"microbatch.models names unknown model {alias!r}")
         self.trim.check_aliases(aliases)
         self.routing.check([a for a in aliases if a != WILDCARD])
+        judge = self.cache.semantic.calibration.judge
+        if judge is not None and judge not in aliases:
+            raise ValueError(f"cache.semantic.calibration.judge names unknown model {judge!r}")
         check_deferral(self.batch, self.defer, self.async_requests, aliases)
         for alias in self.tiers.routes:
             if alias not in aliases and WILDCARD not in aliases:

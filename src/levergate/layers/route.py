@@ -20,6 +20,7 @@ other than the default is answered again by the default, off the request path, a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -37,12 +38,15 @@ from levergate.core.reply import Reply
 from levergate.core.service import Layer, Service
 from levergate.core.tokenizer import LengthEstimate, Tokenizer
 from levergate.errors import BadRequest, ConfigError
+from levergate.layers.route_paths import challenger_path
 from levergate.layers.route_shadow import RouteShadows, route_meter
 from levergate.policies import routing as rules
 
 if TYPE_CHECKING:
     from levergate.layers.shared import Shared
     from levergate.routing.model import RouterFile, Scorer
+
+log = logging.getLogger("levergate.route")
 
 
 @dataclass(frozen=True)
@@ -67,12 +71,23 @@ class LearnedRouter:
 
 
 @dataclass(frozen=True)
+class Challenger:
+    """A candidate router deciding a share of a learned route's traffic off the path, beside the
+    champion (`levergate router challenge`; layers/route_shadow.py)."""
+
+    learned: LearnedRouter
+    share: float
+    digest: str  # the candidate file's SHA-256, which its labels carry
+
+
+@dataclass(frozen=True)
 class Resolved:
     spec: RouteSpecSettings
     learned: LearnedRouter | None
     count_tokens: bool
     count_model: str  # the name the prompt is counted for (the default alias's model)
     sampling: ShadowSamplingSettings  # which answers from another alias the default answers again
+    challenger: Challenger | None = None
 
 
 class Route:
@@ -100,7 +115,9 @@ class Route:
             from levergate.layers.route_watch import RouterWatch
 
             load = partial(_learned, settings=settings, models=models, embedder=embedder)
-            watch = RouterWatch(routes, load=load, clock=shared.clock,
+            challenger = partial(challenger_of, settings=settings, models=models,
+                                 embedder=embedder)  # fmt: skip
+            watch = RouterWatch(routes, load=load, challenger=challenger, clock=shared.clock,
                                 every=settings.watch_seconds, metrics=metrics)  # fmt: skip
             shared.jobs.append(BackgroundJob("router_watch", watch.run))
         shadows = None
@@ -146,6 +163,8 @@ class Route:
             learned = route.spec.learned
             explore = None if learned is None else (learned.cheap, learned.explore)
             self._shadows.offer(call, decision, route.sampling, reply, explore=explore)
+            if route.challenger is not None:
+                self._shadows.challenge(call, decision, route.challenger, route.sampling, reply)
         return reply
 
     async def decide(self, route: Resolved, call: Call) -> RouteDecision:
@@ -180,8 +199,10 @@ class Route:
 class RouteMetrics:
     def __init__(self, shared: Shared, routes: Mapping[str, Resolved], *, shadowed: bool) -> None:
         reg = shared.registry
-        # Live retention, from shadow samples (None: no route shadows its answers).
-        self.shadows = route_meter(reg) if shadowed else None
+        # Live retention, from shadow samples (None: no route shadows its answers, and none has
+        # a learned router a challenger could run beside).
+        learned = any(r.spec.learned is not None for r in routes.values())
+        self.shadows = route_meter(reg) if shadowed or learned else None
         self.routed = Counter(
             "levergate_routed_requests",
             "Requests to a routed alias, by the alias chosen and why (rule, learned, default).",
@@ -191,7 +212,8 @@ class RouteMetrics:
             "levergate_router_reloads",
             "Router files read again after they changed on disk, by route and result (loaded; "
             "refused: the file did not load or was trained for other models or embeddings, "
-            "and the route kept its router).",
+            "and the route kept its router; challenger: a challenger put or removed; "
+            "challenger_refused: one that did not load).",
             ("route", "result"), registry=reg,
         )  # fmt: skip
         self._retention = Gauge(
@@ -224,12 +246,45 @@ def _resolve(
     embedder: Embedder | None,
 ) -> Resolved:
     default = models[spec.default]
-    learned = None
+    learned = challenger = None
     if spec.learned is not None and embedder is not None:
         learned = _learned(spec, settings=settings, models=models, embedder=embedder)
+        try:
+            challenger = challenger_of(spec, settings=settings, models=models, embedder=embedder)
+        except ConfigError as exc:  # an experiment: the route runs without it
+            log.error("route %r: challenger refused: %s", spec.name, exc.message)  # noqa: TRY400
     return Resolved(spec=spec, learned=learned, count_tokens=rules.counts_tokens(spec.rules),
                     count_model=default.upstream_model or default.name,
-                    sampling=settings.sampling(spec))  # fmt: skip
+                    sampling=settings.sampling(spec), challenger=challenger)  # fmt: skip
+
+
+def challenger_of(
+    spec: RouteSpecSettings,
+    *,
+    settings: RoutingSettings,
+    models: Mapping[str, ModelSettings],
+    embedder: Embedder,
+) -> Challenger | None:
+    """The route's challenger (None: no challenger file); a `ConfigError` when the file does
+    not load, was trained for other models or embeddings, or carries no challenge."""
+    from levergate.routing.model import load
+
+    config = spec.learned
+    assert config is not None  # noqa: S101 - a learned route
+    path = challenger_path(config.file)
+    if not path.exists():
+        return None
+    router, scorer = load(path)
+    fits(router, spec, settings=settings, models=models, file=str(path))
+    challenge = router.training.get("challenge")
+    share = challenge.get("share") if isinstance(challenge, dict) else None
+    digest = challenge.get("sha256") if isinstance(challenge, dict) else None
+    if not isinstance(share, int | float) or not 0 < share <= 1 or not isinstance(digest, str):
+        raise ConfigError(f"challenger file {path} carries no training.challenge {{share, sha256}}")
+    learned = LearnedRouter(router=router, scorer=scorer, cheap=config.cheap, strong=config.strong,
+                            threshold=serving_threshold(router, config),
+                            embedder=embedder)  # fmt: skip
+    return Challenger(learned=learned, share=float(share), digest=digest)
 
 
 def _learned(
@@ -256,18 +311,20 @@ def fits(
     *,
     settings: RoutingSettings,
     models: Mapping[str, ModelSettings],
+    file: str | None = None,
 ) -> None:
     """A `ConfigError` naming both when `router` was trained for other models than the route's
     learned aliases, or on other embeddings than `routing.embeddings` (start-up, the router
     watch and `levergate router promote` all check this)."""
     config = spec.learned
     assert config is not None  # noqa: S101 - a learned route
+    file = file or config.file
     for role, alias, trained in (("cheap", config.cheap, router.models.cheap),
                                  ("strong", config.strong, router.models.strong)):  # fmt: skip
         names = _names(models[alias])
         if trained not in names:
             raise ConfigError(
-                f"routing route {spec.name!r}: router file {config.file} was trained for "
+                f"routing route {spec.name!r}: router file {file} was trained for "
                 f"{role} model {trained!r}, but learned.{role} is {alias!r} "
                 f"({', '.join(sorted(names))}); retrain it with --{role}-model"
             )
@@ -275,7 +332,7 @@ def fits(
     got = router.features
     if (got.embedder, got.max_tokens) != (want.identity, want.max_tokens):
         raise ConfigError(
-            f"routing route {spec.name!r}: router file {config.file} was trained on "
+            f"routing route {spec.name!r}: router file {file} was trained on "
             f"{got.embedder} embeddings of {got.max_tokens} tokens, routing.embeddings gives "
             f"{want.identity} of {want.max_tokens}"
         )

@@ -40,11 +40,16 @@ Legacy completions (`/v1/completions`) draw nothing: the shadow is asked as a ch
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import orjson
+
 from levergate.core.reply import Stream
-from levergate.layers.shadow import ShadowMeter, ShadowQueue
+from levergate.layers.shadow import FAILED, Sample, ShadowMeter, ShadowQueue, Verdict
 from levergate.policies.confidence import answer_text
+from levergate.policies.routing import last_user_text
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -52,8 +57,21 @@ if TYPE_CHECKING:
     from levergate.config.shadow import ShadowSamplingSettings
     from levergate.core.call import Call, RouteDecision
     from levergate.core.reply import Reply
+    from levergate.layers.route import Challenger
 
 STREAMED = "streamed"  # a sampled answer that was streamed: skipped, counted
+STRONG = "strong"  # a challenged request both routers sent strong: nothing to compare
+CHALLENGER = "challenger_"  # the prefix of a challenged request's result in the shadow counter
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge(Sample):
+    """A request the challenger router decides too, off the path: `cheap` holds the answer the
+    client got, from the champion's choice (`champion_cheap`: its cheap alias)."""
+
+    challenger: Challenger | None = None
+    champion_cheap: bool = False
+    champion_score: float | None = None
 
 
 def route_meter(registry: CollectorRegistry) -> ShadowMeter:
@@ -120,3 +138,69 @@ class RouteShadows(ShadowQueue):
         if text is not None:
             self.explore(call, label=decision.asked, cheap_alias=cheap,
                          strong=decision.default, sampling=sampling, answer=text)  # fmt: skip
+
+    # ---- the challenger (routing/promote.py reads its labels) ------------------------------------
+
+    def challenge(
+        self,
+        call: Call,
+        decision: RouteDecision,
+        challenger: Challenger,
+        sampling: ShadowSamplingSettings,
+        reply: Reply,
+    ) -> None:
+        """Maybe have `challenger` decide `call` too, off the path (its share: one draw), and
+        compare what it needs compared. Never waits; `reply` is read, never changed."""
+        if call.kind != "chat" or isinstance(reply, Stream) or decision.router != "learned":
+            return
+        if self._rng.random() >= challenger.share:
+            return
+        text = answer_text(reply.data)
+        if text is None:
+            return
+        answered = call.ctx.trace.alias or decision.chosen
+        learned = challenger.learned
+        body = {k: v for k, v in call.body.items() if k not in ("stream", "stream_options", "n")}
+        ctx = call.ctx
+        sample = Challenge(decision.asked, learned.strong, sampling, body, text,
+                           ctx.request_id, ctx.principal.tenant, ctx.controls.feature,
+                           learned.cheap, challenger=challenger,
+                           champion_cheap=answered != decision.default,
+                           champion_score=decision.score)  # fmt: skip
+        self._queued(sample)
+
+    async def _work(self) -> None:
+        while True:
+            sample = await self._queue.get()
+            if isinstance(sample, Challenge):
+                await self._challenged(sample)
+                continue
+            await self._one(sample)
+
+    async def _challenged(self, sample: Challenge) -> None:
+        challenger = sample.challenger
+        assert challenger is not None  # noqa: S101 - always set by `challenge`
+        try:
+            score: float | None = await challenger.learned.score(last_user_text(sample.body))
+        except Exception:  # an embedder that fails: the sample fails, the worker carries on
+            score = None
+        ours_cheap = score is not None and score < challenger.learned.threshold
+        if score is None:
+            verdict = Verdict(FAILED)
+        elif not (ours_cheap or sample.champion_cheap):
+            verdict = Verdict(STRONG)
+        elif sample.champion_cheap:  # the client got the cheap answer: ask the strong alias
+            asked = {**sample.body, "model": sample.strong}
+            verdict = await self.verdict(dataclasses.replace(sample, body=asked))
+        else:  # the client got the strong answer: ask the cheap alias
+            asked = {**sample.body, "model": sample.cheap_alias}
+            verdict = await self.verdict(dataclasses.replace(sample, body=asked, explored=True))
+        self._metrics.shadowed(sample.label, CHALLENGER + verdict.result)
+        if self._labels is None or not self._labels.heard:
+            return
+        detail = {"candidate": challenger.digest, "challenger": "cheap" if ours_cheap else "strong",
+                  "champion": "cheap" if sample.champion_cheap else "strong",
+                  "challenger_score": score, "champion_score": sample.champion_score}  # fmt: skip
+        label = self.labelled(sample, verdict)
+        self._labels.emit(label._replace(layer="challenger",
+                                         detail=orjson.dumps(detail).decode()))

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from levergate.errors import ConfigError
+from levergate.layers.route_paths import challenger_path
 
 if TYPE_CHECKING:
     from levergate.config import RouteSpecSettings
     from levergate.core.clock import Clock
-    from levergate.layers.route import LearnedRouter, Resolved, RouteMetrics
+    from levergate.layers.route import Challenger, LearnedRouter, Resolved, RouteMetrics
 
 log = logging.getLogger("levergate.route")
 
@@ -49,17 +50,22 @@ class RouterWatch:
         routes: dict[str, Resolved],
         *,
         load: Callable[[RouteSpecSettings], LearnedRouter],
+        challenger: Callable[[RouteSpecSettings], Challenger | None] | None = None,
         clock: Clock,
         every: float,
         metrics: RouteMetrics,
     ) -> None:
         self._routes = routes  # the Route layer's own mapping: an entry swapped is served next
         self._load = load
+        self._challenger = challenger
         self._clock = clock
         self._every = every
         self._metrics = metrics
         self._seen = {name: stamp(r.spec.learned.file) for name, r in routes.items()
                       if r.spec.learned is not None and r.learned is not None}  # fmt: skip
+        self._challengers = {name: stamp(str(challenger_path(r.spec.learned.file)))
+                             for name, r in routes.items()
+                             if r.spec.learned is not None and r.learned is not None}  # fmt: skip
 
     async def run(self) -> None:
         """Check every `every` seconds, until cancelled (the job)."""
@@ -69,6 +75,8 @@ class RouterWatch:
 
     async def check(self) -> None:
         """Load each changed router file; swap it in, or refuse it and keep the old one."""
+        if self._challenger is not None:
+            await self._check_challengers(self._challenger)
         for name, seen in list(self._seen.items()):
             route = self._routes[name]
             assert route.spec.learned is not None  # noqa: S101 - only learned routes are watched
@@ -91,3 +99,29 @@ class RouterWatch:
             self._metrics.reloads.labels(name, "loaded").inc()
             log.info("route %r: router file %s loaded (threshold %.4f)", name, path,
                      learned.threshold)  # fmt: skip
+
+    async def _check_challengers(
+        self, load: Callable[[RouteSpecSettings], Challenger | None]
+    ) -> None:
+        """A challenger file put (`levergate router challenge`), replaced or removed: the route
+        gets it, or drops its challenger; a file that fails is refused, as a router file is."""
+        for name, seen in list(self._challengers.items()):
+            route = self._routes[name]
+            assert route.spec.learned is not None  # noqa: S101 - only learned routes are watched
+            path = challenger_path(route.spec.learned.file)
+            now = stamp(str(path))
+            if now == seen:
+                continue
+            self._challengers[name] = now
+            try:
+                found = None if now is None else await asyncio.to_thread(load, route.spec)
+            except ConfigError as exc:
+                self._metrics.reloads.labels(name, "challenger_refused").inc()
+                log.error(  # noqa: TRY400 - the message says what is wrong; no traceback
+                    "route %r: challenger %s refused: %s", name, path, exc.message,
+                )  # fmt: skip
+                continue
+            self._routes[name] = dataclasses.replace(self._routes[name], challenger=found)
+            self._metrics.reloads.labels(name, "challenger").inc()
+            log.info("route %r: challenger %s", name,
+                     "removed" if found is None else f"{path} at share {found.share}")  # fmt: skip

@@ -189,14 +189,17 @@ class ShadowQueue:
 
     async def _work(self) -> None:
         while True:
-            sample = await self._queue.get()
-            verdict = await self.verdict(sample)
-            # Explored samples count apart: the retention gauge is of answers the client got
-            # from the cheap alias, which these are not.
-            result = EXPLORED + verdict.result if sample.explored else verdict.result
-            self._metrics.shadowed(sample.label, result)
-            if self._labels is not None and self._labels.heard:
-                self._labels.emit(self.labelled(sample, verdict))
+            await self._one(await self._queue.get())
+
+    async def _one(self, sample: Sample) -> None:
+        """Compare one sample; count it, and hand its label to the listeners."""
+        verdict = await self.verdict(sample)
+        # Explored samples count apart: the retention gauge is of answers the client got from
+        # the cheap alias, which these are not.
+        result = EXPLORED + verdict.result if sample.explored else verdict.result
+        self._metrics.shadowed(sample.label, result)
+        if self._labels is not None and self._labels.heard:
+            self._labels.emit(self.labelled(sample, verdict))
 
     async def compare(self, sample: Sample) -> str:
         """AGREE or DISAGREE; FAILED when a call failed or the judge gave no verdict."""
@@ -211,6 +214,12 @@ class ShadowQueue:
         except LevergateError:
             asked = None
         cheap, strong = (asked, held) if sample.explored else (held, asked)
+        return await self.compared(sample, cheap, strong, deadline)
+
+    async def compared(
+        self, sample: Sample, cheap: str | None, strong: str | None, deadline: float
+    ) -> Verdict:
+        """The two answers compared as `sample.sampling` says (None: that answer failed)."""
         if cheap is None or strong is None:
             return Verdict(FAILED, strong, None, cheap)
         score: float | None = None

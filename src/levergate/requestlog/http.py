@@ -10,6 +10,7 @@ present only when `admin.enabled` (a 404 otherwise, like every admin route):
                              (model, alias, tenant, key_id, feature, workflow, outcome,
                              upstream, kind, cache, origin, tier, priority) a table per value
 
+The shadow labels: `GET /admin/labels` and `/admin/labels/counts` (requestlog/labels_http.py).
 A bad filter, page size or cursor is a 400 naming the parameter; a store that cannot answer a
 503 with `Retry-After`.
 """
@@ -82,9 +83,12 @@ def routes(feature: RequestLog) -> list[Route]:
 
         return _json(await reader.run(run))
 
+    from levergate.requestlog.labels_http import label_routes
+
     return [
         Route("GET", "/admin/log", records, guard=admin_token, enabled=_admin_on),
         Route("GET", "/admin/log/summary", summary, guard=admin_token, enabled=_admin_on),
+        *label_routes(feature),
     ]
 
 

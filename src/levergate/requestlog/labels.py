@@ -10,6 +10,12 @@ router reads, both answers) only where bodies are logged for the route, the chea
 alias (`request_log.bodies.models`), redacted and capped like bodies, and never for a tenant in
 `request_log.bodies.private_tenants`: a label without its prompt counts, but cannot train.
 
+The semantic cache's verifications are rows too (layer `semantic`, layers/cache/checks.py): the
+name is the model or route asked, `cheap` is `cache`, the strong alias the one asked, and
+`similarity` the would-be hit's; `result` `none` marks a sampled lookup with no would-be hit in
+the band (it counts for the hit rate, not the false-hit rate). `levergate cache threshold`
+reads them (policies/cache_threshold.py).
+
 Bounded like the records: older than `max_age_days` deleted, and past `max_labels` the oldest.
 `levergate labels export` and `levergate router train --from-log` read them (`Labelled`).
 """
@@ -44,6 +50,10 @@ LABEL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("prompt", "TEXT"),
     ("cheap_text", "TEXT"),
     ("strong_text", "TEXT"),
+    # Added with the semantic cache's verifications (NULL in older rows, which get the columns
+    # when the store opens): the would-be hit's similarity, and a layer's own facts as JSON.
+    ("similarity", "REAL"),
+    ("detail", "TEXT"),
 )
 LABEL_NAMES: tuple[str, ...] = tuple(name for name, _ in LABEL_COLUMNS)
 
@@ -62,25 +72,39 @@ def label_row(
         at, label.request_id, label.layer, label.name, label.cheap, label.strong, label.result,
         label.compare, label.judge_score, label.tenant, label.feature, _digest(label.prompt),
         _digest(label.cheap_text), _digest(label.strong_text), prompt, cheap, strong,
+        label.similarity, label.detail,
     )  # fmt: skip
+
+
+# The layers whose labels are a cheap answer compared with a strong one: what a router learns.
+ROUTER_LAYERS = ("route", "cascade")
 
 
 @dataclass(frozen=True, slots=True)
 class Labelled:
-    """Which labels a reader wants: one route or cascade (None: all), a time range."""
+    """Which labels a reader wants: one route or cascade (None: all), a time range, some layers
+    (None: all), and whether rows that compared nothing (failed, the semantic cache's `none`)
+    are wanted too."""
 
     name: str | None = None
     since: float | None = None
     until: float | None = None
+    layers: tuple[str, ...] | None = None
+    uncompared: bool = False
 
     def where(self, ph: str) -> tuple[str, list[Any]]:
-        parts, values = ["result <> 'failed'"], []
+        parts: list[str] = [] if self.uncompared else ["result NOT IN ('failed', 'none')"]
+        values: list[Any] = []
         for sql, value in (("name = ?", self.name), ("ts >= ?", self.since),
                            ("ts < ?", self.until)):  # fmt: skip
             if value is not None:
                 parts.append(sql.replace("?", ph))
                 values.append(value)
-        return " AND ".join(parts), values
+        if self.layers is not None:
+            parts.append(f"layer IN ({', '.join([ph] * len(self.layers))})" if self.layers
+                         else "1 = 0")  # fmt: skip
+            values.extend(self.layers)
+        return " AND ".join(parts) or "1 = 1", values
 
 
 def as_label(row: Sequence[Any]) -> dict[str, Any]:

@@ -24,19 +24,24 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from levergate.errors import ConfigError
-from levergate.requestlog.labels import Labelled
-from levergate.requestlog.store import LogStore
+from levergate.requestlog.labels import ROUTER_LAYERS, Labelled
 from levergate.routing.labels import MAX_ROWS, Labels
 
 __all__ = ["LogLabels", "read_log_labels", "split", "write_labels"]
 
 CORRECT = "_correct"
+
+
+class LabelReader(Protocol):
+    """The labels' store (requestlog/store.py), or a running gateway's (cli/log_source.py)."""
+
+    def labels(self, which: Labelled, *, limit: int) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class LogLabels:
 
 
 def read_log_labels(
-    store: LogStore,
+    store: LabelReader,
     *,
     route: str,
     since: float | None = None,
@@ -69,7 +74,8 @@ def read_log_labels(
 ) -> LogLabels:
     """`route`'s labels that carry their prompt, for `cheap` (default: the cheap alias with
     the most labels); a `ConfigError` naming the minimum when fewer than `min_rows`."""
-    rows = store.labels(Labelled(name=route, since=since, until=until), limit=MAX_ROWS)
+    which = Labelled(name=route, since=since, until=until, layers=ROUTER_LAYERS)
+    rows = store.labels(which, limit=MAX_ROWS)
     rows = [r for r in rows if r["prompt"]]
     pairs = Counter((r["cheap"], r["strong"]) for r in rows if cheap is None or r["cheap"] == cheap)
     if not pairs:

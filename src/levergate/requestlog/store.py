@@ -73,7 +73,9 @@ class LogStore(Protocol):
     def latencies(self, where: LogFilter, *, most: int = MAX_SAMPLES) -> list[tuple[Any, ...]]: ...
     def prune(self, *, now: float, max_age_seconds: float, max_bytes: int) -> int: ...
     def write_labels(self, rows: Sequence[tuple[Any, ...]]) -> None: ...
-    def labels(self, which: Labelled, *, limit: int) -> list[dict[str, Any]]: ...
+    def labels(
+        self, which: Labelled, *, limit: int, after: tuple[float, int] | None = None
+    ) -> list[dict[str, Any]]: ...
     def label_counts(self, which: Labelled) -> list[dict[str, Any]]: ...
     def prune_labels(self, *, now: float, max_age_seconds: float, max_rows: int) -> int: ...
     def close(self) -> None: ...
@@ -126,9 +128,18 @@ class _Sql(ABC):
         """The statements that bring a table written by an older levergate (`present`: its
         columns) up to `COLUMNS`: each newer column added, NULL in the old rows (whose `schema`
         says which record shape wrote them)."""
+        return self._added(present, table=TABLE, columns=COLUMNS)
+
+    def _added(
+        self, present: Sequence[str], *, table: str, columns: Sequence[tuple[str, str]]
+    ) -> list[str]:
         have = {name.lower() for name in present}
-        return [f"ALTER TABLE {TABLE} ADD COLUMN {name} {self.types.get(kind, kind)}"
-                for name, kind in COLUMNS if name not in have]  # fmt: skip
+        return [f"ALTER TABLE {table} ADD COLUMN {name} {self.types.get(kind, kind)}"
+                for name, kind in columns if name not in have]  # fmt: skip
+
+    def labels_added(self, present: Sequence[str]) -> list[str]:
+        """As `added`, for the labels table (`LABEL_COLUMNS`)."""
+        return self._added(present, table=LABELS_TABLE, columns=LABEL_COLUMNS)
 
     def _run(self, sql: str, values: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         found: list[tuple[Any, ...]] = self._with(lambda conn: self._fetch(conn, sql, values))
@@ -188,12 +199,20 @@ class _Sql(ABC):
 
         self._with(insert)
 
-    def labels(self, which: Labelled, *, limit: int) -> list[dict[str, Any]]:
-        """Compared labels (failed ones left out), oldest first, at most `limit`."""
+    def labels(
+        self, which: Labelled, *, limit: int, after: tuple[float, int] | None = None
+    ) -> list[dict[str, Any]]:
+        """The labels `which` wants (compared ones unless it says otherwise), oldest first, at
+        most `limit`; `after`: only those after this (ts, seq), a page's last (each row carries
+        its `seq`)."""
         condition, values = which.where(self.ph)
-        sql = (f"SELECT {', '.join(LABEL_NAMES)} FROM {LABELS_TABLE} WHERE {condition} "
+        if after is not None:
+            ph = self.ph
+            condition += f" AND (ts > {ph} OR (ts = {ph} AND seq > {ph}))"
+            values += [after[0], after[0], after[1]]
+        sql = (f"SELECT seq, {', '.join(LABEL_NAMES)} FROM {LABELS_TABLE} WHERE {condition} "
                f"ORDER BY ts, seq LIMIT {int(limit)}")  # fmt: skip
-        return [as_label(row) for row in self._run(sql, values)]
+        return [{"seq": row[0], **as_label(row[1:])} for row in self._run(sql, values)]
 
     def label_counts(self, which: Labelled) -> list[dict[str, Any]]:
         """Per route or cascade, model pair and day (UTC, epoch seconds of its start): labels
@@ -354,7 +373,8 @@ class SqliteLog(_Sql):
         for statement in self.schema():
             conn.execute(statement)
         present = [row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})")]
-        for statement in self.added(present):
+        labelled = [row[1] for row in conn.execute(f"PRAGMA table_info({LABELS_TABLE})")]
+        for statement in (*self.added(present), *self.labels_added(labelled)):
             conn.execute(statement)
         return conn
 
@@ -457,12 +477,13 @@ class PostgresLog(_Sql):
             with conn.transaction():
                 for statement in self.schema():
                     conn.execute(statement)
-                present = conn.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
-                    "AND table_schema = current_schema()", (TABLE,),
-                ).fetchall()  # fmt: skip
-                for statement in self.added([row[0] for row in present]):
-                    conn.execute(statement)
+                for table, added in ((TABLE, self.added), (LABELS_TABLE, self.labels_added)):
+                    present = conn.execute(
+                        "SELECT column_name FROM information_schema.columns WHERE table_name = "
+                        "%s AND table_schema = current_schema()", (table,),
+                    ).fetchall()  # fmt: skip
+                    for statement in added([row[0] for row in present]):
+                        conn.execute(statement)
         except BaseException:
             conn.close()
             raise

@@ -29,8 +29,10 @@ route_watch.py) never reads half of one; `rollback` swaps the two back the same 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,7 +40,7 @@ import numpy.typing as npt
 from levergate.errors import ConfigError
 from levergate.routing.curve import Curve, curve, measured
 
-__all__ = ["Gate", "Measured", "gate", "install", "previous_of", "rollback"]
+__all__ = ["Gate", "Live", "Measured", "gate", "install", "live", "previous_of", "rollback"]
 
 Vector = npt.NDArray[np.float64]
 
@@ -91,6 +93,33 @@ def gate(
         reasons.append(f"the candidate saves {ours.saving:.1%} of strong calls, less than the "
                        f"current router's {theirs.saving:.1%}")  # fmt: skip
     return Gate(len(cheap), target, ours, theirs, not reasons, tuple(reasons))
+
+
+@dataclass(frozen=True)
+class Live:
+    """The champion and a challenger on the same challenged live requests (layers/
+    route_shadow.py): each one's retention (1 - its cheap choices that disagreed with the strong
+    answer / requests) and saving (its cheap choices / requests)."""
+
+    rows: int
+    challenger: tuple[float, float]  # (retention, saving)
+    champion: tuple[float, float]
+
+
+def live(rows: Sequence[Mapping[str, Any]]) -> Live | None:
+    """`Live` from challenger labels (`result` and the `detail` each carries), failed ones left
+    out; None when there are none."""
+    usable = [r for r in rows if r.get("result") in ("agree", "disagree", "strong")]
+    if not usable:
+        return None
+    n = len(usable)
+
+    def side(who: str) -> tuple[float, float]:
+        cheap = [r for r in usable if r["detail"].get(who) == "cheap"]
+        lost = sum(r["result"] == "disagree" for r in cheap)
+        return 1.0 - lost / n, len(cheap) / n
+
+    return Live(n, side("challenger"), side("champion"))
 
 
 def previous_of(path: Path) -> Path:

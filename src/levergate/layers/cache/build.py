@@ -33,6 +33,8 @@ from levergate.stores.registry import StoreRegistry
 from levergate.stores.select import Choice
 
 if TYPE_CHECKING:
+    from levergate.layers.cache.checks import CacheChecks
+    from levergate.layers.cache.thresholds import Thresholds
     from levergate.layers.shared import Shared
 
 
@@ -111,7 +113,37 @@ def semantic_layer(
         index = follower
     verify = routes if options.verify_model else None
     view = state.view("semantic", settings)
-    return partial(SemanticCache, view=view, embedder=embedder, index=index, verify=verify)
+    return partial(SemanticCache, view=view, embedder=embedder, index=index, verify=verify,
+                   thresholds=_thresholds(options, shared),
+                   checks=_checks(options, shared))  # fmt: skip
+
+
+def _thresholds(options: SemanticCacheSettings, shared: Shared) -> Thresholds:
+    """The thresholds per route, from `thresholds_file` (read now: a file that does not load
+    stops the start), watched when `watch_seconds` > 0."""
+    from levergate.layers.cache.thresholds import Thresholds, ThresholdWatch
+
+    thresholds = Thresholds(options.threshold)
+    if options.thresholds_file is None:
+        return thresholds
+    watch = ThresholdWatch(options.thresholds_file, thresholds, clock=shared.clock,
+                           every=options.watch_seconds, registry=shared.registry)  # fmt: skip
+    watch.first()
+    if options.watch_seconds > 0:
+        shared.jobs.append(BackgroundJob("cache_threshold_watch", watch.run))
+    return thresholds
+
+
+def _checks(options: SemanticCacheSettings, shared: Shared) -> CacheChecks | None:
+    """The sampled lookups' checks (None: `calibration.rate` 0)."""
+    calibration = options.calibration
+    if calibration.rate <= 0:
+        return None
+    from levergate.layers.cache.checks import CacheChecks, CheckMeter
+
+    checks = CacheChecks.build(calibration, shared=shared, metrics=CheckMeter(shared.registry))
+    checks.setup(calibration)
+    return checks
 
 
 class ServiceEmbedder:

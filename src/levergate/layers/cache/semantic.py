@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from levergate.config import CacheRuleSettings
@@ -26,6 +28,7 @@ from levergate.core.call import Call
 from levergate.core.embedder import Embedder
 from levergate.core.reply import Completed, Event, EventSource, Reply
 from levergate.core.service import Service
+from levergate.layers.cache.checks import CacheChecks
 from levergate.layers.cache.entries import (
     CacheView,
     answered_by,
@@ -34,7 +37,9 @@ from levergate.layers.cache.entries import (
     usage_meta,
 )
 from levergate.layers.cache.replay import assemble, replay, verdict
+from levergate.layers.cache.thresholds import Thresholds
 from levergate.policies.cache_policy import bypass_reason, clamped, namespace, rule_for
+from levergate.policies.confidence import answer_text
 from levergate.policies.fingerprint import fingerprint
 from levergate.policies.guards import conflicts
 from levergate.stores.entry import Entry, Form
@@ -55,6 +60,8 @@ class SemanticCache:
         embedder: Embedder,
         index: Partitions,
         verify: Service | None = None,
+        thresholds: Thresholds | None = None,
+        checks: CacheChecks | None = None,
     ) -> None:
         self._inner = inner
         self._view = view
@@ -63,6 +70,13 @@ class SemanticCache:
         self._index = index
         self._verify = verify
         self._guards = frozenset(view.settings.semantic.guards)
+        # Per model or route asked (layers/cache/thresholds.py: swapped when the file changes).
+        self._thresholds = thresholds or Thresholds(view.settings.semantic.threshold)
+        self._checks = checks  # sampled lookups verified off the path (None: calibration off)
+        self._band = view.settings.semantic.calibration.band
+        if checks is not None:
+            checks.bind(inner)
+            checks.bind_finder(self._would_be)
 
     async def __call__(self, call: Call) -> Reply:
         if call.kind != "chat":
@@ -76,12 +90,19 @@ class SemanticCache:
         vector = await self._embed(text)
         if vector is None:
             return await self._inner(call)
+        threshold = self._thresholds.of(call.model)
+        # Drawn before the lookup, so what is sampled does not depend on what it finds.
+        sampled = asked.lookup and self._checks is not None and self._checks.sampled()
+        band: list[tuple[str, float]] | None = [] if sampled else None
         if asked.lookup:
-            hit = await self._lookup(call, partition, text, vector)
+            hit = await self._lookup(call, partition, text, vector, threshold=threshold,
+                                     band=band)  # fmt: skip
             if hit is not None:
                 return hit
         self._view.stats.lookup(NAME, "miss")
         reply = await self._inner(call)
+        if band is not None:
+            reply = self._check_miss(call, text, threshold, band, reply)
         trace = call.ctx.trace
         if not asked.store or trace.fallback is not None or trace.cascade_fallback:
             return reply
@@ -112,9 +133,17 @@ class SemanticCache:
         return vector
 
     async def _lookup(
-        self, call: Call, partition: str, text: str, vector: list[float]
+        self,
+        call: Call,
+        partition: str,
+        text: str,
+        vector: list[float],
+        *,
+        threshold: float,
+        band: list[tuple[str, float]] | None,
     ) -> Reply | None:
-        threshold = self._semantic.threshold
+        """The hit, or None; `band` (a sampled lookup's): filled with the neighbours below the
+        threshold down to the band's floor, best first, for the check off the path."""
         try:
             neighbours = await self._index.search(partition, vector, self._semantic.top_k)
         except ValueError as exc:  # a vector of another size: the embedder changed under us
@@ -122,6 +151,9 @@ class SemanticCache:
             return None
         for key, score in neighbours:
             if score < threshold:
+                if band is not None:
+                    band.extend((k, s) for k, s in neighbours
+                                if threshold - self._band <= s < threshold)  # fmt: skip
                 break
             record = await self._view.entries.load(key)
             if record is None:
@@ -146,18 +178,52 @@ class SemanticCache:
             self._view.stats.saved(NAME, hit.saved_input, hit.saved_output)
             headers = hit_headers(NAME, record, self._view.entries.wall())
             headers[SIMILARITY_HEADER] = f"{score:.4f}"
+            if band is not None and self._checks is not None:
+                self._checks.check(call, question=text, threshold=threshold, served=score,
+                                   cached=_answer_of(entry))  # fmt: skip
             return replay(entry, kind=call.kind, stream=call.stream, headers=headers)
+        return None
+
+    def _check_miss(
+        self, call: Call, text: str, threshold: float, band: list[tuple[str, float]], reply: Reply
+    ) -> Reply:
+        """Hand a sampled miss to the checks once its answer is known; the reply unchanged."""
+        checks = self._checks
+        assert checks is not None  # noqa: S101 - only sampled when there are checks
+        done = partial(checks.check, call, question=text, threshold=threshold, band=band)
+        if isinstance(reply, Completed):
+            done(real=answer_text(reply.data) if reply.status == 200 else None)
+            return reply
+
+        async def watched(events: EventSource) -> EventSource:
+            seen: list[Event] = []
+            async for event in events:
+                seen.append(event)
+                yield event
+            done(real=answer_text(assemble("chat", seen)))
+
+        return reply.through(watched)
+
+    async def _would_be(
+        self, question: str, band: Sequence[tuple[str, float]]
+    ) -> tuple[float, str] | None:
+        """(similarity, cached answer) of the first band neighbour the guards let through: the
+        hit a threshold at its similarity would serve (None: none would)."""
+        for key, score in band:
+            record = await self._view.entries.load(key)
+            unpacked = None if record is None else _unpack(record)
+            if unpacked is None:
+                continue
+            cached_text, entry = unpacked
+            if not conflicts(question, cached_text, enabled=self._guards):
+                return score, _answer_of(entry)
         return None
 
     async def _verified(self, call: Call, text: str, cached_text: str, entry: Entry) -> bool:
         """Ask the configured model whether the cached answer answers the new question."""
         if self._verify is None or not self._semantic.verify_model:
             return True
-        answer = replay(entry, kind="chat", stream=False, headers={})
-        content = ""
-        if isinstance(answer, Completed):
-            choice = (answer.data.get("choices") or [{}])[0]
-            content = str((choice.get("message") or {}).get("content") or "")
+        content = _answer_of(entry)
         prompt = _VERIFY_PROMPT.format(question=text, original=cached_text, answer=content[:2000])
         probe = call.with_body(
             model=self._semantic.verify_model, messages=[{"role": "user", "content": prompt}],
@@ -259,6 +325,14 @@ def final_user_text(body: Any) -> str | None:
     ):
         return "\n".join(p["text"] for p in content).strip() or None
     return None
+
+
+def _answer_of(entry: Entry) -> str:
+    """The text of a cached chat answer ("" when it has none)."""
+    answer = replay(entry, kind="chat", stream=False, headers={})
+    if not isinstance(answer, Completed):
+        return ""
+    return answer_text(answer.data) or ""
 
 
 def _unpack(record: Entry) -> tuple[str, Entry] | None:

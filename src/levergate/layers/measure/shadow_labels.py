@@ -41,6 +41,10 @@ class ShadowLabel(NamedTuple):
     strong_text: str | None  # None when the strong call failed
     tenant: str
     feature: str
+    # The semantic cache's verifications (layers/cache/checks.py): the would-be hit's similarity
+    # (None: no neighbour survived the guards down to the band's floor).
+    similarity: float | None = None
+    detail: str | None = None  # a layer's own facts, JSON (the threshold and the band's floor)
 
 
 Listener = Callable[[ShadowLabel], None]
