@@ -202,5 +202,4 @@ class RouteShadows(ShadowQueue):
                   "champion": "cheap" if sample.champion_cheap else "strong",
                   "challenger_score": score, "champion_score": sample.champion_score}  # fmt: skip
         label = self.labelled(sample, verdict)
-        self._labels.emit(label._replace(layer="challenger",
-                                         detail=orjson.dumps(detail).decode()))
+        self._labels.emit(label._replace(layer="challenger", detail=orjson.dumps(detail).decode()))

@@ -83,7 +83,8 @@ def wilson(k: int, n: int, z: float = Z_95) -> tuple[float, float]:
     z2 = z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # Clamped to hold the estimate (floating point can put 1.0 a hair outside at k = n).
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
 def point(rows: Iterable[Verification], threshold: float) -> Point:
