@@ -25,7 +25,7 @@ from levergate.config import Settings
 from levergate.routing.labels import Columns, read_labels
 from levergate.server.run import serving
 from tests.e2e.shadow_rig import HEADERS, ask, gateway_settings, simulators
-from tests.e2e.test_readme import clean_env
+from tests.e2e.test_readme import ADMIN_TOKEN, clean_env
 
 pytestmark = pytest.mark.timeout(120)
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
@@ -159,3 +159,41 @@ async def test_the_strong_models_answers_export_as_fine_tuning_lines(tmp_path: P
     assert agreed["examples"] == 2
     shadowed = [json.loads(x) for x in (tmp_path / "agreed.jsonl").read_text().splitlines()]
     assert sorted(x["messages"][0]["content"] for x in shadowed) == ["Agreed 0?", "Agreed 1?"]
+
+
+async def test_labels_are_exported_from_a_running_gateway_page_by_page(tmp_path: Path) -> None:
+    """`labels export --url`: the same rows as from the store itself, read over
+    `GET /admin/labels` with the admin token, two rows a page (the gateway's
+    `max_page_size`; the command asks for more and takes the bound the 400 names)."""
+    db = tmp_path / "log.sqlite3"
+    async with simulators() as (good, hung):
+        settings = gateway_settings(good, hung, routing={
+            "shadow": {"rate": 1.0},
+            "routes": [{"name": "auto", "default": "large", "rules": [
+                {"name": "faq", "to": "small", "when": {"feature": ["faq"]}}]}],
+        }, admin={"enabled": True, "token": ADMIN_TOKEN},
+           request_log={"enabled": True, "store": {"sqlite_path": str(db)}, "page_size": 2,
+                        "max_page_size": 2, "flush_seconds": 0.05,
+                        "bodies": {"models": ["auto"]}})  # fmt: skip
+        async with (
+            build_gateway(Settings.load(**settings)) as gateway,
+            serving(gateway) as url,
+            openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0,
+                               default_headers=HEADERS) as sdk,
+        ):  # fmt: skip
+            for i in range(5):
+                await sdk.chat.completions.create(model="auto", messages=ask(f"Question {i}?"))
+            for _ in range(400):
+                if db.exists() and len(labels_in(db)) == 5:
+                    break
+                await asyncio.sleep(0.025)
+            over_http, from_store = tmp_path / "http.csv", tmp_path / "store.csv"
+            flags = ("labels", "export", "--route", "auto", "--min-rows", "5", "--json")
+            done = await asyncio.to_thread(cli, *flags, "-o", str(over_http), "--url", url)
+            await asyncio.to_thread(cli, *flags, "-o", str(from_store), "--db", str(db))
+            refused = await asyncio.to_thread(cli, *flags[:-1], "-o", str(tmp_path / "x.csv"),
+                                              "--url", url, "--admin-token", "wrong" * 4,
+                                              expect=2)  # fmt: skip
+    assert over_http.read_text() == from_store.read_text()
+    assert json.loads(done.stdout)["rows"] == 5
+    assert "401" in refused.stderr

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from levergate.config.request_log import RequestLogSettings
 from levergate.layers.measure.shadow_labels import ShadowLabel, ShadowLabels
 from levergate.redact import Redactor
-from levergate.requestlog.labels import Labelled, label_row
+from levergate.requestlog.labels import LABEL_NAMES, Labelled, label_row
 from levergate.requestlog.store import LogStore, PostgresLog, SqliteLog
 from levergate.requestlog.writer import BodyText, LogMetrics, LogWriter
 from tests.postgres_required import postgres_database
@@ -136,3 +136,37 @@ async def test_labels_a_locked_store_refused_are_kept_and_written_later(tmp_path
     assert await log.flush()
     assert [g["request_id"] for g in store.labels(Labelled(), limit=10)] == ["r0", "r1", "r2"]
     await log.aclose()
+
+
+def test_labels_page_after_a_cursor_and_filter_by_layer(store: LogStore) -> None:
+    semantic = label(50)._replace(layer="semantic", result="none", similarity=None,
+                                  detail='{"floor": 0.85}')  # fmt: skip
+    rows = [label_row(START + n, label(n), None) for n in range(5)]
+    rows.append(label_row(START + 10, semantic, None))
+    store.write_labels(rows)
+    first = store.labels(Labelled(name="auto"), limit=2)
+    rest = store.labels(Labelled(name="auto"), limit=10, after=(first[-1]["ts"], first[-1]["seq"]))
+    assert [g["request_id"] for g in first + rest] == [f"r{n}" for n in range(5)]
+    assert store.labels(Labelled(name="auto", layers=("semantic",)), limit=10) == []  # `none`
+    found = store.labels(Labelled(name="auto", layers=("semantic",), uncompared=True), limit=10)
+    assert [(g["request_id"], g["similarity"], g["detail"]) for g in found] == [
+        ("r50", None, '{"floor": 0.85}')]  # fmt: skip
+    assert len(store.labels(Labelled(name="auto", layers=("route", "cascade")), limit=10)) == 5
+
+
+def test_a_labels_table_of_an_older_levergate_gets_the_new_columns(tmp_path: Path) -> None:
+    path = tmp_path / "log.sqlite3"
+    old = [name for name in LABEL_NAMES if name not in ("similarity", "detail")]
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"CREATE TABLE lg_labels (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+                     f"{', '.join(old)})")  # fmt: skip
+        marks = ", ".join("?" * len(old))
+        insert = f"INSERT INTO lg_labels ({', '.join(old)}) VALUES ({marks})"  # noqa: S608
+        conn.execute(insert, label_row(START, label(1), None)[:-2])
+    store = SqliteLog(str(path), timeout_seconds=5)
+    try:
+        store.write_labels([label_row(START + 1, label(2)._replace(similarity=0.9), None)])
+        got = store.labels(Labelled(), limit=10)
+    finally:
+        store.close()
+    assert [(g["request_id"], g["similarity"]) for g in got] == [("r1", None), ("r2", 0.9)]
