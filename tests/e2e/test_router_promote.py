@@ -12,6 +12,7 @@ are where the cheap answer disagrees with the strong one, as on real traffic."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import subprocess
@@ -27,6 +28,7 @@ from levergate.cli.main import main
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.layers.measure.shadow_labels import ShadowLabel
+from levergate.layers.route_paths import challenger_path
 from levergate.requestlog.labels import label_row
 from levergate.requestlog.store import SqliteLog
 from levergate.routing.model import load
@@ -112,13 +114,21 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 Cli = Callable[..., tuple[str, str]]
 
 
-def test_train_from_the_log_promote_through_the_gate_and_roll_back(
-    loop: tuple[Path, Path], cli: Cli
-) -> None:
+@pytest.fixture(scope="module")
+def trained(loop: tuple[Path, Path]) -> tuple[Path, str]:
+    """(a candidate trained on the log's older labels by the real command, what it printed)."""
     config, router = loop
     candidate = router.with_name("candidate.json")
-    trained_out = child("router", "train", "--from-log", "--route", "auto", "--config",
-                        str(config), "-o", str(candidate), "--target-quality", "0.9")  # fmt: skip
+    out = child("router", "train", "--from-log", "--route", "auto", "--config", str(config),
+                "-o", str(candidate), "--target-quality", "0.9")  # fmt: skip
+    return candidate, out
+
+
+def test_train_from_the_log_promote_through_the_gate_and_roll_back(
+    loop: tuple[Path, Path], trained: tuple[Path, str], cli: Cli
+) -> None:
+    config, router = loop
+    candidate, trained_out = trained
     assert "held out: the newest 72 labels" in trained_out
     trained, _ = load(candidate)
     log = trained.training["log"]
@@ -216,3 +226,60 @@ async def test_a_running_gateway_serves_the_router_a_rollback_puts_back(
                     break
                 await asyncio.sleep(0.025)
             assert await answered_by() == "mini"  # no restart, no reload: the file was watched
+
+
+def test_a_challenger_losing_quality_live_is_refused_though_it_passes_offline(
+    loop: tuple[Path, Path], trained: tuple[Path, str], tmp_path: Path, cli: Cli
+) -> None:
+    """`router challenge` puts the candidate beside the route's file; its live labels (layer
+    `challenger`, carrying its digest) hold it to the target as the offline rows do."""
+    config, _ = loop
+    candidate = tmp_path / "candidate.json"
+    candidate.write_bytes(trained[0].read_bytes())
+    settings = yaml.safe_load(config.read_text())
+    db = Path(settings["request_log"]["store"]["sqlite_path"])
+    fresh = tmp_path / "log.sqlite3"
+    fresh.write_bytes(db.read_bytes())
+    router = tmp_path / "router.json"
+    learned = settings["routing"]["routes"][0]["learned"]
+    learned["file"] = str(router)
+    settings["request_log"]["store"]["sqlite_path"] = str(fresh)
+    ours = tmp_path / "gateway.yaml"
+    ours.write_text(yaml.safe_dump(settings))
+    out, _ = cli("router", "challenge", str(candidate), "--route", "auto", "--config", str(ours),
+                 "--share", "0.25")  # fmt: skip
+    beside = challenger_path(str(router))
+    challenge = json.loads(beside.read_text())["training"]["challenge"]
+    digest = hashlib.sha256(candidate.read_bytes()).hexdigest()
+    assert (challenge["share"], challenge["sha256"]) == (0.25, digest)
+    promote = ("router", "promote", str(candidate), "--route", "auto", "--config", str(ours))
+    quiet = json.loads(cli(*promote, "--json")[0])  # no live labels yet: the offline gate
+    assert quiet["promoted"]
+    assert quiet["live"]["rows"] == 0
+    assert not beside.exists()  # promoted: the challenger is the champion now
+    router.unlink()
+    store = SqliteLog(str(fresh), timeout_seconds=5)
+    rows = []
+    for i in range(40):  # the challenger sends all cheap; half of those disagree
+        detail = {"candidate": digest, "challenger": "cheap",
+                  "champion": "cheap" if i % 4 == 0 else "strong"}  # fmt: skip
+        label = ShadowLabel(f"c{i}", "challenger", "auto", "mini", "big",
+                            "disagree" if i % 2 else "agree", "normalized", None, f"q {i}", "",
+                            None, "acme", "faq", None, json.dumps(detail))  # fmt: skip
+        rows.append(label_row(2_000_000.0 + i, label, None))
+    store.write_labels(rows)
+    store.close()
+    out, _ = cli(*promote, expect=1)
+    assert "offline, candidate at its threshold" in out
+    assert "live, 40 challenged requests (used by the gate):" in out
+    assert "challenger 50.0% kept, 100.0% saved" in out
+    assert "champion   100.0% kept, 25.0% saved" in out
+    assert (
+        "refused: live, the candidate keeps 50.0% of strong quality on 40 challenged "
+        "requests, below the route's target 90.0%"
+    ) in out
+    assert not router.exists()
+    cli("router", "challenge", str(candidate), "--route", "auto", "--config", str(ours))
+    assert beside.exists()
+    cli("router", "challenge", "--stop", "--route", "auto", "--config", str(ours))
+    assert not beside.exists()
