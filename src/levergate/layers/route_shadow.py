@@ -35,6 +35,15 @@ cheap alias answers off the path (`ShadowQueue.explore`); the result is counted 
 `result="explored_agree|explored_disagree|explored_failed"`, apart from the retention gauge
 (the client got the default's answer), and logged as a label like any other.
 
+A challenger (`levergate router challenge`: a candidate router beside the route's file, loaded
+by the router watch) decides a share of the route's learned decisions too, off the path
+(`challenge`, one draw at its share): its score is computed by a shadow worker, and whatever
+either router sends cheap is compared with the strong answer — the strong alias asked when the
+client got the cheap answer, the cheap alias when it got the strong one, nothing when both chose
+strong (`result="strong"`). Each is a label of layer `challenger` carrying both decisions and
+the candidate's digest (`routing.promote.live` reads the two retentions from them), counted as
+`result="challenger_*"`, apart from the gauge.
+
 Legacy completions (`/v1/completions`) draw nothing: the shadow is asked as a chat call.
 """
 

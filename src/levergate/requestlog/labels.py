@@ -16,6 +16,10 @@ name is the model or route asked, `cheap` is `cache`, the strong alias the one a
 the band (it counts for the hit rate, not the false-hit rate). `levergate cache threshold`
 reads them (policies/cache_threshold.py).
 
+A challenger router's comparisons (layer `challenger`, layers/route_shadow.py) carry both
+routers' decisions and the candidate's SHA-256 in `detail`; `levergate router promote` reads
+them as the candidate's live retention.
+
 Bounded like the records: older than `max_age_days` deleted, and past `max_labels` the oldest.
 `levergate labels export` and `levergate router train --from-log` read them (`Labelled`).
 """
