@@ -51,7 +51,8 @@ def test_the_curve_and_the_choice_are_printed_and_installed(
 ) -> None:
     file = tmp_path / "thresholds.json"
     flags = ("--route", "faq", "--db", str(db), "--file", str(file))
-    out, _ = run(capsys, "threshold", *flags, "--target-false-hit", "0.02")
+    # The default holds the rate's 95% upper bound to the target: 0 of 120 at 0.90 is up to 3.1%.
+    out, _ = run(capsys, "threshold", *flags, "--target-false-hit", "0.05")
     assert "route faq: 180 sampled lookups" in out
     assert "0.9000" in out
     assert "<- chosen" in out
@@ -59,8 +60,8 @@ def test_the_curve_and_the_choice_are_printed_and_installed(
     assert load(file).routes["faq"].threshold == pytest.approx(0.90)
     assert load(file).routes["faq"].previous == 0.95
     # Lenient enough for the false hits: the lowest verified similarity.
-    report = json.loads(run(capsys, "threshold", *flags, "--target-false-hit", "0.1",
-                            "--json")[0])  # fmt: skip
+    report = json.loads(run(capsys, "threshold", *flags, "--target-false-hit", "0.1", "--by",
+                            "estimate", "--json")[0])  # fmt: skip
     assert report["chosen"]["threshold"] == pytest.approx(0.86)
     assert report["chosen"]["false_hits"] == 10
     assert report["current"]["threshold"] == pytest.approx(0.90)  # the file's, now
@@ -79,12 +80,15 @@ def test_refusals_name_what_is_wrong(
     assert ("route 'faq' has 130 verified semantic cache lookups in the log; at least 500 are "
             "needed (--min-verifications)") in err  # fmt: skip
     out, _ = run(capsys, "threshold", *flags, "--target-false-hit", "0.02", "--threshold",
-                 "0.86", expect=1)  # fmt: skip
+                 "0.86", "--by", "estimate", expect=1)  # fmt: skip
     assert ("refused: threshold 0.8600 has a measured false-hit rate of 7.69%, above the target "
             "2.00%") in out  # fmt: skip
-    out, _ = run(capsys, "threshold", *flags, "--target-false-hit", "0.0", "--upper",
-                 "--min-verifications", "100", expect=1)  # fmt: skip
-    assert "refused: no threshold has a measured false-hit rate at most 0.00%" in out
+    out, _ = run(capsys, "threshold", *flags, "--target-false-hit", "0.02", expect=1)
+    assert ("refused: no threshold has a false-hit rate whose 95% upper bound is at most "
+            "2.00% on at least 100 verified hits") in out  # fmt: skip
+    out, _ = run(capsys, "threshold", *flags, "--target-false-hit", "0.02", "--threshold",
+                 "0.9", expect=1)  # fmt: skip
+    assert "upper bound of the false-hit rate of 3.10%, above the target 2.00%" in out
     assert not file.exists()
     _, err = run(capsys, "threshold", "--route", "other", "--db", str(db), "--file", str(file),
                  "--target-false-hit", "0.02", expect=2)  # fmt: skip
@@ -100,7 +104,7 @@ def test_refusals_name_what_is_wrong(
                  "--target-false-hit", "0.02", expect=2)  # fmt: skip
     assert "no thresholds file to install into" in err
     out, _ = run(capsys, "threshold", "--route", "faq", "--db", str(db),
-                 "--target-false-hit", "0.02", "--dry-run")  # fmt: skip
+                 "--target-false-hit", "0.05", "--dry-run")  # fmt: skip
     assert "dry run: nothing installed" in out
     _, err = run(capsys, "rollback", "--route", "faq", "--file", str(file), expect=2)
     assert f"no thresholds file at {file}" in err
