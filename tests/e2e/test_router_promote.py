@@ -130,9 +130,9 @@ def test_train_from_the_log_promote_through_the_gate_and_roll_back(
     config, router = loop
     candidate, trained_out = trained
     assert "held out: the newest 72 labels" in trained_out
-    trained, _ = load(candidate)
-    log = trained.training["log"]
-    assert (log["train_rows"], log["test_rows"], trained.models.cheap) == (168, 72, "mini")
+    made, _ = load(candidate)
+    log = made.training["log"]
+    assert (log["train_rows"], log["test_rows"], made.models.cheap) == (168, 72, "mini")
     assert log["split_ts"] == 1_000_000.0 + 60 * 168  # the newest 30% held back, by time
     assert log["test_saving"] > 0.3  # the easy prompts go to the cheap model
     promote = ("router", "promote", "--route", "auto", "--config", str(config))
