@@ -25,7 +25,8 @@ log's cost). A store that fails (locked past its timeout, disk full, PostgreSQL 
 restarted) fails the batch, not a request: the batch goes back to the front of the queue, what
 no longer fits in its bound is dropped and counted (`reason="store_error"`), and the job waits
 (1 s, doubling to 30 s) before it tries again, reconnecting. Every `prune_seconds` the thread
-enforces the age and size bounds. Closing flushes what is queued, bounded by the store's timeout.
+enforces the age and size bounds. Closing flushes what is queued, bounded by the store's timeout
+(a batch the job was still turning into rows when it stopped goes back to the queue first).
 """
 
 from __future__ import annotations
@@ -300,7 +301,12 @@ class LogWriter:
             batch = [queue.popleft() for _ in range(min(len(queue), self._batch))]
             for item in batch:
                 self._hold(item, -1)
-            rows = await self._rows(batch)
+            try:
+                rows = await self._rows(batch)
+            except asyncio.CancelledError:  # the job stopped (closing): `aclose` writes them
+                if lost := self._put_back(batch):
+                    self._m.dropped.labels("queue_full").inc(lost)
+                raise
             if not rows:
                 continue
             try:
@@ -365,13 +371,19 @@ class LogWriter:
             self._failing = True
             log.warning("request log: write failed, keeping up to %d records and retrying: %s",
                         self._max, exc)  # fmt: skip
+        lost = self._put_back(batch)
+        if lost:
+            self._m.dropped.labels("store_error").inc(lost)
+
+    def _put_back(self, batch: list[Item]) -> int:
+        """Return `batch` to the front of the queue, as much of its end as fits the queue's
+        bound; how many records did not."""
         room = max(0, self._max - len(self._queue))
         kept = batch[len(batch) - room :] if room < len(batch) else batch
-        if len(kept) < len(batch):
-            self._m.dropped.labels("store_error").inc(len(batch) - len(kept))
         for item in reversed(kept):
             self._hold(item, 1)
             self._queue.appendleft(item)
+        return len(batch) - len(kept)
 
     async def _prune(self) -> None:
         s = self._s

@@ -4,10 +4,12 @@ and capped."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
 import orjson
+import pytest
 from prometheus_client import CollectorRegistry
 
 from levergate.config.request_log import RequestLogBodiesSettings, RequestLogSettings
@@ -15,6 +17,7 @@ from levergate.core.call import Call, Context
 from levergate.core.reply import Completed
 from levergate.layers.measure.recorder import Seen
 from levergate.redact import Redactor
+from levergate.requestlog import writer as writer_module
 from levergate.requestlog.features import features_of_body
 from levergate.requestlog.query import LogFilter
 from levergate.requestlog.row import Captured
@@ -163,3 +166,26 @@ async def test_features_held_for_the_batch_or_past_their_bound_computed_at_once_
     await log.aclose()
     for n, c in enumerate([*calls, calls[0]]):
         assert got[f"req-{n}"] == features_of_body(c.body, kind="chat", model="fast")
+
+
+async def test_a_batch_the_stopped_job_was_building_is_written_on_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway stops its jobs before it closes the log: a batch taken off the queue and
+    still being turned into rows then goes back to it, and the close writes it."""
+    monkeypatch.setattr(writer_module, "TURN_SECONDS", 0.0)  # yield to the loop after each row
+    path = tmp_path / "log.db"
+    log, _, metrics = writer(path, batch_size=5, flush_seconds=30)
+    for n in range(5):
+        log.observe(record(n), call(), Seen())
+    job = asyncio.ensure_future(log.flush())
+    for _ in range(3):  # the batch is off the queue, some rows built
+        await asyncio.sleep(0)
+    assert sample_value(metrics.queued) == 0
+    job.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await job
+    assert sample_value(metrics.queued) == 5
+    await log.aclose()
+    assert count(path) == 5
+    assert sample_value(metrics.dropped, "queue_full") == 0
