@@ -24,6 +24,7 @@ from typing import Any, Literal
 import httpx
 import orjson
 
+from levergate.app import extensions_for
 from levergate.config import Settings
 from levergate.core.json_bound import parse_json
 from levergate.gateway import Gateway
@@ -125,10 +126,12 @@ Way = Literal["inprocess", "http"]
 
 async def serve_requests(
     during: AbstractContextManager[Any], *, stream: bool, requests: int, warmup: int,
-    way: Way = "inprocess", **values: Any,
+    way: Way = "inprocess", features: bool = False, **values: Any,
 ) -> None:  # fmt: skip
     """Serve `warmup` then, inside `during`, `requests` distinct chat requests through a gateway
-    built by `Settings.for_upstream` with `values` (its defaults when none) on `CannedUpstream`:
+    built by `Settings.for_upstream` with `values` (its defaults when none) on `CannedUpstream`,
+    with the features the settings turn on (`features`: the request log, the dashboard...; as
+    `build_gateway` adds them) or only the core:
     in-process (`GatewayTransport`, the library's path) or over HTTP/1.1 on a loopback port with
     one keep-alive connection (the proxy's path: the server and its protocol included)."""
     canned = CannedUpstream()
@@ -137,7 +140,8 @@ async def serve_requests(
         return canned
 
     settings = Settings.for_upstream(BASE_URL, **{"server": {"port": 0}, **values})
-    async with Gateway(settings, deps=Deps(http_client=client)) as gateway:
+    extensions = extensions_for(settings) if features else ()
+    async with Gateway(settings, deps=Deps(http_client=client), extensions=extensions) as gateway:
         send = _in_process(gateway) if way == "inprocess" else _over_http(gateway)
         async with send as one:
             for index in range(warmup):

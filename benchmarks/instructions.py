@@ -1,0 +1,403 @@
+"""Instructions per request, counted by valgrind's callgrind (issues 22 and 23 §1): on a
+machine shared by several sessions, CPU time per request moves by more than the effects being
+measured (±100 us against 5%), while the instructions a request executes do not depend on the
+load. Two A/Bs, each by differencing: the same process set-up serving N and then 2N requests
+after the same warm-up, so start-up, warm-up and shutdown cancel and (I(2N) - I(N)) / N is one
+request's instructions.
+
+1. The request log off and on (issue 23 §1: at most 1.05x), in-process: `levergate.bench.calls`'
+   path (the httpx client over `GatewayTransport`, an upstream answering from memory, no other
+   process), whole and streamed, with the features the settings turn on (as `build_gateway`
+   adds them). Every thread of the process is counted from the end of the warm-up to its exit
+   (`PYTHONHASHSEED=0`: the count repeats to ~0.1%). "On" counts everything the log does: the
+   append on the request path, building the rows, SQLite inserting and indexing them (the
+   writer's thread), and the close writing what is still queued; each run checks the log then
+   holds every record. The warm-up and N are one batch (500): every statement size is compiled
+   in the warm-up, as in a log that has run a while. Callgrind runs the code ~50x slower, so
+   the log's wall-clock settings are scaled to batch and yield as at full speed: `flush_seconds`
+   60 (a 1 s flush would write batches of ~50), 50 x `TURN_SECONDS`, a 600 s store timeout.
+2. levergate's default proxy path against the bare relay (`bare_relay.py`; issue 22: at most
+   1.1x the CPU per request), each its own process under callgrind, in front of one
+   `levergate sim` (0 ms, not counted) and loaded by an asyncio client on loopback with 1 and
+   16 connections: distinct non-streamed chat requests, so the exact cache misses. Counting is
+   switched on after the warm-up (`callgrind_control -i on`), so the servers' start-up runs
+   uninstrumented; the servers' idle ticks during the run (uvicorn's 0.1 s tick, levergate's
+   timers), which callgrind's slowdown stretches, are in both counts and measured separately.
+
+Callgrind counts user-space instructions: a system call's kernel work (socket reads and
+writes, epoll, futex wake-ups between threads, SQLite's fsync) is not in them, nor cache misses.
+Where those matter, CPU time on a quiet machine still has the last word.
+
+    python benchmarks/instructions.py [--requests 500] [--warmup 500] [--only log|relay]
+        [--before OLD.json --before-name NAME] [--merge OTHER_PART.json] [--keep FOLDER]
+    python benchmarks/instructions.py --smoke
+
+Writes benchmarks/results/instructions.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from harness import Output, add_output_options, free_port, need_tool, stamp, wait_port
+
+HERE = Path(__file__).resolve().parent
+LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
+WAYS = ("inprocess", "http")
+KINDS = ("whole", "stream")
+BODY = {"model": "sim-small", "max_tokens": 16}
+# Instructions per second, callgrind against the same code at full speed: ~50x.
+SLOWDOWN = 50
+START_SECONDS = 600  # a server's start-up under valgrind (uninstrumented, still ~5x slower)
+
+
+def callgrind(out: Path, *, at_start: bool = True) -> list[str]:
+    return [need_tool("valgrind"), "--tool=callgrind", f"--callgrind-out-file={out}",
+            f"--instr-atstart={'yes' if at_start else 'no'}"]  # fmt: skip
+
+
+def instructions(out: Path) -> int:
+    """The total instructions of a callgrind output file (its `summary:` or `totals:`)."""
+    found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
+    if found is None:
+        raise RuntimeError(f"{out}: no instruction total")
+    return int(found.group(1))
+
+
+def environment() -> dict[str, str]:
+    """This process's environment with a fixed hash seed (dict and set layouts, hence the
+    instructions, repeat from run to run)."""
+    return {**os.environ, "PYTHONHASHSEED": "0"}
+
+
+# ---- 1. the request log, in-process ------------------------------------------------------------
+
+
+def child(args: argparse.Namespace) -> None:
+    """The workload a counted child process runs: `--warmup` then `--requests` requests; with
+    the log on, it prints the records the log holds after the close."""
+    from levergate.bench.calls import serve_requests
+    from levergate.requestlog import writer
+
+    values: dict[str, Any] = {}
+    if args.request_log:
+        # Wall-clock settings scaled by callgrind's slowdown, so the log batches and yields as
+        # it does at full speed: a batch of `batch_size` (500) before the flush timer, ~50 rows
+        # built per turn of the event loop, and a close that has the time to write the rest.
+        writer.TURN_SECONDS *= SLOWDOWN
+        values["request_log"] = {"enabled": True, "flush_seconds": 60,
+                                 "store": {"sqlite_path": args.request_log,
+                                           "timeout_seconds": 600}}  # fmt: skip
+    asyncio.run(serve_requests(_CountFromHere(), stream=args.kind == "stream",
+                               requests=args.requests, warmup=args.warmup, way=args.way,
+                               features=True, **values))  # fmt: skip
+    if args.request_log:
+        with contextlib.closing(sqlite3.connect(args.request_log)) as conn:
+            print(conn.execute("SELECT COUNT(*) FROM lg_requests").fetchone()[0])
+
+
+class _CountFromHere(contextlib.AbstractContextManager[None]):
+    """Switches callgrind's instrumentation on for this process (it runs with
+    `--instr-atstart=no`: start-up and warm-up at ~3x the speed instead of ~50x slower),
+    running Python while `callgrind_control` waits for the process to take its command."""
+
+    def __enter__(self) -> None:
+        command = subprocess.Popen(
+            ["callgrind_control", "-i", "on", str(os.getpid())],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        while command.poll() is None:
+            time.sleep(0.001)
+        if command.returncode != 0:
+            raise RuntimeError("callgrind_control could not switch the instrumentation on")
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def counted_child(folder: Path, name: str, *, requests: int, warmup: int, way: str, kind: str,
+                  log: bool) -> int:  # fmt: skip
+    out = folder / f"{name}.callgrind"
+    argv = [*callgrind(out, at_start=False), sys.executable, str(Path(__file__).resolve()),
+            "--child", "--way", way, "--kind", kind, "--requests", str(requests),
+            "--warmup", str(warmup)]  # fmt: skip
+    if log:
+        argv += ["--request-log", str(folder / f"{name}.sqlite3")]
+    done = subprocess.run(argv, env=environment(), check=True, capture_output=True, text=True)
+    if log and int(done.stdout.split()[-1]) != warmup + requests:
+        raise RuntimeError(f"{name}: the log holds {done.stdout.split()[-1]} records, not "
+                           f"{warmup + requests}: it did not write them all")  # fmt: skip
+    return instructions(out)
+
+
+def per_request(counts: dict[str, int], name: str, requests: int) -> float:
+    """(I(2N) - I(N)) / N, from the runs named `name`-N and `name`-2N."""
+    return (counts[f"{name}-{2 * requests}"] - counts[f"{name}-{requests}"]) / requests
+
+
+def counted_all(runs: dict[str, Callable[[], int]], parallel: int) -> dict[str, int]:
+    """Each named run's instructions, `parallel` runs at a time."""
+    with ThreadPoolExecutor(parallel) as pool:
+        futures = {name: pool.submit(run) for name, run in runs.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def log_ab(folder: Path, requests: int, warmup: int, kinds: tuple[str, ...],
+           parallel: int) -> list[dict[str, Any]]:  # fmt: skip
+    rows = []
+    for kind in kinds:
+        way = "inprocess"
+        runs = {
+            f"{side}-{n}": functools.partial(
+                counted_child, folder, f"log-{way}-{kind}-{side}-{n}", requests=n,
+                warmup=warmup, way=way, kind=kind, log=side == "on")
+            for side in ("off", "on") for n in (requests, 2 * requests)
+        }  # fmt: skip
+        counts = counted_all(runs, parallel)
+        row: dict[str, Any] = {"way": way, "kind": kind,
+                               **{side: per_request(counts, side, requests)
+                                  for side in ("off", "on")}}  # fmt: skip
+        row["ratio"] = row["on"] / row["off"]
+        rows.append(row)
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+# ---- 2. levergate against the bare relay, over HTTP --------------------------------------------
+
+
+async def load(port: int, requests: int, connections: int, first: int) -> None:
+    """`requests` distinct chat requests (numbered from `first`) over `connections` keep-alive
+    connections, each answered before its connection sends the next."""
+    numbers = iter(range(first, first + requests))
+
+    async def connection() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            for n in numbers:
+                body = json.dumps({**BODY, "messages": [{"role": "user", "content": f"hi {n}"}]})
+                writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: "
+                             b"application/json\r\ncontent-length: %d\r\n\r\n%s"
+                             % (len(body), body.encode()))  # fmt: skip
+                head = await reader.readuntil(b"\r\n\r\n")
+                if not head.startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(f"answered {head.splitlines()[0]!r}")
+                size = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+                if size is None:
+                    raise RuntimeError("an answer without content-length")
+                await reader.readexactly(int(size.group(1)))
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(connection() for _ in range(connections)))
+
+
+def server_command(target: str, port: int, upstream: str) -> list[str]:
+    if target == "relay":
+        return [sys.executable, str(HERE / "bare_relay.py"), "--port", str(port),
+                "--upstream", upstream]  # fmt: skip
+    return [*LEVERGATE, "serve", "--upstream", upstream + "/v1", "--port", str(port)]
+
+
+def counted_server(folder: Path, target: str, upstream: str, *, requests: int, warmup: int,
+                   connections: int, idle: float = 0.0) -> int:  # fmt: skip
+    """The instructions `target` executes serving `requests` after `warmup` (uncounted), with
+    `idle` seconds of nothing before they start, up to its exit on SIGTERM."""
+    port = free_port()
+    out = folder / f"{target}-c{connections}-{requests}-{idle:g}.callgrind"
+    proc = subprocess.Popen([*callgrind(out, at_start=False), *server_command(target, port,
+                            upstream)], env=environment(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_port(port, seconds=START_SECONDS, proc=proc)
+        asyncio.run(load(port, warmup, connections, first=0))
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
+                       capture_output=True, timeout=120)  # fmt: skip
+        time.sleep(idle)
+        asyncio.run(load(port, requests, connections, first=warmup))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=START_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return instructions(out)
+
+
+def relay_ab(folder: Path, requests: int, warmup: int, *, connections: tuple[int, ...],
+             idle: float, parallel: int) -> dict[str, Any]:  # fmt: skip
+    need_tool("callgrind_control")
+    sim_port = free_port()
+    sim = subprocess.Popen([*LEVERGATE, "sim", "--port", str(sim_port), "--ttft-ms", "0"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    upstream = f"http://127.0.0.1:{sim_port}"
+    rows: list[dict[str, Any]] = []
+    ticks: dict[str, float] = {}
+    try:
+        wait_port(sim_port, proc=sim)
+        for c in connections:
+            runs = {f"{target}-{n}": functools.partial(
+                        counted_server, folder, target, upstream, requests=n, warmup=warmup,
+                        connections=c)
+                    for target in ("relay", "levergate")
+                    for n in (requests, 2 * requests)}  # fmt: skip
+            counts = counted_all(runs, parallel)
+            row: dict[str, Any] = {"connections": c,
+                                   **{target: per_request(counts, target, requests)
+                                      for target in ("relay", "levergate")}}  # fmt: skip
+            row["ratio"] = row["levergate"] / row["relay"]
+            rows.append(row)
+            print(json.dumps(rows[-1]), flush=True)
+        if idle:
+            runs = {f"{target}-{s:g}": functools.partial(
+                        counted_server, folder, target, upstream, requests=1, warmup=warmup,
+                        connections=1, idle=s)
+                    for target in ("relay", "levergate") for s in (0.0, idle)}  # fmt: skip
+            counts = counted_all(runs, parallel)
+            ticks = {target: (counts[f"{target}-{idle:g}"] - counts[f"{target}-0"]) / idle
+                     for target in ("relay", "levergate")}  # fmt: skip
+    finally:
+        sim.send_signal(signal.SIGTERM)
+        sim.wait(timeout=30)
+    return {"rows": rows, "idle_instructions_per_second": ticks}
+
+
+# ---- the run -----------------------------------------------------------------------------------
+
+
+def markdown(data: dict[str, Any]) -> str:
+    lines = [
+        f"# Instructions per request, counted by callgrind ({data['date']}, {data['machine']})",
+        "",
+        (f"`benchmarks/instructions.py --requests {data['requests']}`: each figure is "
+         f"(I(2N) - I(N)) / N with N = {data['requests']} after {data['warmup']} warm-up "
+         "requests: user-space instructions of the whole process (every thread), which the "
+         f"machine's load (average {data['load_average']} at the end) does not change."),
+    ]  # fmt: skip
+    before = data.get("before") or {}
+    if data["log"]:
+        lines += log_table(data["log"], before.get("log") or [], before.get("name"))
+    if data["relay"]:
+        lines += relay_table(data["relay"], before.get("relay") or {}, before.get("name"))
+    return "\n".join(lines) + "\n"
+
+
+def log_table(rows: list[dict[str, Any]], old: list[dict[str, Any]], name: str | None) -> list[str]:
+    lines = ["", ("The request log off and on, in-process (`levergate.bench.calls`: the httpx "
+             "client over `GatewayTransport`, an upstream answering from memory; "
+             "`flush_seconds` 60, see the module's docstring). Target (issue 23): on / off "
+             "<= 1.05x."), ""]  # fmt: skip
+    was = {(r["way"], r["kind"]): r for r in old}
+    head = "| path | off instr/req | on instr/req | on / off |"
+    rule = "|---|---:|---:|---:|"
+    if was:
+        head += f" before ({name}): on instr/req | before: on / off |"
+        rule += "---:|---:|"
+    lines += [head, rule]
+    for r in rows:
+        line = (f"| {r['way']}, {r['kind']} | {r['off']:,.0f} | {r['on']:,.0f} | "
+                f"{r['ratio']:.3f}x |")  # fmt: skip
+        if (b := was.get((r["way"], r["kind"]))) is not None:
+            line += f" {b['on']:,.0f} | {b['ratio']:.3f}x |"
+        lines.append(line)
+    return lines
+
+
+def relay_table(relay: dict[str, Any], old: dict[str, Any], name: str | None) -> list[str]:
+    lines = ["", ("levergate's default proxy path (`levergate serve --upstream`) against the bare "
+             "relay (`bare_relay.py`), each under callgrind in front of `levergate sim` (0 ms), "
+             "distinct whole answers; the server process only, counted after the warm-up. "
+             "Target (issue 22): <= 1.1x."), ""]  # fmt: skip
+    was = {r["connections"]: r for r in old.get("rows", [])}
+    head = "| connections | relay instr/req | levergate instr/req | levergate / relay |"
+    rule = "|---|---:|---:|---:|"
+    if was:
+        head += f" before ({name}): levergate / relay |"
+        rule += "---:|"
+    lines += [head, rule]
+    for r in relay["rows"]:
+        line = (f"| {r['connections']} | {r['relay']:,.0f} | {r['levergate']:,.0f} | "
+                f"{r['ratio']:.2f}x |")  # fmt: skip
+        if (b := was.get(r["connections"])) is not None:
+            line += f" {b['ratio']:.2f}x |"
+        lines.append(line)
+    ticks = relay["idle_instructions_per_second"]
+    if ticks:
+        lines += ["", ("Idle servers, instructions per second of wall time (their timers: in both "
+                  "counts, stretched by callgrind's slowdown): "
+                  + ", ".join(f"{t} {v:,.0f}" for t, v in ticks.items()) + ".")]  # fmt: skip
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=500, help="N: runs serve N and 2N")
+    parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--keep", type=Path, help="keep the callgrind files in this folder")
+    parser.add_argument("--only", choices=("log", "relay"))
+    parser.add_argument("--idle", type=float, default=5.0, help="seconds of idle measured")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--way", choices=WAYS, default="inprocess", help=argparse.SUPPRESS)
+    parser.add_argument("--kind", choices=KINDS, default="whole", help=argparse.SUPPRESS)
+    parser.add_argument("--request-log", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="a run's JSON on the code before a change: shown beside this one",
+    )
+    parser.add_argument("--before-name", default="before", help="what the code before is")
+    parser.add_argument(
+        "--merge", type=Path, help="a run's JSON whose other part (log or relay) joins this one's"
+    )
+    add_output_options(parser)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    out = Output.of(args)
+    connections, kinds, parallel = (1, 16), KINDS, 2
+    if args.smoke:  # every run of an A/B at once (four), one row each
+        args.requests, args.warmup, args.idle, connections = 3, 2, 0.0, (1,)
+        kinds, parallel = ("whole",), 4
+    with tempfile.TemporaryDirectory(prefix="levergate-instructions-") as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        log = ([] if args.only == "relay" else
+               log_ab(folder, args.requests, args.warmup, kinds, parallel))  # fmt: skip
+        relay = ({} if args.only == "log" else
+                 relay_ab(folder, args.requests, args.warmup, connections=connections,
+                          idle=args.idle, parallel=parallel))  # fmt: skip
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    data: dict[str, Any] = {**stamp(), "requests": args.requests, "warmup": args.warmup,
+                            "log": log, "relay": relay, "load_average": load}  # fmt: skip
+    if args.merge:
+        other = json.loads(args.merge.read_text())
+        data["log"] = data["log"] or other["log"]
+        data["relay"] = data["relay"] or other["relay"]
+        data["merged"] = {key: other[key] for key in ("date", "requests", "warmup", "load_average")}
+    if args.before:
+        old = json.loads(args.before.read_text())
+        data["before"] = {"name": args.before_name, "log": old["log"], "relay": old["relay"]}
+    out.write("instructions", data, markdown(data))
+
+
+if __name__ == "__main__":
+    main()
