@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,9 @@ from harness import Output, add_output_options, free_port, need_tool, stamp, wai
 
 HERE = Path(__file__).resolve().parent
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
-WAYS = ("inprocess", "http")
+WAYS = ("inprocess", "http", "simulator")
+# The log A/B's rows: (way, kind).
+LOG_ROWS = (("inprocess", "whole"), ("inprocess", "stream"), ("simulator", "whole"))
 KINDS = ("whole", "stream")
 BODY = {"model": "sim-small", "max_tokens": 16}
 # Instructions per second, callgrind against the same code at full speed: ~50x.
@@ -104,12 +106,41 @@ def child(args: argparse.Namespace) -> None:
         values["request_log"] = {"enabled": True, "flush_seconds": 60,
                                  "store": {"sqlite_path": args.request_log,
                                            "timeout_seconds": 600}}  # fmt: skip
-    asyncio.run(serve_requests(_CountFromHere(), stream=args.kind == "stream",
-                               requests=args.requests, warmup=args.warmup, way=args.way,
-                               features=True, **values))  # fmt: skip
+    stream = args.kind == "stream"
+    if args.way == "simulator":
+        asyncio.run(with_simulator(stream=stream, requests=args.requests, warmup=args.warmup,
+                                   **values))  # fmt: skip
+    else:
+        asyncio.run(serve_requests(_CountFromHere(), stream=stream, requests=args.requests,
+                                   warmup=args.warmup, way=args.way, features=True,
+                                   **values))  # fmt: skip
     if args.request_log:
         with contextlib.closing(sqlite3.connect(args.request_log)) as conn:
             print(conn.execute("SELECT COUNT(*) FROM lg_requests").fetchone()[0])
+
+
+async def with_simulator(*, stream: bool, requests: int, warmup: int, **values: Any) -> None:
+    """`inprocess_cpu.py`'s workload, the issue's measure of the log's cost: the httpx client
+    over `GatewayTransport`, `build_gateway`'s gateway and the simulator, all in this process,
+    the same request each time (no temperature: the exact cache lets it through)."""
+    import httpx
+    from inprocess_cpu import BODY as SAME
+
+    from levergate import Settings
+    from levergate.app import build_gateway
+    from levergate.server.transport import GatewayTransport
+    from levergate.simulator import SimSettings, run_simulator
+
+    async with run_simulator(SimSettings(port=0)) as sim:
+        gateway = build_gateway(Settings.for_upstream(sim.base_url, **values))
+        transport = GatewayTransport(gateway)
+        async with gateway, httpx.AsyncClient(transport=transport, base_url="http://lg/v1") as http:
+            body = {**SAME, "stream": stream}
+            for _ in range(warmup):
+                await (await http.post("/chat/completions", json=body)).aread()
+            with _CountFromHere():
+                for _ in range(requests):
+                    await (await http.post("/chat/completions", json=body)).aread()
 
 
 class _CountFromHere(contextlib.AbstractContextManager[None]):
@@ -152,18 +183,17 @@ def per_request(counts: dict[str, int], name: str, requests: int) -> float:
     return (counts[f"{name}-{2 * requests}"] - counts[f"{name}-{requests}"]) / requests
 
 
-def counted_all(runs: dict[str, Callable[[], int]], parallel: int) -> dict[str, int]:
+def counted_all(runs: Mapping[str, Callable[[], int]], parallel: int) -> dict[str, int]:
     """Each named run's instructions, `parallel` runs at a time."""
     with ThreadPoolExecutor(parallel) as pool:
         futures = {name: pool.submit(run) for name, run in runs.items()}
         return {name: future.result() for name, future in futures.items()}
 
 
-def log_ab(folder: Path, requests: int, warmup: int, kinds: tuple[str, ...],
+def log_ab(folder: Path, requests: int, warmup: int, which: tuple[tuple[str, str], ...],
            parallel: int) -> list[dict[str, Any]]:  # fmt: skip
     rows = []
-    for kind in kinds:
-        way = "inprocess"
+    for way, kind in which:
         runs = {
             f"{side}-{n}": functools.partial(
                 counted_child, folder, f"log-{way}-{kind}-{side}-{n}", requests=n,
@@ -301,10 +331,12 @@ def markdown(data: dict[str, Any]) -> str:
 
 
 def log_table(rows: list[dict[str, Any]], old: list[dict[str, Any]], name: str | None) -> list[str]:
-    lines = ["", ("The request log off and on, in-process (`levergate.bench.calls`: the httpx "
-             "client over `GatewayTransport`, an upstream answering from memory; "
-             "`flush_seconds` 60, see the module's docstring). Target (issue 23): on / off "
-             "<= 1.05x."), ""]  # fmt: skip
+    lines = ["", ("The request log off and on, in-process: `inprocess` is `levergate.bench.calls`' "
+             "path (the httpx client over `GatewayTransport`, an upstream answering from "
+             "memory, distinct requests), `simulator` is `inprocess_cpu.py`'s workload (the "
+             "same, with the simulator in the process and the same request each time: the "
+             "issue's measure). `flush_seconds` 60, see the module's docstring. Target "
+             "(issue 23): on / off <= 1.05x."), ""]  # fmt: skip
     was = {(r["way"], r["kind"]): r for r in old}
     head = "| path | off instr/req | on instr/req | on / off |"
     rule = "|---|---:|---:|---:|"
@@ -353,6 +385,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--keep", type=Path, help="keep the callgrind files in this folder")
     parser.add_argument("--only", choices=("log", "relay"))
+    parser.add_argument("--log-rows", default=",".join(f"{w}:{k}" for w, k in LOG_ROWS),
+                        help="the log A/B's rows, way:kind, comma-separated")  # fmt: skip
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of idle measured")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--way", choices=WAYS, default="inprocess", help=argparse.SUPPRESS)
@@ -373,15 +407,17 @@ def main() -> None:
         child(args)
         return
     out = Output.of(args)
-    connections, kinds, parallel = (1, 16), KINDS, 2
+    which = tuple((way, kind) for way, kind in (r.split(":", 1) for r in args.log_rows.split(",")))
+    connections: tuple[int, ...] = (1, 16)
+    parallel = 2
     if args.smoke:  # every run of an A/B at once (four), one row each
         args.requests, args.warmup, args.idle, connections = 3, 2, 0.0, (1,)
-        kinds, parallel = ("whole",), 4
+        which, parallel = (("inprocess", "whole"),), 4
     with tempfile.TemporaryDirectory(prefix="levergate-instructions-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         log = ([] if args.only == "relay" else
-               log_ab(folder, args.requests, args.warmup, kinds, parallel))  # fmt: skip
+               log_ab(folder, args.requests, args.warmup, which, parallel))  # fmt: skip
         relay = ({} if args.only == "log" else
                  relay_ab(folder, args.requests, args.warmup, connections=connections,
                           idle=args.idle, parallel=parallel))  # fmt: skip
