@@ -16,6 +16,11 @@ request's instructions.
    in the warm-up, as in a log that has run a while. Callgrind runs the code ~50x slower, so
    the log's wall-clock settings are scaled to batch and yield as at full speed: `flush_seconds`
    60 (a 1 s flush would write batches of ~50), 50 x `TURN_SECONDS`, a 600 s store timeout.
+   What the wall clock still moves: timers of the gateway's background jobs fire more often in a
+   run that a loaded machine stretches, so the same code's count moves by up to ~2% between
+   runs at different loads (the interpreter's share; SQLite's, libc's, hashing's and JSON's
+   repeat to the hundred instructions): compare rows of one run, or split by library with
+   `--keep` and callgrind_annotate.
 2. levergate's default proxy path against the bare relay (`bare_relay.py`; issue 22: at most
    1.1x the CPU per request), each its own process under callgrind, in front of one
    `levergate sim` (0 ms, not counted) and loaded by an asyncio client on loopback with 1 and
@@ -322,6 +327,11 @@ def markdown(data: dict[str, Any]) -> str:
          "requests: user-space instructions of the whole process (every thread), which the "
          f"machine's load (average {data['load_average']} at the end) does not change."),
     ]  # fmt: skip
+    lines += [
+        (f"With the rows of a run of {run['date']}: N = {run['requests']} after "
+         f"{run['warmup']} warm-up requests, load average {run['load_average']}.")
+        for run in data.get("merged") or []
+    ]  # fmt: skip
     before = data.get("before") or {}
     if data["log"]:
         lines += log_table(data["log"], before.get("log") or [], before.get("name"))
@@ -336,7 +346,11 @@ def log_table(rows: list[dict[str, Any]], old: list[dict[str, Any]], name: str |
              "memory, distinct requests), `simulator` is `inprocess_cpu.py`'s workload (the "
              "same, with the simulator in the process and the same request each time: the "
              "issue's measure). `flush_seconds` 60, see the module's docstring. Target "
-             "(issue 23): on / off <= 1.05x."), ""]  # fmt: skip
+             "(issue 23): on / off <= 1.05x. Timers that fire by the wall clock (the gateway's "
+             "background jobs) fire more often the longer a run takes, and a loaded machine "
+             "stretches a run under callgrind by minutes: the same code's count moves by up "
+             "to ~2% between runs made at different loads (compare an off column before and "
+             "after), all of it in the interpreter's share."), ""]  # fmt: skip
     was = {(r["way"], r["kind"]): r for r in old}
     head = "| path | off instr/req | on instr/req | on / off |"
     rule = "|---|---:|---:|---:|"
@@ -384,7 +398,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500, help="N: runs serve N and 2N")
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--keep", type=Path, help="keep the callgrind files in this folder")
-    parser.add_argument("--only", choices=("log", "relay"))
+    parser.add_argument("--only", choices=("log", "relay", "none"),
+                        help="one part, or none (only --merge's runs, put together)")  # fmt: skip
     parser.add_argument("--log-rows", default=",".join(f"{w}:{k}" for w, k in LOG_ROWS),
                         help="the log A/B's rows, way:kind, comma-separated")  # fmt: skip
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of idle measured")
@@ -395,11 +410,13 @@ def main() -> None:
     parser.add_argument(
         "--before",
         type=Path,
-        help="a run's JSON on the code before a change: shown beside this one",
+        nargs="*",
+        default=[],
+        help="runs' JSON on the code before a change: shown beside this one",
     )
     parser.add_argument("--before-name", default="before", help="what the code before is")
     parser.add_argument(
-        "--merge", type=Path, help="a run's JSON whose other part (log or relay) joins this one's"
+        "--merge", type=Path, nargs="*", default=[], help="runs' JSON whose rows join this one's"
     )
     add_output_options(parser)
     args = parser.parse_args()
@@ -416,22 +433,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="levergate-instructions-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        log = ([] if args.only == "relay" else
+        log = ([] if args.only in {"relay", "none"} else
                log_ab(folder, args.requests, args.warmup, which, parallel))  # fmt: skip
-        relay = ({} if args.only == "log" else
+        relay = ({} if args.only in {"log", "none"} else
                  relay_ab(folder, args.requests, args.warmup, connections=connections,
                           idle=args.idle, parallel=parallel))  # fmt: skip
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     data: dict[str, Any] = {**stamp(), "requests": args.requests, "warmup": args.warmup,
                             "log": log, "relay": relay, "load_average": load}  # fmt: skip
-    if args.merge:
-        other = json.loads(args.merge.read_text())
-        data["log"] = data["log"] or other["log"]
+    runs = [json.loads(path.read_text()) for path in args.merge]
+    for other in runs:
+        data["log"] += other["log"]
         data["relay"] = data["relay"] or other["relay"]
-        data["merged"] = {key: other[key] for key in ("date", "requests", "warmup", "load_average")}
+    data["merged"] = [{key: other[key] for key in ("date", "requests", "warmup", "load_average")}
+                      for other in runs]  # fmt: skip
     if args.before:
-        old = json.loads(args.before.read_text())
-        data["before"] = {"name": args.before_name, "log": old["log"], "relay": old["relay"]}
+        old = [json.loads(path.read_text()) for path in args.before]
+        data["before"] = {"name": args.before_name, "log": [r for o in old for r in o["log"]],
+                          "relay": next((o["relay"] for o in old if o["relay"]), {})}  # fmt: skip
     out.write("instructions", data, markdown(data))
 
 
