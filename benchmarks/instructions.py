@@ -322,13 +322,15 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         f"# Instructions per request, counted by callgrind ({data['date']}, {data['machine']})",
         "",
-        (f"`benchmarks/instructions.py --requests {data['requests']}`: each figure is "
-         f"(I(2N) - I(N)) / N with N = {data['requests']} after {data['warmup']} warm-up "
-         "requests: user-space instructions of the whole process (every thread), which the "
-         f"machine's load (average {data['load_average']} at the end) does not change."),
+        ("`benchmarks/instructions.py`: each figure is (I(2N) - I(N)) / N, user-space "
+         "instructions of the whole process (every thread) serving 2N and N requests after the "
+         "same warm-up."),
     ]  # fmt: skip
+    if data["requests"] is not None:
+        lines.append(f"This run: N = {data['requests']} after {data['warmup']} warm-up "
+                     f"requests, load average {data['load_average']} at the end.")  # fmt: skip
     lines += [
-        (f"With the rows of a run of {run['date']}: N = {run['requests']} after "
+        (f"With the rows of the run of {run['date']}: N = {run['requests']} after "
          f"{run['warmup']} warm-up requests, load average {run['load_average']}.")
         for run in data.get("merged") or []
     ]  # fmt: skip
@@ -438,6 +440,8 @@ def main() -> None:
         relay = ({} if args.only in {"log", "none"} else
                  relay_ab(folder, args.requests, args.warmup, connections=connections,
                           idle=args.idle, parallel=parallel))  # fmt: skip
+    if args.only == "none":
+        args.requests = args.warmup = None
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     data: dict[str, Any] = {**stamp(), "requests": args.requests, "warmup": args.warmup,
                             "log": log, "relay": relay, "load_average": load}  # fmt: skip
