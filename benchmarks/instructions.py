@@ -395,7 +395,7 @@ def relay_table(relay: dict[str, Any], old: dict[str, Any], name: str | None) ->
     return lines
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=500, help="N: runs serve N and 2N")
     parser.add_argument("--warmup", type=int, default=500)
@@ -421,7 +421,11 @@ def main() -> None:
         "--merge", type=Path, nargs="*", default=[], help="runs' JSON whose rows join this one's"
     )
     add_output_options(parser)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     if args.child:
         child(args)
         return
