@@ -131,6 +131,23 @@ def test_the_candidate_cache_is_replayed_over_the_gateways_own_log(rig: Rig) -> 
     assert "not evaluable:" in text
 
 
+def test_prompt_cache_key_needs_a_provider_model_of_more_than_one_machine(rig: Rig) -> None:
+    config = yaml.safe_load((rig.root / "baseline.yaml").read_text())
+    keyed = rig.write("keyed.yaml", {**config, "prompt_cache": {"openai_cache_key": "on"}})
+    args = ("--config", str(keyed), "--baseline", "baseline.yaml", "--json")
+    (row,) = json.loads(rig.cli(*args).stdout)["not_evaluable"]
+    assert row["lever"] == "prompt_cache_key"
+    assert "--provider-machines" in row["reason"]
+    result = json.loads(rig.cli(*args, "--provider-machines", "8").stdout)
+    assert result["provider_cache"]["machines"] == 8
+    (row,) = result["levers"]
+    assert row["lever"] == "prompt_cache_key"
+    assert row["evaluable"]
+    assert row["change_usd"] == 0  # every prompt is below the 1,024-token minimum
+    done = rig.cli(*args, "--provider-machines", "0", expect=2)
+    assert "--provider-machines" in done.stderr
+
+
 def test_a_candidate_that_does_not_validate_names_its_field(rig: Rig) -> None:
     bad = rig.write("bad.yaml", {"cache": {"default": {"ttl_seconds": -1}}})
     done = rig.cli("--config", str(bad), "--records", "missing.jsonl", expect=2)

@@ -5,6 +5,8 @@ would save, and cost in latency, before switching it on (the CLI is cli/analyze.
     fit.py       the latency model, fitted to the logged timings
     plan.py      what a configuration does to each lever; which levers a candidate changes
     replay.py    the fast path: fingerprint-only levers in virtual time, priced by the catalog
+    provider_cache.py  the providers' prompt caches the replay runs (bounded; OpenAI's routing
+                 by prefix and prompt_cache_key, Anthropic's breakpoints by the gateway's placer)
     analysis.py  both sides, each lever alone, what was not evaluable, recommendations
     render.py    the terminal table (the HTML page is report/analysis.py)
 

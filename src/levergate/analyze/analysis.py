@@ -23,9 +23,10 @@ from levergate.analyze.inputs import Input, Req
 from levergate.analyze.parallel import MIN_REQUESTS, run_all
 from levergate.analyze.plan import BODY_LEVERS, Plan, changed, with_lever
 from levergate.analyze.quality import caveat
-from levergate.analyze.replay import Timing, replay
+from levergate.analyze.replay import PROVIDER, Timing, replay
 from levergate.policies.pricing import Lever
 from levergate.report.data import CAVEATS
+from levergate.simulator.settings import PromptCacheSettings
 
 __all__ = ["ASSUMED_HIT_SECONDS", "LABELS", "analyse", "timing_of"]
 
@@ -45,9 +46,17 @@ CAVEAT_OF = {
 }  # fmt: skip
 NO_TEXT = ("needs the prompt's text, and the input has none: log bodies for the routes to "
            "analyse (request_log.bodies.models) or give an OpenAI request file")  # fmt: skip
-NOT_MODELLED = ("not modelled: prompt_cache_key steers which of the provider's machines serves a "
-                "prompt, and neither the simulator nor this replay emulates those machines (one "
-                "cache per key and model)")  # fmt: skip
+ONE_MACHINE = ("the provider model has one prompt cache per key and model (--provider-machines "
+               "1), where a prompt_cache_key changes nothing: give the number of cache machines "
+               "to model OpenAI's routing by prefix and key")  # fmt: skip
+BREAKPOINT_NOTE = (
+    "replayed from the logged boundaries (tools, system, documents at the default "
+    "document_tokens of 1,024 whatever the candidate sets, the prompt's end) by the gateway's "
+    "own placer; a boundary's tokens are estimated from its bytes; the client's own "
+    "cache_control breakpoints count against the 4 but their own cache reads and writes are "
+    "not replayed; reads only at the request's own breakpoints (as the simulator; Anthropic "
+    "also looks back up to 20 blocks)"
+)  # fmt: skip
 
 
 def timing_of(given: Input) -> Timing:
@@ -55,7 +64,7 @@ def timing_of(given: Input) -> Timing:
     if not given.timings:
         return Timing({}, ASSUMED, ASSUMED_HIT_SECONDS)
     points = [
-        (r.alias, Point(r.prompt - r.cached - r.written, r.output, r.ttft, r.total))
+        (r.alias, Point(r.prompt - r.cached, r.output, r.ttft, r.total))  # writes prefill
         for r in given.requests
         if r.total is not None and not r.hit
     ]
@@ -64,7 +73,9 @@ def timing_of(given: Input) -> Timing:
     return Timing(latency, overall, hit)
 
 
-def _unevaluable(lever: str, given: Input, candidate: Plan) -> str | None:
+def _unevaluable(
+    lever: str, given: Input, candidate: Plan, provider: PromptCacheSettings
+) -> str | None:
     reqs = given.requests
     if lever == "exact" and not any(r.fp for r in reqs):
         return ("the input has no fingerprints: a trace has sizes and times only, and a log "
@@ -79,7 +90,13 @@ def _unevaluable(lever: str, given: Input, candidate: Plan) -> str | None:
     if lever == "breakpoints" and not aliases & candidate.anthropic:
         return "no request went to an alias with an Anthropic upstream"
     if lever == "prompt_cache_key":
-        return NOT_MODELLED
+        if provider.machines <= 1:
+            return ONE_MACHINE
+        if not any(r.blocks for r in reqs):
+            return "the input has no prefix digests (a log before schema 4, or an Azure trace)"
+    if lever == "breakpoints" and not any(r.bp for r in reqs if r.alias in candidate.anthropic):
+        return ("the input has no breakpoint boundaries: a log written before they were kept, "
+                "a trace, or no chat request to an alias with an Anthropic upstream")  # fmt: skip
     if lever in BODY_LEVERS and not any(r.payload is not None for r in reqs):
         if any(r.body for r in reqs):
             return ("the logged bodies were all cut at request_log.bodies.max_bytes: none can "
@@ -154,17 +171,18 @@ def _recommend(
 def analyse(
     given: Input, *, baseline: Plan, candidate: Plan,
     progress: Callable[[str], None] | None = None, fork: bool = False,
-    embedders: Embedders | None = None,
+    embedders: Embedders | None = None, provider: PromptCacheSettings = PROVIDER,
 ) -> dict[str, Any]:  # fmt: skip
     """The analysis of `given` (module docstring). `fork`: the replays on two cores when the
     input is large enough (analyze/parallel.py; only from a single-threaded process).
-    `embedders`: instead of the gateway's own (tests)."""
+    `embedders`: instead of the gateway's own (tests). `provider`: the model of the providers'
+    prompt caches (the simulator's settings)."""
     say = progress or (lambda _: None)
     reqs = given.requests
     timing = timing_of(given)
     started = time.perf_counter()
     levers = changed(baseline, candidate)
-    problems = {lever: _unevaluable(lever, given, candidate) for lever in levers}
+    problems = {lever: _unevaluable(lever, given, candidate, provider) for lever in levers}
     evaluated = [lever for lever in levers if problems[lever] is None]
     plans = [baseline, candidate, *(with_lever(baseline, candidate, v) for v in evaluated)]
     bodies, failed = replay_bodies(
@@ -173,7 +191,7 @@ def analyse(
     )  # fmt: skip
     problems.update(failed)
     say(f"replaying {len(reqs):,} requests under {len(plans)} configurations")
-    summaries = run_all([partial(_summary, plan, reqs, timing, run.effects)
+    summaries = run_all([partial(_summary, plan, reqs, timing, run.effects, provider)
                          for plan, run in zip(plans, bodies, strict=True)],
                         fork=fork and len(reqs) >= MIN_REQUESTS)  # fmt: skip
     base, cand = summaries[0], summaries[1]
@@ -188,12 +206,7 @@ def analyse(
                          "caveat": CAVEATS[CAVEAT_OF[lever]]})  # fmt: skip
             continue
         variant = variants[lever]
-        row = compare(lever, base, variant)
-        if lever in BODY_LEVERS:
-            _measured(row, measured[lever], lever)
-        if lever == "defer" and not variant["deferred"]:
-            row["note"] = ("no request carried an x-levergate-deadline at least "
-                           "defer.min_deadline_seconds away, nor x-levergate-defer")  # fmt: skip
+        row = _row(lever, base, variant, measured[lever])
         rows.append(row)
         saving.append((row, variant))
     span = reqs[-1].arrival - reqs[0].arrival if reqs else 0.0
@@ -201,6 +214,7 @@ def analyse(
         "object": "levergate.analysis",
         "input": _input(given, span),
         "latency_model": _latency(given, timing),
+        "provider_cache": provider.model_dump(),
         "logged_cost_usd": given.logged_cost,
         "baseline": base,
         "candidate": cand,
@@ -212,10 +226,29 @@ def analyse(
     }
 
 
-def _summary(
-    plan: Plan, reqs: Sequence[Req], timing: Timing, effects: Effects | None = None
+def _row(
+    lever: str, base: Mapping[str, Any], variant: Mapping[str, Any], run: BodyRun
 ) -> dict[str, Any]:
-    return replay(plan, reqs, timing, effects).summary()
+    """An evaluated lever's row: `compare`'s, with its measured caveat and its notes."""
+    row = compare(lever, base, variant)
+    if lever in BODY_LEVERS:
+        _measured(row, run, lever)
+    if lever == "defer" and not variant["deferred"]:
+        row["note"] = ("no request carried an x-levergate-deadline at least "
+                       "defer.min_deadline_seconds away, nor x-levergate-defer")  # fmt: skip
+    if lever == "breakpoints":
+        row["note"] = BREAKPOINT_NOTE
+    return row
+
+
+def _summary(
+    plan: Plan,
+    reqs: Sequence[Req],
+    timing: Timing,
+    effects: Effects | None = None,
+    provider: PromptCacheSettings = PROVIDER,
+) -> dict[str, Any]:
+    return replay(plan, reqs, timing, effects, provider=provider).summary()
 
 
 def _measured(row: dict[str, Any], run: BodyRun, lever: str) -> None:

@@ -22,7 +22,12 @@ import orjson
 
 from levergate.bench.traces import MOONCAKE_BLOCK_TOKENS, TraceRecord
 from levergate.core.json_bound import parse_json
-from levergate.requestlog.features import BLOCK_BYTES, decode_blocks, features_of_body
+from levergate.requestlog.features import (
+    BLOCK_BYTES,
+    MAX_BOUNDARIES,
+    decode_blocks,
+    features_of_body,
+)
 from levergate.simulator.tokens import chat_prompt, count_tokens
 
 __all__ = ["Input", "Req", "Skipped", "from_bodies", "from_records", "from_trace", "read_lines"]
@@ -66,6 +71,37 @@ class Req(NamedTuple):
     answer: str | None = None
     trimmed: int = 0
     escalations: int = 0
+    pck: str | None = None  # a digest of the client's own prompt_cache_key
+    bp: tuple[tuple[str, int, int], ...] = ()  # breakpoint boundaries (kind, tokens, digest)
+    cont: int | None = None  # the prompt this one continues (a conversation's turn before)
+    whole: int | None = None  # this prompt, as a later turn's `cont` names it
+    cbp: int = 0  # the client's own breakpoints
+
+
+BOUNDARY_KINDS = frozenset({"tools", "system", "document", "history"})
+
+
+def _digest64(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 64
+    return value if ok else None
+
+
+def cache_features(replay: Mapping[str, Any]) -> dict[str, Any]:
+    """The prompt-cache part of a row's replay features (requestlog/features.py): `Req`'s
+    pck, bp, cont, whole, cbp; anything malformed left out."""
+    raw = replay.get("bp")
+    bp = [
+        (str(item[0]), int(item[1]), int(item[2]))
+        for item in (raw[:MAX_BOUNDARIES] if isinstance(raw, list) else ())
+        if isinstance(item, list) and len(item) == 3 and item[0] in BOUNDARY_KINDS
+        and _digest64(item[1]) is not None and _digest64(item[2]) is not None
+    ]  # fmt: skip
+    pck, cbp = replay.get("pck"), replay.get("cbp")
+    return {
+        "pck": pck if isinstance(pck, str) else None, "bp": tuple(bp),
+        "cont": _digest64(replay.get("cont")), "whole": _digest64(replay.get("whole")),
+        "cbp": cbp if isinstance(cbp, int) and not isinstance(cbp, bool) and cbp > 0 else 0,
+    }  # fmt: skip
 
 
 @dataclass
@@ -165,6 +201,7 @@ def record_req(record: Mapping[str, Any]) -> Req | str:
         origin=str(record.get("origin") or "request"), payload=_payload(record),
         answer=record["answer_body"] if isinstance(record.get("answer_body"), str) else None,
         trimmed=_count(record, "trimmed_tokens"), escalations=_count(record, "escalations"),
+        **cache_features(replay),
     )  # fmt: skip
 
 
@@ -259,6 +296,7 @@ def body_req(number: int, value: Mapping[str, Any], *, interval: float) -> Req |
         block_tokens=BLOCK_BYTES * prompt / pb if pb else 0.0, prompt=prompt, cached=0,
         written=0, output=int(cap) if cap else DEFAULT_OUTPUT_TOKENS, ttft=None, total=None,
         not_after=None, defer=False, hit=False, body=True, payload=body,
+        **cache_features(found),
     )  # fmt: skip
 
 

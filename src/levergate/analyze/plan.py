@@ -7,8 +7,8 @@ Fingerprint-only levers (replayed from the log's features, bodies or not):
     affinity     prefix affinity over an alias's endpoints (`balance: affinity`)
     breakpoints  automatic Anthropic `cache_control` breakpoints (`prompt_cache.breakpoints`)
     defer        deferral to provider batch APIs (`defer:`, with `batch.enabled`)
-    prompt_cache_key  OpenAI's `prompt_cache_key` (`prompt_cache.openai_cache_key`): compared,
-                 not replayed (`Lever.reason`)
+    prompt_cache_key  OpenAI's `prompt_cache_key` set by the gateway
+                 (`prompt_cache.openai_cache_key`: the aliases it applies to)
 
 Levers that need the prompt's text, replayed through the gateway's own layers where the input
 has bodies (analyze/bodies.py), else reported not evaluable with the reason:
@@ -31,12 +31,14 @@ from levergate.config import CacheSettings, RoutingSettings, Settings, TrimSetti
 from levergate.config.base import WILDCARD
 from levergate.config.cascade import CascadeSettings
 from levergate.config.deferral import DeferSettings
+from levergate.config.prompt_cache import BreakpointsSettings
+from levergate.layers.prompt_cache.layer import Provider, provider_of
 
 __all__ = ["BODY_LEVERS", "FAST_LEVERS", "LEVERS", "Plan", "changed", "plan_of", "with_lever"]
 
-FAST_LEVERS = ("exact", "affinity", "breakpoints", "defer")
+FAST_LEVERS = ("exact", "affinity", "breakpoints", "defer", "prompt_cache_key")
 BODY_LEVERS = ("semantic", "route", "trim", "cascade")
-LEVERS = (*FAST_LEVERS, "prompt_cache_key", *BODY_LEVERS)
+LEVERS = (*FAST_LEVERS, *BODY_LEVERS)
 # The Plan fields each replayed lever owns (`with_lever` swaps them).
 OWNS: dict[str, tuple[str, ...]] = {
     "exact": ("cache",),
@@ -49,6 +51,7 @@ OWNS: dict[str, tuple[str, ...]] = {
     "route": ("routing", "settings", "catalog"),
     "trim": ("trim", "settings"),
     "cascade": ("cascade", "settings", "catalog"),
+    "prompt_cache_key": ("cache_key",),
 }
 
 
@@ -60,10 +63,10 @@ class Plan:
     affinity_ttl: float
     endpoints: Mapping[str, tuple[str, ...]]  # alias -> the upstreams that serve it
     anthropic: frozenset[str]  # aliases served by an Anthropic upstream
-    breakpoints: bool
+    breakpoints: BreakpointsSettings | None  # None: automatic breakpoints are off
     defer: DeferSettings | None  # None: deferral is off (or the Batch API is)
     catalog: Catalog
-    # The rest of the settings, compared only (levers needing bodies, prompt_cache_key).
+    # The rest of the settings, compared only (the levers needing bodies).
     compared: Mapping[str, Any]
     # The levers that need bodies (analyze/bodies.py builds their layers from these).
     settings: Settings | None = None
@@ -72,8 +75,15 @@ class Plan:
     trim: TrimSettings | None = None
     cascade: CascadeSettings | None = None
 
+    # Aliases whose chat requests the gateway gives a `prompt_cache_key` (layers/prompt_cache).
+    cache_key: frozenset[str] = frozenset()
+
     def endpoints_of(self, alias: str) -> tuple[str, ...]:
         return self.endpoints.get(alias) or self.endpoints.get(WILDCARD) or ("",)
+
+    def keyed(self, alias: str) -> bool:
+        """Whether the gateway gives `alias`'s chat requests a `prompt_cache_key`."""
+        return (alias if alias in self.endpoints else WILDCARD) in self.cache_key
 
     def affinity(self, alias: str) -> bool:
         """Whether `alias` is balanced by prefix affinity."""
@@ -83,6 +93,7 @@ class Plan:
 
 def plan_of(settings: Settings) -> Plan:
     kinds = {u.name: u.kind for u in settings.upstreams}
+    upstreams = {u.name: u for u in settings.upstreams}
     endpoints = {m.name: tuple(e.upstream for e in m.endpoints) for m in settings.models}
     strategy = settings.traffic.balance.strategy
     pc = settings.prompt_cache
@@ -96,11 +107,19 @@ def plan_of(settings: Settings) -> Plan:
         anthropic=frozenset(
             name for name, ups in endpoints.items() if any(kinds.get(u) == "anthropic" for u in ups)
         ),
-        breakpoints=pc.enabled and pc.breakpoints.enabled,
+        breakpoints=pc.breakpoints if pc.enabled and pc.breakpoints.enabled else None,
         defer=defer,
         catalog=Catalog.build(settings),
+        cache_key=frozenset(
+            m.name
+            for m in settings.models
+            if pc.enabled
+            and (
+                pc.openai_cache_key == "on"
+                or (pc.openai_cache_key == "auto" and provider_of(m, upstreams) is Provider.OPENAI)
+            )
+        ),
         compared={
-            "prompt_cache_key": pc.enabled and pc.openai_cache_key != "off",
             "semantic": (
                 settings.cache.semantic.model_dump(),
                 sorted(n for n, r in _rules(settings.cache) if r.semantic),
@@ -139,6 +158,7 @@ def changed(baseline: Plan, candidate: Plan) -> list[str]:
         "exact": _exact_part,
         "affinity": lambda p: (sorted(p.balance.items()), p.balance_default, p.affinity_ttl),
         "breakpoints": lambda p: p.breakpoints,
+        "prompt_cache_key": lambda p: sorted(p.cache_key),
         "defer": lambda p: (
             None
             if p.defer is None

@@ -46,7 +46,9 @@ def _sides(a: Mapping[str, Any]) -> list[str]:
         for n in ("ttft_p50", "ttft_p95", "total_p50", "total_p95")
     ]  # fmt: skip
     counts = (("exact_hits", "exact-cache hits"), ("coalesced", "coalesced"),
-              ("cached_tokens", "prompt tokens cached"), ("deferred", "deferred"))  # fmt: skip
+              ("cached_tokens", "prompt tokens cached"),
+              ("written_tokens", "prompt tokens written to a cache"),
+              ("deferred", "deferred"))  # fmt: skip
     rows += [[label, f"{base[n]:,}", f"{cand[n]:,}", f"{cand[n] - base[n]:+,}"]
              for n, label in counts]  # fmt: skip
     # The body levers' counts (analyze/bodies.py), where either side has any.

@@ -18,19 +18,22 @@ Per request, in the pipeline's order:
 3. The endpoint: with prefix affinity, the member holding the longest prefix of its digests
    (`policies.affinity.OwnerTable`, ties by rendezvous hashing on the first block); otherwise
    the endpoint the log says served it, or round robin when it does not say.
-4. The provider's prompt cache, one per endpoint and alias, as the simulator emulates it
-   (simulator/prompt_cache.py): OpenAI-style providers cache every prefix of at least
-   1,024 tokens, read back in 128-token steps within `ttl_seconds`; Anthropic ones only behind
-   breakpoints (automatic breakpoints on: the whole-block prefix is written, then read, at the
-   catalog's cache write and read prices, for 5 minutes refreshed on use). Prefixes are the
-   chained block digests, so a prediction is exact to a block (~256 tokens).
+4. The provider's prompt cache, one per endpoint (scoped by alias), as the simulator emulates
+   it (analyze/provider_cache.py, bounded as the simulator's): OpenAI-style providers cache
+   every prefix of at least 1,024 tokens, read back in 128-token steps, routed by the first
+   ~256 tokens and the `prompt_cache_key` (the client's, or the gateway's where the
+   configuration sets it) when the provider model has more than one machine; Anthropic ones
+   only behind the gateway's automatic breakpoints, replayed by its own placer, written at the
+   catalog's 5-minute or 1-hour write price and read at its read price.
 5. The levers that need bodies, decided beforehand by the gateway's own layers per request
    (analyze/bodies.py, as `Effect`s: analyze/effects.py): after the exact cache, a semantic
    hit is free and takes a hit's time; otherwise the request goes on as the route, cascade and
    trim layers would send it (another alias, fewer prompt or output tokens, a rejected first
    answer paid and waited for).
 6. Latency: a request keeps its own logged times shifted by the fitted prefill cost of the
-   change in its uncached prompt (analyze/fit.py); one with no logged times takes the model's.
+   change in the prompt tokens it did not read from a cache (a cache write is prefilled like
+   an uncached prompt, as the simulator times it; analyze/fit.py); one with no logged times
+   takes the model's.
 
 Pure apart from the catalog's lookups: no I/O, no wall clock.
 """
@@ -49,17 +52,18 @@ from levergate.analyze.effects import Effect, Effects, applied
 from levergate.analyze.fit import Latency
 from levergate.analyze.inputs import Req
 from levergate.analyze.plan import Plan
+from levergate.analyze.provider_cache import AnthropicCache, OpenAICache, Usage
 from levergate.bench.stats import percentile
 from levergate.config import CacheSettings
+from levergate.layers.prompt_cache.breakpoints import Placer
 from levergate.policies.affinity import OwnerTable, rendezvous
 from levergate.policies.cache_policy import bypass_reason, namespace, rule_for
 from levergate.policies.pricing import Rates, Tokens, cost
 from levergate.simulator.settings import PromptCacheSettings
 
-__all__ = ["Run", "Timing", "replay"]
+__all__ = ["PROVIDER", "Run", "Timing", "replay"]
 
-PROVIDER = PromptCacheSettings()  # OpenAI's convention, as the simulator has it
-ANTHROPIC_TTL = 300.0  # 5-minute entries, refreshed on use
+PROVIDER = PromptCacheSettings()  # the provider model: the simulator's defaults (one machine)
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class Run:
     trimmed_tokens: int = 0  # prompt tokens trimming left out, beyond the log's
     escalated: int = 0  # a cascade's first answer rejected
     refused: int = 0  # trimming refused it
+    written_1h_tokens: int = 0
     ttft: list[float] = field(default_factory=list)
     total: list[float] = field(default_factory=list)
     by_route: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -103,6 +108,7 @@ class Run:
             "written_tokens": self.written_tokens, "semantic_hits": self.semantic_hits,
             "rerouted": self.rerouted, "trimmed_tokens": self.trimmed_tokens,
             "escalated": self.escalated, "refused": self.refused,
+            "written_1h_tokens": self.written_1h_tokens,
             "ttft_p50_ms": at(self.ttft, 50.0), "ttft_p95_ms": at(self.ttft, 95.0),
             "total_p50_ms": at(self.total, 50.0), "total_p95_ms": at(self.total, 95.0),
             "total_mean_ms": math.fsum(self.total) * 1000.0 / len(self.total) if self.total
@@ -131,54 +137,6 @@ class _Exact:
     def fill(self, key: tuple[str, str], done: float, ttl: float) -> None:
         self.flight[key] = done
         heapq.heappush(self._pending, (done, next(self._seq), key, ttl))
-
-
-class _Prompts:
-    """Provider prompt caches, one per (endpoint, alias): digest -> expiry."""
-
-    def __init__(self) -> None:
-        self.scopes: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
-
-    def openai(self, scope: tuple[str, str], req: Req, now: float) -> int:
-        """Cached tokens of `req` (then all its prefixes remembered)."""
-        entries = self.scopes[scope]
-        depth = _depth(entries, req.blocks, now)
-        expiry = now + PROVIDER.ttl_seconds
-        for digest in req.blocks:
-            entries[digest] = expiry
-        reach = min(depth * req.block_tokens, req.prompt - 1)
-        if reach < PROVIDER.min_tokens:
-            return 0
-        return int(PROVIDER.min_tokens + (reach - PROVIDER.min_tokens) // PROVIDER.increment
-                   * PROVIDER.increment)  # fmt: skip
-
-    def anthropic(self, scope: tuple[str, str], req: Req, now: float) -> tuple[int, int]:
-        """(read, written) tokens of `req` behind an automatic breakpoint at its last block."""
-        entries = self.scopes[scope]
-        whole = int(min(len(req.blocks) * req.block_tokens, req.prompt))
-        if whole < PROVIDER.anthropic_min_tokens:
-            return 0, 0
-        depth = _depth(entries, req.blocks, now)
-        expiry = now + ANTHROPIC_TTL
-        for digest in req.blocks:
-            entries[digest] = expiry
-        read = int(min(depth * req.block_tokens, whole))
-        return read, whole - read
-
-
-def _depth(entries: Mapping[int, float], blocks: Sequence[int], now: float) -> int:
-    """How many leading blocks are remembered, by bisection: remembering a block remembers
-    every block before it until the same time or later (a chained digest names its whole
-    prefix, and nothing is evicted), so the live ones are a leading run."""
-    low, high = 0, len(blocks)  # blocks[:low] live; blocks[high:] not
-    while low < high:
-        mid = (low + high + 1) // 2
-        expiry = entries.get(blocks[mid - 1])
-        if expiry is not None and expiry > now:
-            low = mid
-        else:
-            high = mid - 1
-    return low
 
 
 class _Endpoints:
@@ -231,11 +189,17 @@ def _deferred(plan: Plan, req: Req, rates: Rates) -> bool:
 
 
 def replay(
-    plan: Plan, requests: Sequence[Req], timing: Timing, effects: Effects | None = None
+    plan: Plan,
+    requests: Sequence[Req],
+    timing: Timing,
+    effects: Effects | None = None,
+    *,
+    provider: PromptCacheSettings = PROVIDER,
 ) -> Run:
     """Replay `requests` (in arrival order) under `plan` (module docstring); `effects`: the
-    body levers' decisions, by request index."""
-    replayer = _Replayer(plan, timing)
+    body levers' decisions, by request index; `provider`: the model of the providers' prompt
+    caches (the simulator's settings)."""
+    replayer = _Replayer(plan, timing, provider)
     if not effects:
         for req in requests:
             replayer.one(req)
@@ -248,9 +212,12 @@ def replay(
 class _Replayer:
     """One configuration's state while its replay runs."""
 
-    def __init__(self, plan: Plan, timing: Timing) -> None:
-        self.plan, self.timing, self.run = plan, timing, Run()
-        self.exact, self.prompts, self.endpoints = _Exact(), _Prompts(), _Endpoints(plan)
+    def __init__(self, plan: Plan, timing: Timing, provider: PromptCacheSettings) -> None:
+        self.plan, self.timing, self.run, self.provider = plan, timing, Run(), provider
+        self.exact, self.endpoints = _Exact(), _Endpoints(plan)
+        self.openai: dict[str, OpenAICache] = {}  # per endpoint
+        self.anthropic: dict[str, AnthropicCache] = {}
+        self.placers: dict[str, Placer] = {}  # per alias, as the gateway has them
         self.rates: dict[str, Rates] = {}
         self.ttls: dict[tuple[str, str, bool, int], float | None] = {}  # a rule per shape
 
@@ -322,16 +289,28 @@ class _Replayer:
         model = timing.latency.get(first.alias, timing.overall)
         return sent, effect.seconds + model.total(first.prompt, first.output)
 
-    def _prompt_cache(self, req: Req) -> tuple[int, int]:
-        """(read, written) prompt tokens at the provider's cache of the endpoint chosen."""
+    def _prompt_cache(self, req: Req) -> Usage:
+        """Prompt tokens read and written at the provider's cache of the endpoint chosen."""
         if not (req.blocks and req.block_tokens):
-            return 0, 0
-        scope = (self.endpoints.choose(req, req.arrival), req.alias)
-        if req.alias not in self.plan.anthropic:
-            return self.prompts.openai(scope, req, req.arrival), 0
-        if self.plan.breakpoints:
-            return self.prompts.anthropic(scope, req, req.arrival)
-        return 0, 0
+            return Usage()
+        endpoint = self.endpoints.choose(req, req.arrival)
+        plan, now = self.plan, req.arrival
+        if req.alias not in plan.anthropic:
+            cache = self.openai.get(endpoint)
+            if cache is None:
+                cache = self.openai[endpoint] = OpenAICache(self.provider)
+            key = req.pck
+            if key is None and plan.keyed(req.model):
+                key = f"lg\x00{req.tenant}"  # the gateway's: the tenant and the first 1 KB
+            return Usage(cache.cached(req.alias, req, key=key, now=now))
+        if plan.breakpoints is None:
+            return Usage()
+        found = self.anthropic.get(endpoint)
+        if found is None:
+            found = self.anthropic[endpoint] = AnthropicCache(
+                self.provider, plan.breakpoints, self.placers
+            )
+        return found.usage(req.alias, req, now)
 
     def _upstream(self, req: Req, delay: float = 0.0) -> float:
         """Price and time one request sent upstream, `delay` seconds after it arrived (a
@@ -340,23 +319,26 @@ class _Replayer:
         rates = self.rates.get(req.alias)
         if rates is None:
             rates = self.rates[req.alias] = self.plan.catalog.rates(req.alias)
-        read, written = self._prompt_cache(req)
+        usage = self._prompt_cache(req)
+        read, written = usage.read, usage.written
         uncached = req.prompt - read - written
         deferred = _deferred(self.plan, req, rates)
-        usd = cost(Tokens(uncached, read, written, req.output),
+        usd = cost(Tokens(uncached, read, written, req.output, cache_write_1h=usage.written_1h),
                    rates.batched() if deferred else rates)  # fmt: skip
         run.cost_usd += usd
         run.by_route[req.model] += usd
         run.prompt_tokens += req.prompt
         run.cached_tokens += read
         run.written_tokens += written
+        run.written_1h_tokens += usage.written_1h
         latency = self.timing.latency.get(req.alias, self.timing.overall)
         if req.total is not None:
-            shift = latency.shift(uncached - (req.prompt - req.cached - req.written))
+            shift = latency.shift(req.cached - read)  # cache writes are prefilled too
             total = max(0.0, req.total + shift)
             ttft = None if req.ttft is None else max(0.0, req.ttft + shift)
         else:
-            total, ttft = latency.total(uncached, req.output), latency.ttft(uncached)
+            prefill = req.prompt - read
+            total, ttft = latency.total(prefill, req.output), latency.ttft(prefill)
         total, ttft = total + delay, None if ttft is None else ttft + delay
         if deferred:
             run.deferred += 1

@@ -5,6 +5,7 @@
     levergate analyze --config candidate.yaml --requests batch_input.jsonl  # OpenAI requests
     levergate analyze --config candidate.yaml --trace mooncake --trace-model gpt-4o-mini
     levergate analyze --config candidate.yaml --baseline current.yaml --html analysis.html
+    levergate analyze --config keyed.yaml --provider-machines 64   # OpenAI's cache routing
 
 The requests are replayed in arrival order, in virtual time, under the baseline settings
 (`--baseline`, default the running configuration: the environment and the defaults) and under
@@ -35,6 +36,7 @@ __all__ = ["register"]
 
 PAGE = 1000
 MAX_REQUESTS = 10_000_000
+MAX_MACHINES = 4096
 
 
 def register(subparsers: Any) -> None:
@@ -59,6 +61,10 @@ def register(subparsers: Any) -> None:
                        help="--trace: the alias its requests ask for")  # fmt: skip
     given.add_argument("--limit", type=int, default=MAX_REQUESTS,
                        help="read at most this many requests")  # fmt: skip
+    parser.add_argument("--provider-machines", type=int, default=1, metavar="N",
+                        help="the OpenAI-style provider's prompt-cache machines, routed by "
+                        "prefix and prompt_cache_key (default 1: one cache per key and "
+                        "model, where prompt_cache_key changes nothing)")  # fmt: skip
     parser.add_argument("--html", type=Path, help="also write the analysis as an HTML page")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     add_json_flag(parser, "the analysis")
@@ -71,9 +77,12 @@ def run(args: argparse.Namespace) -> int:
     from levergate.analyze.plan import plan_of
     from levergate.analyze.render import table
     from levergate.report.analysis import html
+    from levergate.simulator.settings import PromptCacheSettings
 
     if not 1 <= args.limit <= MAX_REQUESTS or not 0 < args.interval <= 86400:
         raise ConfigError(f"--limit must be 1 to {MAX_REQUESTS} and --interval 0 to 86400")
+    if not 1 <= args.provider_machines <= MAX_MACHINES:
+        raise ConfigError(f"--provider-machines must be 1 to {MAX_MACHINES}")
     candidate = Settings.load(args.config)  # a bad field: ConfigError, before any reading
     baseline = Settings.load(args.baseline) if args.baseline else Settings.load()
     progress = Progress(quiet=args.quiet or args.as_json)
@@ -89,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.FAILED
     # The CLI is single-threaded here (the log's store is closed): the replays may fork.
     result = analyse(given, baseline=plan_of(baseline), candidate=plan_of(candidate),
-                     progress=progress.update, fork=True)  # fmt: skip
+                     progress=progress.update, fork=True,
+                     provider=PromptCacheSettings(machines=args.provider_machines))  # fmt: skip
     progress.close()
     if args.html is not None:
         args.html.write_text(html(result), encoding="utf-8")

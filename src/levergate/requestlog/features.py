@@ -17,12 +17,20 @@ logged or not: privacy-preserving features, one JSON object in the row's `replay
     timeout_s the client's deadline (`x-levergate-timeout`), seconds after arrival
     not_after_s  `x-levergate-deadline`, seconds after arrival (what makes a request deferrable)
     defer     `x-levergate-defer` was asked
+    pck       a digest of the client's own OpenAI `prompt_cache_key` (absent: none set)
+    bp        the prompt's candidate Anthropic breakpoint boundaries, as the gateway's
+              breakpoint layer finds them (layers/prompt_cache/breakpoints.py, at the default
+              `document_tokens`): [kind, estimated tokens, digest] in prompt order, at most
+              `MAX_BOUNDARIES`, for prompts of `BOUNDARY_MIN_BYTES` or more; `cont` / `whole`
+              the digests that tell a conversation's next turn (`continued`, `whole_digest`);
+              `cbp` the client's own breakpoints
 
 Which lever needs what (the analyzer says what it could not evaluate and why):
 
     exact cache, coalescing     fp, det, n, tenant, feature, model, timings, tokens
     prompt cache: affinity,     blocks, pb, tokens (the four buckets), upstream, timings
-      automatic breakpoints
+      prompt_cache_key          blocks (the first names the prefix OpenAI routes by), tenant, pck
+      automatic breakpoints     bp, cont, whole, cbp, pb, tokens
     deferral to batch           not_after_s / defer, priority, tokens
     semantic cache, routing,    the prompt's text: only with bodies logged (request_body)
       trimming, cascade
@@ -31,11 +39,12 @@ Computed once per logged request, on the event loop with the writer's batch (req
 writer.py: the deadlines when the request finishes, `controls_of`; the body's with the rows):
 9 us for a small prompt, ~200 us for a 48 KB one (timeit, on the shared 2-core machine: the
 fingerprint's serialisation and SHA-256 ~55 us, the prompt's serialisation ~15 us and its XXH3
-blocks ~30 us, the rest serialising the features); the blocks are bounded by `MAX_BLOCKS`
-whatever the prompt's size. Nothing is reused from the layers: the exact cache's key is in the
-tenant's namespace under the resolved model (and off by default), affinity's and the prompt
-cache's digests are of other block sizes (settings; 2 KB), and the prompt cache's of the body
-as sent.
+blocks ~30 us, the rest serialising the features); the breakpoint boundaries and continuation
+digests add ~6 us to a small chat prompt and ~45 us to a 48 KB one (timeit at load average ~9,
+so an upper bound); the blocks are bounded by `MAX_BLOCKS` whatever the prompt's size.
+Nothing is reused from the layers: the exact cache's key is in the tenant's namespace under the
+resolved model (and off by default), affinity's and the prompt cache's digests are of other
+block sizes (settings; 2 KB), and the prompt cache's of the body as sent.
 """
 
 from __future__ import annotations
@@ -48,14 +57,31 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from levergate.config.prompt_cache import BreakpointsSettings
+from levergate.layers.prompt_cache.breakpoints import (
+    boundaries,
+    continued,
+    count_client_breakpoints,
+    whole_digest,
+)
 from levergate.policies.affinity import block_digests, prompt_bytes
 from levergate.policies.fingerprint import fingerprint
 
 if TYPE_CHECKING:
     from levergate.core.call import Call
 
-__all__ = ["BLOCK_BYTES", "MAX_BLOCKS", "REPLAY_VERSION", "controls_of", "decode_blocks",
-           "encode_blocks", "features", "features_of_body", "replay_text"]  # fmt: skip
+__all__ = [
+    "BLOCK_BYTES",
+    "MAX_BLOCKS",
+    "MAX_BOUNDARIES",
+    "REPLAY_VERSION",
+    "controls_of",
+    "decode_blocks",
+    "encode_blocks",
+    "features",
+    "features_of_body",
+    "replay_text",
+]  # fmt: skip
 
 REPLAY_VERSION = 1
 # 1 KB blocks (~256 tokens): a provider caches in 128-token steps past 1,024 tokens, so a
@@ -64,6 +90,11 @@ REPLAY_VERSION = 1
 BLOCK_BYTES = 1024
 MAX_BLOCKS = 128
 FINGERPRINT_HEX = 32
+MAX_BOUNDARIES = 16
+DOCUMENT_TOKENS = BreakpointsSettings().document_tokens
+# Boundaries are kept for prompts of at least 4 KB: ~1,024 tokens at the layer's 4 bytes a
+# token, Anthropic's smallest cacheable prefix (a shorter prompt has no boundary to cache).
+BOUNDARY_MIN_BYTES = 4 * 1024
 
 
 def encode_blocks(blocks: Sequence[int]) -> str:
@@ -98,6 +129,33 @@ def features_of_body(body: Mapping[str, Any], *, kind: str, model: str) -> dict[
         "tools": _digest(shaped) if shaped else None,
         "stream": body.get("stream") is True,
     }
+    key = body.get("prompt_cache_key")
+    if isinstance(key, str):
+        found["pck"] = _digest(key)
+    if isinstance(body.get("messages"), list):
+        found.update(_breakpoint_features(body, long=len(prompt) >= BOUNDARY_MIN_BYTES))
+    return found
+
+
+def _breakpoint_features(body: Mapping[str, Any], *, long: bool) -> dict[str, Any]:
+    """What the breakpoint layer decides by (`bp`, `cont`, `whole`, `cbp`; module docstring):
+    the continuation digests of every chat prompt (the layer's shares count them all), the
+    boundaries only of a `long` one (a shorter has none a provider would cache)."""
+    found: dict[str, Any] = {"whole": whole_digest(body)}
+    earlier = continued(body)
+    if earlier is not None:
+        found["cont"] = earlier
+    cut = boundaries(body, document_tokens=DOCUMENT_TOKENS) if long else []
+    if not cut:
+        return found
+    if len(cut) > MAX_BOUNDARIES:  # the documents past the first ones are left out
+        kept = [b for b in cut if b.kind != "document"]
+        kept += [b for b in cut if b.kind == "document"][: MAX_BOUNDARIES - len(kept)]
+        cut = sorted(kept, key=lambda b: b.tokens)
+    found["bp"] = [[b.kind, b.tokens, b.digest] for b in cut]
+    taken = count_client_breakpoints(body)
+    if taken:
+        found["cbp"] = taken
     return found
 
 

@@ -102,6 +102,13 @@ class PromptCacheSettings(_Frozen):
     increment: int = Field(128, ge=1)
     ttl_seconds: float = Field(600.0, gt=0)
     max_entries: int = Field(100_000, ge=1)
+    # OpenAI's cache routing (cache_routing.py): a prompt is served by one of `machines`, each
+    # with its own cache, chosen by its first `route_tokens` tokens and its `prompt_cache_key`;
+    # past `overflow_per_minute` requests a minute for one such pair, the rest overflow to
+    # other machines. 1 (the default): one cache per key and model, no routing.
+    machines: int = Field(1, ge=1, le=4096)
+    route_tokens: int = Field(256, ge=1)
+    overflow_per_minute: int = Field(15, ge=1, le=100_000)
     # Anthropic's convention on /v1/messages (anthropic_cache.py): explicit `cache_control`
     # breakpoints, a prefix cacheable from this many tokens (1024: Sonnet and Opus; the Haiku
     # models need 2048 or 4096), entries living 5 minutes or 1 hour as the breakpoint asks.

@@ -35,6 +35,7 @@ from levergate.simulator import (
     tiers,
 )
 from levergate.simulator.admission import Request, admit
+from levergate.simulator.cache_routing import CacheRouter
 from levergate.simulator.control import control_reply
 from levergate.simulator.faults import FAULT_HEADER, Fault, malformed_body
 from levergate.simulator.isolation import Parsed
@@ -108,6 +109,7 @@ class Simulator:
             self._cache = PromptCache(settings=s.prompt_cache)
             # Anthropic's explicit breakpoints (anthropic_cache.py) keep entries of their own.
             self._anthropic_cache = PromptCache(settings=s.prompt_cache)
+            self._router = CacheRouter(settings=s.prompt_cache)  # OpenAI's machines
         # Nothing to check at admission unless a limit or a fault rate is set: the fast path.
         self._open_door = (
             self._limiter is None and s.limits.max_concurrency is None and s.faults.total_rate == 0
@@ -151,6 +153,7 @@ class Simulator:
                     "hits": cache.hits,
                     "cached_tokens": cache.cached_tokens,
                     "entries": len(self._cache),
+                    "overflowed": self._router.overflowed,  # cache_routing.py
                 },
                 "batch_api": self.batch_api.stats(),
                 "tiers": self.tiers.snapshot(),
@@ -332,8 +335,10 @@ class Simulator:
             for index, (text, count) in enumerate(spec.prompts):
                 if count < self._cache_from:
                     continue
-                if parsed.digests is None:
-                    cached += self._cache.lookup_and_store(scope=scope, text=text, now=now)
+                machine = self._router.scope(scope=scope, text=text, key=parsed.cache_key,
+                                             now=now)  # fmt: skip
+                if parsed.digests is None or machine != scope:  # routed: the machine's digests
+                    cached += self._cache.lookup_and_store(scope=machine, text=text, now=now)
                 else:
                     digests = parsed.digests[index]
                     cached += self._cache.lookup_and_store_digests(digests, now=now)
@@ -407,7 +412,8 @@ class Simulator:
             return Reply(status=200, hang=True, holds_slot=True)
         cached = 0
         if self._cache_from is not None and plan.prompt_tokens >= self._cache_from:
-            scope = f"{key}\x00{body['model']}"
+            scope = self._router.scope(scope=f"{key}\x00{body['model']}", text=plan.prompt,
+                                       key=body.get("prompt_cache_key"), now=now)  # fmt: skip
             cached = self._cache.lookup_and_store(scope=scope, text=plan.prompt, now=now)
         response_id = f"resp_{self._id_prefix}{next(self._ids):010x}"
         response, deltas = responses_api.respond(

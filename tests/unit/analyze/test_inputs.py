@@ -74,15 +74,18 @@ def test_an_openai_batch_file_is_read_line_by_line(tmp_path: Path) -> None:
     assert skipped.lines == [f"{path}:3: skipped: not an OpenAI request (no messages or prompt)"]
 
 
-def test_what_needs_bodies_or_is_not_modelled_is_not_evaluable() -> None:
+def test_what_needs_bodies_or_a_provider_model_is_not_evaluable() -> None:
     given = from_records((("r", record(n, "a")) for n in range(3)), source="t",
                          skipped=Skipped())  # fmt: skip
+    models = {"upstreams": [{"name": "sim", "base_url": "http://127.0.0.1:9/v1"}],
+              "models": [{"name": "gpt-4o-mini", "upstream": "sim"}]}  # fmt: skip
     candidate = plan(cache={"default": {"semantic": True}},
-                     prompt_cache={"openai_cache_key": "off"})  # fmt: skip
-    result = analyse(given, baseline=plan(cache={"enabled": False}), candidate=candidate)
+                     prompt_cache={"openai_cache_key": "on"}, **models)  # fmt: skip
+    result = analyse(given, baseline=plan(cache={"enabled": False}, **models),
+                     candidate=candidate)  # fmt: skip
     reasons = {r["lever"]: r.get("reason") for r in result["levers"]}
     assert "prompt's text" in reasons["semantic"]
-    assert "not modelled" in reasons["prompt_cache_key"]
+    assert "--provider-machines" in reasons["prompt_cache_key"]  # one machine: no routing
     assert reasons["exact"] is None
     exact = next(r for r in result["levers"] if r["lever"] == "exact")
     assert exact["change_usd"] < 0

@@ -138,11 +138,12 @@ class Continuations:
 
     def observe(self, body: Mapping[str, Any], whole: int, *, now: float) -> float | None:
         """Record this prompt; if it continues an earlier one, the gap since it (seconds)."""
-        messages = body.get("messages") or []
+        return self.observe_digests(continued(body), whole, now=now)
+
+    def observe_digests(self, earlier: int | None, whole: int, *, now: float) -> float | None:
+        """`observe` by digests (`continued`, `whole_digest`): what `levergate analyze` keeps."""
         gap = None
-        k = max((i for i, m in enumerate(messages) if _role(m) == "assistant"), default=-1)
-        if k > 0:
-            earlier = xxhash.xxh3_64_intdigest(_prefix_bytes(body, messages[:k]))
+        if earlier is not None:
             entry = self._prompts.get(earlier)
             if entry is not None and entry[1] < 0:
                 gap = entry[1] = now - entry[0]
@@ -172,6 +173,19 @@ class Continuations:
         return (hit5 / counted5 if counted5 else 0.0, hit60 / counted60 if counted60 else 0.0)
 
 
+def continued(body: Mapping[str, Any]) -> int | None:
+    """The digest of the prompt this one continues (everything before its last assistant
+    message), or None when it continues none."""
+    messages = body.get("messages") or []
+    k = max((i for i, m in enumerate(messages) if _role(m) == "assistant"), default=-1)
+    return xxhash.xxh3_64_intdigest(_prefix_bytes(body, messages[:k])) if k > 0 else None
+
+
+def whole_digest(body: Mapping[str, Any]) -> int:
+    """The digest a later prompt's `continued` gives when it continues this one."""
+    return xxhash.xxh3_64_intdigest(_prefix_bytes(body, body.get("messages") or []))
+
+
 def _role(message: Any) -> object:
     return message.get("role") if isinstance(message, Mapping) else None
 
@@ -198,12 +212,21 @@ class Placer:
                 f"most {MAX_BREAKPOINTS}.",
                 code="too_many_cache_breakpoints",
             )
-        s = self._settings
-        found = boundaries(body, document_tokens=s.document_tokens)
+        found = boundaries(body, document_tokens=self._settings.document_tokens)
         if not found:
             return {}, []
-        whole = xxhash.xxh3_64_intdigest(_prefix_bytes(body, body.get("messages") or []))
-        self._continued.observe(body, whole, now=now)
+        chosen = self.decide(found, continued(body), whole_digest(body), taken=taken, now=now)
+        return (_write(body, chosen), chosen) if chosen else ({}, [])
+
+    def decide(
+        self, found: Sequence[Boundary], earlier: int | None, whole: int, *, taken: int,
+        now: float,
+    ) -> list[Placed]:  # fmt: skip
+        """Which of a prompt's boundaries get a breakpoint, and their TTLs (`taken`: the
+        client's own breakpoints). By digests only, so `levergate analyze` replays it from
+        the request log's features (requestlog/features.py)."""
+        s = self._settings
+        self._continued.observe_digests(earlier, whole, now=now)
         chosen: list[Placed] = []
         for b in found:
             if b.kind == "history":
@@ -216,8 +239,7 @@ class Placer:
                 chosen.append(Placed(b, ttl))
         chosen = sorted(chosen, key=lambda p: _PRIORITY[p.boundary.kind])
         chosen = sorted(chosen[: MAX_BREAKPOINTS - taken], key=lambda p: p.boundary.tokens)
-        chosen = _long_lived_first(chosen)
-        return (_write(body, chosen), chosen) if chosen else ({}, [])
+        return _long_lived_first(chosen)
 
 
 def _long_lived_first(placed: list[Placed]) -> list[Placed]:
