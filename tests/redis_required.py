@@ -13,7 +13,7 @@ from tests.required import missing
 
 
 async def require_redis(url: str) -> None:
-    client = Redis.from_url(url, socket_connect_timeout=1)
+    client = Redis.from_url(url, socket_connect_timeout=10)
     try:
         await client.ping()
     except Exception as exc:  # any failure to reach it: refused, timeout, auth

@@ -87,7 +87,7 @@ async def test_one_tenants_ttl_does_not_cool_the_shared_store_down(
     import redis.asyncio as aioredis
 
     await require_redis("redis://127.0.0.1:6379/0")
-    probe = aioredis.Redis.from_url("redis://127.0.0.1:6379/0", socket_connect_timeout=1)
+    probe = aioredis.Redis.from_url("redis://127.0.0.1:6379/0", socket_connect_timeout=10)
     prefix = f"levergate:test:{uuid.uuid4().hex}:"
     store = {"backend": "redis", "redis_prefix": prefix, "timeout_seconds": 1.0,
              "front_bytes": 0, "cooldown_seconds": 60}  # fmt: skip

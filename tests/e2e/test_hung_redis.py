@@ -28,7 +28,7 @@ COOLDOWN = 30.0
 
 async def test_a_hung_redis_costs_one_timeout_per_store_then_one_trial(sim: SimHandle) -> None:
     await require_redis(REDIS_URL)
-    probe = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    probe = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=10)
     prefix = f"levergate:test:{uuid.uuid4().hex}:"
     limits_prefix = f"levergate:test:{{{uuid.uuid4().hex}}}:"
     hung, clock = HungRedis(), ManualClock()

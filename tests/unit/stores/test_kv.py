@@ -29,7 +29,7 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 async def redis_client() -> AsyncIterator[aioredis.Redis]:
     """A real Redis. Missing Redis skips locally but FAILS under CI=true."""
     await require_redis(REDIS_URL)
-    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=10)
     yield client
     await client.aclose()
 
