@@ -74,6 +74,11 @@ class PrefixCacheSettings(_Strict):
     # on a later hit (a disk read is still far cheaper than a long prefill).
     spill_dir: str | None = None
     spill_bytes: int = Field(2 * 1024 * 1024 * 1024, ge=0)
+    # A finished request's KV cells stay in its slot, within the pool's spare cells, and a
+    # later prompt sharing their prefix reuses them in place (no copy; evicted least recently
+    # used first when running requests need the room). The saved states above are the
+    # fallback for an evicted prefix.
+    in_place: bool = True
 
 
 class SpeculationSettings(_Strict):

@@ -11,6 +11,7 @@ prompt-lookup speculative decoding (needs the `local` extra).
     speculative.py   prompt-lookup drafts and their verification
     sequence.py      what crosses between the event loop and the engine thread
     scheduler.py     continuous batching: admission, prefix sharing, per-step plan
+    cells.py         which KV cells each sequence holds (shared prefixes, kept slots)
     engine.py        the thread that owns the context and runs the steps
     replies.py       tokens -> text (stop strings) -> OpenAI JSON
     endpoint.py      `LocalEndpoint`, the `Endpoint` the pipeline sees

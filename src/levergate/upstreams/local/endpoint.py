@@ -94,7 +94,12 @@ class LocalEndpoint:
         self.context_limit = min(runtime.n_ctx, runtime.n_ctx_train)
         self.model_id = settings.model_name or model_id(settings.model_path or str(path))
         self.quantization = settings.requantize
-        self.engine = Engine(runtime, cache=_prefix_cache(settings), name=settings.name)
+        self.engine = Engine(
+            runtime,
+            cache=_prefix_cache(settings),
+            name=settings.name,
+            keep_cells=settings.prefix_cache.in_place,
+        )
         self.embedder, self._no_embedder = _embedder(settings)
 
     async def __call__(self, call: Call) -> Reply:

@@ -7,7 +7,8 @@ sample (and score each token's logprob, for the requests that asked: logprobs.py
 sequence's new tokens to its sink. Nothing else touches the context.
 
 A failure inside a step (llama.cpp refusing a batch, a bug) fails the sequences of that step
-with an `UpstreamUnavailable` and clears their cells; the thread goes on serving the next
+with an `UpstreamUnavailable` and clears their cells (a finished sequence's stay in its slot
+for the next prompt sharing them: scheduler.py); the thread goes on serving the next
 requests. Stopping fails whatever is still queued or running, then frees the model.
 """
 
@@ -48,7 +49,9 @@ class EngineStats:
 
 
 class Engine:
-    def __init__(self, runtime: Runtime, *, cache: PrefixCache, name: str) -> None:
+    def __init__(
+        self, runtime: Runtime, *, cache: PrefixCache, name: str, keep_cells: bool = True
+    ) -> None:
         self.runtime = runtime
         self.cache = cache
         self.stats = EngineStats()
@@ -59,6 +62,7 @@ class Engine:
             slots=runtime.slots,
             n_ctx=runtime.n_ctx,
             batch_tokens=runtime.batch_tokens,
+            keep_cells=keep_cells,
         )
         self._thread = threading.Thread(target=self._run, name=f"levergate-{name}", daemon=True)
         self._thread.start()
@@ -240,4 +244,4 @@ class Engine:
     def _fail(self, seqs: list[Sequence], error: LevergateError) -> None:
         for seq in seqs:
             seq.ticket.sink(Failed(error))
-            self.scheduler.release(seq)
+            self.scheduler.release(seq, keep=False)

@@ -2,10 +2,18 @@
 
 Requests wait in arrival order and join between steps while a slot is free and the KV cells they
 may need (prompt + max_tokens, reserved up front) fit in the pool, so a running sequence never
-runs out of room mid-answer. A joining request starts from the longest prefix it can reuse:
-a running sequence's computed prefix (shared cells, no copy) or a cached KV state (restored,
-then trimmed to the common part). A request whose prefix another request is still computing
-waits for it instead of computing it a second time: a shared prefix is computed once.
+runs out of room mid-answer. A joining request starts from the longest prefix it can reuse,
+in the KV pool itself when it can: a running sequence's computed prefix, or the cells a
+finished request left in its slot (a "resident"), both shared or trimmed in place with no copy;
+else a cached KV state (restored, ~23 KB per token, then trimmed to the common part). A request
+whose prefix another request is still computing waits for it instead of computing it a second
+time: a shared prefix is computed once.
+
+Residents live in the pool's spare cells: a new request takes an empty slot when there is one
+(a resident it shares a prefix with is copied, so its tail stays for its own follow-up), else
+the resident it matches (trimmed in place), else the least recently used one. On each
+admission the least recently used residents are evicted until the running sequences'
+reservations and the cells only residents hold fit in the pool (`CellMap` counts the cells).
 
 Each step feeds every decoding sequence its pending token (plus a prompt-lookup draft when
 asked), then fills the rest of the step's token budget with prompt chunks of the sequences still
@@ -15,12 +23,14 @@ stream in; chunking keeps one long prompt from stalling everyone.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from levergate.upstreams.local.cells import CellMap
 from levergate.upstreams.local.prefix_cache import PrefixCache, Tokens, common_prefix
 from levergate.upstreams.local.sequence import Sequence, Ticket
 from levergate.upstreams.local.speculative import propose
@@ -47,32 +57,76 @@ class Work:
     draft: list[int]
 
 
+@dataclass(slots=True)
+class Resident:
+    """The cells a finished request left in its (free) slot: `tokens` at positions 0...
+    `used` orders residents by last use, for eviction."""
+
+    tokens: Tokens
+    used: int
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A prefix reusable in the pool: `common` positions of `slot`'s cells."""
+
+    slot: int
+    common: int
+    resident: bool
+
+
 class Scheduler:
     def __init__(
-        self, *, kv: KVCells, cache: PrefixCache, slots: int, n_ctx: int, batch_tokens: int
+        self,
+        *,
+        kv: KVCells,
+        cache: PrefixCache,
+        slots: int,
+        n_ctx: int,
+        batch_tokens: int,
+        keep_cells: bool = True,
     ) -> None:
         self._kv = kv
         self._cache = cache
         self._n_ctx = n_ctx
         self._batch_tokens = batch_tokens
+        self._keep_cells = keep_cells
         self._free = list(range(slots - 1, -1, -1))
+        self._cells = CellMap()
+        self._clock = itertools.count()
+        self.residents: dict[int, Resident] = {}
         self.waiting: deque[Ticket] = deque()
         self.active: dict[int, Sequence] = {}
         self.reserved = 0
         self.reused_tokens = 0
+        self.reused_in_place = 0  # of reused_tokens: shared or trimmed in the pool, not restored
 
     def idle(self) -> bool:
         return not self.active and not self.waiting
 
-    def release(self, seq: Sequence) -> None:
-        """Free a finished, failed or cancelled sequence's slot, cells and reservation."""
-        if self.active.pop(seq.slot, None) is not None:
+    def release(self, seq: Sequence, *, keep: bool = True) -> None:
+        """Free a finished, failed or cancelled sequence's slot and reservation. Its cells
+        stay in the slot as a resident (`keep`, and long enough to be reused); a failed step
+        may have left them half-written, so a failure passes keep=False."""
+        if self.active.pop(seq.slot, None) is None:
+            return
+        self._free.append(seq.slot)
+        self.reserved -= seq.reserved
+        # Positions past `length` may hold a draft token cut by an end token (never appended).
+        kept = min(seq.computed, seq.length)
+        if keep and self._keep_cells and kept >= self._cache.min_tokens:
+            if kept < seq.computed:
+                self._kv.forget(seq.slot, kept)
+            self._cells.grow(seq.slot, seq.computed)
+            self._cells.trim(seq.slot, kept)
+            self.residents[seq.slot] = Resident(seq.tokens[:kept].copy(), next(self._clock))
+        else:
             self._kv.forget(seq.slot)
-            self._free.append(seq.slot)
-            self.reserved -= seq.reserved
+            self._cells.drop(seq.slot)
 
     def reap(self) -> None:
-        """Drop cancelled requests: waiting ones, and running ones with their cells."""
+        """Drop cancelled requests: waiting ones, and running ones (their computed cells stay
+        as a resident, as a finished request's do)."""
         self.waiting = deque(t for t in self.waiting if not t.cancelled)
         for seq in [s for s in self.active.values() if s.ticket.cancelled]:
             self.release(seq)
@@ -93,11 +147,7 @@ class Scheduler:
                 deferred.append(ticket)
                 continue
             capacity = len(prompt) + request.max_tokens + draft + 2
-            seq = Sequence(ticket, slot=self._free.pop(), capacity=capacity, reserved=need)
-            self.active[seq.slot] = seq
-            self.reserved += need
-            self._reuse(seq, prompt)
-            admitted.append(seq)
+            admitted.append(self._start(ticket, prompt, capacity=capacity, need=need))
         self.waiting.extendleft(reversed(deferred))
         return admitted
 
@@ -139,37 +189,100 @@ class Scheduler:
         """Whether a running sequence is still computing a prefix this prompt shares, longer
         than what could be reused now by at least the cache's minimum."""
         limit = len(prompt) - 1
-        now = self._best_running(prompt, limit)[1]
+        best = self._best_source(prompt, limit)
+        now = best.common if best is not None else 0
         for seq in self._prefilling():
             later = min(common_prefix(seq.tokens[: seq.prompt_length], prompt), limit)
             if later - now >= self._cache.min_tokens and later > seq.computed:
                 return True
         return False
 
-    def _best_running(self, prompt: Tokens, limit: int) -> tuple[Sequence | None, int]:
-        best: tuple[Sequence | None, int] = (None, 0)
+    def _best_source(self, prompt: Tokens, limit: int) -> Source | None:
+        """The longest prefix of `prompt` (up to `limit`) held in the pool: a running
+        sequence's computed tokens or a resident's; a resident wins a tie (no sharing)."""
+        best: Source | None = None
+        for slot, resident in self.residents.items():
+            common = min(common_prefix(resident.tokens, prompt), limit)
+            if common > (best.common if best else 0):
+                best = Source(slot, common, resident=True)
         for seq in self.active.values():
             common = min(common_prefix(seq.tokens[: seq.computed], prompt), limit)
-            if common > best[1]:
-                best = (seq, common)
+            if common > (best.common if best else 0):
+                best = Source(seq.slot, common, resident=False)
         return best
 
-    def _reuse(self, seq: Sequence, prompt: Tokens) -> None:
+    def _start(self, ticket: Ticket, prompt: Tokens, *, capacity: int, need: int) -> Sequence:
+        """Admit `ticket` into a slot, evict the residents the pool no longer has room for
+        (not the one it reuses: it goes after, if need be), then start it from the longest
+        prefix it can reuse (a restored state needs its room first)."""
+        for running in self.active.values():  # the map follows their prefill and decoding
+            self._cells.grow(running.slot, running.computed)
         limit = len(prompt) - 1
-        source, shared = self._best_running(prompt, limit)
+        source = self._best_source(prompt, limit)
         match = self._cache.match(prompt, limit=limit)
-        if (
-            source is not None
-            and shared >= self._cache.min_tokens
-            and (match is None or shared >= match.common)
+        if source is not None and (
+            source.common < self._cache.min_tokens or (match and match.common > source.common)
         ):
-            self._kv.share(source.slot, seq.slot, shared)
-            seq.computed = seq.cached = shared
+            source = None
+        slot = self._slot(source)
+        seq = Sequence(ticket, slot=slot, capacity=capacity, reserved=need)
+        self.active[slot] = seq
+        self.reserved += need
+        self._evict(keep=source.slot if source is not None else None)
+        if source is not None:
+            if source.slot == slot:  # the resident's own cells, trimmed in place
+                self._kv.forget(slot, source.common)
+                self._cells.trim(slot, source.common)
+            else:
+                self._kv.share(source.slot, slot, source.common)
+                self._cells.copy(source.slot, slot, source.common)
+                if source.resident:
+                    self.residents[source.slot].used = next(self._clock)
+            seq.computed = seq.cached = source.common
+            self.reused_in_place += source.common
         elif match is not None:
             state = self._cache.state(match.key)
-            if state is not None and self._kv.load(seq.slot, state):
-                self._kv.forget(seq.slot, match.common)
+            if state is not None and self._kv.load(slot, state):
+                self._kv.forget(slot, match.common)
+                self._cells.grow(slot, match.common)
                 seq.computed = seq.cached = match.common
             else:
-                self._kv.forget(seq.slot)
+                self._kv.forget(slot)
         self.reused_tokens += seq.cached
+        self._evict(keep=None)  # a resident it shared from may still hold a tail of its own
+        return seq
+
+    def _slot(self, source: Source | None) -> int:
+        """A free slot for a new sequence, emptied unless it is `source`'s resident reused in
+        place: an empty one first, else `source`'s, else the least recently used resident."""
+        empty = [slot for slot in self._free if slot not in self.residents]
+        if source is not None and source.resident:
+            whole = source.common == len(self.residents[source.slot].tokens)
+            if whole or not empty:
+                del self.residents[source.slot]
+                self._free.remove(source.slot)
+                return source.slot
+        if empty:
+            slot = empty[-1]
+        else:
+            slot = min(self.residents, key=lambda s: self.residents[s].used)
+            self._forget_resident(slot)
+        self._free.remove(slot)
+        return slot
+
+    def _evict(self, *, keep: int | None) -> None:
+        """Evict least recently used residents, except `keep`, until the running sequences'
+        reservations and the cells that only residents hold fit in the pool."""
+        while True:
+            running = list(self.active)
+            only_residents = self._cells.cells([*running, *self.residents])
+            only_residents -= self._cells.cells(running)
+            candidates = [slot for slot in self.residents if slot != keep]
+            if self.reserved + only_residents <= self._n_ctx or not candidates:
+                return
+            self._forget_resident(min(candidates, key=lambda s: self.residents[s].used))
+
+    def _forget_resident(self, slot: int) -> None:
+        del self.residents[slot]
+        self._kv.forget(slot)
+        self._cells.drop(slot)
