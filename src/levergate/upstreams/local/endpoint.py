@@ -99,6 +99,7 @@ class LocalEndpoint:
             cache=_prefix_cache(settings),
             name=settings.name,
             keep_cells=settings.prefix_cache.in_place,
+            resident_cells=settings.prefix_cache.in_place_cells,
         )
         self.embedder, self._no_embedder = _embedder(settings)
 

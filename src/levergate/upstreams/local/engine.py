@@ -50,7 +50,13 @@ class EngineStats:
 
 class Engine:
     def __init__(
-        self, runtime: Runtime, *, cache: PrefixCache, name: str, keep_cells: bool = True
+        self,
+        runtime: Runtime,
+        *,
+        cache: PrefixCache,
+        name: str,
+        keep_cells: bool = True,
+        resident_cells: int | None = None,
     ) -> None:
         self.runtime = runtime
         self.cache = cache
@@ -63,6 +69,7 @@ class Engine:
             n_ctx=runtime.n_ctx,
             batch_tokens=runtime.batch_tokens,
             keep_cells=keep_cells,
+            resident_cells=resident_cells,
         )
         self._thread = threading.Thread(target=self._run, name=f"levergate-{name}", daemon=True)
         self._thread.start()

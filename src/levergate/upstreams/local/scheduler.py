@@ -85,12 +85,14 @@ class Scheduler:
         n_ctx: int,
         batch_tokens: int,
         keep_cells: bool = True,
+        resident_cells: int | None = None,
     ) -> None:
         self._kv = kv
         self._cache = cache
         self._n_ctx = n_ctx
         self._batch_tokens = batch_tokens
         self._keep_cells = keep_cells
+        self._resident_cells = n_ctx if resident_cells is None else resident_cells
         self._free = list(range(slots - 1, -1, -1))
         self._cells = CellMap()
         self._clock = itertools.count()
@@ -272,13 +274,16 @@ class Scheduler:
 
     def _evict(self, *, keep: int | None) -> None:
         """Evict least recently used residents, except `keep`, until the running sequences'
-        reservations and the cells that only residents hold fit in the pool."""
+        reservations and the cells that only residents hold fit in the pool, and those cells
+        within `resident_cells` (every step attends over the pool up to its highest cell in
+        use, so residents are not free)."""
         while True:
             running = list(self.active)
             only_residents = self._cells.cells([*running, *self.residents])
             only_residents -= self._cells.cells(running)
             candidates = [slot for slot in self.residents if slot != keep]
-            if self.reserved + only_residents <= self._n_ctx or not candidates:
+            fits = self.reserved + only_residents <= self._n_ctx
+            if (fits and only_residents <= self._resident_cells) or not candidates:
                 return
             self._forget_resident(min(candidates, key=lambda s: self.residents[s].used))
 

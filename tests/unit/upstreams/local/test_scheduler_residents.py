@@ -24,13 +24,12 @@ def ticket(prompt: list[int], max_tokens: int = 3) -> Ticket:
 
 
 def setup(
-    *, slots: int = 3, n_ctx: int = 200, keep: bool = True, ram: int = 0
+    *, slots: int = 3, n_ctx: int = 200, keep: bool = True, ram: int = 0, budget: int | None = None
 ) -> tuple[Scheduler, Pool, PrefixCache]:
     pool = Pool(n_ctx)
     cache = PrefixCache(ram_bytes=ram, min_tokens=4)
-    sched = Scheduler(
-        kv=pool, cache=cache, slots=slots, n_ctx=n_ctx, batch_tokens=64, keep_cells=keep
-    )
+    sched = Scheduler(kv=pool, cache=cache, slots=slots, n_ctx=n_ctx, batch_tokens=64,
+                      keep_cells=keep, resident_cells=budget)  # fmt: skip
     return sched, pool, cache
 
 
@@ -178,3 +177,15 @@ def test_without_in_place_reuse_a_finished_request_gives_its_cells_back() -> Non
     assert not sched.active
     assert not sched.residents
     assert pool.occupied() == 0
+
+
+def test_residents_keep_within_their_cell_budget() -> None:
+    sched, pool, cache = setup(budget=40)  # room for the 31-cell resident, not beside the 21
+    for prefix in PREFIXES[:2]:
+        sched.waiting.append(ticket([*prefix, 1], max_tokens=1))
+        step(sched, pool, cache)
+        step(sched, pool, cache)
+    sched.waiting.append(ticket([*range(600, 610)], max_tokens=1))
+    step(sched, pool, cache)
+    assert [r.tokens[0] for r in sched.residents.values()] == [200]  # the newer one stays
+    assert pool.occupied() - pool.occupied(sched.active) <= 40
