@@ -1,8 +1,8 @@
 """Prefix KV reuse: time to first token of a request whose ~1.5k-token system prompt was
 computed before (warm) against one whose prompt is new (cold: full prefill), on the embedded
-engine with its default settings, where the warm prompt starts from the cells the cold request
-left in the pool (in place), and on the same engine with `prefix_cache.in_place: false`, where
-it restores the prompt's saved KV state into its slot (the fallback for an evicted prefix).
+engine with `prefix_cache.in_place: true`, where the warm prompt starts from the cells the cold
+request left in the pool (in place), and on the same engine with its default settings
+(`in_place: false`), where it restores the prompt's saved KV state into its slot.
 
 Each round uses a system prompt never seen before (a different opening line) and asks each
 engine, in turn (A then B, then B then A), one question cold, then a different question with the
@@ -51,7 +51,7 @@ def system_prompt(session: int, target_tokens: int) -> str:
 
 async def run(rounds: int, prompt_tokens: int, *, threads: int | None = None) -> dict[str, Any]:
     engines = {
-        "in_place": engine(threads=threads),
+        "in_place": engine(threads=threads, prefix_cache=PrefixCacheSettings(in_place=True)),
         "restored": engine(threads=threads, prefix_cache=PrefixCacheSettings(in_place=False)),
     }
     try:

@@ -78,8 +78,10 @@ class PrefixCacheSettings(_Strict):
     # A finished request's KV cells stay in its slot, within the pool's spare cells, and a
     # later prompt sharing their prefix reuses them in place (no copy; evicted least recently
     # used first when running requests need the room). The saved states above are the
-    # fallback for an evicted prefix.
-    in_place: bool = True
+    # fallback for an evicted prefix. Off by default: kept cells made a cold prompt's prefill
+    # slower (1.19x llama-server's cold TTFT against 1.00x without, warm 0.98x against 1.06x,
+    # 3 alternating rounds each at load ~1.5, 2026-12-03), a loss larger than the warm gain.
+    in_place: bool = False
     # At most this many cells held only by finished requests, least recently used evicted
     # first: llama.cpp attends over the pool up to its highest cell in use, so kept cells slow
     # every step down (~1.4x on a cold 1.5k-token prompt with the 8,192-cell pool full).

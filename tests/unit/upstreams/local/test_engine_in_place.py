@@ -33,7 +33,9 @@ NEAR_TIE = 0.6
 
 @pytest.fixture(scope="module")
 def in_place() -> Iterator[LocalEndpoint]:
-    yield from running(local_settings(name="in-place"))
+    yield from running(
+        local_settings(name="in-place", prefix_cache=PrefixCacheSettings(in_place=True))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +141,8 @@ async def test_a_follow_up_turn_reuses_the_whole_conversation(
 @pytest.fixture(scope="module")
 def small() -> Iterator[LocalEndpoint]:
     """A pool too small to keep a resident beside a long new prompt."""
-    yield from running(local_settings(name="small", n_ctx=512, slots=2))
+    cache = PrefixCacheSettings(in_place=True)
+    yield from running(local_settings(name="small", n_ctx=512, slots=2, prefix_cache=cache))
 
 
 async def test_an_evicted_prefix_comes_back_from_its_saved_state(
