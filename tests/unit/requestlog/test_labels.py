@@ -5,19 +5,16 @@ only where bodies are logged and never for a private tenant."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from levergate.config.request_log import RequestLogSettings
 from levergate.layers.measure.shadow_labels import ShadowLabel, ShadowLabels
 from levergate.redact import Redactor
 from levergate.requestlog.labels import LABEL_NAMES, Labelled, label_row
-from levergate.requestlog.store import LogStore, PostgresLog, SqliteLog
+from levergate.requestlog.store import LogStore, SqliteLog
 from levergate.requestlog.writer import BodyText, LogMetrics, LogWriter
-from tests.postgres_required import postgres_database
 
 DAY = 86400.0
 START = 100 * DAY  # midnight UTC, day 100
@@ -32,19 +29,6 @@ def label(n: int, *, result: str = "agree", name: str = "auto", tenant: str = "a
         prompt=prompt or f"question {n}", cheap_text=f"cheap {n}", strong_text=f"strong {n}",
         tenant=tenant, feature="faq",
     )  # fmt: skip
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LogStore]:
-    if request.param == "sqlite":
-        found: LogStore = SqliteLog(str(tmp_path / "log.sqlite3"), timeout_seconds=5)
-        yield found
-        found.close()
-        return
-    async with postgres_database("levergate_labels_unit") as dsn:
-        found = PostgresLog(dsn, timeout_seconds=5)
-        yield found
-        found.close()
 
 
 def test_labels_read_back_oldest_first_without_failed_ones_and_count_per_day(

@@ -4,7 +4,6 @@ age and size bounds hold; a broken connection is reconnected."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +27,6 @@ from tests.postgres_required import postgres_database
 from tests.unit.requestlog.records import record, rich_record, rows
 
 START = 1_000_000.0
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LogStore]:
-    if request.param == "sqlite":
-        found: LogStore = SqliteLog(str(tmp_path / "log.sqlite3"), timeout_seconds=5)
-        yield found
-        found.close()
-        return
-    async with postgres_database("levergate_log_unit") as dsn:
-        found = PostgresLog(dsn, timeout_seconds=5)
-        yield found
-        found.close()
 
 
 def all_pages(store: LogStore, where: LogFilter, limit: int) -> list[dict[str, Any]]:
