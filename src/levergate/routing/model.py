@@ -22,14 +22,14 @@ in it can execute. Every shape is checked at load; a file that fails is a `Confi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from levergate.core.json_file import read_json_file, validated
 from levergate.errors import ConfigError
 from levergate.routing.features import STRUCTURE
 
@@ -142,18 +142,8 @@ class Scorer:
 def load(path: str | Path) -> tuple[RouterFile, Scorer]:
     """The router file and its scorer (raises ConfigError naming the file and what is wrong)."""
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ConfigError(f"router file {path} is larger than {MAX_FILE_BYTES} bytes")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read router file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"router file {path} is not a levergate router (not UTF-8)") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        raise ConfigError(f"router file {path} is not a levergate router (not JSON)") from None
+    data = read_json_file(path, what="router file", max_bytes=MAX_FILE_BYTES,
+                          kind="a levergate router")  # fmt: skip
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"router file {path} is not a levergate router (no format {FORMAT!r})")
     if data.get("version") != VERSION:
@@ -161,12 +151,7 @@ def load(path: str | Path) -> tuple[RouterFile, Scorer]:
             f"router file {path} has version {data.get('version')!r}; "
             f"this levergate reads {VERSION}"
         )
-    try:
-        router = RouterFile.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"router file {path} is malformed at {where}: {first['msg']}") from None
+    router = validated(RouterFile, data, what="router file", path=path)
     if router.features.structure != list(STRUCTURE):
         raise ConfigError(
             f"router file {path} was trained with other structure features "

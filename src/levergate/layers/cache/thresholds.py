@@ -21,7 +21,6 @@ keeps the thresholds it had, until the file changes again.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from collections.abc import Mapping
@@ -29,9 +28,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from levergate.core.clock import Clock
+from levergate.core.json_file import read_json_file, validated
 from levergate.errors import ConfigError
 from levergate.layers.route_watch import Stamp, stamp
 
@@ -70,29 +70,12 @@ def load(path: str | Path) -> ThresholdsFile:
     """The file (an empty one when there is none); a `ConfigError` naming it and what is
     wrong."""
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ConfigError(f"thresholds file {path} is larger than {MAX_FILE_BYTES} bytes")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    data = read_json_file(path, what="thresholds file", max_bytes=MAX_FILE_BYTES, missing_ok=True)
+    if data is None:
         return ThresholdsFile()
-    except OSError as exc:
-        raise ConfigError(f"cannot read thresholds file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"thresholds file {path} is not UTF-8") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        raise ConfigError(f"thresholds file {path} is not JSON") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"thresholds file {path} has no format {FORMAT!r}")
-    try:
-        return ThresholdsFile.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        problem = f"thresholds file {path} is malformed at {where}: {first['msg']}"
-        raise ConfigError(problem) from None
+    return validated(ThresholdsFile, data, what="thresholds file", path=path)
 
 
 def _write(path: Path, found: ThresholdsFile) -> None:
