@@ -161,11 +161,7 @@ class OpenAIUpstream:
                 self._client.request("POST", url, body=payload, headers=sent), idle=timeouts.ttfb
             )
         except TimeoutError:
-            raise UpstreamTimeout(
-                f"upstream '{self.name}' sent no response within {timeouts.ttfb:g}s",
-                upstream=self.name,
-                code="upstream_timeout",
-            ) from None
+            raise self._timed_out(f"sent no response within {timeouts.ttfb:g}s") from None
         except TransportFailed as exc:
             raise UpstreamUnavailable(
                 f"cannot reach upstream '{self.name}': {self._redact(str(exc))}",
@@ -289,11 +285,7 @@ class OpenAIUpstream:
         try:
             chunk = await timer.read(anext(chunks, None))
         except TimeoutError:
-            raise UpstreamTimeout(
-                f"upstream '{self.name}' exceeded its {timer.expired or 'total'} timeout",
-                upstream=self.name,
-                code="upstream_timeout",
-            ) from None
+            raise self._timed_out(f"exceeded its {timer.expired or 'total'} timeout") from None
         except TransportFailed as exc:
             raise self._failed_while_sending(exc) from None
         finally:
@@ -333,11 +325,7 @@ class OpenAIUpstream:
             return await timer.read(self._collect(response, timer.deadline, limit=limit),
                                     idle=math.inf)  # fmt: skip
         except TimeoutError:
-            raise UpstreamTimeout(
-                f"upstream '{self.name}' exceeded its total timeout",
-                upstream=self.name,
-                code="upstream_timeout",
-            ) from None
+            raise self._timed_out("exceeded its total timeout") from None
         except TransportFailed as exc:
             raise self._failed_while_sending(exc) from None
 
@@ -372,11 +360,11 @@ class OpenAIUpstream:
 
     def _check_deadline(self, deadline: float) -> None:
         if time.monotonic() >= deadline:
-            raise UpstreamTimeout(
-                f"upstream '{self.name}' exceeded its total timeout",
-                upstream=self.name,
-                code="upstream_timeout",
-            )
+            raise self._timed_out("exceeded its total timeout")
+
+    def _timed_out(self, what: str) -> UpstreamTimeout:
+        return UpstreamTimeout(f"upstream '{self.name}' {what}", upstream=self.name,
+                               code="upstream_timeout")  # fmt: skip
 
     def _failed_while_sending(self, exc: TransportFailed) -> UpstreamUnavailable:
         return UpstreamUnavailable(
