@@ -13,6 +13,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from levergate.layers.measure import hot
+
 
 class CacheStats:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -58,7 +60,8 @@ class CacheStats:
     def lookup(self, cache: str, outcome: str) -> None:
         child = self._children.get((cache, outcome))
         if child is None:
-            child = self._children[(cache, outcome)] = self.lookups.labels(cache, outcome)
+            child = self.lookups.labels(cache, outcome)
+            child = self._children[(cache, outcome)] = hot.counter(child)
         child.inc()
 
     def saved(self, cache: str, prompt: int, completion: int) -> None:
@@ -66,6 +69,6 @@ class CacheStats:
             if tokens:
                 child = self._children.get((cache, "saved", kind))
                 if child is None:
-                    child = self.saved_tokens.labels(cache, kind)
+                    child = hot.counter(self.saved_tokens.labels(cache, kind))
                     self._children[(cache, "saved", kind)] = child
                 child.inc(tokens)

@@ -23,6 +23,7 @@ from levergate.catalog import Catalog
 from levergate.config import LedgerSettings
 from levergate.core.call import CacheOutcome, CacheResult, Call, Spend
 from levergate.core.tokenizer import TokenSource
+from levergate.layers.measure import hot
 from levergate.layers.measure.labels import OTHER, LabelValues
 from levergate.layers.measure.record import NO_SAVINGS, RequestRecord
 from levergate.policies.pricing import Bill, Lever, Side, Tokens, bill, cost, from_usage
@@ -161,7 +162,7 @@ class LedgerMetrics:
         key = (metric, labels)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = metric.labels(*labels)
+            child = self._children[key] = hot.counter(metric.labels(*labels))
         child.inc(value)
 
 

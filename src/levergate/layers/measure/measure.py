@@ -76,7 +76,7 @@ class Measure:
         self._disclose = Disclose.of(headers) if headers is not None else None
         self._price_first = self._disclose is not None and headers is not None and headers.cost
         self._recorder = recorder
-        self._t = recorder.telemetry
+        self._serving = recorder.telemetry.serving  # levergate_in_flight
         self._finish = recorder.finish
 
     async def __call__(self, call: Call) -> Reply:
@@ -86,11 +86,11 @@ class Measure:
             call.ctx.trace.spans = Spans.begin(
                 call.ctx.headers, ratio=self._tracing, parent=call.ctx.controls.trace
             )
-        self._t.in_flight.inc()
+        self._serving.inc(1)
         try:
             reply = await self._inner(call)
         except BaseException as exc:
-            self._t.in_flight.dec()
+            self._serving.inc(-1)
             self.later(call, Seen.failed(exc))
             raise
         trace = call.ctx.trace
@@ -124,7 +124,7 @@ class Measure:
         self._whole(call, self._seen(call, reply, total))
 
     def _whole(self, call: Call, seen: Seen) -> None:
-        self._t.in_flight.dec()
+        self._serving.inc(-1)
         self._finish(call, seen)
 
     def _seen(self, call: Call, reply: Completed, total: float) -> Seen:
@@ -144,7 +144,7 @@ class Measure:
         return self._recorder.price(call, seen)
 
     def stream_ended(self, call: Call, seen: Seen) -> None:
-        self._t.in_flight.dec()
+        self._serving.inc(-1)
         self.later(call, seen)
 
     def later(self, call: Call, seen: Seen) -> None:

@@ -31,6 +31,7 @@ from prometheus_client import (
 
 from levergate.config import LedgerSettings, MetricsSettings
 from levergate.core.tokenizer import TokenSource
+from levergate.layers.measure import hot
 from levergate.layers.measure.labels import OTHER, LabelValues
 from levergate.layers.measure.ledger import LedgerMetrics
 from levergate.layers.measure.record import RequestRecord
@@ -56,10 +57,16 @@ class Telemetry:
         self.in_flight = Gauge(
             "levergate_in_flight", "Requests being served.", registry=self.registry
         )
+        # What Measure adds 1 and -1 to around each request.
+        self.serving = hot.gauge(self.in_flight)
         self.bounded = LabelValues(("feature", "model"), max_values=settings.max_label_values)
         self._max_sets = settings.max_label_sets
         self._sets: set[Labels] = set()
         self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
+        # Each label set's series, and those of authenticated requests by their labels as
+        # they came, once admitted as they are (both bounded by the series budget).
+        self._series: dict[Labels, Series] = {}
+        self._admitted: dict[Labels, Series] = {}
         self._rendering = asyncio.Lock()
         self._exposed = self.registry
         # Every Telemetry a worker builds, the reloaded ones included, exposes all workers.
@@ -173,12 +180,97 @@ class Telemetry:
             return wanted
         return (route, OTHER, upstream, OTHER)
 
+    def series(self, *, route: str, model: str, upstream: str, feature: str) -> Series:
+        """The series of an authenticated request's labels (`labels`): one dict look-up once
+        they were admitted as they are (at most `max_label_sets` of them are kept for it)."""
+        raw = (route, model, upstream, feature)
+        found = self._admitted.get(raw)
+        if found is not None:
+            return found
+        labels = self.labels(route=route, model=model, upstream=upstream, feature=feature)
+        found = self.series_of(labels)
+        if labels == raw:
+            self._admitted[raw] = found
+        return found
+
+    def series_of(self, labels: Labels) -> Series:
+        """The series of a label set already within the budget."""
+        found = self._series.get(labels)
+        if found is None:
+            found = self._series[labels] = Series(self, labels)
+        return found
+
     def child(self, metric: Counter | Histogram, *labels: str) -> Any:
         """`metric.labels(*labels)`, memoised: the lookup is most of the cost of an update."""
         key = (metric._name, labels)
         found = self._children.get(key)
         if found is None:
             found = self._children[key] = metric.labels(*labels)
+        return found
+
+
+class Series:
+    """What one label set's requests update (`layers.measure.hot`: an addition each). Each child
+    is made on first use, as before: a child exists in /metrics from its first `labels()` on
+    (a whole answer's labels have no TTFT series)."""
+
+    __slots__ = ("_cost", "_itl", "_labels", "_outcomes", "_t", "_tokens", "_ttft", "_unreported",
+                 "overhead")  # fmt: skip
+
+    def __init__(self, telemetry: Telemetry, labels: Labels) -> None:
+        self._t = telemetry
+        self._labels = labels
+        self.overhead = hot.histogram(telemetry.child(telemetry.overhead, labels[0]))
+        self._outcomes: dict[str, tuple[hot.Adds, hot.Observes]] = {}
+        self._tokens: dict[str, hot.Adds] = {}
+        self._unreported: dict[str, hot.Adds] = {}
+        self._ttft: hot.Observes | None = None
+        self._itl: hot.Observes | None = None
+        self._cost: hot.Adds | None = None
+
+    def outcome(self, outcome: str) -> tuple[hot.Adds, hot.Observes]:
+        """The request counter and the duration histogram of `outcome`."""
+        found = self._outcomes.get(outcome)
+        if found is None:
+            t, labels = self._t, self._labels
+            found = self._outcomes[outcome] = (
+                hot.counter(t.child(t.requests, *labels, outcome)),
+                hot.histogram(t.child(t.total, *labels, outcome)),
+            )
+        return found
+
+    def ttft(self) -> hot.Observes:
+        if self._ttft is None:
+            self._ttft = hot.histogram(self._t.child(self._t.ttft, *self._labels))
+        return self._ttft
+
+    def itl(self) -> hot.Observes:
+        if self._itl is None:
+            self._itl = hot.histogram(self._t.child(self._t.itl, *self._labels))
+        return self._itl
+
+    def cost(self) -> hot.Adds:
+        if self._cost is None:
+            _, model, upstream, feature = self._labels
+            self._cost = hot.counter(self._t.child(self._t.cost, model, upstream, feature))
+        return self._cost
+
+    def tokens(self, kind: str) -> hot.Adds:
+        found = self._tokens.get(kind)
+        if found is None:
+            _, model, upstream, feature = self._labels
+            found = self._tokens[kind] = hot.counter(
+                self._t.child(self._t.tokens, model, upstream, feature, kind)
+            )
+        return found
+
+    def unreported(self, how: str) -> hot.Adds:
+        found = self._unreported.get(how)
+        if found is None:
+            _, model, upstream, feature = self._labels
+            found = self._unreported[how] = hot.counter(
+                self._t.child(self._t.unreported, model, upstream, feature, how)
+            )
         return found
 
 
@@ -206,33 +298,28 @@ class PrometheusSink:
     def emit(self, record: RequestRecord) -> None:
         t = self._t
         if record.authenticated:
-            labels = t.labels(
-                route=record.kind,
-                model=record.model,
-                upstream=record.upstream,
-                feature=record.feature,
-            )
+            series = t.series(route=record.kind, model=record.model, upstream=record.upstream,
+                              feature=record.feature)  # fmt: skip
         else:
-            labels = (record.kind, "", record.upstream, "")
-        route, model, upstream, feature = labels
+            series = t.series_of((record.kind, "", record.upstream, ""))
         timings = record.timings
-        t.child(t.requests, *labels, record.outcome).inc()
-        t.child(t.total, *labels, record.outcome).observe(timings.total)
-        t.child(t.overhead, route).observe(timings.overhead)
+        requests, total = series.outcome(record.outcome)
+        requests.inc(1)
+        total.observe(timings.total)
+        series.overhead.observe(timings.overhead)
         if timings.ttft is not None:
-            t.child(t.ttft, *labels).observe(timings.ttft)
+            series.ttft().observe(timings.ttft)
         if timings.inter_token is not None:
-            t.child(t.itl, *labels).observe(timings.inter_token)
+            series.itl().observe(timings.inter_token)
         tokens = record.tokens
         if tokens.input or tokens.output:
-            t.child(t.tokens, model, upstream, feature, "input").inc(tokens.input)
-            t.child(t.tokens, model, upstream, feature, "output").inc(tokens.output)
+            series.tokens("input").inc(tokens.input)
+            series.tokens("output").inc(tokens.output)
             if tokens.cached_read:
-                t.child(t.tokens, model, upstream, feature, "cached").inc(tokens.cached_read)
+                series.tokens("cached").inc(tokens.cached_read)
             if tokens.cache_write:
-                t.child(t.tokens, model, upstream, feature, "cache_write").inc(tokens.cache_write)
+                series.tokens("cache_write").inc(tokens.cache_write)
             if tokens.output and tokens.output_source is not TokenSource.REPORTED:
-                how = tokens.output_source.value
-                t.child(t.unreported, model, upstream, feature, how).inc(tokens.output)
+                series.unreported(tokens.output_source.value).inc(tokens.output)
         if record.cost_usd:
-            t.child(t.cost, model, upstream, feature).inc(record.cost_usd)
+            series.cost().inc(record.cost_usd)

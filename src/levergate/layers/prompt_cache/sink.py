@@ -35,6 +35,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from levergate.config import WILDCARD, Settings
+from levergate.layers.measure import hot
 from levergate.layers.measure.labels import OTHER
 from levergate.layers.measure.record import RequestRecord, Sink
 
@@ -108,13 +109,13 @@ class PromptCacheSink:
         label = alias if alias in self._aliases else OTHER
         found = self._children.get(label)
         if found is None:
-            found = (
+            found = tuple(hot.counter(child) for child in (
                 self.prompt.labels(label),
                 self.read.labels(label),
                 self.written.labels(label),
                 self.expected.labels(label),
                 *(self.requests.labels(label, o) for o in OUTCOMES),
-            )
+            ))  # fmt: skip
             self._children[label] = found
         if label != OTHER:  # an unknown name is looked up again, never remembered
             self._children[alias] = found

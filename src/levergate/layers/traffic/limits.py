@@ -26,6 +26,7 @@ from levergate.core.controls import Priority
 from levergate.core.reply import Completed, Ended, Reply, Watcher
 from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamRejected, UpstreamTimeout
+from levergate.layers.measure import hot
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.layers.traffic.waiting import WaitingRoom, deadline_for
 from levergate.policies.aimd import Aimd
@@ -141,7 +142,8 @@ class Limits:
         self._slow = slow_seconds
         self.in_flight = 0
         # Labelled children resolved once: `labels()` on every request is measurable overhead.
-        self._waited = {p: metrics.wait.labels(name, p.name.lower()) for p in Priority}
+        self._waited = {p: hot.histogram(metrics.wait.labels(name, p.name.lower()))
+                        for p in Priority}  # fmt: skip
 
     async def __call__(self, call: Call) -> Reply:
         estimate = reserved_tokens(call.body, embedding=call.kind == "embedding")

@@ -21,6 +21,7 @@ from levergate.core.clock import Clock
 from levergate.core.reply import Completed, Ended, Reply, Watcher
 from levergate.core.service import Layer, Service
 from levergate.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
+from levergate.layers.measure import hot
 from levergate.layers.traffic.endpoints import EjectionGroup, EndpointState
 from levergate.layers.traffic.metrics import TrafficMetrics
 
@@ -51,7 +52,7 @@ class OutlierEjection(Watcher):
         self._group = group
         self._clock = clock
         self._outcomes = {
-            outcome: metrics.attempts.labels(state.name, outcome)
+            outcome: hot.counter(metrics.attempts.labels(state.name, outcome))
             for outcome in ("ok", "rejected", "failed")
         }
 
