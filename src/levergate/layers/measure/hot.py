@@ -84,8 +84,9 @@ def _plain(value: Any, kind: type[_Plain] = _Plain) -> _Plain | None:
         return value
     if type(value) is not MutexValue:
         return None
-    plain = kind(value.get())
-    plain.set_exemplar(value.get_exemplar())
+    locked: Any = value  # prometheus_client's own methods are untyped
+    plain = kind(locked.get())
+    plain.set_exemplar(locked.get_exemplar())
     return plain
 
 

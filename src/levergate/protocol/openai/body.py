@@ -149,11 +149,16 @@ def _check_counts(kind: Kind, body: dict[str, Any], limits: RequestLimitsSetting
         _at_most("stop", len(stop), limits.max_stop, what="stop sequences")
         if not all(isinstance(s, str) for s in stop):
             raise BadRequest("Invalid 'stop': each stop sequence must be a string.", param="stop")
-    _in_range(body, "n", 1, limits.max_n)
     lowest = 1 if kind == "chat" else 0  # a completion with max_tokens 0 echoes the prompt
-    _in_range(body, "max_tokens", lowest, limits.max_output_tokens)
-    _in_range(body, "max_completion_tokens", lowest, limits.max_output_tokens)
-    _in_range(body, "max_output_tokens", 16, limits.max_output_tokens)  # OpenAI's lowest: 16
+    most = limits.max_output_tokens
+    # One loop, not a call per field: this runs on every request (issue 22). OpenAI's lowest
+    # max_output_tokens is 16.
+    for param, least, highest in (("n", 1, limits.max_n), ("max_tokens", lowest, most),
+                                  ("max_completion_tokens", lowest, most),
+                                  ("max_output_tokens", 16, most)):  # fmt: skip
+        value = body.get(param)
+        if isinstance(value, int) and not least <= value <= highest:
+            _in_range(body, param, least, highest)  # raises
 
 
 def _at_most(param: str, count: int, limit: int, *, what: str) -> None:
