@@ -46,7 +46,7 @@ class SSEDecoder:
         self._limit = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if self._held_cr or b"\r" in chunk:
+        if self._held_cr or chunk.find(b"\r") >= 0:  # not `in`: core/reply.py's docstring
             chunk = self._normalised(chunk)
         events: list[bytes] = []
         parts = self._parts

@@ -181,13 +181,15 @@ class _Watching(Watcher):
         elif (
             # On the keys only, so most chunks are judged without a parse: upstreams write JSON
             # in every spacing (`"content": "` from Python servers).
-            b'"content"' in (data := event.data) or b'"text"' in data or b'"tool_calls"' in data
-            or b'.delta"' in data  # a Responses delta event ("type":"response.output_text.delta")
+            # `find`, not `in` (core/reply.py's docstring): on every event of every stream.
+            (data := event.data).find(b'"content"') >= 0 or data.find(b'"text"') >= 0
+            or data.find(b'"tool_calls"') >= 0
+            or data.find(b'.delta"') >= 0  # a Responses delta ("type":"response.output_text.delta")
         ) and has_generated_token(event.json()):  # fmt: skip
             self._last = handed
             self._gaps += 1
             seen.generated.append(event.data)
-        if seen.served is None and b'"service_tier"' in event.data:
+        if seen.served is None and event.data.find(b'"service_tier"') >= 0:
             seen.served = served_tier(event.json())
 
     async def end(self, ended: Ended) -> None:
