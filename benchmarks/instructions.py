@@ -35,6 +35,7 @@ Where those matter, CPU time on a quiet machine still has the last word.
 
     python benchmarks/instructions.py [--requests 500] [--warmup 500] [--only log|relay]
         [--before OLD.json --before-name NAME] [--merge OTHER_PART.json] [--keep FOLDER]
+        [--baseline OTHER_TREE/src --baseline-name NAME]   # a third server in the relay A/B
     python benchmarks/instructions.py --smoke
 
 Writes benchmarks/results/instructions.{json,md}.
@@ -252,14 +253,16 @@ def server_command(target: str, port: int, upstream: str) -> list[str]:
 
 
 def counted_server(folder: Path, target: str, upstream: str, *, requests: int, warmup: int,
-                   connections: int, idle: float = 0.0) -> int:  # fmt: skip
+                   connections: int, idle: float = 0.0,
+                   env: Mapping[str, str] | None = None) -> int:  # fmt: skip
     """The instructions `target` executes serving `requests` after `warmup` (uncounted), with
-    `idle` seconds of nothing before they start, up to its exit on SIGTERM."""
+    `idle` seconds of nothing before they start, up to its exit on SIGTERM; `env` over this
+    process's environment (a baseline's `PYTHONPATH`)."""
     port = free_port()
-    out = folder / f"{target}-c{connections}-{requests}-{idle:g}.callgrind"
+    out = folder / f"{target.replace(' ', '-')}-c{connections}-{requests}-{idle:g}.callgrind"
     proc = subprocess.Popen([*callgrind(out, at_start=False), *server_command(target, port,
-                            upstream)], env=environment(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+                            upstream)], env={**environment(), **(env or {})},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         wait_port(port, seconds=START_SECONDS, proc=proc)
         asyncio.run(load(port, warmup, connections, first=0))
@@ -278,8 +281,15 @@ def counted_server(folder: Path, target: str, upstream: str, *, requests: int, w
 
 
 def relay_ab(folder: Path, requests: int, warmup: int, *, connections: tuple[int, ...],
-             idle: float, parallel: int) -> dict[str, Any]:  # fmt: skip
+             idle: float, parallel: int,
+             baseline: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """`baseline`: another tree's `src/`, served as a third target ("levergate baseline");
+    each N's runs of every target are started together, so levergate and its baseline run
+    at the same load (the servers' wall-clock timers are in the counts)."""
     need_tool("callgrind_control")
+    targets = ("relay", "levergate", *(("levergate baseline",) if baseline else ()))
+    envs = {"levergate baseline": {"PYTHONPATH": str(baseline)}} if baseline else {}
+    parallel = max(parallel, len(targets))
     sim_port = free_port()
     sim = subprocess.Popen([*LEVERGATE, "sim", "--port", str(sim_port), "--ttft-ms", "0"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -291,14 +301,16 @@ def relay_ab(folder: Path, requests: int, warmup: int, *, connections: tuple[int
         for c in connections:
             runs = {f"{target}-{n}": functools.partial(
                         counted_server, folder, target, upstream, requests=n, warmup=warmup,
-                        connections=c)
-                    for target in ("relay", "levergate")
-                    for n in (requests, 2 * requests)}  # fmt: skip
+                        connections=c, env=envs.get(target))
+                    for n in (requests, 2 * requests)
+                    for target in targets}  # fmt: skip
             counts = counted_all(runs, parallel)
             row: dict[str, Any] = {"connections": c,
                                    **{target: per_request(counts, target, requests)
-                                      for target in ("relay", "levergate")}}  # fmt: skip
+                                      for target in targets}}  # fmt: skip
             row["ratio"] = row["levergate"] / row["relay"]
+            if baseline:
+                row["baseline_ratio"] = row["levergate baseline"] / row["relay"]
             rows.append(row)
             print(json.dumps(rows[-1]), flush=True)
         if idle:
@@ -377,6 +389,10 @@ def relay_table(relay: dict[str, Any], old: dict[str, Any], name: str | None) ->
     was = {r["connections"]: r for r in old.get("rows", [])}
     head = "| connections | relay instr/req | levergate instr/req | levergate / relay |"
     rule = "|---|---:|---:|---:|"
+    baseline = relay.get("baseline")
+    if baseline:
+        head += f" {baseline} instr/req | {baseline} / relay |"
+        rule += "---:|---:|"
     if was:
         head += f" before ({name}): levergate / relay |"
         rule += "---:|"
@@ -384,6 +400,8 @@ def relay_table(relay: dict[str, Any], old: dict[str, Any], name: str | None) ->
     for r in relay["rows"]:
         line = (f"| {r['connections']} | {r['relay']:,.0f} | {r['levergate']:,.0f} | "
                 f"{r['ratio']:.2f}x |")  # fmt: skip
+        if baseline:
+            line += f" {r['levergate baseline']:,.0f} | {r['baseline_ratio']:.2f}x |"
         if (b := was.get(r["connections"])) is not None:
             line += f" {b['ratio']:.2f}x |"
         lines.append(line)
@@ -405,6 +423,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--log-rows", default=",".join(f"{w}:{k}" for w, k in LOG_ROWS),
                         help="the log A/B's rows, way:kind, comma-separated")  # fmt: skip
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of idle measured")
+    parser.add_argument("--baseline", type=Path,
+                        help="another tree's src/, a third target of the relay A/B")  # fmt: skip
+    parser.add_argument("--baseline-name", default="baseline", help="what the baseline is")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--way", choices=WAYS, default="inprocess", help=argparse.SUPPRESS)
     parser.add_argument("--kind", choices=KINDS, default="whole", help=argparse.SUPPRESS)
@@ -443,7 +464,9 @@ def main() -> None:
                log_ab(folder, args.requests, args.warmup, which, parallel))  # fmt: skip
         relay = ({} if args.only in {"log", "none"} else
                  relay_ab(folder, args.requests, args.warmup, connections=connections,
-                          idle=args.idle, parallel=parallel))  # fmt: skip
+                          idle=args.idle, parallel=parallel, baseline=args.baseline))  # fmt: skip
+    if relay and args.baseline:
+        relay["baseline"] = args.baseline_name
     if args.only == "none":
         args.requests = args.warmup = None
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
