@@ -16,13 +16,16 @@ split from the work on the simulator's state:
 - `Simulator.answer_parsed` (state: stats, admission, the prompt cache, ids) runs on the loop,
   with those products when they were computed elsewhere. The answer is the same either way.
 
-Only chat and completion requests go to a worker: they are what carries a conversation.
+Chat and completion requests go to a worker from `min_bytes` (they are what carries a
+conversation), embeddings requests from `embeddings_min_bytes`: there the worker computes the
+whole reply (the vectors and their JSON), the loop only admits and times it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import random
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -30,13 +33,14 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-from levergate.simulator import generate, tiers
+from levergate.simulator import embeddings, generate, tiers
 from levergate.simulator.faults import FAULT_HEADER, Fault
 from levergate.simulator.prompt_cache import prefix_digests
 from levergate.simulator.responses import Reply, SimError
 from levergate.simulator.settings import SimSettings
 
-ISOLATED_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+ISOLATED_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "completion",
+                  "/v1/embeddings": "embedding"}  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -55,6 +59,8 @@ class Parsed:
     digests: list[list[bytes]] | None = None  # each prompt's prompt-cache prefix digests
     choices: list[list[str]] | None = None  # the answer's words (generate.choose)
     rng: random.Random | None = None  # the per-request latency draws (tiers.request_rng)
+    # An embeddings request's reply and prompt tokens (embeddings.embeddings_reply).
+    embedded: tuple[Reply, int] | None = None
 
 
 def parse(
@@ -93,6 +99,12 @@ def prepare(
 ) -> Parsed:
     """`parse`, then everything the answer needs from the prompt's text (a worker's job)."""
     parsed = parse(kind, headers, raw, settings)
+    if parsed.body is not None and parsed.error is None:  # embeddings: the whole reply
+        try:
+            parsed.embedded = embeddings.embeddings_reply(body=parsed.body, settings=settings)
+        except SimError as exc:
+            parsed.error = exc.reply()
+        return parsed
     spec = parsed.spec
     if spec is None or parsed.key is None:
         return parsed
@@ -112,32 +124,70 @@ def prepare(
     return parsed
 
 
+def _lower_priority(nice: int) -> None:
+    """A worker's initializer: bulk work yields the CPU to the loop (IsolationSettings.nice)."""
+    os.nice(nice)
+
+
+OVERLOADED = SimError(503, "The server is overloaded or not ready yet.", error_type="server_error")
+
+
 class Isolation:
     """The worker processes, started with the first large request, stopped with the server."""
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
+        # Large requests being prepared or waiting for a worker (IsolationSettings.max_waiting).
+        self.waiting = 0
 
     def wanted(self, settings: SimSettings, *, method: str, path: str, size: int) -> str | None:
         """The kind of a request to prepare in a worker, or None (on the loop)."""
-        bound = settings.isolation.min_bytes
-        if bound is None or size < bound or method != "POST":
+        isolation = settings.isolation
+        kind = ISOLATED_PATHS.get(path)
+        if kind is None or isolation.min_bytes is None or method != "POST":
             return None
-        return ISOLATED_PATHS.get(path)
+        bound = isolation.embeddings_min_bytes if kind == "embedding" else isolation.min_bytes
+        return kind if bound is not None and size >= bound else None
+
+    async def start(self, settings: SimSettings) -> None:
+        """Every worker started and ready now (`IsolationSettings.prestart`)."""
+        pool = self._pool_for(settings)
+        loop = asyncio.get_running_loop()
+        ready = [loop.run_in_executor(pool, os.getpid) for _ in range(settings.isolation.workers)]
+        await asyncio.gather(*ready)
+
+    def _pool_for(self, settings: SimSettings) -> ProcessPoolExecutor:
+        if self._pool is None:
+            # spawn: a fork of a process running an event loop (and its threads) is unsafe.
+            spawn = multiprocessing.get_context("spawn")
+            isolation = settings.isolation
+            self._pool = ProcessPoolExecutor(
+                isolation.workers, mp_context=spawn, initializer=_lower_priority,
+                initargs=(isolation.nice,),
+            )  # fmt: skip
+        return self._pool
 
     async def prepare(
         self, kind: str, headers: Mapping[str, str], raw: bytes | bytearray, settings: SimSettings
     ) -> Parsed:
-        """`prepare` in a worker. A pool whose worker died (killed, out of memory) is broken for
-        good: it is replaced, and the request tried once more on the new one."""
+        """`prepare` in a worker; the 503 reply (`OVERLOADED`) when `max_waiting` large
+        requests are already in or waiting for one. A pool whose worker died (killed, out of
+        memory) is broken for good: it is replaced, and the request tried once more on the new
+        one."""
+        if self.waiting >= settings.isolation.max_waiting:
+            return Parsed(error=OVERLOADED.reply())
+        self.waiting += 1
+        try:
+            return await self._prepare(kind, headers, raw, settings)
+        finally:
+            self.waiting -= 1
+
+    async def _prepare(
+        self, kind: str, headers: Mapping[str, str], raw: bytes | bytearray, settings: SimSettings
+    ) -> Parsed:
         loop = asyncio.get_running_loop()
         for attempt in (0, 1):
-            pool = self._pool
-            if pool is None:
-                # spawn: a fork of a process running an event loop (and its threads) is unsafe.
-                spawn = multiprocessing.get_context("spawn")
-                pool = self._pool = ProcessPoolExecutor(settings.isolation.workers,
-                                                        mp_context=spawn)  # fmt: skip
+            pool = self._pool_for(settings)
             try:
                 return await loop.run_in_executor(pool, prepare, kind, headers, raw, settings)
             except BrokenProcessPool:

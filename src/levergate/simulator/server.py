@@ -317,6 +317,9 @@ class SimServer:
             backlog=backlog,
         )
         port_bound: int = self._server.sockets[0].getsockname()[1]
+        isolation = self.sim.settings.isolation
+        if isolation.prestart and isolation.min_bytes is not None:
+            await self.isolation.start(self.sim.settings)
         return port_bound
 
     async def close(self) -> None:

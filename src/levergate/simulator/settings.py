@@ -196,10 +196,27 @@ class IsolationSettings(_Frozen):
     completion request whose body is at least `min_bytes` is parsed, counted, hashed and given
     its words in one of `workers` processes (simulator/isolation.py) while the loop answers
     everyone else; the state (limits, the prompt cache, ids, stats) stays on the loop. The
-    answer is the same either way. None: every request on the loop."""
+    answer is the same either way. None: every request on the loop.
+
+    The workers run at `nice` (added to the simulator's own niceness): on a machine whose cores
+    the loop shares with them, the loop answering small requests gets the CPU first, and a
+    large request waits a little longer for its words, as behind a provider's own queue. At
+    most `max_waiting` large requests are prepared or wait for a worker at once; one more is
+    answered 503 (a provider's "overloaded"), so a flood of large bodies is not held in memory
+    and CPU without bound."""
 
     min_bytes: int | None = Field(1 << 20, ge=1024)
     workers: int = Field(2, ge=1, le=64)
+    # An embeddings request costs the loop by its inputs, not its bytes: 128 short inputs (a
+    # 2.5 KB body) are 128 vectors of 1,536 dimensions, 70-270 ms of hashing and encoding
+    # (the soak's hostile tenant). At least this many bytes (about 60 short inputs) go to a
+    # worker; the loop keeps what is smaller. None: every embeddings request on the loop.
+    embeddings_min_bytes: int | None = Field(1024, ge=64)
+    # Start the workers with the server rather than at the first large request (their start
+    # costs a second or two of CPU each: imports): a provider's hardware is already up.
+    prestart: bool = False
+    nice: int = Field(10, ge=0, le=19)
+    max_waiting: int = Field(16, ge=1, le=4096)
 
 
 class SimSettings(_Frozen):

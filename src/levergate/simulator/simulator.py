@@ -252,7 +252,8 @@ class Simulator:
             return parsed.error
         key, forced, spec, tier = parsed.key or "", parsed.forced, parsed.spec, parsed.tier
         if spec is None:
-            return self._embed(parsed.body or {}, key=key, forced=forced)
+            return self._embed(parsed.body or {}, key=key, forced=forced,
+                               embedded=parsed.embedded)  # fmt: skip
         s = self._settings
         if tier is tiers.SimTier.FLEX:
             self._flex_capacity()
@@ -300,9 +301,17 @@ class Simulator:
         stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         return fault, limit_headers
 
-    def _embed(self, body: dict[str, Any], *, key: str, forced: Fault | None) -> Reply:
+    def _embed(
+        self,
+        body: dict[str, Any],
+        *,
+        key: str,
+        forced: Fault | None,
+        embedded: tuple[Reply, int] | None = None,
+    ) -> Reply:
+        """`embedded`: the reply and its tokens when a worker computed them (isolation.py)."""
         s = self._settings
-        reply, tokens = embeddings.embeddings_reply(body=body, settings=s)
+        reply, tokens = embedded or embeddings.embeddings_reply(body=body, settings=s)
         fault, limit_headers = self._admit(key, body["model"], tokens, forced, self.clock.now())
         if fault is Fault.HANG:
             return Reply(status=200, hang=True, holds_slot=True)

@@ -4,7 +4,9 @@ and over HTTP a large request really goes to a worker and comes back whole."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
+import os
 import pickle
 from typing import Any
 
@@ -14,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from levergate.simulator import SimSettings, Simulator, run_simulator
-from levergate.simulator.isolation import parse, prepare
+from levergate.simulator.isolation import Isolation, parse, prepare
 from levergate.simulator.responses import Reply
 from levergate.simulator.settings import IsolationSettings
 from levergate.testing import ManualClock
@@ -151,3 +153,84 @@ async def test_a_worker_that_died_is_replaced() -> None:
     assert first.json()["choices"] == again.json()["choices"]
     # The state stayed on the loop: the repeated prompt hits the prompt cache.
     assert again.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 1024
+
+
+def large_chat(size: int) -> bytes:
+    return orjson.dumps({"model": "m", "max_tokens": 4,
+                         "messages": [{"role": "user", "content": "z" * size}]})  # fmt: skip
+
+
+async def test_workers_run_at_a_lower_priority() -> None:
+    """The workers' bulk work yields the CPU to the loop (IsolationSettings.nice): a worker's
+    niceness is the simulator's plus `nice`."""
+    settings = SimSettings(isolation=IsolationSettings(min_bytes=1024, workers=1, nice=7))
+    before = set(multiprocessing.active_children())
+    isolation = Isolation()
+    try:
+        parsed = await isolation.prepare("chat", {"authorization": "Bearer k"}, large_chat(4096),
+                                         settings)  # fmt: skip
+        (worker,) = set(multiprocessing.active_children()) - before
+        niceness = os.getpriority(os.PRIO_PROCESS, worker.pid or 0)
+    finally:
+        await isolation.close()
+    assert parsed.error is None
+    assert parsed.spec is not None
+    assert niceness == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 7)
+
+
+async def test_large_requests_beyond_the_waiting_bound_are_answered_overloaded() -> None:
+    """With `max_waiting` large requests in or waiting for a worker, one more is a 503 at once
+    (not held in memory behind them); once they are done, the next is prepared again."""
+    settings = SimSettings(isolation=IsolationSettings(min_bytes=1024, workers=1, max_waiting=2))
+    headers, raw = {"authorization": "Bearer k"}, large_chat(4096)
+    isolation = Isolation()
+    try:
+        first, second, third = await asyncio.gather(
+            *(isolation.prepare("chat", headers, raw, settings) for _ in range(3))
+        )
+        later = await isolation.prepare("chat", headers, raw, settings)
+    finally:
+        await isolation.close()
+    assert first.error is None
+    assert second.error is None
+    assert later.error is None
+    assert third.error is not None
+    assert third.error.status == 503
+    assert orjson.loads(third.error.body)["error"]["type"] == "server_error"
+    assert isolation.waiting == 0
+
+
+async def test_an_embeddings_request_of_many_inputs_is_answered_by_a_worker() -> None:
+    """128 short inputs are 128 vectors of work: from `embeddings_min_bytes` the reply is made
+    in a worker, and it is the loop's, byte for byte; a refused one is the same refusal."""
+    body = {"model": "text-embedding-3-small", "input": [f"text {i}" for i in range(128)]}
+    refused = {**body, "dimensions": 0}
+    answers = []
+    before = len(multiprocessing.active_children())
+    for bound in (64, None):
+        isolation = IsolationSettings(embeddings_min_bytes=bound, workers=1)
+        async with run_simulator(SimSettings(isolation=isolation, embedding_dim=64)) as sim:
+            async with httpx.AsyncClient(base_url=sim.base_url, timeout=60) as http:
+                answered = await http.post("/embeddings", json=body)
+                workers = len(multiprocessing.active_children()) - before
+                bad = await http.post("/embeddings", json=refused)
+                small = await http.post("/embeddings", json={**body, "input": "x"})
+            stats = sim.stats()
+        assert (answered.status_code, bad.status_code, small.status_code) == (200, 400, 200)
+        assert workers == (1 if bound else 0)
+        assert stats["tokens"]["prompt"] > 128
+        assert stats["in_flight"] == 0
+        assert stats["responses_by_status"] == {"200": 2, "400": 1}
+        answers.append((answered.content, bad.json(), small.content, stats["tokens"]))
+    assert answers[0] == answers[1]
+
+
+async def test_prestarted_workers_are_up_before_the_first_large_request() -> None:
+    """`prestart`: the workers (and their imports) start with the server, not inside the first
+    large request."""
+    before = set(multiprocessing.active_children())
+    isolation = IsolationSettings(workers=2, prestart=True)
+    async with run_simulator(SimSettings(isolation=isolation)):
+        started = set(multiprocessing.active_children()) - before
+    assert len(started) == 2
+    assert set(multiprocessing.active_children()) == before
