@@ -54,7 +54,11 @@ class SafeKV:
     A failure of the store opens its circuit (`stores.circuit`): for the cool-down every call
     skips it, then one call tries it. A refusal of one call's own data (`StoreRefused`) is
     counted and logged but opens nothing: one client's bad write must not cool the store down
-    for every tenant. A value over `max_value_bytes` is not sent at all."""
+    for every tenant. Nor does a write that times out: the store is slow with a burst of large
+    values (one tenant's 2,048-input embeddings), not gone, and reads, which come first in
+    every request, still find it; the write is dropped and counted. Before, one such timeout
+    made every tenant's lookups miss for the cool-down, and the misses went upstream and were
+    written again (the soak, issue 20). A value over `max_value_bytes` is not sent at all."""
 
     def __init__(
         self,
@@ -77,6 +81,7 @@ class SafeKV:
         self._circuit = Circuit(cooldown=cooldown, clock=clock)
         self._refusals_logged_until = float("-inf")
         self._failures_logged_until = float("-inf")
+        self._slow_writes_logged_until = float("-inf")
 
     async def get(self, key: str) -> bytes | None:
         return await self._run("get", lambda: self._inner.get(key))
@@ -85,12 +90,14 @@ class SafeKV:
         if len(value) > self._max_value_bytes:  # Redis drops the connection over 512 MB
             self._refused("set", StoreRefused(f"a {len(value)}-byte value is over the limit"))
             return
-        await self._run("set", lambda: self._inner.set(key, value, ttl=ttl))
+        await self._run("set", lambda: self._inner.set(key, value, ttl=ttl), write=True)
 
     async def delete(self, key: str) -> None:
         await self._run("delete", lambda: self._inner.delete(key))
 
-    async def _run(self, op: str, action: Callable[[], Awaitable[_T]]) -> _T | None:
+    async def _run(
+        self, op: str, action: Callable[[], Awaitable[_T]], *, write: bool = False
+    ) -> _T | None:
         if not self._circuit.admits():
             self._on_fault(self.name, op, "cooling_down")
             return None
@@ -101,7 +108,16 @@ class SafeKV:
             self._circuit.succeeded()  # it answered: the store is up
             self._refused(op, exc)
             return None
-        except (StoreError, TimeoutError) as exc:
+        except TimeoutError as exc:
+            if write:
+                self._circuit.abandoned()  # no verdict: the next read decides
+                self._on_fault(self.name, op, "timeout")
+                self._slow_write()
+            else:
+                self._circuit.failed()
+                self._failed(op, exc)
+            return None
+        except StoreError as exc:
             self._circuit.failed()
             self._failed(op, exc)
             return None
@@ -124,6 +140,13 @@ class SafeKV:
                 "cache store %r failed on %s (%s: %s); treating as a miss for %.1fs",
                 self.name, op, type(exc).__name__, exc or reason, self._cooldown,
             )  # fmt: skip
+
+    def _slow_write(self) -> None:
+        now = self._clock.now()
+        if now >= self._slow_writes_logged_until:
+            self._slow_writes_logged_until = now + max(self._cooldown, 1.0)
+            log.warning("cache store %r: a write took over %.2fs, dropped (reads go on)",
+                        self.name, self._timeout)  # fmt: skip
 
     def _refused(self, op: str, exc: StoreRefused) -> None:
         self._on_fault(self.name, op, "refused")

@@ -157,6 +157,27 @@ async def test_a_slow_store_times_out_into_a_miss_then_cools_down() -> None:
     assert sample_value(stats.faults, "test", "get", "timeout") == 2
 
 
+class SlowWrites(MemoryKV):
+    """Reads answer; writes take longer than the store's timeout (a burst of large values)."""
+
+    async def set(self, key: str, value: bytes, *, ttl: float) -> None:
+        await asyncio.sleep(10)
+
+
+async def test_a_write_that_times_out_is_dropped_and_cools_nothing_down() -> None:
+    """One tenant's burst of large writes outlasting the timeout made every tenant's lookups
+    miss for the cool-down (the soak, issue 20): the write is dropped and counted, reads go on."""
+    clock, stats = ManualClock(), CacheStats()
+    inner = SlowWrites(max_bytes=1 << 20, clock=clock)
+    await MemoryKV.set(inner, "cached", b"answer", ttl=60)
+    store = safe(inner, clock, stats, cooldown=5)
+    await store.set("large", b"x" * 1000, ttl=60)
+    assert sample_value(stats.faults, "test", "set", "timeout") == 1
+    assert await store.get("cached") == b"answer"  # not cooling down
+    assert await store.get("large") is None
+    assert sample_value(stats.faults, "test", "get", "cooling_down") == 0
+
+
 async def test_a_locked_sqlite_file_is_a_counted_miss(tmp_path: Path) -> None:
     path = tmp_path / "locked.sqlite3"
     clock, stats = ManualClock(), CacheStats()
