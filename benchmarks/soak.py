@@ -56,6 +56,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=8.0, help="victim requests a second")
     parser.add_argument("--sqlite", action="store_true", help="the job store in SQLite")
     parser.add_argument("--only", default="", help="the attack's items only, e.g. 6 or 3,4")
+    parser.add_argument(
+        "--attacker-cpus",
+        default="",
+        help="pin the attacker (taskset -c), e.g. 1: a diagnosis of CPU sharing",
+    )
     add_output_options(parser)
     args = parser.parse_args()
     out = Output.of(args)
@@ -70,6 +75,7 @@ def main() -> None:
         postgres_dsn=dsn,
         settle_seconds=1.0 if args.smoke else 4.0,
         only=args.only,
+        attacker_cpus=args.attacker_cpus,
     )
     try:
         result = {**stamp(), "load_at_start": load, **soak(Path(tempfile.mkdtemp()), plan)}

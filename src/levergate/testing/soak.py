@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -49,6 +50,9 @@ WEBHOOK_SECRET = "soak-webhook-secret"  # noqa: S105 - a test receiver's
 # second, 1,536-dimension embeddings (text-embedding-3-small's width: the attack's answers are
 # as large as a real provider's would be).
 SIM_ARGS = ("--ttft-ms", "40", "--tokens-per-second", "1000", "--embedding-dim", "1536")
+# The gateway's own time in a request (its pipeline's, the upstream's wait excluded): where a
+# slow victim answer spent its time, the gateway or what is behind it.
+OVERHEAD_HEADER = "x-levergate-overhead-ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +66,18 @@ class Plan:
     warmup_seconds: float = 3.0  # after an attack starts, before the victim's block counts
     postgres_dsn: str | None = None  # None: the job store in SQLite
     only: str = ""  # the attack's items, comma-separated (soak_attack.py); "": all
+    # The CPUs the attacker may run on (`taskset -c`, e.g. "1"), "": any. A diagnosis, not the
+    # acceptance run: how much of the victim's tail is the attacker's own client work competing
+    # with the gateway for this machine's cores, which a real attacker's machine would not.
+    attacker_cpus: str = ""
 
 
 @dataclass
 class Block:
     kind: str  # "solo" or "attacked"
     latencies: dict[str, list[float]] = field(default_factory=dict)
+    # Per answered request: (ms, kind, overhead ms, seconds into the block it started).
+    samples: list[tuple[float, str, float, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     attack: dict[str, Any] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds the block took per process
@@ -176,15 +186,16 @@ def gateway_config(tmp: Path, *, sim_port: int, port: int, hook_port: int, plan:
 # The victim: ordinary requests, each different (so the upstream answers them, not the cache).
 
 
-async def _chat(http: httpx.AsyncClient, n: int) -> None:
+async def _chat(http: httpx.AsyncClient, n: int) -> httpx.Response:
     body = {"model": "gpt-4o-mini", "max_tokens": 16,
             "messages": [{"role": "user", "content": f"victim question {n}"}]}  # fmt: skip
     answer = await http.post("/chat/completions", json=body)
     if answer.status_code != 200 or not answer.json()["choices"][0]["message"]["content"]:
         raise RuntimeError(f"chat: {answer.status_code} {answer.text[:200]}")
+    return answer
 
 
-async def _stream(http: httpx.AsyncClient, n: int) -> None:
+async def _stream(http: httpx.AsyncClient, n: int) -> httpx.Response:
     body = {"model": "gpt-4o-mini", "max_tokens": 16, "stream": True,
             "messages": [{"role": "user", "content": f"victim stream {n}"}]}  # fmt: skip
     async with http.stream("POST", "/chat/completions", json=body) as answer:
@@ -193,13 +204,15 @@ async def _stream(http: httpx.AsyncClient, n: int) -> None:
         raise RuntimeError(f"stream: {answer.status_code} {text[-200:]}")
     if '"error"' in text:
         raise RuntimeError(f"stream: an error event: {text[-300:]}")
+    return answer
 
 
-async def _embed(http: httpx.AsyncClient, n: int) -> None:
+async def _embed(http: httpx.AsyncClient, n: int) -> httpx.Response:
     body = {"model": "text-embedding-3-small", "input": [f"victim text {n} {i}" for i in range(4)]}
     answer = await http.post("/embeddings", json=body)
     if answer.status_code != 200 or len(answer.json()["data"]) != 4:
         raise RuntimeError(f"embeddings: {answer.status_code} {answer.text[:200]}")
+    return answer
 
 
 VICTIM_MIX = (("chat", _chat), ("stream", _stream), ("chat", _chat), ("embeddings", _embed))
@@ -216,11 +229,14 @@ async def victim(port: int, seconds: float, rate: float, block: Block, start: in
             kind, call = VICTIM_MIX[n % len(VICTIM_MIX)]
             started = time.perf_counter()
             try:
-                await call(http, n)
+                answer = await call(http, n)
             except (httpx.HTTPError, RuntimeError, ValueError, KeyError) as exc:
                 block.errors.append(f"{kind}: {exc!r}"[:400])
                 return
-            block.latencies.setdefault(kind, []).append((time.perf_counter() - started) * 1000)
+            ms = (time.perf_counter() - started) * 1000
+            block.latencies.setdefault(kind, []).append(ms)
+            overhead = float(answer.headers.get(OVERHEAD_HEADER, "nan"))
+            block.samples.append((ms, kind, overhead, started - began))
 
         tasks = []
         began = time.perf_counter()
@@ -287,8 +303,12 @@ def rig(tmp: Path, plan: Plan) -> Any:
     prefix = f"levergate:soak:{uuid.uuid4().hex[:12]}:"
     started: list[subprocess.Popen[bytes]] = []
     try:
-        started.append(_spawn([*LEVERGATE, "sim", *SIM_ARGS, "--port", str(sim_port)],
-                              tmp / "sim.log"))  # fmt: skip
+        # The provider's workers for large requests are up before the first block, as a
+        # provider's hardware is (simulator/isolation.py): their start is not the attack's.
+        sim_config = tmp / "sim.yaml"
+        sim_config.write_text(yaml.safe_dump({"isolation": {"prestart": True}}))
+        started.append(_spawn([*LEVERGATE, "sim", *SIM_ARGS, "--config", str(sim_config),
+                               "--port", str(sim_port)], tmp / "sim.log"))  # fmt: skip
         _wait_port(sim_port, started[-1])
         started.append(_spawn([PYTHON, "-m", ATTACKER, "hang", "--port",
                                str(hook_port)], tmp / "hook.log"))  # fmt: skip
@@ -320,6 +340,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _own_cpu() -> float:
+    """This process's CPU seconds: the victim client's (the blocks run one at a time)."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
 def rss_mib(pid: int) -> int:
     for row in Path(f"/proc/{pid}/status").read_text().splitlines():
         if row.startswith("VmRSS:"):
@@ -330,12 +356,13 @@ def rss_mib(pid: int) -> int:
 def run_block(r: Rig, plan: Plan, kind: str, index: int) -> Block:
     block = Block(kind)
     start = index * 1_000_000
-    before = cpu_seconds(r.gateway.pid), cpu_seconds(r.sim.pid)
+    before = cpu_seconds(r.gateway.pid), cpu_seconds(r.sim.pid), _own_cpu()
     try:
         _run_block(r, plan, block, start, index)
     finally:
-        block.cpu = {"gateway": round(cpu_seconds(r.gateway.pid) - before[0], 1),
-                     "sim": round(cpu_seconds(r.sim.pid) - before[1], 1)}  # fmt: skip
+        block.cpu.update(gateway=round(cpu_seconds(r.gateway.pid) - before[0], 1),
+                         sim=round(cpu_seconds(r.sim.pid) - before[1], 1),
+                         victim=round(_own_cpu() - before[2], 1))  # fmt: skip
         block.load = round(os.getloadavg()[0], 2)
     return block
 
@@ -349,7 +376,9 @@ def _run_block(r: Rig, plan: Plan, block: Block, start: int, index: int) -> None
     attack_seconds = plan.warmup_seconds + plan.block_seconds
     args = ["attack", "--port", str(r.port), "--key", HOSTILE_KEY, "--only", plan.only,
             "--seconds", f"{attack_seconds:.1f}", "--out", str(out)]  # fmt: skip
-    attacker = _spawn([PYTHON, "-m", ATTACKER, *args], r.tmp / f"attack-{index}.log")
+    pinned = ["taskset", "-c", plan.attacker_cpus] if plan.attacker_cpus else []
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    attacker = _spawn([*pinned, PYTHON, "-m", ATTACKER, *args], r.tmp / f"attack-{index}.log")
     try:
         time.sleep(plan.warmup_seconds)
         asyncio.run(victim(r.port, plan.block_seconds, plan.victim_rate, block, start))
@@ -357,6 +386,10 @@ def _run_block(r: Rig, plan: Plan, block: Block, start: int, index: int) -> None
     finally:
         if attacker.poll() is None:
             _stop(attacker)
+    # The only child waited for in the block: its CPU time is the attacker's.
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    block.cpu["attacker"] = round(after.ru_utime + after.ru_stime - children.ru_utime
+                                  - children.ru_stime, 1)  # fmt: skip
     if out.exists():
         block.attack = json.loads(out.read_text())
     else:
@@ -400,6 +433,7 @@ def summarize(blocks: list[Block], plan: Plan, *, alive: bool, tracebacks: int,
             "job_store": "postgres" if plan.postgres_dsn else "sqlite",
             "sim": " ".join(SIM_ARGS),
             "attack_items": plan.only or "1,3,4,5,6",
+            "attacker_cpus": plan.attacker_cpus or "any",
         },
         "blocks": [_block_row(b) for b in blocks],
         "victim_requests": {"solo": len(solo), "attacked": len(attacked)},
@@ -429,18 +463,28 @@ def _block_row(b: Block) -> dict[str, Any]:
         "p99_by_kind_ms": {
             k: round(percentile(v, 0.99), 1) for k, v in sorted(b.latencies.items())
         },
+        # The gateway's own share of the victim's time, and the slowest answers: (ms, kind, the
+        # gateway's ms of it, seconds into the block).
+        "overhead_p99_ms": round(percentile([s[2] for s in b.samples], 0.99), 1),
+        "slowest": [
+            (round(ms, 1), kind, round(overhead, 1), round(at, 1))
+            for ms, kind, overhead, at in sorted(b.samples, reverse=True)[:5]
+        ],
         "attack_requests": sum(b.attack.get("outcomes", {}).values()),
         "cpu_seconds": b.cpu,
         "load_1m": b.load,
     }
 
 
+_CPU = ("gateway", "sim", "attacker", "victim")
+
+
 def markdown(result: dict[str, Any], *, load: str) -> str:
     plan = result["plan"]
     rows = [
         f"| {i + 1} | {b['kind']} | {b['requests']} | {b['errors']} | {b['p50_ms']} | "
-        f"{b['p99_ms']} | {b['max_ms']} | {b['attack_requests']} | "
-        f"{b['cpu_seconds'].get('gateway')} / {b['cpu_seconds'].get('sim')} | {b['load_1m']} |"
+        f"{b['p99_ms']} | {b['max_ms']} | {b['overhead_p99_ms']} | {b['attack_requests']} | "
+        f"{' / '.join(str(b['cpu_seconds'].get(p, '-')) for p in _CPU)} | {b['load_1m']} |"
         for i, b in enumerate(result["blocks"])
     ]
     p50, p99 = result["victim_p50_ms"], result["victim_p99_ms"]
@@ -451,8 +495,10 @@ def markdown(result: dict[str, Any], *, load: str) -> str:
         f"sim {plan['sim']}`. The victim sends chat / stream / chat / embeddings at "
         f"{plan['victim_rate']:g} requests/s (open loop) in every block of "
         f"{plan['block_seconds']:g} s; in the attacked blocks the hostile tenant does issue 20's "
-        f"items {plan['attack_items']} at once (levergate/testing/soak_attack.py). CPU seconds "
-        "are the gateway's / the simulator's during the block; load is the machine's 1-minute "
+        f"items {plan['attack_items']} at once (levergate/testing/soak_attack.py). Gateway p99 "
+        "is the victim's `x-levergate-overhead-ms` (the gateway's own time, the upstream's "
+        "excluded); CPU seconds are the gateway's / the simulator's / the attacker's / the "
+        "victim client's during the block; load is the machine's 1-minute "
         f"load average as the block ended. Machine load: {load}."
     )
     verdict = (
@@ -463,7 +509,7 @@ def markdown(result: dict[str, Any], *, load: str) -> str:
         f"each block (MiB): {result['gateway_rss_mib']}."
     )
     columns = ("block", "kind", "victim requests", "errors", "p50 ms", "p99 ms", "max ms",
-               "hostile", "CPU s", "load")  # fmt: skip
+               "gateway p99 ms", "hostile", "CPU s", "load")  # fmt: skip
     table = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     outcomes = f"What the hostile tenant got: {result['attack_outcomes']}"
     lines = [f"# Soak ({result['date']}, {result['machine']})", "", head, "", *table, *rows]
