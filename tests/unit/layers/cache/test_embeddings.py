@@ -13,9 +13,11 @@ from levergate.core.call import Call, Context
 from levergate.core.controls import CachePolicy, Controls
 from levergate.core.reply import Completed, Reply
 from levergate.errors import BadRequest, PayloadTooLarge
+from levergate.layers.cache import embeddings as embeddings_module
 from levergate.layers.cache.embeddings import HITS_HEADER, EmbeddingsCache
 from levergate.layers.cache.entries import CACHE_HEADER, CacheView, Entries
 from levergate.layers.cache.stats import CacheStats
+from levergate.policies.fingerprint import fingerprint
 from levergate.stores.kv_memory import MemoryKV
 from levergate.testing import ManualClock
 
@@ -31,7 +33,11 @@ class Embeddings:
         items = [items] if isinstance(items, str) else items
         self.inputs.append(list(items))
         data = [
-            {"object": "embedding", "index": i, "embedding": [float(len(t)), float(ord(t[0]))]}
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": [float(len(t)), float(ord(t[0]) if isinstance(t, str) else t[0])],
+            }
             for i, t in enumerate(items)
         ]
         usage = {"prompt_tokens": len(items), "total_tokens": len(items)}
@@ -194,3 +200,25 @@ async def test_a_large_request_keeps_few_store_operations_in_flight() -> None:
     assert first.headers[HITS_HEADER] == "0/2048"
     assert again.headers[HITS_HEADER] == "2048/2048"
     assert 1 < store.most <= 16
+
+
+async def test_copies_of_an_input_are_fingerprinted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copies share their key: 2,048 inputs of 128 distinct were 2,048 fingerprints of the loop
+    (the soak, issue 20), now 128; token-id inputs alike; the answer keeps every copy's place."""
+    taken: list[Any] = []
+
+    def counted(body: dict[str, Any], **rest: Any) -> str:
+        taken.append(body["input"])
+        return fingerprint(body, **rest)
+
+    monkeypatch.setattr(embeddings_module, "fingerprint", counted)
+    upstream = Embeddings()
+    cache = layer(upstream)
+    texts = [f"text {i % 8}" for i in range(128)]
+    answer = vectors(await cache(embed(texts)))
+    assert len(taken) == 8
+    assert answer == [[float(len(t)), float(ord(t[0]))] for t in texts]
+    assert upstream.inputs == [[f"text {i}" for i in range(8)]]
+    taken.clear()
+    await cache(embed([[1, 2], [3], [1, 2], [3], [1, 2]]))
+    assert taken == [[1, 2], [3]]
