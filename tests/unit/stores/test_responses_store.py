@@ -4,6 +4,7 @@ that fails fails the request (503) instead of losing the conversation silently."
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -111,6 +112,38 @@ async def test_each_turn_is_stored_once_not_the_conversation_again() -> None:
         previous = (f"resp_{n}", turn)
     assert await kv.bytes_of("a") - before < 20 * 4096  # not 20 MB
     assert len(await store.conversation(previous[1], tenant="a")) == 42
+
+
+async def test_a_large_conversation_is_decoded_with_the_loop_given_back() -> None:
+    """A conversation of 8 turns of 1 MB each was one 8 MB parse in which no other request on
+    the loop moved (the soak, issue 20): the loop gets a turn between megabytes."""
+    kv = MemoryTenantKV(bounds=Bounds(1 << 30, 1 << 30, ttl=60), clock=ManualClock())
+    store = ResponseStore(kv, settings=ResponsesSettings(), timeout=1)
+    previous: tuple[str, StoredResponse] | None = None
+    for n in range(8):
+        turn = StoredResponse.turn(tenant="a", response=answer(f"resp_{n}", "ok"),
+                                   input=[{"role": "user", "content": str(n) * 1_100_000}],
+                                   previous=previous)  # fmt: skip
+        assert await store.save(f"resp_{n}", turn)
+        previous = (f"resp_{n}", turn)
+    assert previous is not None
+    ticks = 0
+    reading = True
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while reading:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    beside = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    started = ticks
+    items = await store.conversation(previous[1], tenant="a")
+    reading = False
+    await beside
+    assert len(items) == 16
+    assert ticks - started >= 6  # a turn for the loop after each megabyte decoded
 
 
 async def test_a_gone_earlier_turn_is_a_404_naming_it(store: ResponseStore) -> None:
