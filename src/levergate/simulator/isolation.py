@@ -133,7 +133,8 @@ OVERLOADED = SimError(503, "The server is overloaded or not ready yet.", error_t
 
 
 class Isolation:
-    """The worker processes, started with the first large request, stopped with the server."""
+    """The worker processes, started with the first large request (or with the server:
+    `prestart`), stopped with the server."""
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
