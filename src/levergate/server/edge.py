@@ -95,10 +95,7 @@ class Edge:
             if route.errors is not None:
                 shape = route.errors
             id_header = route.id_header
-            if route.guard not in _CLIENT_GUARDS:
-                return await self._routed(route, bound.limit, request, body)
-            with self.gateway.interactive.serving():
-                return await self._routed(route, bound.limit, request, body)
+            return await self._routed(route, bound.limit, request, body)
         except LevergateError as exc:
             response = shape(exc)
             response.headers.append((REQUEST_ID_HEADER, request.request_id))
@@ -108,8 +105,7 @@ class Edge:
 
     async def _routed(self, route: Route, limit: int, request: Request,
                       body: BodySource | bytes) -> Response:  # fmt: skip
-        """Guard, body and handler: a client's request counts as interactive meanwhile (the
-        batch runner yields to it: core/interactive.py)."""
+        """Guard, body and handler."""
         headers = request.headers
         if route.guard is not None:
             await route.guard(self, request)
@@ -126,8 +122,15 @@ class Edge:
 
     async def _whole(self, route: Route, request: Request, source: BodySource, *,
                      limit: int) -> Response:  # fmt: skip
+        """Read the body, then answer: a client's model call counts as interactive while it is
+        answered (the batch runner yields to it: core/interactive.py), not while its body is
+        still arriving, so a client that stalls its upload holds no tenant's batches back. An
+        upload (a streamed body) never counts: it is a batch's input, not a call waiting."""
         request.body = await source.read(limit=limit)
-        return await route.handler(self, request)
+        if route.guard not in _CLIENT_GUARDS:
+            return await route.handler(self, request)
+        with self.gateway.interactive.serving():
+            return await route.handler(self, request)
 
     async def _tenant(self, request: Request) -> str:
         """Whose slots a large request waits for: the caller its route's guard identified, or
