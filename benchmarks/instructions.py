@@ -13,14 +13,19 @@ request's instructions.
    append on the request path, building the rows, SQLite inserting and indexing them (the
    writer's thread), and the close writing what is still queued; each run checks the log then
    holds every record. The warm-up and N are one batch (500): every statement size is compiled
-   in the warm-up, as in a log that has run a while. Callgrind runs the code ~50x slower, so
-   the log's wall-clock settings are scaled to batch and yield as at full speed: `flush_seconds`
-   60 (a 1 s flush would write batches of ~50), 50 x `TURN_SECONDS`, a 600 s store timeout.
-   What the wall clock still moves: timers of the gateway's background jobs fire more often in a
-   run that a loaded machine stretches, so the same code's count moves by up to ~2% between
-   runs at different loads (the interpreter's share; SQLite's, libc's, hashing's and JSON's
-   repeat to the hundred instructions): compare rows of one run, or split by library with
-   `--keep` and callgrind_annotate.
+   in the warm-up, as in a log that has run a while. Callgrind runs the code ~50x slower, and a
+   loaded machine stretches that again by a varying factor, so nothing counted may depend on
+   the wall clock (benchmark-only settings, the same on both sides): the log writes when a
+   batch is full and at the close, never on its flush or prune timer (`flush_seconds` and
+   `prune_seconds` out of reach: with the flush at 60 s a stretched run wrote part-batches,
+   whose statements of new sizes SQLite compiled in the count), a turn of the event loop
+   builds 50 rows (`writer.TURN_CLOCK` counts rows: on the wall clock, as at full speed, a
+   turn built fewer rows the slower the run), the store's timeout is 600 s, and the prompt
+   cache's prefix linter is off (it compares one request per second of wall time: at full
+   speed one in ~1,500, under callgrind one in ~30, counted in "off" and "on" alike). What
+   remains is the request ids (random: where they land in the index) and when the GIL passes
+   between the loop and the writer's thread: the same code counts within ~0.1% from run to
+   run. Split by library with `--keep` and callgrind_annotate.
 2. levergate's default proxy path against the bare relay (`bare_relay.py`; issue 22: at most
    1.1x the CPU per request), each its own process under callgrind, in front of one
    `levergate sim` (0 ms, not counted) and loaded by an asyncio client on loopback with 1 and
@@ -47,6 +52,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import os
 import re
@@ -72,6 +78,9 @@ KINDS = ("whole", "stream")
 BODY = {"model": "sim-small", "max_tokens": 16}
 # Instructions per second, callgrind against the same code at full speed: ~50x.
 SLOWDOWN = 50
+ROWS_PER_TURN = 50  # the log's rows built per turn of the event loop at full speed (~10 us each)
+# Benchmark-only settings of the log (module docstring): no timer of its own fires.
+NO_LOG_TIMERS = {"flush_seconds": 1e9, "prune_seconds": 1e9}
 START_SECONDS = 600  # a server's start-up under valgrind (uninstrumented, still ~5x slower)
 
 
@@ -101,15 +110,12 @@ def child(args: argparse.Namespace) -> None:
     """The workload a counted child process runs: `--warmup` then `--requests` requests; with
     the log on, it prints the records the log holds after the close."""
     from levergate.bench.calls import serve_requests
-    from levergate.requestlog import writer
 
-    values: dict[str, Any] = {}
+    # The linter samples by the wall clock (module docstring), so it is off on both sides.
+    values: dict[str, Any] = {"prompt_cache": {"lint": {"enabled": False}}}
     if args.request_log:
-        # Wall-clock settings scaled by callgrind's slowdown, so the log batches and yields as
-        # it does at full speed: a batch of `batch_size` (500) before the flush timer, ~50 rows
-        # built per turn of the event loop, and a close that has the time to write the rest.
-        writer.TURN_SECONDS *= SLOWDOWN
-        values["request_log"] = {"enabled": True, "flush_seconds": 60,
+        no_log_timers()
+        values["request_log"] = {"enabled": True,
                                  "store": {"sqlite_path": args.request_log,
                                            "timeout_seconds": 600}}  # fmt: skip
     stream = args.kind == "stream"
@@ -123,6 +129,22 @@ def child(args: argparse.Namespace) -> None:
     if args.request_log:
         with contextlib.closing(sqlite3.connect(args.request_log)) as conn:
             print(conn.execute("SELECT COUNT(*) FROM lg_requests").fetchone()[0])
+
+
+def no_log_timers() -> None:
+    """The log writes full batches and at the close only, `ROWS_PER_TURN` rows a turn: each
+    `LogWriter` gets `NO_LOG_TIMERS` over its settings (which bound `flush_seconds` to 60),
+    and its turns are timed by a clock that advances by one row's share of a turn per call."""
+    from levergate.requestlog import writer
+
+    writer.TURN_CLOCK = functools.partial(next, itertools.count(0.0, writer.TURN_SECONDS
+                                                                 / ROWS_PER_TURN))  # fmt: skip
+    init = writer.LogWriter.__init__
+
+    def without_timers(self: Any, store: Any, *, settings: Any, **rest: Any) -> None:
+        init(self, store, settings=settings.model_copy(update=NO_LOG_TIMERS), **rest)
+
+    writer.LogWriter.__init__ = without_timers  # type: ignore[method-assign]
 
 
 async def with_simulator(*, stream: bool, requests: int, warmup: int, **values: Any) -> None:
