@@ -25,6 +25,7 @@ from levergate.core.json_bound import parse_json
 from levergate.requestlog.features import (
     BLOCK_BYTES,
     MAX_BOUNDARIES,
+    REPLAY_VERSION,
     decode_blocks,
     features_of_body,
 )
@@ -170,6 +171,17 @@ def _count(record: Mapping[str, Any], key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def _fingerprint(replay: Mapping[str, Any]) -> str | None:
+    """The record's exact-cache fingerprint, scoped by the version of the features that hold it:
+    version 1 wrote SHA-256, version 2 XXH3-128 (requestlog/features.py), so one body has two
+    fingerprints, and a log that spans the change only matches requests within each side."""
+    fp = replay.get("fp")
+    if not isinstance(fp, str):
+        return None
+    version = replay.get("v")
+    return fp if version == REPLAY_VERSION else f"v{version}:{fp}"
+
+
 def record_req(record: Mapping[str, Any]) -> Req | str:
     """The `Req` of one log record (requestlog/row.py's `as_dict` shape), or why it is not one."""
     ts, total_ms = _number(record.get("ts")), _number(record.get("total_ms"))
@@ -188,7 +200,7 @@ def record_req(record: Mapping[str, Any]) -> Req | str:
         arrival=ts - total_ms / 1000.0, tenant=str(record.get("tenant") or ""),
         feature=str(record.get("feature") or ""), model=model,
         alias=str(record.get("alias") or model), upstream=str(record.get("upstream") or ""),
-        fp=replay.get("fp") if isinstance(replay.get("fp"), str) else None,
+        fp=_fingerprint(replay),
         det=replay.get("det") is True, n=max(1, int(_number(replay.get("n")) or 1)),
         blocks=blocks,
         block_tokens=BLOCK_BYTES * prompt / pb if isinstance(pb, int) and pb > 0 else 0.0,

@@ -71,7 +71,7 @@ def canonical_body(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _canonical_message(message: Any) -> Any:
-    if not isinstance(message, Mapping):
+    if type(message) is not dict and not isinstance(message, Mapping):  # a dict: no ABC check
         return message
     content = message.get("content")
     if (
@@ -86,6 +86,34 @@ def _canonical_message(message: Any) -> Any:
     return message
 
 
+def canonical_bytes(
+    body: Mapping[str, Any],
+    *,
+    kind: str,
+    resolved_model: str,
+    namespace: str,
+    exclude: frozenset[str] = frozenset(),
+) -> bytes:
+    """The bytes a fingerprint digests: the format version, the kind, model and namespace, the
+    canonical body with its keys sorted, then each ordered field with its keys as given.
+    `exclude` drops further fields (the semantic cache keys its partitions on everything but
+    the final user text)."""
+    body = canonical_body(body)
+    ordered = []
+    for name in ORDERED:
+        if name in body:
+            ordered.append((name, body.pop(name)))
+    for name in exclude:
+        body.pop(name, None)
+    head = {"kind": kind, "model": resolved_model, "ns": namespace}
+    parts = [FORMAT_VERSION, orjson.dumps(head, option=orjson.OPT_SORT_KEYS), b"\x00",
+             orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)]  # fmt: skip
+    for name, value in ordered:
+        parts += (b"\x00" + name.encode() + b"\x00",
+                  orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))  # fmt: skip
+    return b"".join(parts)
+
+
 def fingerprint(
     body: Mapping[str, Any],
     *,
@@ -94,18 +122,8 @@ def fingerprint(
     namespace: str,
     exclude: frozenset[str] = frozenset(),
 ) -> str:
-    """Hex digest naming the request. `exclude` drops further fields (the semantic cache keys
-    its partitions on everything but the final user text)."""
-    body = canonical_body(body)
-    ordered = {name: body.pop(name) for name in ORDERED if name in body}
-    for name in exclude:
-        body.pop(name, None)
-    head = {"kind": kind, "model": resolved_model, "ns": namespace}
-    digest = hashlib.sha256(FORMAT_VERSION)
-    digest.update(orjson.dumps(head, option=orjson.OPT_SORT_KEYS))
-    digest.update(b"\x00")
-    digest.update(orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS))
-    for name, value in ordered.items():
-        digest.update(b"\x00" + name.encode() + b"\x00")
-        digest.update(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
-    return digest.hexdigest()
+    """Hex SHA-256 naming the request (`canonical_bytes`' arguments): a cache key, so a
+    collision would serve one request another's answer."""
+    data = canonical_bytes(body, kind=kind, resolved_model=resolved_model, namespace=namespace,
+                           exclude=exclude)  # fmt: skip
+    return hashlib.sha256(data).hexdigest()

@@ -2,8 +2,13 @@
 logged or not: privacy-preserving features, one JSON object in the row's `replay` column.
 
     fp        the exact cache's fingerprint (policies/fingerprint.py) of the body under the alias
-              asked for, in no namespace (the analyzer scopes it by the tenant itself), cut to
-              128 bits: equal fingerprints are requests the exact cache would answer alike
+              asked for, in no namespace (the analyzer scopes it by the tenant itself), as
+              XXH3-128 of the same canonical bytes (`v` 2; `v` 1 rows hold SHA-256 cut to 128
+              bits, which the analyzer keeps apart): equal fingerprints are requests the exact
+              cache would answer alike. Not a cache key, so nothing is served on it: a collision
+              would merge two requests in an estimate, and the prompt's own XXH3 digests are in
+              `blocks` and `whole` already. SHA-256 cost a logged request ~8,000 instructions
+              (callgrind), XXH3 a few hundred
     det       temperature 0 or a seed: cacheable under the default `deterministic` mode
     n         the choices asked for (more than one bypasses the cache unless `cache_n`)
     blocks    the chained digests of the prompt's leading `BLOCK_BYTES`-byte blocks (the ones
@@ -56,16 +61,16 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import xxhash
 
 from levergate.config.prompt_cache import BreakpointsSettings
 from levergate.layers.prompt_cache.breakpoints import (
     boundaries,
     continued,
     count_client_breakpoints,
-    whole_digest,
 )
 from levergate.policies.affinity import block_digests, prompt_bytes
-from levergate.policies.fingerprint import fingerprint
+from levergate.policies.fingerprint import canonical_bytes
 
 if TYPE_CHECKING:
     from levergate.core.call import Call
@@ -83,13 +88,13 @@ __all__ = [
     "replay_text",
 ]  # fmt: skip
 
-REPLAY_VERSION = 1
+# 2: `fp` is XXH3-128 (1: SHA-256 cut to 128 bits; the analyzer keeps the two apart).
+REPLAY_VERSION = 2
 # 1 KB blocks (~256 tokens): a provider caches in 128-token steps past 1,024 tokens, so a
 # prediction is off by at most one block's tokens per request; 128 of them cover a 128 KB
 # prompt in ~1.4 KB of text per row.
 BLOCK_BYTES = 1024
 MAX_BLOCKS = 128
-FINGERPRINT_HEX = 32
 MAX_BOUNDARIES = 16
 DOCUMENT_TOKENS = BreakpointsSettings().document_tokens
 # Boundaries are kept for prompts of at least 4 KB: ~1,024 tokens at the layer's 4 bytes a
@@ -114,34 +119,50 @@ def decode_blocks(text: str) -> tuple[int, ...]:
 
 def features_of_body(body: Mapping[str, Any], *, kind: str, model: str) -> dict[str, Any]:
     """The body's part of the features (no controls): also what the analyzer computes for an
-    OpenAI request file."""
-    prompt = prompt_bytes(body)
-    blocks = block_digests(prompt, block_bytes=BLOCK_BYTES, max_blocks=MAX_BLOCKS)
-    temperature, seed, n = body.get("temperature"), body.get("seed"), body.get("n")
-    shaped = {k: body[k] for k in ("tools", "response_format") if body.get(k)}
+    OpenAI request file. A chat prompt's messages are serialised once, for the prompt's bytes
+    and the breakpoint layer's whole-prompt digest alike (`whole_digest`'s bytes)."""
+    messages = body.get("messages")
+    chat = isinstance(messages, list)
+    whole: int | None = None
+    if chat:
+        tools = body.get("tools")
+        listed, head = orjson.dumps(messages), orjson.dumps(tools)
+        prompt = head + listed if tools else listed
+        whole = xxhash.xxh3_64_intdigest(head + listed)
+    else:
+        prompt = prompt_bytes(body)
+    data = canonical_bytes(body, kind=kind, resolved_model=model, namespace="")
+    seed, n = body.get("seed"), body.get("n")
+    tools_digest = None
+    if body.get("tools") or body.get("response_format"):
+        tools_digest = _digest({k: body[k] for k in ("tools", "response_format") if body.get(k)})
     found: dict[str, Any] = {
         "v": REPLAY_VERSION,
-        "fp": fingerprint(body, kind=kind, resolved_model=model, namespace="")[:FINGERPRINT_HEX],
-        "det": temperature == 0 or (isinstance(seed, int) and not isinstance(seed, bool)),
+        "fp": xxhash.xxh3_128_hexdigest(data),
+        "det": body.get("temperature") == 0 or (isinstance(seed, int)
+                                                and not isinstance(seed, bool)),
         "n": n if isinstance(n, int) and not isinstance(n, bool) else 1,
-        "blocks": encode_blocks(blocks),
+        "blocks": encode_blocks(block_digests(prompt, block_bytes=BLOCK_BYTES,
+                                              max_blocks=MAX_BLOCKS))
+        if len(prompt) >= BLOCK_BYTES else "",
         "pb": len(prompt),
-        "tools": _digest(shaped) if shaped else None,
+        "tools": tools_digest,
         "stream": body.get("stream") is True,
-    }
+    }  # fmt: skip
     key = body.get("prompt_cache_key")
     if isinstance(key, str):
         found["pck"] = _digest(key)
-    if isinstance(body.get("messages"), list):
+    if whole is not None:
+        found["whole"] = whole
         found.update(_breakpoint_features(body, long=len(prompt) >= BOUNDARY_MIN_BYTES))
     return found
 
 
 def _breakpoint_features(body: Mapping[str, Any], *, long: bool) -> dict[str, Any]:
-    """What the breakpoint layer decides by (`bp`, `cont`, `whole`, `cbp`; module docstring):
-    the continuation digests of every chat prompt (the layer's shares count them all), the
-    boundaries only of a `long` one (a shorter has none a provider would cache)."""
-    found: dict[str, Any] = {"whole": whole_digest(body)}
+    """What the breakpoint layer decides by besides `whole` (`bp`, `cont`, `cbp`; module
+    docstring): the continuation digest of every chat prompt (the layer's shares count them
+    all), the boundaries only of a `long` one (a shorter has none a provider would cache)."""
+    found: dict[str, Any] = {}
     earlier = continued(body)
     if earlier is not None:
         found["cont"] = earlier

@@ -8,11 +8,20 @@ from the CLI's, each on a store of its own (a connection belongs to one thread).
 the connection is dropped and opened again at the next call, which is how a restarted
 PostgreSQL is reconnected to.
 
-Indexed for the readers' filters: time; tenant, key, and the model asked for and the one that
-answered, each with time (newest first within one); the request id. The other filters (feature,
-outcome, least latency or cost) refine the scan of a time range: every index costs the writer
-about 1.6 us per record. `prune` enforces the bounds: records past the age first, then the
-oldest until the table is under the size.
+Two indexes, each one a reader cannot do without; every index costs the writer ~4,800
+instructions a record (SQLite and the libc under it, callgrind: benchmarks/instructions.py):
+- `(ts, seq)`: every time range (the dashboard's charts and pages always have one, `since` /
+  `until`, `levergate report`), the pages newest first and their cursors (ORDER BY ts DESC,
+  seq DESC), and the age bound's prune;
+- `request_id`: the lookups with no time to narrow them (the dashboard's record page, a shadow
+  label's record in `levergate finetune`, `?request_id=`).
+Tenant, key, model, feature, outcome, latency and cost refine a scan of the time index: a
+windowed view reads the window's records, as the unfiltered view of the same window does, and
+a page newest first stops at its `limit`-th match. Until 2026-12 the tenant, the key, and the
+model asked for and the one that answered each had an index of its own (with time): four more
+per record written for filters the time index serves, the model's (`model = ? OR alias = ?`)
+needing two; a store that finds them drops them (`DROPPED`). `prune` enforces the bounds:
+records past the age first, then the oldest until the table is under the size.
 """
 
 from __future__ import annotations
@@ -40,9 +49,8 @@ from levergate.stores.sqlite_worker import connect
 __all__ = ["LogStore", "LogStoreError", "Page", "PostgresLog", "SqliteLog", "open_store"]
 
 TABLE = "lg_requests"
-# Each index costs the writer ~1.6 us per record (SQLite, measured): time, the request id, and
-# who and what with time. Feature, outcome, latency and cost refine a time range's scan.
-INDEXED = ("tenant", "key_id", "model", "alias")
+# The indexes of older levergates (module docstring), dropped where they are found.
+DROPPED = tuple(f"{TABLE}_{c}" for c in ("tenant", "key_id", "model", "alias"))
 GROUPS = frozenset({"model", "alias", "tenant", "key_id", "feature", "workflow", "outcome",
                     "upstream", "kind", "cache", "origin", "tier", "priority"})  # fmt: skip
 MULTI_ROWS = 1000  # rows per INSERT statement in SQLite (within its bound on parameters)
@@ -53,18 +61,16 @@ _SUMS = ("cost_usd", "saved_usd", "input_tokens", "cached_tokens", "cache_write_
 MAX_SAMPLES = 20_000
 
 
-def _null(value: None) -> None:
-    """None as SQLite's NULL: what sqlite3 binds it as anyway."""
-    return value
-
-
 # sqlite3 binds an int, a float or a str as it is, and passes anything else, None included,
 # through its adapter protocol first: the adapter registry, then `PrepareProtocol.__adapt__`
 # and `None.__conform__`, each an AttributeError formatted and cleared, ~2,000 instructions a
-# None (callgrind). A row has ~15 NULL columns: 90k instructions a row inserted, 60k with None
-# found in the registry (benchmarks/instructions.py). The registry is sqlite3's, for the whole
-# process: None binds as NULL there as before.
-sqlite3.register_adapter(type(None), _null)
+# None (callgrind). A row has ~10-15 NULL columns: 90k instructions a row inserted, 60k with
+# None found in the registry (benchmarks/instructions.py). The adapter is a method in C that
+# returns None for None (an empty dict's `get`): a Python function there was a frame per NULL,
+# a few hundred instructions more each. The registry is sqlite3's, for the whole process: None
+# binds as NULL there as before.
+_NULL: dict[None, None] = {}
+sqlite3.register_adapter(type(None), _NULL.get)
 
 
 class LogStoreError(Exception):
@@ -129,7 +135,7 @@ class _Sql(ABC):
         found = [f"CREATE TABLE IF NOT EXISTS {TABLE} (seq {self.seq_type}, {columns})",
                  f"CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts, seq)",
                  f"CREATE INDEX IF NOT EXISTS {TABLE}_request ON {TABLE} (request_id)"]  # fmt: skip
-        found += [f"CREATE INDEX IF NOT EXISTS {TABLE}_{c} ON {TABLE} ({c}, ts)" for c in INDEXED]
+        found += [f"DROP INDEX IF EXISTS {name}" for name in DROPPED]
         labelled = ", ".join(f"{n} {self.types.get(k, k)}" for n, k in LABEL_COLUMNS)
         found += [
             f"CREATE TABLE IF NOT EXISTS {LABELS_TABLE} (seq {self.seq_type}, {labelled})",
@@ -222,8 +228,8 @@ class _Sql(ABC):
         condition, values = which.where(self.ph)
         if after is not None:
             ph = self.ph
-            condition += f" AND (ts > {ph} OR (ts = {ph} AND seq > {ph}))"
-            values += [after[0], after[0], after[1]]
+            condition += f" AND ts >= {ph} AND (ts > {ph} OR (ts = {ph} AND seq > {ph}))"
+            values += [after[0], after[0], after[0], after[1]]
         sql = (f"SELECT seq, {', '.join(LABEL_NAMES)} FROM {LABELS_TABLE} WHERE {condition} "
                f"ORDER BY ts, seq LIMIT {int(limit)}")  # fmt: skip
         return [{"seq": row[0], **as_label(row[1:])} for row in self._run(sql, values)]
@@ -260,8 +266,11 @@ class _Sql(ABC):
     def page(self, where: LogFilter, *, cursor: Cursor | None, limit: int) -> Page:
         condition, values = where.where(self.ph)
         if cursor is not None:
-            condition += f" AND (ts < {self.ph} OR (ts = {self.ph} AND seq < {self.ph}))"
-            values += [cursor[0], cursor[0], cursor[1]]
+            # `ts <= ?` first: a range the time index searches (the OR alone is not one, and
+            # each page of an export scanned from the newest record down to its cursor).
+            condition += (f" AND ts <= {self.ph} AND (ts < {self.ph} OR (ts = {self.ph} AND "
+                          f"seq < {self.ph}))")  # fmt: skip
+            values += [cursor[0], cursor[0], cursor[0], cursor[1]]
         sql = (f"SELECT seq, {', '.join(NAMES)} FROM {TABLE} WHERE {condition} "
                f"ORDER BY ts DESC, seq DESC LIMIT {int(limit) + 1}")  # fmt: skip
         rows = self._run(sql, values)

@@ -100,3 +100,12 @@ def test_a_trace_without_fingerprints_cannot_evaluate_the_exact_cache() -> None:
     (row,) = result["not_evaluable"]
     assert row["lever"] == "exact"
     assert "fingerprints" in row["reason"]
+
+
+def test_fingerprints_of_an_older_features_version_match_only_each_other() -> None:
+    old = {**record(0, "a")["replay"], "v": 1}  # type: ignore[dict-item]
+    records = [record(0, "a", replay=old), record(1, "a", replay=old),
+               record(2, "a", cache="exact:hit", alias="")]  # fmt: skip
+    got = from_records((("r", r) for r in records), source="t", skipped=Skipped())
+    assert got.requests[0].fp == got.requests[1].fp != got.requests[2].fp
+    assert got.requests[2].fp == record(3, "a")["replay"]["fp"]  # type: ignore[index]

@@ -177,8 +177,12 @@ def continued(body: Mapping[str, Any]) -> int | None:
     """The digest of the prompt this one continues (everything before its last assistant
     message), or None when it continues none."""
     messages = body.get("messages") or []
-    k = max((i for i, m in enumerate(messages) if _role(m) == "assistant"), default=-1)
-    return xxhash.xxh3_64_intdigest(_prefix_bytes(body, messages[:k])) if k > 0 else None
+    if not isinstance(messages, list):
+        messages = list(messages)
+    for k in range(len(messages) - 1, 0, -1):  # the last assistant message, if not the first
+        if _role(messages[k]) == "assistant":
+            return xxhash.xxh3_64_intdigest(_prefix_bytes(body, messages[:k]))
+    return None
 
 
 def whole_digest(body: Mapping[str, Any]) -> int:
