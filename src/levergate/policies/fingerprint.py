@@ -100,9 +100,9 @@ def canonical_bytes(
     the final user text)."""
     body = canonical_body(body)
     ordered = []
-    for name in ORDERED:
+    for name in ORDERED:  # a loop, not a comprehension: no frame of its own (3.11)
         if name in body:
-            ordered.append((name, body.pop(name)))
+            ordered.append((name, body.pop(name)))  # noqa: PERF401
     for name in exclude:
         body.pop(name, None)
     head = {"kind": kind, "model": resolved_model, "ns": namespace}

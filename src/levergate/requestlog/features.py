@@ -46,7 +46,9 @@ writer.py: the deadlines when the request finishes, `controls_of`; the body's wi
 fingerprint's serialisation and SHA-256 ~55 us, the prompt's serialisation ~15 us and its XXH3
 blocks ~30 us, the rest serialising the features); the breakpoint boundaries and continuation
 digests add ~6 us to a small chat prompt and ~45 us to a 48 KB one (timeit at load average ~9,
-so an upper bound); the blocks are bounded by `MAX_BLOCKS` whatever the prompt's size.
+so an upper bound); the blocks are bounded by `MAX_BLOCKS` whatever the prompt's size. Counted
+(callgrind, a one-message chat prompt): 80k instructions a record with SHA-256 and the messages
+serialised twice (for the prompt's bytes and for `whole`), 47k with XXH3 and once.
 Nothing is reused from the layers: the exact cache's key is in the tenant's namespace under the
 resolved model (and off by default), affinity's and the prompt cache's digests are of other
 block sizes (settings; 2 KB), and the prompt cache's of the body as sent.

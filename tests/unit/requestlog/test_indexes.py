@@ -49,8 +49,9 @@ def _searched(plan: list[str], index: str) -> bool:
 def test_a_window_or_a_request_id_is_searched_by_its_index(tmp_path: Path) -> None:
     window = [
         lambda s: s.page(WINDOW, cursor=None, limit=10),
-        lambda s: s.page(LogFilter(tenant="t1", model="auto", since=START + 10), cursor=None,
-                         limit=10),  # fmt: skip
+        lambda s: s.page(
+            LogFilter(tenant="t1", model="auto", since=START + 10), cursor=None, limit=10
+        ),
         lambda s: s.summary(WINDOW),
         lambda s: s.series(WINDOW, bucket_seconds=60),
         lambda s: s.groups(WINDOW, by="tenant"),
@@ -77,7 +78,8 @@ def test_a_page_newest_first_reads_the_time_index_in_order(tmp_path: Path) -> No
 
 def _indexes(store: LogStore) -> set[str]:
     if isinstance(store, PostgresLog):
-        sql = "SELECT indexname FROM pg_indexes WHERE tablename = %s AND schemaname = current_schema()"
+        sql = ("SELECT indexname FROM pg_indexes WHERE tablename = %s AND "
+               "schemaname = current_schema()")  # fmt: skip
     else:
         sql = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
     return {row[0] for row in store._run(sql, [TABLE])}  # type: ignore[attr-defined]
