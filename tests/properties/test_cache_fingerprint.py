@@ -130,3 +130,19 @@ def test_schema_property_order_is_kept() -> None:
         return {**body, "response_format": fmt}
 
     assert key(with_schema(schema_ab)) != key(with_schema(schema_ba))
+
+
+def test_the_key_of_a_known_body_stays_what_stored_entries_were_written_under() -> None:
+    """Entries already in a shared cache were stored under these keys (SHA-256 of the canonical
+    bytes, computed incrementally before `canonical_bytes` existed)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"b": 1, "a": 2}}}
+    text = [{"type": "text", "text": "hi"}]
+    body = {"model": "m", "messages": [{"role": "user", "content": text}], "stop": "x",
+            "temperature": 0, "stream": True, "tools": [tool]}  # fmt: skip
+    assert fingerprint(body, kind="chat", resolved_model="gpt", namespace="t1") == (
+        "80f68e05b80ba9ec8f5521821126095d5d7c901b20343f64a48b6580085dc88b"
+    )
+    assert fingerprint(body, kind="chat", resolved_model="gpt", namespace="",
+                       exclude=frozenset({"messages"})) == (
+        "9f9249d170793ccfb9ea1b44971a8b56dfc79d85f410ddd031ccc4aa3708482f"
+    )  # fmt: skip
