@@ -24,8 +24,9 @@ request's instructions.
    cache's prefix linter is off (it compares one request per second of wall time: at full
    speed one in ~1,500, under callgrind one in ~30, counted in "off" and "on" alike). What
    remains is the request ids (random: where they land in the index) and when the GIL passes
-   between the loop and the writer's thread: the same code counts within ~0.1% from run to
-   run. Split by library with `--keep` and callgrind_annotate.
+   between the loop and the writer's thread: the same code counted within 0.25% (whole) and
+   0.05% (stream) in two runs at loads 7-18 (instructions.md's off columns). Split by library
+   with `--keep` and callgrind_annotate.
 2. levergate's default proxy path against the bare relay (`bare_relay.py`; issue 22: at most
    1.1x the CPU per request), each its own process under callgrind, in front of one
    `levergate sim` (0 ms, not counted) and loaded by an asyncio client on loopback with 1 and
