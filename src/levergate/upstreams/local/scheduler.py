@@ -9,11 +9,18 @@ else a cached KV state (restored, ~23 KB per token, then trimmed to the common p
 whose prefix another request is still computing waits for it instead of computing it a second
 time: a shared prefix is computed once.
 
-Residents live in the pool's spare cells: a new request takes an empty slot when there is one
-(a resident it shares a prefix with is copied, so its tail stays for its own follow-up), else
-the resident it matches (trimmed in place), else the least recently used one. On each
-admission the least recently used residents are evicted until the running sequences'
-reservations and the cells only residents hold fit in the pool (`CellMap` counts the cells).
+Residents live until the next admission, as llama-server's idle slots do (it saves them to
+its prompt cache and clears them when a task starts, with a unified KV pool): an admission
+keeps only the resident it reuses and evicts the others. llama.cpp gives new cells the first
+free ones from a moving head and attends over the pool up to its highest cell in use, so a
+resident kept through a cold prompt's prefill would push that prompt's cells above its own and
+make every step of it attend over both (a cold 1.5k-token prompt took 1.19x llama-server's
+time to first token with residents kept); evicted, they give their cells back from the bottom
+(`seq_rm` moves the head down to the first cell it frees), and their saved states remain.
+The new request takes an empty slot (a resident it shares a prefix with is copied, so its
+tail stays for its own follow-up), else the resident it matches, trimmed in place. The one
+resident kept goes too unless the running sequences' reservations and the cells only it holds
+fit in the pool, those within `resident_cells` (`CellMap` counts the cells).
 
 Each step feeds every decoding sequence its pending token (plus a prompt-lookup draft when
 asked), then fills the rest of the step's token budget with prompt chunks of the sequences still
@@ -23,7 +30,6 @@ stream in; chunking keeps one long prompt from stalling everyone.
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
@@ -57,13 +63,11 @@ class Work:
     draft: list[int]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Resident:
-    """The cells a finished request left in its (free) slot: `tokens` at positions 0...
-    `used` orders residents by last use, for eviction."""
+    """The cells a finished request left in its (free) slot: `tokens` at positions 0..."""
 
     tokens: Tokens
-    used: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +99,6 @@ class Scheduler:
         self._resident_cells = n_ctx if resident_cells is None else resident_cells
         self._free = list(range(slots - 1, -1, -1))
         self._cells = CellMap()
-        self._clock = itertools.count()
         self.residents: dict[int, Resident] = {}
         self.waiting: deque[Ticket] = deque()
         self.active: dict[int, Sequence] = {}
@@ -121,7 +124,7 @@ class Scheduler:
                 self._kv.forget(seq.slot, kept)
             self._cells.grow(seq.slot, seq.computed)
             self._cells.trim(seq.slot, kept)
-            self.residents[seq.slot] = Resident(seq.tokens[:kept].copy(), next(self._clock))
+            self.residents[seq.slot] = Resident(seq.tokens[:kept].copy())
         else:
             self._kv.forget(seq.slot)
             self._cells.drop(seq.slot)
@@ -214,9 +217,9 @@ class Scheduler:
         return best
 
     def _start(self, ticket: Ticket, prompt: Tokens, *, capacity: int, need: int) -> Sequence:
-        """Admit `ticket` into a slot, evict the residents the pool no longer has room for
-        (not the one it reuses: it goes after, if need be), then start it from the longest
-        prefix it can reuse (a restored state needs its room first)."""
+        """Admit `ticket` into a slot, evicting every resident but the one it reuses (before
+        a restored state or its prefill takes new cells), then start it from the longest prefix
+        it can reuse."""
         for running in self.active.values():  # the map follows their prefill and decoding
             self._cells.grow(running.slot, running.computed)
         limit = len(prompt) - 1
@@ -226,11 +229,12 @@ class Scheduler:
             source.common < self._cache.min_tokens or (match and match.common > source.common)
         ):
             source = None
+        for resident in [s for s in self.residents if source is None or s != source.slot]:
+            self._forget_resident(resident)
         slot = self._slot(source)
         seq = Sequence(ticket, slot=slot, capacity=capacity, reserved=need)
         self.active[slot] = seq
         self.reserved += need
-        self._evict(keep=source.slot if source is not None else None)
         if source is not None:
             if source.slot == slot:  # the resident's own cells, trimmed in place
                 self._kv.forget(slot, source.common)
@@ -238,8 +242,6 @@ class Scheduler:
             else:
                 self._kv.share(source.slot, slot, source.common)
                 self._cells.copy(source.slot, slot, source.common)
-                if source.resident:
-                    self.residents[source.slot].used = next(self._clock)
             seq.computed = seq.cached = source.common
             self.reused_in_place += source.common
         elif match is not None:
@@ -251,12 +253,12 @@ class Scheduler:
             else:
                 self._kv.forget(slot)
         self.reused_tokens += seq.cached
-        self._evict(keep=None)  # a resident it shared from may still hold a tail of its own
+        self._evict()  # the resident it shared from may still hold a tail of its own
         return seq
 
     def _slot(self, source: Source | None) -> int:
-        """A free slot for a new sequence, emptied unless it is `source`'s resident reused in
-        place: an empty one first, else `source`'s, else the least recently used resident."""
+        """A free slot for a new sequence (the only resident left is `source`'s, if any): an
+        empty one, unless `source`'s resident is reused whole or is the only free slot."""
         empty = [slot for slot in self._free if slot not in self.residents]
         if source is not None and source.resident:
             whole = source.common == len(self.residents[source.slot].tokens)
@@ -264,28 +266,23 @@ class Scheduler:
                 del self.residents[source.slot]
                 self._free.remove(source.slot)
                 return source.slot
-        if empty:
-            slot = empty[-1]
-        else:
-            slot = min(self.residents, key=lambda s: self.residents[s].used)
-            self._forget_resident(slot)
+        slot = empty[-1]
         self._free.remove(slot)
         return slot
 
-    def _evict(self, *, keep: int | None) -> None:
-        """Evict least recently used residents, except `keep`, until the running sequences'
-        reservations and the cells that only residents hold fit in the pool, and those cells
-        within `resident_cells` (every step attends over the pool up to its highest cell in
-        use, so residents are not free)."""
-        while True:
+    def _evict(self) -> None:
+        """Evict residents (at most the one an admission reuses is left) until the running
+        sequences' reservations and the cells that only residents hold fit in the pool, and
+        those cells within `resident_cells` (every step attends over the pool up to its highest
+        cell in use, so residents are not free)."""
+        while self.residents:
             running = list(self.active)
             only_residents = self._cells.cells([*running, *self.residents])
             only_residents -= self._cells.cells(running)
-            candidates = [slot for slot in self.residents if slot != keep]
             fits = self.reserved + only_residents <= self._n_ctx
-            if (fits and only_residents <= self._resident_cells) or not candidates:
+            if fits and only_residents <= self._resident_cells:
                 return
-            self._forget_resident(min(candidates, key=lambda s: self.residents[s].used))
+            self._forget_resident(next(iter(self.residents)))
 
     def _forget_resident(self, slot: int) -> None:
         del self.residents[slot]

@@ -153,7 +153,7 @@ async def test_an_evicted_prefix_comes_back_from_its_saved_state(
     await answer(small, ask(QUESTIONS[0], system, max_tokens=2))
     await released(small)
     (first,) = [r.tokens for r in scheduler.residents.values()]
-    # ~430 new tokens and their reservation leave no room for the resident's ~150.
+    # A prompt sharing nothing with it evicts it (and would leave no room for it anyway).
     long_prompt = "Summarise: " + "the bread is good. " * 80
     await answer(small, ask(long_prompt, "Be brief.", max_tokens=2))
     await released(small)

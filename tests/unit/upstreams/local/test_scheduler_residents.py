@@ -6,6 +6,7 @@ be asked for more cells than it has."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,10 +98,14 @@ def test_reused_cells_are_the_prompts_own_and_the_pool_never_overflows(
                 sched.waiting.append(ticket([*PREFIXES[prefix], *(500 + t for t in suffix)],
                                             max_tokens))  # fmt: skip
             case ("step",):
-                for seq in step(sched, pool, cache):
+                admitted = step(sched, pool, cache)
+                for seq in admitted:
                     assert seq.computed == seq.cached
                     prompt = list(seq.request.prompt)
                     assert pool.held(seq.slot) == prompt[: seq.cached]
+                if admitted:  # a resident outlives an admission only as the prefix it shares
+                    for slot in sched.residents:
+                        assert any(pool.shared(slot, seq.slot) for seq in admitted)
             case (str(how), int(index)) if sched.active:
                 seq = list(sched.active.values())[index % len(sched.active)]
                 if how == "cancel":
@@ -147,19 +152,19 @@ def test_with_an_empty_slot_a_resident_is_shared_and_keeps_its_own_tail() -> Non
     assert follow_up.cached == len(history)
 
 
-def test_the_least_recently_used_resident_makes_room_and_the_saved_state_is_the_fallback() -> None:
-    n_ctx = 80
-    sched, pool, cache = setup(n_ctx=n_ctx, ram=10_000)
-    for prefix in PREFIXES[:2]:
+def test_a_cold_admission_evicts_the_residents_and_the_saved_state_is_the_fallback() -> None:
+    sched, pool, cache = setup(ram=10_000)
+    for prefix in PREFIXES[:2]:  # two at once: both finish before the next admission
         sched.waiting.append(ticket([*prefix, 1], max_tokens=1))
-        step(sched, pool, cache)
-        step(sched, pool, cache)
-    assert len(sched.residents) == 2
-    big = ticket([*range(600, 640)], max_tokens=3)  # 44 cells: only one resident may stay
-    sched.waiting.append(big)
     step(sched, pool, cache)
-    assert [r.tokens[0] for r in sched.residents.values()] == [200]  # the older one went
-    check(sched, pool, n_ctx)
+    step(sched, pool, cache)
+    assert len(sched.residents) == 2
+    sched.waiting.append(ticket([*range(600, 640)], max_tokens=3))
+    (cold,) = sched.admit()
+    assert not sched.residents  # before its prefill takes new cells: llama-server's clear
+    assert pool.occupied() == 0
+    step(sched, pool, cache)
+    assert pool.held(cold.slot)[:40] == list(range(600, 640))
     while sched.active:
         step(sched, pool, cache)
     sched.waiting.append(ticket([*SHARED, 9]))
@@ -179,13 +184,18 @@ def test_without_in_place_reuse_a_finished_request_gives_its_cells_back() -> Non
     assert pool.occupied() == 0
 
 
-def test_residents_keep_within_their_cell_budget() -> None:
-    sched, pool, cache = setup(budget=40)  # room for the 31-cell resident, not beside the 21
-    for prefix in PREFIXES[:2]:
-        sched.waiting.append(ticket([*prefix, 1], max_tokens=1))
+@pytest.mark.parametrize(("budget", "kept"), [(40, True), (5, False)])
+def test_the_resident_shared_from_keeps_its_tail_within_the_cell_budget(
+    budget: int, kept: bool
+) -> None:
+    sched, pool, cache = setup(budget=budget)
+    sched.waiting.append(ticket([*SHARED, 1], max_tokens=6))
+    while sched.waiting or sched.active:
         step(sched, pool, cache)
-        step(sched, pool, cache)
-    sched.waiting.append(ticket([*range(600, 610)], max_tokens=1))
-    step(sched, pool, cache)
-    assert [r.tokens[0] for r in sched.residents.values()] == [200]  # the newer one stays
-    assert pool.occupied() - pool.occupied(sched.active) <= 40
+    (slot,) = sched.residents
+    tail = pool.length(slot) - len(SHARED)  # its question and answer
+    sched.waiting.append(ticket([*SHARED, 3, 4]))
+    (seq,) = sched.admit()
+    assert seq.cached == len(SHARED) and seq.slot != slot
+    assert (slot in sched.residents) is kept
+    assert pool.occupied() == len(SHARED) + (tail if kept else 0)
