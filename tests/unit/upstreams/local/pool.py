@@ -38,8 +38,8 @@ class Pool:
         assert self.length(seq) == start, (seq, self.length(seq), start)
         fed = list(tokens)
         for first in range(0, len(fed), self.ubatch):
-            chunk = fed[first : first + self.ubatch]
-            for index, i in zip(self._find_slot(len(chunk)), range(first, first + len(chunk))):
+            count = min(self.ubatch, len(fed) - first)
+            for i, index in enumerate(self._find_slot(count), start=first):
                 self.cells[index] = Cell(start + i, fed[i], {seq})
                 self.head = index + 1
 
@@ -96,9 +96,7 @@ class Pool:
     def occupied(self, seqs: Iterable[int] | None = None) -> int:
         """Cells in use (by any of `seqs`, when given)."""
         wanted = None if seqs is None else set(seqs)
-        return sum(
-            1 for c in self.cells if c is not None and (wanted is None or c.seqs & wanted)
-        )
+        return sum(1 for c in self.cells if c is not None and (wanted is None or c.seqs & wanted))
 
     def used_max_p1(self) -> int:
         """One past the highest cell in use: what a step attends over (before padding)."""

@@ -196,6 +196,7 @@ def test_the_resident_shared_from_keeps_its_tail_within_the_cell_budget(
     tail = pool.length(slot) - len(SHARED)  # its question and answer
     sched.waiting.append(ticket([*SHARED, 3, 4]))
     (seq,) = sched.admit()
-    assert seq.cached == len(SHARED) and seq.slot != slot
+    assert seq.cached == len(SHARED)
+    assert seq.slot != slot
     assert (slot in sched.residents) is kept
     assert pool.occupied() == len(SHARED) + (tail if kept else 0)
