@@ -6,7 +6,9 @@ pool: time to first token of a cold prompt and of a warm one (a different questi
 Both servers run at once, and each round asks them in turn (A then B, then B then A), each
 round with a system prompt neither has seen, so both see the same machine load. The ratios
 (levergate / llama-server) of the per-round medians are the result; the load average is
-recorded before and after.
+recorded before and after. `--in-place-ab` runs two levergate servers beside llama-server, one
+reusing prefixes in place (`prefix_cache.in_place: true`) and one from saved states only, the
+three in a rotating order.
 
 llama-server is built from the llama.cpp sources vendored in the installed llama-cpp-python's
 own sdist (same version, same sources), once, outside the repository, with CMake (about 8
@@ -92,18 +94,25 @@ def start_python_server(model: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
-def start_levergate(model: Path, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_levergate(
+    model: Path, folder: Path, *, in_place: bool | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """levergate with its defaults, or with `prefix_cache.in_place` set when given."""
     port = free_port()
+    upstream: dict[str, Any] = {
+        "kind": "local", "name": "local", "model_path": str(model), "requantize": "off",
+        "threads": THREADS, "threads_batch": THREADS, "slots": SLOTS, "n_ctx": N_CTX,
+        "embeddings": {"enabled": False},
+    }  # fmt: skip
+    if in_place is not None:
+        upstream["prefix_cache"] = {"in_place": in_place}
     config = {
         "server": {"host": "127.0.0.1", "port": port},
-        "upstreams": [{"kind": "local", "name": "local", "model_path": str(model),
-                       "requantize": "off", "threads": THREADS, "threads_batch": THREADS,
-                       "slots": SLOTS, "n_ctx": N_CTX,
-                       "embeddings": {"enabled": False}}],
+        "upstreams": [upstream],
         "models": [{"name": "*", "upstream": "local"}],
         "cache": {"enabled": False},
-    }  # fmt: skip
-    path = folder / "levergate.json"
+    }
+    path = folder / f"levergate-{port}.json"
     path.write_text(json.dumps(config))  # JSON is YAML
     proc = subprocess.Popen(
         [sys.executable, "-m", "levergate.cli.main", "serve", "--config", str(path)],
@@ -141,7 +150,7 @@ async def rounds(urls: dict[str, str], count: int, prompt_tokens: int) -> list[d
             await ttft(session, urls[name], "Warm-up.", "Hello?")
         for index in range(count):
             system = system_prompt(1000 + index, prompt_tokens)
-            order = names if index % 2 == 0 else names[::-1]
+            order = names[index % len(names) :] + names[: index % len(names)]
             row: dict[str, Any] = {"order": order}
             for name in order:
                 row[f"{name}_cold_s"] = await ttft(session, urls[name], system, "When do you open?")
@@ -150,32 +159,41 @@ async def rounds(urls: dict[str, str], count: int, prompt_tokens: int) -> list[d
     return rows
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(rows: list[dict[str, Any]], engines: list[str]) -> dict[str, Any]:
+    """Per levergate engine and kind: its median, llama-server's, and their ratio."""
     out: dict[str, Any] = {}
-    for kind in ("cold", "warm"):
-        ours = median([r[f"levergate_{kind}_s"] for r in rows])
-        theirs = median([r[f"llama-server_{kind}_s"] for r in rows])
-        out[kind] = {"levergate_s": ours, "llama_server_s": theirs, "ratio": ours / theirs}
+    for name in engines:
+        out[name] = {}
+        for kind in ("cold", "warm"):
+            ours = median([r[f"{name}_{kind}_s"] for r in rows])
+            theirs = median([r[f"llama-server_{kind}_s"] for r in rows])
+            out[name][kind] = {"levergate_s": ours, "llama_server_s": theirs,
+                               "ratio": ours / theirs}  # fmt: skip
     return out
 
 
 def markdown(data: dict[str, Any]) -> str:
+    engines = list(data["summary"])
     lines = [
         "# Embedded engine vs llama-server: time to first token over HTTP", "",
         (f"Same GGUF ({data['model']}), {THREADS} threads, {SLOTS} slots sharing a "
          f"{N_CTX}-token unified KV pool, streamed chat requests with temperature 0 from one "
-         f"aiohttp client; {len(data['rounds'])} rounds, servers alternating. Cold: a "
+         f"aiohttp client; {len(data['rounds'])} rounds, servers in a rotating order. Cold: a "
          f"~{data['prompt_tokens']}-token system prompt never seen; warm: another question "
          "after it. Ratio = levergate / llama-server (below 1: levergate is faster)."), "",
-        "| | levergate (median) | llama-server (median) | ratio |", "|---|---:|---:|---:|",
+        "| levergate | | levergate (median) | llama-server (median) | ratio |",
+        "|---|---|---:|---:|---:|",
     ]  # fmt: skip
+    for name in engines:
+        for kind in ("cold", "warm"):
+            s = data["summary"][name][kind]
+            lines.append(f"| {name} | {kind} | {s['levergate_s'] * 1000:.1f} ms | "
+                         f"{s['llama_server_s'] * 1000:.1f} ms | {s['ratio']:.2f}x |")  # fmt: skip
     for kind in ("cold", "warm"):
-        s = data["summary"][kind]
-        lines.append(f"| {kind} | {s['levergate_s'] * 1000:.1f} ms | "
-                     f"{s['llama_server_s'] * 1000:.1f} ms | {s['ratio']:.2f}x |")  # fmt: skip
-    lines += ["", "Per round, warm (ms, levergate / llama-server): " + ", ".join(
-        f"{r['levergate_warm_s'] * 1000:.0f}/{r['llama-server_warm_s'] * 1000:.0f}"
-        for r in data["rounds"])]  # fmt: skip
+        lines += ["", f"Per round, {kind} (ms, {' / '.join([*engines, 'llama-server'])}): "
+                  + ", ".join("/".join(f"{r[f'{n}_{kind}_s'] * 1000:.0f}"
+                                       for n in [*engines, "llama-server"])
+                              for r in data["rounds"])]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -187,6 +205,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 rounds instead of 12")
     parser.add_argument("--prompt-tokens", type=int, default=1500)
     parser.add_argument("--name", default="local_vs_llama_server")
+    parser.add_argument("--in-place-ab", action="store_true",
+                        help="two levergate servers: prefixes in place / saved states")  # fmt: skip
     add_output_options(parser)
     args = parser.parse_args()
     out = Output.of(args)
@@ -198,21 +218,27 @@ def main() -> None:
     model = model_file(LocalUpstreamSettings())
     data: dict[str, Any] = {**environment(), "model": model.name,
                             "prompt_tokens": args.prompt_tokens}  # fmt: skip
+    variants: dict[str, bool | None] = (
+        {"in place": True, "saved states": False} if args.in_place_ab else {"levergate": None}
+    )
+    servers: list[subprocess.Popen[bytes]] = []
+    urls: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as folder:
-        ours, ours_url = start_levergate(model, Path(folder))
-        if args.smoke and not (args.llama_server or args.build_dir):
-            theirs, theirs_url = start_python_server(model)
-        else:
-            theirs, theirs_url = start_llama_server(
-                args.llama_server or build_llama_server(args.build_dir), model
-            )
         try:
-            urls = {"levergate": ours_url, "llama-server": theirs_url}
+            for name, in_place in variants.items():
+                proc, urls[name] = start_levergate(model, Path(folder), in_place=in_place)
+                servers.append(proc)
+            if args.smoke and not (args.llama_server or args.build_dir):
+                proc, urls["llama-server"] = start_python_server(model)
+            else:
+                binary = args.llama_server or build_llama_server(args.build_dir)
+                proc, urls["llama-server"] = start_llama_server(binary, model)
+            servers.append(proc)
             data["rounds"] = asyncio.run(rounds(urls, count, args.prompt_tokens))
         finally:
-            stop(ours)
-            stop(theirs)
-    data["summary"] = summary(data["rounds"])
+            for proc in servers:
+                stop(proc)
+    data["summary"] = summary(data["rounds"], list(variants))
     write(args.name, data, markdown(data), quick=args.quick, out=out)
 
 
