@@ -75,16 +75,18 @@ class PrefixCacheSettings(_Strict):
     # on a later hit (a disk read is still far cheaper than a long prefill).
     spill_dir: str | None = None
     spill_bytes: int = Field(2 * 1024 * 1024 * 1024, ge=0)
-    # A finished request's KV cells stay in its slot, within the pool's spare cells, and a
-    # later prompt sharing their prefix reuses them in place (no copy; evicted least recently
-    # used first when running requests need the room). The saved states above are the
-    # fallback for an evicted prefix. Off by default: kept cells made a cold prompt's prefill
-    # slower (1.19x llama-server's cold TTFT against 1.00x without, warm 0.98x against 1.06x,
-    # 3 alternating rounds each at load ~1.5, 2026-12-03), a loss larger than the warm gain.
+    # A finished request's KV cells stay in its slot until the next admission, and a later
+    # prompt sharing their prefix reuses them in place (no copy); an admission evicts every
+    # resident but the one it reuses (as llama-server clears its idle slots), so a cold
+    # prompt's cells start at the bottom of the pool. The saved states above are the fallback
+    # for an evicted prefix. Off by default: before that eviction, kept cells made a cold
+    # prompt 1.19x llama-server's TTFT (1.00x without; warm 0.98x against 1.06x, 3 rounds at
+    # load ~1.5); after it, one 3-round run on a loaded host (load 2.3-6.2, 2026-12-03) is
+    # noise (per-round cold 6.1-32 s), so no default change yet (local_in_place_ab-quick.md).
     in_place: bool = False
-    # At most this many cells held only by finished requests, least recently used evicted
-    # first: llama.cpp attends over the pool up to its highest cell in use, so kept cells slow
-    # every step down (~1.4x on a cold 1.5k-token prompt with the 8,192-cell pool full).
+    # At most this many cells held only by the resident an admission reuses (its question and
+    # answer past the shared prefix): llama.cpp attends over the pool up to its highest cell
+    # in use, so kept cells slow every step down.
     in_place_cells: int = Field(2048, ge=0)
 
 
