@@ -81,8 +81,8 @@ class PrefixCacheSettings(_Strict):
     # prompt's cells start at the bottom of the pool. The saved states above are the fallback
     # for an evicted prefix. Off by default: before that eviction, kept cells made a cold
     # prompt 1.19x llama-server's TTFT (1.00x without; warm 0.98x against 1.06x, 3 rounds at
-    # load ~1.5); after it, one 3-round run on a loaded host (load 2.3-6.2, 2026-12-03) is
-    # noise (per-round cold 6.1-32 s), so no default change yet (local_in_place_ab-quick.md).
+    # load ~1.5); after it, two 3-round runs at load 1.8-2.4 (2026-12-03): cold 1.07x saved
+    # states' (per-round median), warm 1.23x / 1.01x llama-server's (local_in_place_ab.md).
     in_place: bool = False
     # At most this many cells held only by the resident an admission reuses (its question and
     # answer past the shared prefix): llama.cpp attends over the pool up to its highest cell
