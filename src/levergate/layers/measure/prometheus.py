@@ -256,21 +256,18 @@ class Series:
         return self._cost
 
     def tokens(self, kind: str) -> hot.Adds:
-        found = self._tokens.get(kind)
-        if found is None:
-            _, model, upstream, feature = self._labels
-            found = self._tokens[kind] = hot.counter(
-                self._t.child(self._t.tokens, model, upstream, feature, kind)
-            )
-        return found
+        return self._by_model(self._tokens, self._t.tokens, kind)
 
     def unreported(self, how: str) -> hot.Adds:
-        found = self._unreported.get(how)
+        return self._by_model(self._unreported, self._t.unreported, how)
+
+    def _by_model(self, made: dict[str, hot.Adds], metric: Counter, last: str) -> hot.Adds:
+        """The counter of `metric` for this series' model, upstream and feature and `last`,
+        made once into `made`."""
+        found = made.get(last)
         if found is None:
             _, model, upstream, feature = self._labels
-            found = self._unreported[how] = hot.counter(
-                self._t.child(self._t.unreported, model, upstream, feature, how)
-            )
+            found = made[last] = hot.counter(self._t.child(metric, model, upstream, feature, last))
         return found
 
 
