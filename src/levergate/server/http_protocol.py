@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import httptools
 import orjson
@@ -50,12 +52,14 @@ from levergate.errors import (
     RequestTimeout,
     error_payload,
 )
-from levergate.server.http_writes import Coalescing, HeadOnly, Unchunked
+from levergate.server.http_cycle import Connection, Cycle
+from levergate.server.http_writes import Coalescing
 from levergate.server.peers import Peers
 
+if TYPE_CHECKING:
+    from levergate.server.asgi import App
+
 log = logging.getLogger("levergate.server")
-# The per-request callbacks call their base directly: `super()` builds an object per call.
-_Base = HttpToolsProtocol
 
 
 @dataclass(slots=True)
@@ -101,9 +105,12 @@ class Limits:
 
 
 class HttpProtocol(HttpToolsProtocol):
-    """One client connection. State beyond uvicorn's: which part of a request the parser is in
-    (`_in_head`, `_in_body`), the bytes the head came in, one timer for the current phase, and
-    an error answer waiting for the responses still owed (`_refusal`)."""
+    """One client connection. uvicorn's parsing, connection and keep-alive handling; each
+    request goes to the app as a `server.http_cycle.Cycle` (`App.serve`), not through ASGI.
+    State beyond uvicorn's: the request being answered (`_cycle`) and those pipelined behind it
+    (`_queued`), which part of a request the parser is in (`_in_head`, `_in_body`), the bytes
+    the head came in, one timer for the current phase, and an error answer waiting for the
+    responses still owed (`_refusal`)."""
 
     def __init__(
         self,
@@ -113,9 +120,13 @@ class HttpProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
         *,
         limits: Limits,
+        app: App,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.limits = limits
+        self.served = app
+        self._cycle: Cycle | None = None
+        self._queued: deque[Cycle] = deque()
         self.timeout_keep_alive = limits.keep_alive_timeout  # type: ignore[assignment]
         self._timer: asyncio.TimerHandle | None = None
         self._in_head = self._in_body = self._head_fresh = False
@@ -130,6 +141,8 @@ class HttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._writes = Coalescing(transport, close=lambda: self._close(transport))
         super().connection_made(self._writes)  # type: ignore[arg-type]
+        self._connection = Connection(self._writes, self.flow, self.on_response_complete,
+                                      self.client)  # fmt: skip
         limits = self.limits
         peer = transport.get_extra_info("peername")
         self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
@@ -141,7 +154,24 @@ class HttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
         self.limits.peers.closed(self, peer=self._peer)
-        super().connection_lost(exc)
+        self.connections.discard(self)
+        cycle = self._cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.lose()
+        if self.flow is not None:
+            self.flow.resume_writing()
+        if exc is None:
+            self.transport.close()
+            self._unset_keepalive_if_required()
+        self.parser = None  # type: ignore[assignment]
+
+    def shutdown(self) -> None:
+        """The server is stopping: close now, or after the answer being written."""
+        cycle = self._cycle
+        if cycle is None or cycle.response_complete:
+            self.transport.close()
+        else:
+            cycle.keep_alive = False
 
     def shed(self) -> None:
         """Closed to make room at the cap (server.peers): it has sent nothing, owes nothing."""
@@ -173,7 +203,9 @@ class HttpProtocol(HttpToolsProtocol):
 
     # Parser callbacks
     def on_message_begin(self) -> None:
-        _Base.on_message_begin(self)
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
         # The keep-alive wait ends with a request, not with any byte (stray CRLFs keep nothing).
         self._unset_keepalive_if_required()
         self._in_head = self._head_fresh = True
@@ -209,25 +241,67 @@ class HttpProtocol(HttpToolsProtocol):
                 code="too_many_connections_from_peer",
                 retry_after=1,
             )
-        _Base.on_headers_complete(self)
+        parser = self.parser
+        version = parser.get_http_version()
+        url = httptools.parse_url(self.url)
+        path = url.path.decode("ascii")
+        if "%" in path:
+            path = unquote(path)
+        query = url.query
+        cycle = Cycle(
+            self._connection, parser.get_method().decode("ascii"), path,
+            query.decode("latin-1") if query else "",
+            # Names are lower-cased already (uvicorn's on_header).
+            {name.decode("latin-1"): value.decode("latin-1") for name, value in self.headers},
+        )  # fmt: skip
+        if version != "1.1":
+            cycle.unchunked = version == "1.0"
+            cycle.keep_alive = not cycle.unchunked and parser.should_keep_alive()
+        elif not parser.should_keep_alive():
+            cycle.keep_alive = False
+        if self.expect_100_continue:
+            cycle.waiting_for_100_continue = True
         self._in_body = True
-        scope = self.scope
-        if scope["method"] == "HEAD":
-            self.cycle.transport = HeadOnly(self._writes)  # type: ignore[assignment]
-        elif scope["http_version"] == "1.0":
-            self.cycle.transport = Unchunked(self._writes)  # type: ignore[assignment]
+        previous = self._cycle
+        self._cycle = cycle
+        if previous is None or previous.response_complete:
+            self._start(cycle)
+        else:  # pipelined: answered in order, and nothing more is read until then
+            self.flow.pause_reading()
+            self._queued.appendleft(cycle)
+
+    def on_body(self, body: bytes) -> None:
+        if self._cycle is not None:
+            self._cycle.received(body)
 
     def on_message_complete(self) -> None:
-        _Base.on_message_complete(self)
+        if self._cycle is not None:
+            self._cycle.ended_body()
         self._in_body = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
+    def _start(self, cycle: Cycle) -> None:
+        task = self.loop.create_task(self.served.serve(cycle))
+        cycle.handler = task
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
     def on_response_complete(self) -> None:
-        _Base.on_response_complete(self)
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        self.flow.resume_reading()
+        if self._queued:
+            self._start(self._queued.pop())
+        else:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
         if self._refusal is not None:
-            if self.cycle.response_complete:
+            if self._cycle is not None and self._cycle.response_complete:
                 refusal, self._refusal = self._refusal, None
                 self._unset_keepalive_if_required()
                 self._answer(refusal)
@@ -264,7 +338,7 @@ class HttpProtocol(HttpToolsProtocol):
         self._timer = None
         if self.transport.is_closing():
             return
-        if self.cycle is not None and not self.cycle.response_complete:
+        if self._cycle is not None and not self._cycle.response_complete:
             # An answer is still being written; a pipelined head's time starts after it.
             self._timer = self.loop.call_later(self.limits.head_timeout, self._head_timed_out)
         elif self._in_head:
@@ -314,13 +388,12 @@ class HttpProtocol(HttpToolsProtocol):
         self._refused = True
         self._in_head = self._in_body = False
         self._cancel_timer()
-        cycle = self.cycle
-        if in_body:
+        cycle = self._cycle
+        if in_body and cycle is not None:
             # The request being read failed: its app hears a disconnect, and nothing it sends
             # is written. Answered unless an answer has begun or others are owed (then closed).
-            cycle.disconnected = True
-            cycle.message_event.set()
-            if cycle.response_started or self.pipeline:
+            cycle.lose()
+            if cycle.response_started or self._queued:
                 self.transport.close()
             else:
                 self._answer(error)

@@ -95,7 +95,7 @@ def server_for(
         host=settings.host,
         port=settings.port,
         loop="none",
-        http=functools.partial(HttpProtocol, limits=limits_for(settings)),  # type: ignore[arg-type]
+        http=functools.partial(HttpProtocol, limits=limits_for(settings), app=app),  # type: ignore[arg-type]
         ws="none",
         lifespan="on",
         # The app writes the access log (server/access_log.py), and uvicorn's own records go to
