@@ -30,7 +30,8 @@ request's instructions.
 2. levergate's default proxy path against the bare relay (`bare_relay.py`; issue 22: at most
    1.1x the CPU per request), each its own process under callgrind, in front of one
    `levergate sim` (0 ms, not counted) and loaded by an asyncio client on loopback with 1 and
-   16 connections: distinct non-streamed chat requests, so the exact cache misses. Counting is
+   16 connections: distinct chat requests, so the exact cache misses, whole (and, with
+   `--relay-kinds whole,stream`, streamed). Counting is
    switched on after the warm-up (`callgrind_control -i on`), so the servers' start-up runs
    uninstrumented; the servers' idle ticks during the run (uvicorn's 0.1 s tick, levergate's
    timers), which callgrind's slowdown stretches, are in both counts and measured separately.
@@ -42,6 +43,7 @@ Where those matter, CPU time on a quiet machine still has the last word.
     python benchmarks/instructions.py [--requests 500] [--warmup 500] [--only log|relay]
         [--before OLD.json --before-name NAME] [--merge OTHER_PART.json] [--keep FOLDER]
         [--baseline OTHER_TREE/src --baseline-name NAME]   # a third server in the relay A/B
+        [--relay-kinds whole,stream]
     python benchmarks/instructions.py --smoke
 
 Writes benchmarks/results/instructions.{json,md}.
@@ -251,22 +253,31 @@ def log_ab(folder: Path, requests: int, warmup: int, which: tuple[tuple[str, str
 # ---- 2. levergate against the bare relay, over HTTP --------------------------------------------
 
 
-async def load(port: int, requests: int, connections: int, first: int) -> None:
+async def load(port: int, requests: int, connections: int, first: int, *,
+               stream: bool = False) -> None:  # fmt: skip
     """`requests` distinct chat requests (numbered from `first`) over `connections` keep-alive
-    connections, each answered before its connection sends the next."""
+    connections, each answered before its connection sends the next; `stream`: streamed, each
+    read to its last chunk."""
     numbers = iter(range(first, first + requests))
 
     async def connection() -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             for n in numbers:
-                body = json.dumps({**BODY, "messages": [{"role": "user", "content": f"hi {n}"}]})
+                messages = [{"role": "user", "content": f"hi {n}"}]
+                body = json.dumps({**BODY, **({"stream": True} if stream else {}),
+                                   "messages": messages})  # fmt: skip
                 writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: "
                              b"application/json\r\ncontent-length: %d\r\n\r\n%s"
                              % (len(body), body.encode()))  # fmt: skip
                 head = await reader.readuntil(b"\r\n\r\n")
                 if not head.startswith(b"HTTP/1.1 200"):
                     raise RuntimeError(f"answered {head.splitlines()[0]!r}")
+                if stream:
+                    if b"transfer-encoding: chunked" not in head.lower():
+                        raise RuntimeError("a stream answered without chunked framing")
+                    await reader.readuntil(b"\r\n0\r\n\r\n")
+                    continue
                 size = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
                 if size is None:
                     raise RuntimeError("an answer without content-length")
@@ -285,23 +296,25 @@ def server_command(target: str, port: int, upstream: str) -> list[str]:
 
 
 def counted_server(folder: Path, target: str, upstream: str, *, requests: int, warmup: int,
-                   connections: int, idle: float = 0.0,
+                   connections: int, idle: float = 0.0, stream: bool = False,
                    env: Mapping[str, str] | None = None) -> int:  # fmt: skip
     """The instructions `target` executes serving `requests` after `warmup` (uncounted), with
     `idle` seconds of nothing before they start, up to its exit on SIGTERM; `env` over this
     process's environment (a baseline's `PYTHONPATH`)."""
     port = free_port()
-    out = folder / f"{target.replace(' ', '-')}-c{connections}-{requests}-{idle:g}.callgrind"
+    kind = "stream" if stream else "whole"
+    out = folder / (f"{target.replace(' ', '-')}-{kind}-c{connections}-{requests}-{idle:g}"
+                    ".callgrind")  # fmt: skip
     proc = subprocess.Popen([*callgrind(out, at_start=False), *server_command(target, port,
                             upstream)], env={**environment(), **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         wait_port(port, seconds=START_SECONDS, proc=proc)
-        asyncio.run(load(port, warmup, connections, first=0))
+        asyncio.run(load(port, warmup, connections, first=0, stream=stream))
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
                        capture_output=True, timeout=120)  # fmt: skip
         time.sleep(idle)
-        asyncio.run(load(port, requests, connections, first=warmup))
+        asyncio.run(load(port, requests, connections, first=warmup, stream=stream))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -313,7 +326,7 @@ def counted_server(folder: Path, target: str, upstream: str, *, requests: int, w
 
 
 def relay_ab(folder: Path, requests: int, warmup: int, *, connections: tuple[int, ...],
-             idle: float, parallel: int,
+             idle: float, parallel: int, kinds: tuple[str, ...] = ("whole",),
              baseline: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """`baseline`: another tree's `src/`, served as a third target ("levergate baseline");
     each N's runs of every target are started together, so levergate and its baseline run
@@ -330,14 +343,14 @@ def relay_ab(folder: Path, requests: int, warmup: int, *, connections: tuple[int
     ticks: dict[str, float] = {}
     try:
         wait_port(sim_port, proc=sim)
-        for c in connections:
+        for kind, c in itertools.product(kinds, connections):
             runs = {f"{target}-{n}": functools.partial(
                         counted_server, folder, target, upstream, requests=n, warmup=warmup,
-                        connections=c, env=envs.get(target))
+                        connections=c, stream=kind == "stream", env=envs.get(target))
                     for n in (requests, 2 * requests)
                     for target in targets}  # fmt: skip
             counts = counted_all(runs, parallel)
-            row: dict[str, Any] = {"connections": c,
+            row: dict[str, Any] = {"connections": c, "kind": kind,
                                    **{target: per_request(counts, target, requests)
                                       for target in targets}}  # fmt: skip
             row["ratio"] = row["levergate"] / row["relay"]
@@ -417,11 +430,12 @@ def log_table(rows: list[dict[str, Any]], old: list[dict[str, Any]], name: str |
 def relay_table(relay: dict[str, Any], old: dict[str, Any], name: str | None) -> list[str]:
     lines = ["", ("levergate's default proxy path (`levergate serve --upstream`) against the bare "
              "relay (`bare_relay.py`), each under callgrind in front of `levergate sim` (0 ms), "
-             "distinct whole answers; the server process only, counted after the warm-up. "
+             "distinct answers, whole or streamed (16 tokens); the server process only, counted "
+             "after the warm-up. "
              "Target (issue 22): <= 1.1x."), ""]  # fmt: skip
-    was = {r["connections"]: r for r in old.get("rows", [])}
-    head = "| connections | relay instr/req | levergate instr/req | levergate / relay |"
-    rule = "|---|---:|---:|---:|"
+    was = {(r.get("kind", "whole"), r["connections"]): r for r in old.get("rows", [])}
+    head = "| answer | connections | relay instr/req | levergate instr/req | levergate / relay |"
+    rule = "|---|---|---:|---:|---:|"
     baseline = relay.get("baseline")
     if baseline:
         head += f" {baseline} instr/req | {baseline} / relay |"
@@ -431,11 +445,12 @@ def relay_table(relay: dict[str, Any], old: dict[str, Any], name: str | None) ->
         rule += "---:|"
     lines += [head, rule]
     for r in relay["rows"]:
-        line = (f"| {r['connections']} | {r['relay']:,.0f} | {r['levergate']:,.0f} | "
+        kind = r.get("kind", "whole")
+        line = (f"| {kind} | {r['connections']} | {r['relay']:,.0f} | {r['levergate']:,.0f} | "
                 f"{r['ratio']:.2f}x |")  # fmt: skip
         if baseline:
             line += f" {r['levergate baseline']:,.0f} | {r['baseline_ratio']:.2f}x |"
-        if (b := was.get(r["connections"])) is not None:
+        if (b := was.get((kind, r["connections"]))) is not None:
             line += f" {b['ratio']:.2f}x |"
         lines.append(line)
     ticks = relay["idle_instructions_per_second"]
@@ -456,6 +471,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--log-rows", default=",".join(f"{w}:{k}" for w, k in LOG_ROWS),
                         help="the log A/B's rows, way:kind, comma-separated")  # fmt: skip
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of idle measured")
+    parser.add_argument("--relay-kinds", default="whole",
+                        help="the relay A/B's answers, comma-separated: whole, stream")  # fmt: skip
     parser.add_argument("--baseline", type=Path,
                         help="another tree's src/, a third target of the relay A/B")  # fmt: skip
     parser.add_argument("--baseline-name", default="baseline", help="what the baseline is")
@@ -497,6 +514,7 @@ def main() -> None:
                log_ab(folder, args.requests, args.warmup, which, parallel))  # fmt: skip
         relay = ({} if args.only in {"log", "none"} else
                  relay_ab(folder, args.requests, args.warmup, connections=connections,
+                          kinds=tuple(args.relay_kinds.split(",")),
                           idle=args.idle, parallel=parallel, baseline=args.baseline))  # fmt: skip
     if relay and args.baseline:
         relay["baseline"] = args.baseline_name

@@ -102,8 +102,9 @@ class ServerSettings(_Strict):
     access_log: bool = False
     # x-levergate-* headers on each answer saying what the request did and cost.
     response_headers: ResponseHeadersSettings = Field(default_factory=ResponseHeadersSettings)
-    # A client disconnect is watched for once a request has run this long (see server/asgi.py):
-    # cheaper than a watcher per request, and quick enough to stop paying for abandoned calls.
+    # A client disconnect cancels a request once it has run this long (server/http_cycle.py; under
+    # another ASGI server, a watcher starts then: server/asgi.py): cheaper than a watcher per
+    # request, and quick enough to stop paying for abandoned calls.
     # Measured: at 50 ms the watcher started right as typical answers arrived and added ~0.7 ms.
     disconnect_watch_after_seconds: float = Field(1.0, ge=0)
     # CPUs `levergate serve` is pinned to (server/run.py: tune_process); None leaves it to the

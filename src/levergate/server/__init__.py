@@ -8,6 +8,8 @@ params.py       the caller, query string and list limit of the routes that run n
 guards.py       who may call the routes that run no call (`/v1/models`, `/metrics`)
 handlers/       one module per protocol: openai.py (chat, completions, embeddings, models),
                 ops.py (health, readiness, metrics); features bring their own (batch/http.py)
-asgi.py         the ASGI adapter (the proxy); transport.py: the in-process httpx transport
-http_protocol.py, run.py   uvicorn, tuned, on a real socket
+asgi.py         the app: the ASGI adapter, and `App.serve` for the gateway's own protocol;
+                transport.py: the in-process httpx transport
+http_protocol.py, http_cycle.py, run.py   uvicorn's parser and connections, tuned, handing
+                each request to `App.serve` without ASGI, on a real socket
 """

@@ -1,4 +1,4 @@
-"""The access log (`server.access_log`): one line per request the ASGI app answered, written when
+"""The access log (`server.access_log`): one line per request the app answered, written when
 the answer is over (a stream's line comes when the stream ends, with its whole duration).
 
 uvicorn's own access line is not used: it is written when the head goes out (a stream's time

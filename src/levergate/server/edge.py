@@ -1,6 +1,7 @@
 """The edge, independent of any HTTP framework: (method, path, headers, body source) in, a
-`Response` out. The ASGI app and the in-process httpx transport are thin adapters over
-`Edge.handle`, so the proxy and the library share every behaviour, errors included.
+`Response` out. The server's cycle (server.http_cycle), the ASGI app and the in-process httpx
+transport are thin adapters over `Edge.handle`, so the proxy and the library share every
+behaviour, errors included.
 
 `handle` matches the route (`server.routes`: 404 for an unknown path, 405 with `allow` for a
 wrong method), runs its guard, hands the body over the way the route wants it (whole under the

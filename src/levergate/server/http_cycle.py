@@ -31,7 +31,6 @@ request); a body still being read ends with `incomplete_body`.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -50,8 +49,8 @@ if TYPE_CHECKING:
     from levergate.server.edge import Edge
 
 _STATUS = {status: line.decode("latin-1") for status, line in STATUS_LINE.items()}
-# Control characters but tab, CR and LF (those two are counted: each header line has one).
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# The control characters but tab (which a header value may hold).
+_CONTROL = bytes([*range(0x09), *range(0x0A, 0x20), 0x7F])
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 # A stream cut by the end of a graceful shutdown ends with this event (server.asgi's too).
@@ -65,13 +64,15 @@ class UnsafeHeader(RuntimeError):
 def encode_head(status: int, headers: list[tuple[str, str]], framing: str) -> bytes:
     """The status line, `headers` and `framing` (the gateway's own lines, each ending in CRLF),
     then the blank line; `UnsafeHeader` if a name or value holds a control character but tab."""
-    if not headers:
-        return f"{_STATUS[status]}{framing}\r\n".encode("latin-1")
-    lines = "\r\n".join([f"{name}: {value}" for name, value in headers])
-    breaks = len(headers) - 1
-    if lines.count("\n") != breaks or lines.count("\r") != breaks or _CONTROL.search(lines):
+    lines = "".join([f"{name}: {value}\r\n" for name, value in headers])
+    head = (_STATUS[status] + lines + framing + "\r\n").encode("latin-1")
+    # One pass: each line's CRLF is two control characters; any other control character (a CR
+    # or LF in a name or value above all) is one more. Deleting them is a table lookup a byte,
+    # a third of a regular expression's search.
+    breaks = 2 + len(headers) + framing.count("\n")
+    if len(head) - len(head.translate(None, _CONTROL)) != 2 * breaks:
         raise UnsafeHeader("a response header holds a control character; not written")
-    return f"{_STATUS[status]}{lines}\r\n{framing}\r\n".encode("latin-1")
+    return head
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""uvicorn's httptools protocol with fewer, larger writes (server.http_writes) and the limits a
-hostile client meets before any request reaches the ASGI app.
+"""uvicorn's httptools protocol serving each request through levergate's own cycle
+(server.http_cycle: no ASGI between the parser and the edge), with fewer, larger writes
+(server.http_writes) and the limits a hostile client meets before any request reaches the app.
 
 Limits (`config.ServerSettings`, each answered with OpenAI-shaped JSON and `connection: close`):
 - The request head: at most `max_header_bytes` (URL and headers) and `max_headers` lines, else

@@ -1,4 +1,5 @@
-"""Running the ASGI app on a real socket.
+"""Running the app on a real socket (uvicorn's server and parser; each request reaches the app
+through levergate's own cycle, server.http_cycle, not ASGI; the lifespan is ASGI's).
 
 uvicorn with uvloop and httptools was measured against the alternatives on this machine
 (benchmarks/results/server_choice.md) and chosen for the lowest CPU per proxied request among
