@@ -186,3 +186,53 @@ async def test_url_credentials_travel_as_basic_auth_never_in_the_host_header() -
     assert f"host: 127.0.0.1:{port}\r\n" in head
     assert "pa" not in head.split("host: ")[1].split("\r\n")[0]
     assert "authorization: basic dxnlcjpwytpzcw==" in head  # base64("user:pa:ss")
+
+
+async def test_a_large_body_is_written_in_slices_as_the_server_reads_it() -> None:
+    """A 24 MiB body (a Responses conversation's size, the soak: issue 20) to a server that reads
+    it slowly: the client's transport never holds more than a slice past its high-water mark
+    (joined behind its head and written at once, it held the body's unread rest, megabytes),
+    the loop keeps turning, and the server gets every byte, in order, then a second request on
+    the same connection."""
+    body = bytes(range(256)) * (96 << 10)
+    got: list[bytes] = []
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            received = bytearray()
+            while len(received) < length:
+                received += await reader.read(min(256 << 10, length - len(received)))
+                await asyncio.sleep(0.002)
+            got.append(bytes(received))
+            writer.write(OK)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(slow, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    client = client_for(url)
+    most, turns = 0, 0
+
+    async def watch() -> None:
+        nonlocal most, turns
+        while True:
+            for conn in client._checked_out:
+                if conn.transport is not None:
+                    most = max(most, conn.transport.get_write_buffer_size())
+            turns += 1
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        for _ in range(2):
+            response = await client.request("POST", url + "/responses", body=body, headers={})
+            assert (response.status, await response.read()) == (200, b'{"ok":true}')
+    finally:
+        watcher.cancel()
+        server.close()
+        await client.aclose()
+    assert got == [body, body]
+    assert most <= 1 << 20, most
+    assert turns > 100

@@ -49,15 +49,30 @@ import xxhash
 _EMPTY = b""
 
 
-def prompt_bytes(body: Mapping[str, Any]) -> bytes:
-    """The part of a request providers cache, in their order: tools, then the prompt."""
+def prompt_bytes(body: Mapping[str, Any], *, limit: int | None = None) -> bytes:
+    """The part of a request providers cache, in their order: tools, then the prompt. With
+    `limit`, a prefix of those bytes at least `limit` long (or all of them): the messages are
+    written one at a time until there are enough, so a caller that digests the first blocks
+    does not write a 32 MiB conversation on the loop to read its first KiB (the soak, issue
+    20). orjson writes a list as `[` + its items joined by `,` + `]`, so the prefix is the
+    whole's, byte for byte."""
     prompt = body.get("messages")
     if prompt is None:
         prompt = body.get("prompt", body.get("input"))
     tools = body.get("tools")
     head = orjson.dumps(tools) if tools else _EMPTY
     try:
-        return head + orjson.dumps(prompt)
+        if limit is None or type(prompt) is not list:
+            return head + orjson.dumps(prompt)
+        parts, size = [head, b"["], len(head) + 1
+        for n, item in enumerate(prompt):
+            if size >= limit:
+                return b"".join(parts)
+            written = orjson.dumps(item)
+            parts += (b"," if n else _EMPTY, written)
+            size += len(written) + 1
+        parts.append(b"]")
+        return b"".join(parts)
     except TypeError:  # not JSON-serialisable (a library caller's object): no affinity
         return head
 

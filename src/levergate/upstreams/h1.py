@@ -6,6 +6,13 @@ budget; this client, which does only what an OpenAI-compatible upstream needs, s
 fraction of that. What it does: a pool of keep-alive connections per upstream (LIFO, bounded,
 idle ones expire), one write per request, responses parsed by httptools (the parser uvicorn
 uses; content-length, chunked and close-delimited bodies), bodies streamed with back-pressure.
+
+A large request body (beyond `_ONE_WRITE`: a Responses conversation reaches 32 MiB) is not
+joined behind its head: the head goes alone, then the body in `_SLICE`-sized views of it, each
+written once the transport has drained below its low-water mark, the loop given back between
+them. Joined, a body was copied whole once more (head + body), and the transport buffered what
+the socket did not take at once (asyncio's copies it again); the soak (issue 20) measured
+those writes as one of the largest things a hostile tenant put on the gateway's loop.
 What it leaves to others: TLS, HTTP/2, proxies, redirects and compression (it asks for none) —
 `https://` upstreams go to httpx (`client.client_for`).
 
@@ -30,6 +37,8 @@ from levergate.config import UpstreamSettings
 from levergate.upstreams.wire import TransportFailed
 
 _HIGH_WATER = 1 << 20  # buffered body bytes before the socket is paused
+_ONE_WRITE = 64 * 1024  # a request body up to this goes in one write with its head
+_SLICE = 256 * 1024  # a larger body goes in views of this many bytes, under flow control
 
 
 class _Connection(asyncio.Protocol):
@@ -41,6 +50,9 @@ class _Connection(asyncio.Protocol):
         self.lost = False
         self.used_at = time.monotonic()
         self.reused = False
+        # Cleared while the transport's write buffer is above its high-water mark.
+        self.writable = asyncio.Event()
+        self.writable.set()
         self._reset()
 
     def _reset(self) -> None:
@@ -55,6 +67,7 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = False
         self.got_bytes = False
         self.error: Exception | None = None
+        self.cut_short = False  # the request's body was not all sent: never reused
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -68,8 +81,15 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(TransportFailed(f"invalid HTTP response: {exc}"))
 
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self.writable.set()  # a body still being written stops
         if self.complete:
             return
         if self.head.done() and exc is None and self._close_delimited():
@@ -114,13 +134,26 @@ class _Connection(asyncio.Protocol):
         self.close()
 
     # -- used by the client --
-    def send(self, request: bytes) -> None:
+    async def send(self, head: bytes, body: bytes) -> None:
+        """Write a request; a failure is the `head` future's (the answer's wait raises it)."""
         self._reset()
         self.parser = httptools.HttpResponseParser(self)
-        if self.transport is None or self.lost:
+        transport = self.transport
+        if transport is None or self.lost:
             self._fail(TransportFailed("connection closed by the upstream"))
             return
-        self.transport.write(request)
+        if len(body) <= _ONE_WRITE:
+            transport.write(head + body)
+            return
+        transport.write(head)
+        view = memoryview(body)
+        for at in range(0, len(body), _SLICE):
+            await asyncio.sleep(0)
+            await self.writable.wait()
+            if self.lost or self.complete or self.error is not None:
+                self.cut_short = True  # answered or gone first: the answer says which
+                return
+            transport.write(view[at : at + _SLICE])
 
     def take(self) -> bytes:
         data = b"".join(self.chunks)
@@ -133,7 +166,7 @@ class _Connection(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        return self.complete and not self.lost and self.keep_alive
+        return self.complete and not self.lost and self.keep_alive and not self.cut_short
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -200,11 +233,12 @@ class H1Client:
     ) -> _Response:
         path = urlsplit(url)
         target = (path.path or "/") + (f"?{path.query}" if path.query else "")
-        payload = self._encode(method, target, body, headers)
+        content = body or b""
+        head = self._encode(method, target, len(content), headers)
         for attempt in (0, 1):
             conn = await self._acquire()
-            conn.send(payload)
             try:
+                await conn.send(head, content)
                 await conn.head
             except TransportFailed:
                 self.release(conn)
@@ -219,15 +253,15 @@ class H1Client:
             return _Response(conn, self)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _encode(
-        self, method: str, target: str, body: bytes | None, headers: Mapping[str, str]
-    ) -> bytes:
+    def _encode(self, method: str, target: str, length: int, headers: Mapping[str, str]) -> bytes:
+        """The request's head, up to and including the blank line."""
         lines = [f"{method} {target} HTTP/1.1".encode(), b"host: " + self._authority]
         lines += [f"{k}: {v}".encode("latin-1") for k, v in headers.items()]
         if self._basic is not None and not any(k.lower() == "authorization" for k in headers):
             lines.append(self._basic)
-        lines.append(b"content-length: %d" % len(body or b""))
-        return b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
+        lines.append(b"content-length: %d" % length)
+        lines.append(b"\r\n")
+        return b"\r\n".join(lines)
 
     async def _acquire(self) -> _Connection:
         now = time.monotonic()

@@ -234,3 +234,34 @@ async def run_while(waiting: Callable[[], bool]) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError("it never got there")
+
+
+class Asked(SqliteStore):
+    """The real store, counting how often the runner asks which tenants have lines waiting."""
+
+    asked = 0
+
+    async def claimable(self, *, now: float) -> list[str]:
+        self.asked += 1
+        return await super().claimable(now=now)
+
+
+async def test_a_freed_slot_is_refilled_without_asking_again_who_is_waiting(
+    tmp_path: Path,
+) -> None:
+    """Lines finishing one at a time free one slot at a time (while client requests are in
+    flight, a few slots are all there are: the soak, issue 20): each refill is one claim, the
+    waiting tenants remembered while claims get what they ask for — and asked again once one
+    comes back short, so a tenant that runs out hands its slots on at once."""
+    jobs = Asked(tmp_path / "asked.sqlite3", timeout=5)
+    try:
+        await queued(jobs, "batch_a", "a", 60)
+        await queued(jobs, "batch_b", "b", 3)
+        execute = Recorder()
+        runner = runner_for(jobs, tmp_path, execute, concurrency=4, max_tenant_share=1.0,
+                            poll_seconds=30.0)  # fmt: skip
+        await run_until(runner, lambda: len(execute.started) == 63)
+        assert execute.started.index(("b", "batch_b")) < 4  # b's lines went in the first round
+        assert jobs.asked <= 6, jobs.asked  # asked at each refill, it was 38
+    finally:
+        await jobs.aclose()

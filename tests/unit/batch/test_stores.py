@@ -3,6 +3,7 @@ times are given explicitly (a ManualClock's), so a lapse is a number, never a sl
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from pathlib import Path
 
 from levergate.batch.model import Job, LineRow
@@ -162,5 +163,48 @@ async def test_a_store_made_before_attempts_were_counted_gains_the_column(tmp_pa
             job = await pg.lease(holder="h", now=0, until=30)
             assert job is not None
             assert job.attempts == 1
+        finally:
+            await pg.aclose()
+
+
+async def test_each_postgres_call_is_one_round_trip(tmp_path: Path) -> None:
+    """The runner's bookkeeping runs on the event loop client requests share, a statement's cost
+    each (the soak, issue 20): every call is one statement, no `BEGIN` / `COMMIT` around it,
+    and a finish of many lines is one statement too. libpq's trace of the protocol counts the
+    messages that end a round trip (`Sync` after an extended query, `Query` for a simple one)."""
+    from psycopg import pq
+
+    async with postgres_database("levergate_batch_trips") as dsn:
+        pg = PostgresStore(dsn, timeout=5)
+        try:
+            await running_job(pg, "batch_t", 3)
+            trace = tmp_path / "libpq.trace"
+
+            async def trips(call: Awaitable[object]) -> list[str]:
+                conn = pg._conn
+                assert conn is not None
+                with trace.open("w") as out:
+                    conn.pgconn.trace(out.fileno())
+                    conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+                    try:
+                        await call
+                    finally:
+                        conn.pgconn.untrace()
+                sent = [row.split("\t") for row in trace.read_text().splitlines()]
+                return [
+                    " ".join(row[2:])
+                    for row in sent
+                    if row[0] == "F" and row[2] in ("Sync", "Query")
+                ]
+
+            assert len(await trips(pg.claim(holder="h", now=0, until=30, limit=3))) == 1
+            assert len(await trips(pg.renew(holder="h", until=40))) == 1
+            finished = [(0, True, b"a"), (1, False, b"b"), (2, True, b"c")]
+            assert len(await trips(pg.finish("batch_t", finished))) == 1
+            assert await pg.results("batch_t", ok=True, after=-1, limit=9) == [(0, b"a"), (2, b"c")]
+            assert await pg.finish("batch_t", finished) == 0  # each line has its one result
+            assert len(await trips(pg.usage(tenant="t"))) == 1
+            assert len(await trips(pg.lease(holder="h", now=0, until=30))) == 1
+            assert len(await trips(pg.counts("batch_t"))) == 1
         finally:
             await pg.aclose()

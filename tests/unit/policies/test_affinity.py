@@ -55,6 +55,32 @@ def test_prompt_bytes_put_tools_first_and_survive_odd_bodies() -> None:
     assert prompt_bytes({"messages": [object()]}) == b""  # not JSON: no affinity, no error
 
 
+message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant"]), "content": st.text(max_size=300)}
+)
+
+
+@given(st.lists(message, max_size=12), st.integers(min_value=0, max_value=2000))
+def test_a_limited_prompt_is_a_prefix_of_the_whole_at_least_that_long(
+    messages: list[dict[str, str]], limit: int
+) -> None:
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    for body in ({"messages": messages}, {"tools": tools, "messages": messages}):
+        whole, part = prompt_bytes(body), prompt_bytes(body, limit=limit)
+        assert whole.startswith(part)
+        assert len(part) >= min(limit, len(whole))
+
+
+def test_a_long_conversation_is_written_only_as_far_as_the_limit() -> None:
+    """The prompt-cache layer digests a prompt's first blocks: a Responses conversation of 256
+    turns of 256 KiB (the soak, issue 20) is written a turn past the limit, not 64 MiB."""
+    turn = "x" * (256 << 10)
+    body = {"messages": [{"role": "user", "content": f"{n} {turn}"} for n in range(256)]}
+    part = prompt_bytes(body, limit=4096)
+    assert 4096 <= len(part) < 300 << 10
+    assert part == prompt_bytes({"messages": body["messages"][:1]})[: len(part)]
+
+
 def test_holders_are_forgotten_after_their_ttl_and_beyond_capacity() -> None:
     table = OwnerTable(ttl=10.0, capacity=3)
     table.claim([1, 2], "a", now=0.0)

@@ -11,6 +11,13 @@ psycopg 3 because it is async-native (no thread per query, unlike psycopg2 behin
 serialised by a lock (the runner's load is a few statements per batch of lines; a pool would
 buy nothing measurable here). A broken connection is dropped and reopened on the next call.
 
+Every call is one statement on the autocommit connection: one round trip, and atomic without
+`BEGIN` / `COMMIT` around it (a lease is one `UPDATE` over its `FOR UPDATE SKIP LOCKED`
+pick, a finish of many lines one `UPDATE` over arrays). Each of those costs the event loop
+what a statement does, and the loop is the one client requests share: in the soak's attacked
+block (issue 20) the transactions' `BEGIN` and `COMMIT` were more than half of the ~1.6 s the
+store took of the gateway's loop (py-spy).
+
 Every call answers within `timeout_seconds`, whatever the server does: `statement_timeout`
 and `lock_timeout` bound a server that answers slowly; a hung one (stopped, its network cut)
 answers nothing, so the wait for the lock, the connect and the statement are bounded together
@@ -92,6 +99,19 @@ UPDATE lg_lines l SET holder = %(holder)s, lease_until = %(until)s, attempts = l
 FROM picked, lg_jobs j WHERE l.job_id = picked.job_id AND l.idx = picked.idx AND j.id = l.job_id
 RETURNING l.job_id, l.idx, l.custom_id, l.request, l.attempts, j.tenant, j.data
 """
+LEASE = f"""
+UPDATE lg_jobs SET holder = %(holder)s, lease_until = %(until)s, attempts = attempts + 1
+WHERE id = (
+  SELECT j.id FROM lg_jobs j WHERE (j.lease_until IS NULL OR j.lease_until < %(now)s)
+    AND ({NEEDS_WORK})
+  ORDER BY (j.tenant = ANY(%(avoid)s::text[])), j.seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING {JOB_COLUMNS}, attempts
+"""
+FINISH = """
+UPDATE lg_lines l SET state = v.state, result = v.result, holder = NULL, request = NULL
+FROM unnest(%(idx)s::integer[], %(state)s::text[], %(result)s::bytea[]) AS v(idx, state, result)
+WHERE l.job_id = %(job)s AND l.idx = v.idx AND l.state = 'pending'
+"""
 CLAIMABLE = """
 SELECT j.tenant FROM lg_jobs j WHERE j.status = 'in_progress' AND EXISTS (
   SELECT 1 FROM lg_lines l WHERE l.job_id = j.id AND l.state = 'pending'
@@ -151,7 +171,7 @@ class PostgresStore:
         await asyncio.gather(*self._late)
 
     async def _run(self, work: Callable[[Cursor], Awaitable[T]]) -> T:
-        """One unit of work in one transaction, answered within `timeout` of the call (the wait
+        """One unit of work (one statement), answered within `timeout` of the call (the wait
         for the lock and the connect included); a driver failure or no answer is StoreError."""
         deadline = asyncio.get_running_loop().time() + self._timeout
         try:
@@ -176,7 +196,7 @@ class PostgresStore:
             conn = self._conn
             guard = asyncio.get_running_loop().call_at(deadline, _shut, conn, cut)
             try:
-                async with conn.transaction(), conn.cursor() as cur:
+                async with conn.cursor() as cur:
                     return await work(cur)
             finally:
                 guard.cancel()
@@ -298,18 +318,20 @@ class PostgresStore:
 
     async def usage(self, *, tenant: str) -> Usage:
         async def work(cur: Cursor) -> Usage:
-            await cur.execute("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM lg_files "
-                              "WHERE tenant = %s", (tenant,))  # fmt: skip
-            files, size = await cur.fetchone() or (0, 0)
+            # The files' row has no kind; one statement, so one snapshot of both tables.
             await cur.execute(
-                "SELECT kind, COUNT(*), COALESCE(SUM(bytes), 0) FROM lg_jobs WHERE tenant = %s "
-                f"AND status NOT IN {OPEN_NOT} GROUP BY kind", (tenant,),
+                "SELECT NULL, COUNT(*), COALESCE(SUM(bytes), 0) FROM lg_files WHERE tenant = %(t)s"
+                " UNION ALL SELECT kind, COUNT(*), COALESCE(SUM(bytes), 0) FROM lg_jobs "
+                f"WHERE tenant = %(t)s AND status NOT IN {OPEN_NOT} GROUP BY kind", {"t": tenant},
             )  # fmt: skip
-            open_jobs: dict[str, int] = {}
+            files, size, open_jobs = 0, 0, dict[str, int]()
             for kind, count, held in await cur.fetchall():
-                open_jobs[str(kind)] = int(count)
+                if kind is None:
+                    files = int(count)
+                else:
+                    open_jobs[str(kind)] = int(count)
                 size += int(held)
-            return Usage(int(files), int(size), open_jobs)
+            return Usage(files, size, open_jobs)
 
         return await self._run(work)
 
@@ -362,23 +384,10 @@ class PostgresStore:
     ) -> Job | None:
         async def work(cur: Cursor) -> Job | None:
             # The tenants in `avoid` (those this process is busy with) go last (batch/runner.py).
-            await cur.execute(
-                f"SELECT {JOB_COLUMNS} FROM lg_jobs j WHERE (j.lease_until IS NULL OR "
-                f"j.lease_until < %(now)s) AND ({NEEDS_WORK}) "
-                "ORDER BY (j.tenant = ANY(%(avoid)s::text[])), j.seq "
-                "LIMIT 1 FOR UPDATE SKIP LOCKED",
-                {"now": now, "avoid": list(avoid)},
-            )
+            params = {"holder": holder, "until": until, "now": now, "avoid": list(avoid)}
+            await cur.execute(LEASE, params)
             row = await cur.fetchone()
-            if row is None:
-                return None
-            await cur.execute(
-                "UPDATE lg_jobs SET holder = %s, lease_until = %s, attempts = attempts + 1 "
-                "WHERE id = %s RETURNING attempts",
-                (holder, until, row[0]),
-            )
-            counted = await cur.fetchone()
-            return _job(row, attempts=int(counted[0]) if counted is not None else 1)
+            return None if row is None else _job(row[:-1], attempts=int(row[-1]))
 
         return await self._run(work)
 
@@ -434,11 +443,10 @@ class PostgresStore:
     async def renew(self, *, holder: str, until: float) -> int:
         async def work(cur: Cursor) -> int:
             await cur.execute(
-                "UPDATE lg_jobs SET lease_until = %s WHERE holder = %s", (until, holder)
-            )
-            await cur.execute(
-                "UPDATE lg_lines SET lease_until = %s WHERE holder = %s AND state = 'pending'",
-                (until, holder),
+                "WITH jobs AS (UPDATE lg_jobs SET lease_until = %(u)s WHERE holder = %(h)s) "
+                "UPDATE lg_lines SET lease_until = %(u)s WHERE holder = %(h)s "
+                "AND state = 'pending'",
+                {"u": until, "h": holder},
             )
             return cur.rowcount
 
@@ -456,15 +464,12 @@ class PostgresStore:
 
     async def finish(self, job_id: str, results: Sequence[tuple[int, bool, bytes]]) -> int:
         async def work(cur: Cursor) -> int:
-            written = 0
-            for idx, ok, result in results:
-                await cur.execute(
-                    "UPDATE lg_lines SET state = %s, result = %s, holder = NULL, request = NULL "
-                    "WHERE job_id = %s AND idx = %s AND state = 'pending'",
-                    ("ok" if ok else "error", result, job_id, idx),
-                )
-                written += cur.rowcount
-            return written
+            await cur.execute(FINISH, {
+                "job": job_id, "idx": [idx for idx, _, _ in results],
+                "state": ["ok" if ok else "error" for _, ok, _ in results],
+                "result": [result for _, _, result in results],
+            })  # fmt: skip
+            return cur.rowcount
 
         return await self._run(work)
 

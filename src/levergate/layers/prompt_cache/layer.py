@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 ROUTING_BYTES = 1024  # about the 256 tokens OpenAI routes a prompt by
 BLOCK_BYTES = 2048  # about 512 tokens
+RECENT_BLOCKS = 256  # the blocks of a prompt `Recent` remembers
 BLOCK_TOKENS = 512
 MIN_CACHED_TOKENS = 1024  # OpenAI's and most Anthropic models' minimum cacheable prompt
 RECENT_SECONDS = 300.0  # how long a prefix is expected to stay cached without use
@@ -65,7 +66,7 @@ class Recent:
         self._seen: OrderedDict[int, float] = OrderedDict()
 
     def expected_and_note(self, data: bytes, *, now: float) -> int:
-        digests = block_digests(data, block_bytes=BLOCK_BYTES, max_blocks=256)
+        digests = block_digests(data, block_bytes=BLOCK_BYTES, max_blocks=RECENT_BLOCKS)
         depth = 0
         for digest in digests:
             at = self._seen.get(digest)
@@ -135,7 +136,9 @@ class PromptCacheOptimizer:
             changes["tools"] = canonical_tools(tools)
         sent = {**body, **changes} if changes else body  # the prompt, before any cache markers
         trace = call.ctx.trace
-        trace.expected_cached = self._recent.expected_and_note(prompt_bytes(sent), now=now)
+        trace.expected_cached = self._recent.expected_and_note(
+            prompt_bytes(sent, limit=RECENT_BLOCKS * BLOCK_BYTES), now=now
+        )
         if self._linter is not None and self._linter.due(now):
             self._linter.check(sent, trace, now=now)
         if self._cache_key and "prompt_cache_key" not in body:
@@ -168,6 +171,6 @@ def provider_of(model: ModelSettings, upstreams: Mapping[str, AnyUpstream]) -> P
 def cache_key(tenant: str, body: Mapping[str, Any]) -> str:
     """`prompt_cache_key` for a tenant's prompt: a hash of the tenant and the prompt's first
     ~256 tokens. Different tenants never get the same key (short of a 128-bit collision)."""
-    head = prompt_bytes(body)[:ROUTING_BYTES]
+    head = prompt_bytes(body, limit=ROUTING_BYTES)[:ROUTING_BYTES]
     digest = xxhash.xxh3_128_hexdigest(tenant.encode() + b"\0" + head)
     return f"lg-{digest[:32]}"
