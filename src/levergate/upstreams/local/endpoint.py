@@ -32,6 +32,7 @@ from levergate.upstreams.local.engine import Engine
 from levergate.upstreams.local.knobs import runtime_options, usable_cores
 from levergate.upstreams.local.logprobs import Track
 from levergate.upstreams.local.model import model_file
+from levergate.upstreams.local.pieces import PieceTokenizer
 from levergate.upstreams.local.prefix_cache import DirectorySpill, PrefixCache
 from levergate.upstreams.local.replies import Shape, TextAssembler, usage_of
 from levergate.upstreams.local.runtime import Runtime, import_llama
@@ -91,6 +92,10 @@ class LocalEndpoint:
         self.runtime = runtime
         self._llama = import_llama()
         self._template = runtime.chat_template()
+        self._tokenize = PieceTokenizer(
+            lambda text, add_special: runtime.tokenize(text, add_special=add_special),
+            runtime.specials(),
+        )
         self.context_limit = min(runtime.n_ctx, runtime.n_ctx_train)
         self.model_id = settings.model_name or model_id(settings.model_path or str(path))
         self.quantization = settings.requantize
@@ -164,11 +169,11 @@ class LocalEndpoint:
             text = render(
                 message_texts(body["messages"]), template=self._template, llama=self._llama
             )
-            prompt: list[int] = self.runtime.tokenize(text)
+            prompt: list[int] = self._tokenize(text)
             where = "messages"
         else:
             given = params.completion_prompt(body)
-            prompt = given if isinstance(given, list) else self.runtime.tokenize(given)
+            prompt = given if isinstance(given, list) else self._tokenize(given)
             where = "prompt"
         params.check_context(len(prompt), limit=self.context_limit, param=where)
         request = Request(

@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from levergate.errors import ConfigError, UpstreamUnavailable
 from levergate.upstreams.local.knobs import RuntimeOptions, check_context
+from levergate.upstreams.local.pieces import Special
 
 # (token, position, sequence id, wants logits)
 Entry = tuple[int, int, int, bool]
@@ -120,6 +121,32 @@ class Runtime:
                 self.vocab, data, len(data), tokens, room, add_special, parse_special
             )
         return list(tokens[:count])
+
+    def specials(self) -> list[Special] | None:
+        """The tokens llama.cpp cuts a text at before tokenizing its fragments one by one, for
+        `PieceTokenizer`; None when a prompt must be tokenized whole (not BPE or SentencePiece,
+        an EOS or SEP appended at the end, or a special token with no text)."""
+        ll = self._ll
+        vocab = self.vocab
+        kind = ll.llama_vocab_type(vocab)
+        if kind not in (ll.LLAMA_VOCAB_TYPE_BPE, ll.LLAMA_VOCAB_TYPE_SPM):
+            return None
+        if ll.llama_vocab_get_add_eos(vocab) or ll.llama_vocab_get_add_sep(vocab):
+            return None
+        cut_at = ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_USER_DEFINED
+        cut_at |= ll.LLAMA_TOKEN_ATTR_UNKNOWN
+        specials: list[Special] = []
+        for token in range(self.n_vocab):
+            attr = ll.llama_vocab_get_attr(vocab, token)
+            if attr & cut_at:
+                try:  # cut points are found in the prompt's str: the text must be UTF-8
+                    text = ll.llama_vocab_get_text(vocab, token).decode()
+                except UnicodeDecodeError:
+                    return None
+                if not text:
+                    return None
+                specials.append(Special(text, lstrip=bool(attr & ll.LLAMA_TOKEN_ATTR_LSTRIP)))
+        return specials
 
     def piece(self, token: int) -> bytes:
         special = False  # end-of-turn markers are not part of the answer's text
