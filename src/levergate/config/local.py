@@ -81,9 +81,9 @@ class PrefixCacheSettings(_Strict):
     # prompt's cells start at the bottom of the pool. The saved states above are the fallback
     # for an evicted prefix. Off by default: before that eviction, kept cells made a cold
     # prompt 1.19x llama-server's TTFT (1.00x without; warm 0.98x against 1.06x, 3 rounds at
-    # load ~1.5); after it, 12 rotating rounds at load 1.4-2.3 (2026-12-03): cold 0.98x and
-    # warm 1.04x llama-server's against saved states' 1.01x / 1.01x (local_in_place_ab_12.md):
-    # the ~6 ms a restore costs is lost in the ~100 ms tail decode's scatter.
+    # load ~1.5); after it, three 12-round runs at load 1.1-2.3 (2026-12-03): warm 1.04x /
+    # 0.84x / 0.96x llama-server's against saved states' 1.01x / 0.95x / 1.00x, cold at or
+    # below saved states' in all three (local_in_place_ab.md); still off, for one more run.
     in_place: bool = False
     # At most this many cells held only by the resident an admission reuses (its question and
     # answer past the shared prefix): llama.cpp attends over the pool up to its highest cell
