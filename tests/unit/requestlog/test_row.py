@@ -1,0 +1,38 @@
+"""`row_of` puts each of the record's fields in its own column: a record whose fields all differ
+reads back field by field (the record is unpacked by position, so a field added or moved in
+`RequestRecord` must show up here, not as a value in the wrong column)."""
+
+from __future__ import annotations
+
+from levergate.core.call import CacheOutcome, CacheResult
+from levergate.core.controls import Priority
+from levergate.layers.measure.record import RequestRecord, Timings, Tokens
+from levergate.policies.pricing import Lever, TokenSource
+from levergate.requestlog.row import NAMES, row_of, saved_column
+
+
+def test_every_field_lands_in_its_column() -> None:
+    record = RequestRecord(
+        "req-1", "chat", "tenant-a", "feat", "asked", "alias-b", "up-c", "up-model", "ok", 201,
+        "Err", Timings(1.0, 0.25, 0.125, 0.5, 0.0625),
+        Tokens(11, 12, 13, 14, TokenSource.REPORTED, 0), 0.75,
+        cache=CacheResult("exact", CacheOutcome.MISS), attempts=3, retries=2, fallback="fb",
+        savings={Lever.ROUTE: 0.5, Lever.TRIM: -0.25}, key_id="key-d", expected_cached=7,
+        escalations=4, trimmed_input=9, priority=Priority.BATCH, queued_seconds=0.03125,
+        workflow="wf", tier="flex", origin="batch", schema=99,
+    )  # fmt: skip
+    row = dict(zip(NAMES, row_of(5.0, record, ("req body", "answer"), "{}"), strict=True))
+    assert row == row | {
+        "ts": 5.0, "request_id": "req-1", "kind": "chat", "origin": "batch",
+        "tenant": "tenant-a", "key_id": "key-d", "feature": "feat", "workflow": "wf",
+        "model": "asked", "alias": "alias-b", "upstream": "up-c", "upstream_model": "up-model",
+        "outcome": "ok", "status": 201, "error": "Err", "total_ms": 1000.0, "ttft_ms": 500.0,
+        "upstream_ms": 250.0, "overhead_ms": 125.0, "queued_ms": 31.25, "itl_ms": 62.5,
+        "input_tokens": 11, "cached_tokens": 12, "cache_write_tokens": 13, "output_tokens": 14,
+        "output_source": "reported", "cost_usd": 0.75, "saved_usd": 0.25,
+        saved_column(Lever.ROUTE): 0.5, saved_column(Lever.TRIM): -0.25,
+        saved_column(Lever.EXACT): 0.0, "cache": "exact:miss", "attempts": 3, "retries": 2,
+        "fallback": "fb", "escalations": 4, "priority": "batch", "tier": "flex",
+        "trimmed_tokens": 9, "expected_cached": 7, "detail": None, "request_body": "req body",
+        "answer_body": "answer", "schema": 99, "replay": "{}",
+    }  # fmt: skip
