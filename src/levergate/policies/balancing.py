@@ -168,6 +168,8 @@ class PowerOfTwo:
     candidate is not left out: it loses the comparison by as much as it has left to wait)."""
 
     def choose(self, candidates: Sequence[C], *, call: Call, rng: random.Random) -> C:
+        if len(candidates) == 1:
+            return candidates[0]  # a lone endpoint: no estimate of the call to make (issue 22)
         index = pick_p2c(
             [c.weight for c in candidates],
             lambda i: candidates[i].load(),

@@ -35,7 +35,7 @@ class StreamTimer:
         self._now = loop_clock(loop)
         self._idle = idle
         self.deadline = deadline
-        self._deadline = loop.time() + (deadline - time.monotonic())
+        self._deadline = self._now() + (deadline - time.monotonic())
         self._until = 0.0  # when the current read has waited too long
         self._at = math.inf  # when the armed timer is due
         self._reader: asyncio.Task[Any] | None = None  # the task waiting in `read`, if any

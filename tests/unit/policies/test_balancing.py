@@ -97,6 +97,21 @@ def test_p2c_never_picks_the_one_candidate_predicted_slowest(pool: list[Fake], s
         assert predicted_seconds(chosen.load(), own_tokens=100.0) < slowest
 
 
+def test_p2c_takes_a_lone_candidate_without_estimating_the_call() -> None:
+    """One endpoint leaves nothing to compare: the call's output estimate is not worked out
+    (a body whose every read fails shows it is not even looked at)."""
+
+    class Unread(dict[str, typing.Any]):
+        def get(self, *_: object) -> typing.Any:
+            raise AssertionError("the body was read")
+
+    lone = Fake("a")
+    call = Call(kind="chat", body=Unread(model="m"), ctx=Context("r"))
+    assert PowerOfTwo().choose([lone], call=call, rng=random.Random(0)) is lone
+    with pytest.raises(AssertionError, match="the body was read"):
+        PowerOfTwo().choose([lone, Fake("b")], call=call, rng=random.Random(0))
+
+
 def test_weighted_follows_the_weights() -> None:
     heavy, light = Fake("heavy", weight=3.0), Fake("light", weight=1.0)
     rng = random.Random(7)

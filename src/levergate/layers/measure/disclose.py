@@ -67,9 +67,9 @@ class Disclose:
             headers[TIER_HEADER] = trace.tier.value
         spent = 0.0
         if bill is not None:
-            spent = bill.cost_usd
+            spent, _, _, savings = bill  # unpacked: a `Bill` field read by name is slow
             headers[COST_HEADER] = f"{spent:.8f}"
-            headers[SAVINGS_HEADER] = f"{sum(bill.savings.values()):.8f}"
+            headers[SAVINGS_HEADER] = f"{sum(savings.values()):.8f}"
         if self._budget and trace.budget_left is not None:
             headers[BUDGET_HEADER] = f"{max(0.0, trace.budget_left - spent):.8f}"
 

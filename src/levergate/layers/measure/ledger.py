@@ -52,7 +52,8 @@ class Ledger:
             return self._served(call, cache, usage)
         side = tuple(self.price(s) for s in trace.side_spend) if trace.side_spend else ()
         route = trace.route
-        if not (tokens.input or tokens.output or side or route):
+        uncached, cached, written, output, _, _ = tokens  # `tokens.input`, without its reads
+        if not (uncached or cached or written or output or side or route):
             return NOTHING  # refused, failed before an answer, or nothing reported
         alias = trace.alias or call.model
         rates = self._catalog.rates(alias, trace.upstream_model)

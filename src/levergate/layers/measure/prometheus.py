@@ -293,30 +293,36 @@ class PrometheusSink:
         self._t = telemetry
 
     def emit(self, record: RequestRecord) -> None:
+        # The record, its timings and its tokens unpacked once: a `NamedTuple` field read by
+        # name is an unspecialised attribute look-up on CPython 3.11 (~100 instructions), and
+        # this made ~30 of them a request (issue 22).
+        _, kind, tenant, feature, model, _, upstream, _, result, _, _, timings, tokens, cost = (
+            record[:14]
+        )
+        total, _, overhead, ttft, inter_token = timings
+        uncached, cached, written, output, source, _ = tokens
         t = self._t
-        if record.authenticated:
-            series = t.series(route=record.kind, model=record.model, upstream=record.upstream,
-                              feature=record.feature)  # fmt: skip
+        if tenant is not None:
+            series = t.series(route=kind, model=model, upstream=upstream, feature=feature)
         else:
-            series = t.series_of((record.kind, "", record.upstream, ""))
-        timings = record.timings
-        requests, total = series.outcome(record.outcome)
+            series = t.series_of((kind, "", upstream, ""))
+        requests, durations = series.outcome(result)
         requests.inc(1)
-        total.observe(timings.total)
-        series.overhead.observe(timings.overhead)
-        if timings.ttft is not None:
-            series.ttft().observe(timings.ttft)
-        if timings.inter_token is not None:
-            series.itl().observe(timings.inter_token)
-        tokens = record.tokens
-        if tokens.input or tokens.output:
-            series.tokens("input").inc(tokens.input)
-            series.tokens("output").inc(tokens.output)
-            if tokens.cached_read:
-                series.tokens("cached").inc(tokens.cached_read)
-            if tokens.cache_write:
-                series.tokens("cache_write").inc(tokens.cache_write)
-            if tokens.output and tokens.output_source is not TokenSource.REPORTED:
-                series.unreported(tokens.output_source.value).inc(tokens.output)
-        if record.cost_usd:
-            series.cost().inc(record.cost_usd)
+        durations.observe(total)
+        series.overhead.observe(overhead)
+        if ttft is not None:
+            series.ttft().observe(ttft)
+        if inter_token is not None:
+            series.itl().observe(inter_token)
+        prompt = uncached + cached + written  # `Tokens.input`
+        if prompt or output:
+            series.tokens("input").inc(prompt)
+            series.tokens("output").inc(output)
+            if cached:
+                series.tokens("cached").inc(cached)
+            if written:
+                series.tokens("cache_write").inc(written)
+            if output and source is not TokenSource.REPORTED:
+                series.unreported(source.value).inc(output)
+        if cost:
+            series.cost().inc(cost)

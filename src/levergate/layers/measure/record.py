@@ -142,12 +142,13 @@ class RequestRecord(NamedTuple):
         measured and priced of its answer (`tier`: the tier it was priced at)."""
         ctx = call.ctx
         trace, controls = ctx.trace, ctx.controls
+        cost_usd, _, side, savings = bill  # unpacked: a `Bill` field read by name is slow
         return cls(
             ctx.request_id, call.kind, trace.tenant, controls.feature, call.model, trace.alias,
             trace.upstream, trace.upstream_model, outcome, status, error, timings, tokens,
-            bill.cost_usd, trace.cache, trace.attempts, trace.retries, trace.fallback,
+            cost_usd, trace.cache, trace.attempts, trace.retries, trace.fallback,
             frozenset(trace.failed_endpoints) if trace.failed_endpoints else NONE,
-            bill.savings, tuple(trace.notes) if trace.notes else (), trace.key_id, bill.side,
+            savings, tuple(trace.notes) if trace.notes else (), trace.key_id, side,
             trace.batch, trace.expected_cached, trace.route, trace.escalations,
             tuple(trace.escalation_reasons), trace.trimmed_input, trace.microbatch,
             controls.priority, controls.deadline, trace.queued_seconds, controls.workflow,

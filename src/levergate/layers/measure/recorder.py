@@ -177,8 +177,7 @@ class Recorder:
         else:
             tokens = self.tokens(call, seen, trace.alias or call.model)
             bill = self._ledger.bill(call, tokens, seen.usage, tier=tier)
-        timings = Timings(total=total, upstream=trace.upstream_seconds, overhead=overhead,
-                          ttft=seen.ttft, inter_token=seen.inter_token)  # fmt: skip
+        timings = Timings(total, trace.upstream_seconds, overhead, seen.ttft, seen.inter_token)
         return RequestRecord.of(call, outcome=seen.outcome, status=seen.status,
                                 error=seen.error, timings=timings, tokens=tokens,
                                 bill=bill, tier=tier, tier_assumed=assumed)  # fmt: skip

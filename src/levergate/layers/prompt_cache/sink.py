@@ -90,20 +90,24 @@ class PromptCacheSink:
         self._children: dict[str, tuple[Any, ...]] = {}
 
     def emit(self, record: RequestRecord) -> None:
-        tokens = record.tokens
-        if record.kind == "embedding" or not tokens.input:
+        # Its tokens unpacked once: a `NamedTuple` field read by name is an unspecialised
+        # look-up on CPython 3.11 (~100 instructions), on every request (issue 22).
+        uncached, cached, cache_write, _, _, _ = record.tokens
+        prompt_tokens = uncached + cached + cache_write  # `Tokens.input`
+        if not prompt_tokens or record.kind == "embedding":
             return  # refused, served by a cache, or nothing a prompt cache could hold
         alias = record.answered_model
         children = self._children.get(alias) or self._bind(alias)
         prompt, read, written, expected, *outcomes = children
-        prompt.inc(tokens.input)
-        if tokens.cached_read:
-            read.inc(tokens.cached_read)
-        if tokens.cache_write:
-            written.inc(tokens.cache_write)
-        if record.expected_cached:
-            expected.inc(record.expected_cached)
-        outcomes[outcome(expected=record.expected_cached, read=tokens.cached_read)].inc()
+        prompt.inc(prompt_tokens)
+        if cached:
+            read.inc(cached)
+        if cache_write:
+            written.inc(cache_write)
+        expected_cached = record.expected_cached
+        if expected_cached:
+            expected.inc(expected_cached)
+        outcomes[outcome(expected=expected_cached, read=cached)].inc()
 
     def _bind(self, alias: str) -> tuple[Any, ...]:
         label = alias if alias in self._aliases else OTHER

@@ -153,9 +153,10 @@ class Balance:
         pool = [v for v in self._views if v.state.health.available(now)]
         if not pool:
             return min(self._members, key=lambda m: m.node.state.health.ejected_until)
-        fresh = [v for v in pool if v.name not in failed]
+        if failed:  # a retry: the endpoints that failed this call are the last resort
+            pool = [v for v in pool if v.name not in failed] or pool
         self._moment.now = now
-        return self._strategy.choose(fresh or pool, call=call, rng=self._rng).member
+        return self._strategy.choose(pool, call=call, rng=self._rng).member
 
     def prefilled(self, state: EndpointState, seconds: float) -> None:
         """A stream's first event came `seconds` after its request was sent."""
