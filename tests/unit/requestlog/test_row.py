@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from levergate.core.call import CacheOutcome, CacheResult
 from levergate.core.controls import Priority
+from levergate.core.tokenizer import TokenSource
 from levergate.layers.measure.record import RequestRecord, Timings, Tokens
-from levergate.policies.pricing import Lever, TokenSource
+from levergate.policies.pricing import Lever
 from levergate.requestlog.row import NAMES, row_of, saved_column
 
 
