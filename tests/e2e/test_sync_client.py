@@ -126,11 +126,14 @@ def test_an_unclosed_sync_client_closes_at_interpreter_exit(sim_url: str) -> Non
 
 def test_ctrl_c_on_a_sync_map_keeps_what_finished_and_stops_the_rest(sim_url: str) -> None:
     """Ctrl-C (a real SIGINT, in a script of its own) during `map`: the interrupt reaches the
-    caller only once the in-flight calls have unwound, and `into` holds what finished."""
+    caller only once the in-flight calls have unwound, and `into` holds what finished. The
+    script sets Python's own SIGINT handler first, as a terminal's Python has it: a suite run in
+    the background (`make test &`) starts its processes with SIGINT ignored, which Python keeps."""
     code = textwrap.dedent(f"""
         import os, signal
         from levergate import Settings
         from levergate.sync import SyncGateway
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         answers = []
         def progress(done, total):
             if done == 3:
