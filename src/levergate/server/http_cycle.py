@@ -188,18 +188,7 @@ class Cycle:
         return body
 
     async def _rest(self, limit: int) -> bytes:
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            body, self.body = self.body, b""
-            size += len(body)
-            if size > limit:
-                raise PayloadTooLarge.over(limit)
-            parts.append(body)
-            if not self.more_body:
-                self.body_done = True
-                return b"".join(parts)
-            await self._arrival()
+        return b"".join([part async for part in self.chunks(limit=limit)])
 
     async def chunks(self, *, limit: int) -> AsyncIterator[bytes]:
         size = 0
