@@ -79,12 +79,12 @@ class PrefixCacheSettings(_Strict):
     # prompt sharing their prefix reuses them in place (no copy); an admission evicts every
     # resident but the one it reuses (as llama-server clears its idle slots), so a cold
     # prompt's cells start at the bottom of the pool. The saved states above are the fallback
-    # for an evicted prefix. Off by default: before that eviction, kept cells made a cold
-    # prompt 1.19x llama-server's TTFT (1.00x without; warm 0.98x against 1.06x, 3 rounds at
-    # load ~1.5); after it, three 12-round runs at load 1.1-2.3 (2026-12-03): warm 1.04x /
-    # 0.84x / 0.96x llama-server's against saved states' 1.01x / 0.95x / 1.00x, cold at or
-    # below saved states' in all three (local_in_place_ab.md); still off, for one more run.
-    in_place: bool = False
+    # for an evicted prefix. On by default since four 12-round runs beside llama-server and an
+    # engine restoring saved states (2026-12-03/04, local_in_place_ab.md): warm TTFT 0.84x /
+    # 0.96x / 0.99x llama-server's in the three runs with the tokenizer cache (saved states
+    # 0.95x / 1.00x / 1.04x), cold at or below saved states' in all four; no throughput lost
+    # (local_throughput_in_place.md: 0.96-1.08x at 1-16 streams, 1.06x with a shared prefix).
+    in_place: bool = True
     # At most this many cells held only by the resident an admission reuses (its question and
     # answer past the shared prefix): llama.cpp attends over the pool up to its highest cell
     # in use, so kept cells slow every step down.
