@@ -68,9 +68,10 @@ def prompt_bytes(body: Mapping[str, Any], *, limit: int | None = None) -> bytes:
         for n, item in enumerate(prompt):
             if size >= limit:
                 return b"".join(parts)
+            comma = b"," if n else _EMPTY
             written = orjson.dumps(item)
-            parts += (b"," if n else _EMPTY, written)
-            size += len(written) + 1
+            parts += (comma, written)
+            size += len(comma) + len(written)
         parts.append(b"]")
         return b"".join(parts)
     except TypeError:  # not JSON-serialisable (a library caller's object): no affinity
