@@ -156,9 +156,8 @@ class LocalUpstreamSettings(_Strict):
     # The id listed at /v1/models; the model file's name when unset.
     model_name: str | None = None
     # Re-quantize the model once at first start (cached in `cache_dir`, checked by size and
-    # SHA-256 at every start). Q8_0 was measured at ~2x the prefill speed of the bundled Q4_1
-    # file with the same answers; it takes ~1 s. benchmarks/local_quantize.py compares the
-    # levels (speed, memory, size, perplexity, agreement).
+    # SHA-256 at every start; ~1 s). Q8_0 of the bundled Q4_1 file: 1.43x its prefill, 1.23x
+    # its decode, perplexity +0.4% (benchmarks/results/local_quantize.md, every level).
     requantize: Quantization = "q8_0"
     cache_dir: str = Field(default_factory=cache_home)
     # KV cells shared by every sequence in flight (llama.cpp's n_ctx, one unified pool); one
@@ -166,19 +165,22 @@ class LocalUpstreamSettings(_Strict):
     n_ctx: int = Field(8192, ge=256)
     # Threads decoding (one token per sequence per step) and prefilling (prompt chunks): all
     # the cores this process may use when unset (`threads_batch` unset follows `threads`), and
-    # never more (checked at start). benchmarks/local_knobs.py measures them on a machine.
+    # never more (checked at start). On 2 cores, 1 decodes at 0.74x and 4 at 0.33x; 1 prefills
+    # at 0.65x (benchmarks/results/local_knobs.md).
     threads: int | None = None
     threads_batch: int | None = None
     # Sequences decoded together in one step (continuous batching).
     slots: int = Field(16, ge=1, le=256)
     # Tokens per engine step (llama.cpp's n_batch): prompt chunks of new requests plus one
-    # token per decoding one.
+    # token per decoding one. 128 / 256 / 1024 prefilled at 0.91x / 0.89x / 0.96x (knobs).
     batch_tokens: int = Field(512, ge=32)
-    # Tokens per compute pass inside a step (llama.cpp's n_ubatch); None: the whole step.
+    # Tokens per compute pass inside a step (llama.cpp's n_ubatch); None: the whole step
+    # (smaller passes were not measurably faster).
     ubatch_tokens: int | None = Field(None, ge=32)
     # Layers offloaded to a GPU, passed to llama.cpp as is (-1: all). A CPU-only build (the one
     # `pip install` makes here) ignores it.
     n_gpu_layers: int = Field(0, ge=-1)
+    # q8_0 halves a saved prefix state and its save time but prefills at 0.46x (knobs).
     kv_cache_type: KVCacheType = "f16"
     # Used when a request sets no max_tokens (bounded by what is left of the context).
     max_tokens: int = Field(1024, ge=1)
