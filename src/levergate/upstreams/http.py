@@ -104,11 +104,11 @@ class OpenAIUpstream:
         deadline = time.monotonic() + timeouts.total
         trace = call.ctx.trace
         trace.upstream = self.name
-        trace.upstream_model = call.model
+        trace.upstream_model = model = call.model
         trace.attempts += 1
         headers, attempt = self._headers, None
         if (spans := trace.spans) is not None:  # tracing on: this attempt's span, sent upstream
-            attempt = spans.attempt(self.name, call.model)
+            attempt = spans.attempt(self.name, model)
             headers = {**headers, "traceparent": spans.traceparent(attempt)}
         started = time.perf_counter()
         # One timer for the exchange: the head within `ttfb`, a whole body within the total.
