@@ -236,7 +236,11 @@ class OpenAIUpstream:
         window = self._scrub.window() if self._scrub is not None else None
         try:
             while (chunk := await self._next_chunk(chunks, trace, deadline, timer)) is not None:
-                for data in self._decoded(decoder, chunk):
+                try:  # `_decoded`, inline: once a chunk of every stream
+                    decoded = decoder.feed(chunk)
+                except EventTooLarge as exc:
+                    raise self._event_too_large(exc) from None
+                for data in decoded:
                     if data == DONE:
                         done = True
                         continue
@@ -298,11 +302,14 @@ class OpenAIUpstream:
         try:
             return decoder.feed(chunk)
         except EventTooLarge as exc:
-            raise UpstreamUnavailable(
-                f"upstream '{self.name}' sent a stream event larger than {exc.limit} bytes",
-                upstream=self.name,
-                code="upstream_event_too_large",
-            ) from None
+            raise self._event_too_large(exc) from None
+
+    def _event_too_large(self, exc: EventTooLarge) -> UpstreamUnavailable:
+        return UpstreamUnavailable(
+            f"upstream '{self.name}' sent a stream event larger than {exc.limit} bytes",
+            upstream=self.name,
+            code="upstream_event_too_large",
+        )
 
     async def _read(self, response: HttpResponse, timer: StreamTimer, *, limit: int) -> bytes:
         """The whole body, under the exchange's total deadline (`timer`); beyond `limit` bytes
