@@ -235,7 +235,8 @@ class OpenAIUpstream:
         # Secrets this upstream was given, cut out of its events (levergate/redact_answers.py).
         window = self._scrub.window() if self._scrub is not None else None
         try:
-            while (chunk := await self._next_chunk(chunks, trace, deadline, timer)) is not None:
+            until = perf_deadline(deadline)
+            while (chunk := await self._next_chunk(chunks, trace, until, timer)) is not None:
                 try:  # `_decoded`, inline: once a chunk of every stream
                     decoded = decoder.feed(chunk)
                 except EventTooLarge as exc:
@@ -281,10 +282,11 @@ class OpenAIUpstream:
         return Event(data, parsed)
 
     async def _next_chunk(
-        self, chunks: AsyncIterator[bytes], trace: Trace, deadline: float, timer: StreamTimer
+        self, chunks: AsyncIterator[bytes], trace: Trace, until: float, timer: StreamTimer
     ) -> bytes | None:
         """A stream body's next chunk (None at its end) under the idle and total timeouts,
-        the wait counted as upstream time."""
+        the wait counted as upstream time. `until` is the total deadline on `perf_counter`'s
+        scale (`perf_deadline`), so one clock read after the wait serves both."""
         waited = time.perf_counter()
         try:
             chunk = await timer.read(anext(chunks, None))
@@ -293,9 +295,10 @@ class OpenAIUpstream:
         except TransportFailed as exc:
             raise self._failed_while_sending(exc) from None
         finally:
-            trace.upstream_seconds += time.perf_counter() - waited
-        if chunk is not None and time.monotonic() >= deadline:
-            self._check_deadline(deadline)  # raises
+            now = time.perf_counter()
+            trace.upstream_seconds += now - waited
+        if chunk is not None and now >= until:
+            raise self._timed_out("exceeded its total timeout")
         return chunk
 
     def _decoded(self, decoder: SSEDecoder, chunk: bytes) -> list[bytes]:
@@ -509,3 +512,8 @@ def _is_terminal(event: Event) -> bool:
     ):
         return False
     return event.json().get("type") in _TERMINAL
+
+
+def perf_deadline(deadline: float) -> float:
+    """A deadline on `time.monotonic`'s scale moved to `time.perf_counter`'s, once a stream."""
+    return deadline - time.monotonic() + time.perf_counter()
