@@ -73,6 +73,11 @@ class OpenAIUpstream:
         self._scrub = AnswerScrubber.of(self._redact)
         self._limits = settings.response_limits
 
+    @property
+    def client(self) -> HttpClient:
+        """The HTTP client under this upstream (read for its wire counts: `wire.WireCounts`)."""
+        return self._client
+
     def _request(self, call: Call) -> tuple[str, bytes]:
         """The URL and body of the upstream request for `call` (a subclass speaking another
         wire format translates here)."""
