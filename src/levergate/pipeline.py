@@ -61,7 +61,7 @@ from levergate.layers.trim import Deferred, Trim
 from levergate.layers.usage import CountUsage
 from levergate.upstreams import Endpoint, make_endpoint
 from levergate.upstreams.client import client_for
-from levergate.upstreams.wire import HttpClient
+from levergate.upstreams.wire import HttpClient, WireCounts
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,8 @@ class Pipeline:
     # Every endpoint key's shared state, by upstream name: what readiness reads (the balancer
     # reads the same states through its members).
     endpoints: dict[str, list[EndpointState]] = field(default_factory=dict)
+    # Every endpoint key's HTTP client, by upstream name, as /metrics reads their wire counts.
+    wire: WireCounts | None = None
     # Jobs that run for the gateway's lifetime (health checks, index followers). `Gateway`
     # starts each one under `supervisor` when it opens, and cancels and awaits them when it
     # closes: no task outlives it.
@@ -114,6 +116,10 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     keys = {u.name: endpoint_keys(u, upstreams[u.name], settings=t, shared=shared, make=make)
             for u in settings.upstreams}  # fmt: skip
     nodes = {name: [_per_endpoint(key, t, shared) for key in found] for name, found in keys.items()}
+    # Wire events no request sees (bytes a server sent unasked), per upstream, on /metrics.
+    wire = WireCounts((name, getattr(key.transport, "client", None))
+                      for name, found in keys.items() for key in found)  # fmt: skip
+    telemetry.registry.register(wire)
     # Trim's summaries go through Dispatch, which is built from the per-model stacks.
     summaries = Deferred()
 
@@ -178,6 +184,7 @@ def build_pipeline(settings: Settings, deps: Deps | None = None) -> Pipeline:
     return Pipeline(
         service=service, telemetry=telemetry, recorder=recorder, upstreams=upstreams, models=models,
         endpoints={name: [key.state for key in found] for name, found in keys.items()},
+        wire=wire,
         # Every job restarted after a crash, counted in the gateway's own registry.
         supervisor=Supervisor.of(settings.background, clock=deps.clock, registry=shared.registry),
         shared=shared, background=[job for job in (checks, *shared.jobs) if job],

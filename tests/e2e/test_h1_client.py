@@ -236,3 +236,63 @@ async def test_a_large_body_is_written_in_slices_as_the_server_reads_it() -> Non
     assert got == [body, body]
     assert most <= 1 << 20, most
     assert turns > 100
+
+
+STRAY = b'HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n{"stray":true}'
+
+
+async def test_a_second_response_to_one_request_is_not_its_body_and_closes_the_connection(
+    serve: Serve,
+) -> None:
+    """A server that answers one request twice in one write: the request gets the first answer
+    alone (before, the parser went on into the second and added its body to the first's), and
+    the connection, out of step, is not reused."""
+    state, url = await serve(lambda c, r: OK + STRAY if c == 0 else OK)
+    client = client_for(url)
+    assert await fetch(client, url) == (200, b'{"ok":true}')
+    assert await fetch(client, url) == (200, b'{"ok":true}')
+    assert state.connections == 2
+    assert client.unsolicited == 1
+    await client.aclose()
+
+
+async def test_bytes_on_an_idle_pooled_connection_close_it() -> None:
+    """Bytes arriving on a pooled connection no request is waiting on: the client closes it
+    (before, it kept it, and a response sent early would answer the next request)."""
+    closed = asyncio.Event()
+    connections = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                writer.write(OK)
+                await writer.drain()
+                if connections == 1:
+                    await asyncio.sleep(0.05)  # the client has pooled the connection by now
+                    writer.write(STRAY)
+                    await writer.drain()
+                    await reader.read()  # returns b"" once the client closes its end
+                    closed.set()
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    client = client_for(url)
+    try:
+        assert await fetch(client, url) == (200, b'{"ok":true}')
+        await asyncio.wait_for(closed.wait(), timeout=5)
+        assert client.unsolicited == 1
+        assert await fetch(client, url) == (200, b'{"ok":true}')
+        assert connections == 2
+    finally:
+        server.close()
+        await client.aclose()

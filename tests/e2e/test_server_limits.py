@@ -139,6 +139,23 @@ async def test_an_idle_keep_alive_connection_is_closed_after_its_timeout(
         writer.close()
 
 
+async def test_a_connection_in_use_outlives_its_keep_alive_timeout(
+    sim: SimHandle, gateway_at: GatewayFactory
+) -> None:
+    """Requests each well within the keep-alive timeout of the last, over longer than it: the
+    connection's one keep-alive timer fires while it is idle but not for long, waits out the
+    rest, and closes it only once it has been idle for the whole timeout."""
+    async with gateway_at(sim.base_url, server={"keep_alive_timeout_seconds": 1.0}) as url:
+        reader, writer = await connect(url)
+        for _ in range(4):  # 1.2 s of requests 0.4 s apart
+            writer.write(HEALTH + b"\r\n")
+            head, _ = await asyncio.wait_for(read_response(reader), MARGIN)
+            assert head.startswith(b"HTTP/1.1 200 ")
+            await asyncio.sleep(0.4)
+        assert await asyncio.wait_for(reader.read(), 1.0 + MARGIN) == b""
+        writer.close()
+
+
 async def test_a_body_that_trickles_is_408(sim: SimHandle, gateway_at: GatewayFactory) -> None:
     slow = {"body_timeout_seconds": 0.5, "body_min_bytes_per_second": 100}
     async with gateway_at(sim.base_url, server=slow) as url:

@@ -26,6 +26,7 @@ from levergate.layers.traffic.retry import Retry
 from levergate.pipeline import build_pipeline
 from levergate.testing import ManualClock
 from levergate.upstreams.client import client_for
+from levergate.upstreams.h1 import H1Client
 
 UPSTREAM = {"name": "u", "base_url": "http://127.0.0.1:9/v1"}
 
@@ -92,5 +93,27 @@ async def test_endpoint_keys_are_built_once_and_shared_by_every_alias() -> None:
     try:
         names = sorted(state.name for state in pipeline.shared.traffic.group._members)
         assert names == ["u/key0", "u/key1"]  # one state per key, not per key and alias
+    finally:
+        await pipeline.aclose()
+
+
+async def test_every_upstream_key_s_unsolicited_bytes_are_counted_on_metrics() -> None:
+    """The H1 client's count of connections closed for bytes no request asked for reaches
+    /metrics, summed over an upstream's keys (each key has a client of its own)."""
+    upstream = {**UPSTREAM, "api_keys": ["k-a", "k-b"]}
+    models = [{"name": "*", "upstream": "u"}]
+    pipeline = build_pipeline(Settings.load(upstreams=[upstream], models=models))
+    name, labels = "levergate_upstream_unsolicited_total", {"upstream": "u"}
+    try:
+        registry = pipeline.telemetry.registry
+        assert registry.get_sample_value(name, labels) == 0
+        assert pipeline.wire is not None
+        clients = [client for _, client in pipeline.wire.clients]
+        assert len(clients) == 2
+        assert all(isinstance(client, H1Client) for client in clients)
+        for client in clients:
+            assert isinstance(client, H1Client)
+            client.unsolicited += 2  # as two connections closed for stray bytes leave it
+        assert registry.get_sample_value(name, labels) == 4
     finally:
         await pipeline.aclose()

@@ -216,6 +216,10 @@ class Catalog:
         # dated suffixes), and a name past the cap is just looked up again.
         self._dynamic: dict[str, Rates] = {}
         self._dynamic_cap = 4 * len(self._entries) + 64
+        # Names that found none (a local or unlisted model behind `*`: the fallback's rates),
+        # kept apart, under the same cap, so a client's made-up names never crowd out the
+        # entries' spellings: otherwise each was looked up under three spellings a request.
+        self._unlisted: set[str] = set()
 
     @classmethod
     def build(cls, settings: Settings) -> Catalog:
@@ -282,7 +286,11 @@ class Catalog:
         cached = self._dynamic.get(name)
         if cached is not None:
             return cached
+        if name in self._unlisted:
+            return self._fallback.rates
         if self.lookup(name) is None:
+            if len(self._unlisted) < self._dynamic_cap:
+                self._unlisted.add(name)
             return self._fallback.rates
         rates = self.spec(name).rates
         if len(self._dynamic) < self._dynamic_cap:

@@ -215,11 +215,18 @@ class Call:
     # The JSON bytes `body` was parsed from, while the body is unchanged: an upstream can send
     # them as they are instead of serialising the body again (long prompts make that matter).
     raw: bytes | None = None
+    # `model`, once read: five layers read it a request (a new Call, by `with_body` or
+    # `dataclasses.replace`, starts without it, so a changed body is read afresh).
+    _model: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def model(self) -> str:
-        model = self.body.get("model")
-        return model if isinstance(model, str) else ""
+        model = self._model
+        if model is None:
+            named = self.body.get("model")
+            model = named if isinstance(named, str) else ""
+            object.__setattr__(self, "_model", model)
+        return model
 
     @property
     def stream(self) -> bool:

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from levergate.core.call import Call
-from levergate.core.reply import Reply
-from levergate.core.service import Service
+from levergate.core.service import Answer, Service
 from levergate.errors import ModelNotFound
 
 
@@ -18,10 +17,11 @@ class Dispatch:
         self._routes = dict(routes)
         self._fallback = fallback
 
-    async def __call__(self, call: Call) -> Reply:
-        service = self._routes.get(call.model, self._fallback)
+    def __call__(self, call: Call) -> Answer:
+        model = call.model
+        service = self._routes.get(model, self._fallback)
         if service is None:
-            raise ModelNotFound(call.model)
+            raise ModelNotFound(model)
         # The alias that answers, as the record shows it (a fallback's dispatch comes last).
-        call.ctx.trace.alias = call.model
-        return await service(call)
+        call.ctx.trace.alias = model
+        return service(call)

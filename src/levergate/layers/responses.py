@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from levergate.config import WILDCARD, ModelSettings, ResponsesSettings, Settings
 from levergate.core.call import Call
 from levergate.core.reply import Completed, Event, EventSource, Reply
-from levergate.core.service import Layer, Service
+from levergate.core.service import Answer, Layer, Service
 from levergate.errors import BadRequest, LevergateError, NotFound
 from levergate.protocol.responses.answer import new_id, response_from_chat
 from levergate.protocol.responses.request import check, input_items, to_chat
@@ -71,9 +71,12 @@ class ResponsesBridge:
         self._store = store
         self._native = native
 
-    async def __call__(self, call: Call) -> Reply:
+    def __call__(self, call: Call) -> Answer:
         if call.kind != "response":
-            return await self._inner(call)
+            return self._inner(call)
+        return self._bridged(call)
+
+    async def _bridged(self, call: Call) -> Reply:
         body = call.body
         check(body, settings=self._settings)
         input_items(body["input"])  # every item an object, before anything is spent on it

@@ -50,38 +50,36 @@ class SSEDecoder:
             chunk = self._normalised(chunk)
         events: list[bytes] = []
         parts = self._parts
-        limit = self._limit
-        start = 0
         if parts and chunk[:1] == b"\n" and parts[-1].endswith(b"\n"):
             # The blank line that ends the pending event straddles the two chunks.
             self._emit(b"".join(parts)[:-1], events)
             parts.clear()
             self._size = 0
-            start = 1
-        while (end := chunk.find(b"\n\n", start)) >= 0:
+            chunk = chunk[1:]
+        # One split a chunk, not a search an event: every piece but the last is a whole event.
+        *blocks, rest = chunk.split(b"\n\n")
+        if blocks:
             if parts:
-                head = parts[0] if len(parts) == 1 else b"".join(parts)
-                block = head + chunk[start:end]
+                parts.append(blocks[0])
+                blocks[0] = b"".join(parts)
                 parts.clear()
                 self._size = 0
-            else:
-                block = chunk[start:end]
-            if (
-                (limit is None or len(block) <= limit)
-                and block.startswith(b"data: ")
-                and b"\n" not in block
-            ):
-                events.append(block[6:])  # the common case: one single-line data event
-            else:
-                self._emit(block, events)
-            start = end + 2
-        if start < len(chunk):
-            rest = chunk[start:] if start else chunk
+            limit = self._limit
+            for block in blocks:
+                if (
+                    (limit is None or len(block) <= limit)
+                    and block.startswith(b"data: ")
+                    and b"\n" not in block
+                ):
+                    events.append(block[6:])  # the common case: one single-line data event
+                else:
+                    self._emit(block, events)
+        if rest:
             parts.append(rest)
             self._size += len(rest)
             # A trailing LF may be half of the terminator: it is not part of the event's text.
-            if limit is not None and self._size - rest.endswith(b"\n") > limit:
-                raise EventTooLarge(limit)
+            if self._limit is not None and self._size - rest.endswith(b"\n") > self._limit:
+                raise EventTooLarge(self._limit)
         return events
 
     @property

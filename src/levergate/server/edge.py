@@ -130,7 +130,7 @@ class Edge:
         request.body = await source.read(limit=limit)
         if route.guard not in _CLIENT_GUARDS:
             return await route.handler(self, request)
-        with self.gateway.interactive.serving():
+        with self.gateway.interactive:
             return await route.handler(self, request)
 
     async def _tenant(self, request: Request) -> str:

@@ -277,10 +277,11 @@ class Cycle:
                 async for data in stream:
                     if not data:
                         continue
-                    sent += len(data)
+                    size = len(data)
+                    sent += size
                     if length is not None and sent > length:
                         raise RuntimeError("Response content longer than Content-Length")
-                    frame = b"%x\r\n%s\r\n" % (len(data), data) if chunked else data
+                    frame = b"%x\r\n%s\r\n" % (size, data) if chunked else data
                     if flow.write_paused and not self.disconnected:
                         await flow.drain()
                     if self.disconnected:

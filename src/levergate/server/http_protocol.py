@@ -10,7 +10,8 @@ Limits (`config.ServerSettings`, each answered with OpenAI-shaped JSON and `conn
 - Time: a head must arrive in whole within `head_timeout_seconds` of its first byte (or of the
   connection being opened), else 408; a silent new connection is closed. A body must bring
   `body_min_bytes_per_second` in every `body_timeout_seconds` window, else 408. Between
-  requests uvicorn's keep-alive timeout closes an idle connection.
+  requests uvicorn's keep-alive timeout closes an idle connection (checked by one timer a
+  connection, re-armed when it fires, not one made and cancelled a request).
 - After any of these answers the connection is half-closed and what the client still sends is
   read and dropped for up to `error_linger_seconds`, then closed: closing with the request
   unread resets the connection, which can destroy the answer before the client reads it. The
@@ -130,6 +131,10 @@ class HttpProtocol(HttpToolsProtocol):
         self._queued: deque[Cycle] = deque()
         self.timeout_keep_alive = limits.keep_alive_timeout  # type: ignore[assignment]
         self._timer: asyncio.TimerHandle | None = None
+        # The keep-alive wait: since when the connection has been idle (None while a request
+        # is read or answered). One timer a connection checks it, re-armed only when it fires
+        # (`_keep_alive_due`), not a timer made and cancelled for every request.
+        self._idle_since: float | None = None
         self._in_head = self._in_body = self._head_fresh = False
         self._over_cap = self._refused = self._over_peer = self._silent = False
         self._peer = ""
@@ -154,6 +159,9 @@ class HttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         self.limits.peers.closed(self, peer=self._peer)
         self.connections.discard(self)
         cycle = self._cycle
@@ -208,7 +216,7 @@ class HttpProtocol(HttpToolsProtocol):
         self.expect_100_continue = False
         self.headers = []
         # The keep-alive wait ends with a request, not with any byte (stray CRLFs keep nothing).
-        self._unset_keepalive_if_required()
+        self._idle_since = None
         self._in_head = self._head_fresh = True
         self._head_raw = self._head_upper = 0
 
@@ -293,14 +301,16 @@ class HttpProtocol(HttpToolsProtocol):
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self._unset_keepalive_if_required()
         self.flow.resume_reading()
         if self._queued:
+            self._idle_since = None
             self._start(self._queued.pop())
         else:
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+            self._idle_since = self.loop.time()
+            if self.timeout_keep_alive_task is None:
+                self.timeout_keep_alive_task = self.loop.call_later(
+                    self.timeout_keep_alive, self._keep_alive_due
+                )
         if self._refusal is not None:
             if self._cycle is not None and self._cycle.response_complete:
                 refusal, self._refusal = self._refusal, None
@@ -312,6 +322,21 @@ class HttpProtocol(HttpToolsProtocol):
             self._unset_keepalive_if_required()
             if self._timer is None:
                 self._timer = self.loop.call_later(self.limits.head_timeout, self._head_timed_out)
+
+    def _unset_keepalive_if_required(self) -> None:
+        """uvicorn's name: the keep-alive wait is over (its timer, if any, finds it so)."""
+        self._idle_since = None
+
+    def _keep_alive_due(self) -> None:
+        self.timeout_keep_alive_task = None
+        since = self._idle_since
+        if since is None:
+            return  # busy: armed again when its answer is complete
+        left = since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(left, self._keep_alive_due)
+        else:
+            self.timeout_keep_alive_handler()
 
     # Limits
     def _spoke(self) -> None:

@@ -42,7 +42,7 @@ from levergate.protocol.anthropic.upstream_answer import (
 from levergate.protocol.anthropic.upstream_request import to_messages_request
 from levergate.protocol.anthropic.upstream_stream import StreamError, StreamTranslator
 from levergate.protocol.sse import SSEDecoder
-from levergate.upstreams.http import OpenAIUpstream, close_chunks, event_object
+from levergate.upstreams.http import OpenAIUpstream, close_chunks, event_object, perf_deadline
 from levergate.upstreams.stream_timer import StreamTimer
 from levergate.upstreams.wire import HttpClient, HttpResponse
 
@@ -151,7 +151,8 @@ class AnthropicUpstream(OpenAIUpstream):
         chunks = response.chunks()
         timer = StreamTimer(idle=self._settings.timeouts.idle, deadline=deadline)
         try:
-            while (chunk := await self._next_chunk(chunks, trace, deadline, timer)) is not None:
+            until = perf_deadline(deadline)
+            while (chunk := await self._next_chunk(chunks, trace, until, timer)) is not None:
                 for data in self._decoded(decoder, chunk):
                     yield data
         finally:

@@ -18,7 +18,10 @@ What it leaves to others: TLS, HTTP/2, proxies, redirects and compression (it as
 
 A connection goes back to the pool only after its response was read to the end; one closed by
 the server while idle is detected, and a request that found such a connection dead before any
-byte of an answer arrived is sent again once on a fresh connection.
+byte of an answer arrived is sent again once on a fresh connection. Bytes no request asked for
+(arriving on an idle pooled connection, or a second response after the one a request got) close
+the connection and are counted (`H1Client.unsolicited`): parsed, they would be the next
+request's answer, or lengthen the current one's body.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import base64
 import collections
 import time
 from collections.abc import AsyncIterator, Mapping
+from functools import partial
 from typing import cast
 from urllib.parse import unquote, urlsplit
 
@@ -42,32 +46,52 @@ _SLICE = 256 * 1024  # a larger body goes in views of this many bytes, under flo
 
 
 class _Connection(asyncio.Protocol):
-    """One socket. Parser callbacks fill `headers`, `chunks`; futures and an event wake readers."""
+    """One socket and its one parser, reused by every request the connection carries. Parser
+    callbacks fill `headers`, `chunks`; the `head` future and a plain future (`wait`) wake the
+    request's reader. `busy` from a request's send until the connection is pooled again: bytes
+    arriving while it is not (or a second response to one request) were never asked for, and
+    the connection is closed instead of handing them to the next request as its answer."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: H1Client) -> None:
         self.transport: asyncio.Transport | None = None
+        self._client = client
+        self._loop = asyncio.get_running_loop()
         self.parser = httptools.HttpResponseParser(self)
         self.lost = False
+        self.busy = False
         self.used_at = time.monotonic()
         self.reused = False
         # Cleared while the transport's write buffer is above its high-water mark.
         self.writable = asyncio.Event()
         self.writable.set()
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._stray = False
         self._reset()
 
     def _reset(self) -> None:
-        loop = asyncio.get_running_loop()
         self.status = 0
         self.headers: dict[str, str] = {}
-        self.chunks: collections.deque[bytes] = collections.deque()
+        self.chunks.clear()
         self.buffered = 0
-        self.head: asyncio.Future[None] = loop.create_future()
-        self.ready = asyncio.Event()
+        self.head: asyncio.Future[None] = self._loop.create_future()
         self.complete = False
         self.keep_alive = False
         self.got_bytes = False
         self.error: Exception | None = None
         self.cut_short = False  # the request's body was not all sent: never reused
+
+    def wait(self) -> asyncio.Future[None]:
+        """A future done at the next body bytes, the message's end or a failure."""
+        waiter = self._waiter = self._loop.create_future()
+        return waiter
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -75,11 +99,22 @@ class _Connection(asyncio.Protocol):
         self.transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
+        if not self.busy:
+            self._unsolicited()
+            return
         self.got_bytes = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(TransportFailed(f"invalid HTTP response: {exc}"))
+            if self._stray:
+                self._unsolicited()  # the answer before it stands: it was complete
+            else:
+                self._fail(TransportFailed(f"invalid HTTP response: {exc}"))
+
+    def _unsolicited(self) -> None:
+        """Bytes no request asked for: the server is out of step with this connection."""
+        self._client.unsolicited += 1
+        self.close()
 
     def pause_writing(self) -> None:
         self.writable.clear()
@@ -103,6 +138,11 @@ class _Connection(asyncio.Protocol):
         return not chunked and "content-length" not in self.headers
 
     # -- httptools callbacks --
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second response to one request: stop the parser here
+            self._stray = True
+            raise TransportFailed("a response no request asked for")
+
     def on_header(self, name: bytes, value: bytes) -> None:
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
@@ -118,26 +158,26 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
         self.buffered += len(body)
-        self.ready.set()
+        self._wake()
         if self.buffered > _HIGH_WATER and self.transport is not None:
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
         self.complete = True
-        self.ready.set()
+        self._wake()
 
     def _fail(self, error: Exception) -> None:
         self.error = error
         if not self.head.done():
             self.head.set_exception(error)
-        self.ready.set()
+        self._wake()
         self.close()
 
     # -- used by the client --
     async def send(self, head: bytes, body: bytes) -> None:
         """Write a request; a failure is the `head` future's (the answer's wait raises it)."""
         self._reset()
-        self.parser = httptools.HttpResponseParser(self)
+        self.busy = True
         transport = self.transport
         if transport is None or self.lost:
             self._fail(TransportFailed("connection closed by the upstream"))
@@ -159,7 +199,6 @@ class _Connection(asyncio.Protocol):
         data = b"".join(self.chunks)
         self.chunks.clear()
         self.buffered = 0
-        self.ready.clear()
         if self.transport is not None and not self.lost:
             self.transport.resume_reading()
         return data
@@ -198,7 +237,7 @@ class _Response:
                     return
                 if conn.error is not None:
                     raise conn.error
-                await conn.ready.wait()
+                await conn.wait()
         finally:
             await self.aclose()
 
@@ -227,6 +266,8 @@ class H1Client:
         self._open = 0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._checked_out: set[_Connection] = set()
+        # Connections closed for bytes no request asked for (a server out of step).
+        self.unsolicited = 0
 
     async def request(
         self, method: str, url: str, *, body: bytes | None, headers: Mapping[str, str]
@@ -287,7 +328,7 @@ class H1Client:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 _, conn = await asyncio.get_running_loop().create_connection(
-                    _Connection, self._host, self._port
+                    partial(_Connection, self), self._host, self._port
                 )
         except (OSError, TimeoutError) as exc:
             self._open -= 1
@@ -305,6 +346,7 @@ class H1Client:
             return
         self._checked_out.discard(conn)
         if conn.reusable and not conn.chunks:
+            conn.busy = False
             conn.used_at = time.monotonic()
             self._idle.append(conn)
         else:

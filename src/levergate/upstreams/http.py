@@ -73,6 +73,11 @@ class OpenAIUpstream:
         self._scrub = AnswerScrubber.of(self._redact)
         self._limits = settings.response_limits
 
+    @property
+    def client(self) -> HttpClient:
+        """The HTTP client under this upstream (read for its wire counts: `wire.WireCounts`)."""
+        return self._client
+
     def _request(self, call: Call) -> tuple[str, bytes]:
         """The URL and body of the upstream request for `call` (a subclass speaking another
         wire format translates here)."""
@@ -104,11 +109,11 @@ class OpenAIUpstream:
         deadline = time.monotonic() + timeouts.total
         trace = call.ctx.trace
         trace.upstream = self.name
-        trace.upstream_model = call.model
+        trace.upstream_model = model = call.model
         trace.attempts += 1
         headers, attempt = self._headers, None
         if (spans := trace.spans) is not None:  # tracing on: this attempt's span, sent upstream
-            attempt = spans.attempt(self.name, call.model)
+            attempt = spans.attempt(self.name, model)
             headers = {**headers, "traceparent": spans.traceparent(attempt)}
         started = time.perf_counter()
         # One timer for the exchange: the head within `ttfb`, a whole body within the total.
@@ -235,8 +240,13 @@ class OpenAIUpstream:
         # Secrets this upstream was given, cut out of its events (levergate/redact_answers.py).
         window = self._scrub.window() if self._scrub is not None else None
         try:
-            while (chunk := await self._next_chunk(chunks, trace, deadline, timer)) is not None:
-                for data in self._decoded(decoder, chunk):
+            until = perf_deadline(deadline)
+            while (chunk := await self._next_chunk(chunks, trace, until, timer)) is not None:
+                try:  # `_decoded`, inline: once a chunk of every stream
+                    decoded = decoder.feed(chunk)
+                except EventTooLarge as exc:
+                    raise self._event_too_large(exc) from None
+                for data in decoded:
                     if data == DONE:
                         done = True
                         continue
@@ -277,10 +287,11 @@ class OpenAIUpstream:
         return Event(data, parsed)
 
     async def _next_chunk(
-        self, chunks: AsyncIterator[bytes], trace: Trace, deadline: float, timer: StreamTimer
+        self, chunks: AsyncIterator[bytes], trace: Trace, until: float, timer: StreamTimer
     ) -> bytes | None:
         """A stream body's next chunk (None at its end) under the idle and total timeouts,
-        the wait counted as upstream time."""
+        the wait counted as upstream time. `until` is the total deadline on `perf_counter`'s
+        scale (`perf_deadline`), so one clock read after the wait serves both."""
         waited = time.perf_counter()
         try:
             chunk = await timer.read(anext(chunks, None))
@@ -289,20 +300,24 @@ class OpenAIUpstream:
         except TransportFailed as exc:
             raise self._failed_while_sending(exc) from None
         finally:
-            trace.upstream_seconds += time.perf_counter() - waited
-        if chunk is not None and time.monotonic() >= deadline:
-            self._check_deadline(deadline)  # raises
+            now = time.perf_counter()
+            trace.upstream_seconds += now - waited
+        if chunk is not None and now >= until:
+            raise self._timed_out("exceeded its total timeout")
         return chunk
 
     def _decoded(self, decoder: SSEDecoder, chunk: bytes) -> list[bytes]:
         try:
             return decoder.feed(chunk)
         except EventTooLarge as exc:
-            raise UpstreamUnavailable(
-                f"upstream '{self.name}' sent a stream event larger than {exc.limit} bytes",
-                upstream=self.name,
-                code="upstream_event_too_large",
-            ) from None
+            raise self._event_too_large(exc) from None
+
+    def _event_too_large(self, exc: EventTooLarge) -> UpstreamUnavailable:
+        return UpstreamUnavailable(
+            f"upstream '{self.name}' sent a stream event larger than {exc.limit} bytes",
+            upstream=self.name,
+            code="upstream_event_too_large",
+        )
 
     async def _read(self, response: HttpResponse, timer: StreamTimer, *, limit: int) -> bytes:
         """The whole body, under the exchange's total deadline (`timer`); beyond `limit` bytes
@@ -502,3 +517,8 @@ def _is_terminal(event: Event) -> bool:
     ):
         return False
     return event.json().get("type") in _TERMINAL
+
+
+def perf_deadline(deadline: float) -> float:
+    """A deadline on `time.monotonic`'s scale moved to `time.perf_counter`'s, once a stream."""
+    return deadline - time.monotonic() + time.perf_counter()

@@ -18,12 +18,23 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable
+import types
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
 from levergate.core.clock import loop_clock
 
 T = TypeVar("T")
+
+# The task running on a loop, for a read a chunk: asyncio's own `current_task` where it is C
+# (3.12 on); on 3.11 it is a Python function around a dict's `get`, which is called directly
+# here (one C call a read instead of a Python call and a C call).
+_current_task: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None] = (
+    asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]
+    if isinstance(asyncio.current_task, types.FunctionType)
+    and isinstance(getattr(asyncio.tasks, "_current_tasks", None), dict)
+    else asyncio.current_task
+)
 
 
 class StreamTimer:
@@ -52,7 +63,7 @@ class StreamTimer:
         self._until = self._now() + (self._idle if idle is None else idle)
         if self._handle is None or self._until < self._at:
             self._arm()
-        task = self._reader = asyncio.current_task(self._loop)
+        task = self._reader = _current_task(self._loop)
         if task is None:
             raise RuntimeError("StreamTimer.read runs in a task")
         self._cancelling = task.cancelling()

@@ -147,6 +147,19 @@ def test_names_clients_invent_behind_the_wildcard_are_not_remembered_without_bou
     assert len(catalog._dynamic) <= catalog._dynamic_cap < 5000
 
 
+def test_names_the_catalog_lacks_are_remembered_apart_and_within_bound() -> None:
+    """A name no entry has is looked up once (then remembered as the fallback's), and made-up
+    names fill their own bounded set, never the room kept for the entries' spellings."""
+    catalog = Catalog.build(settings({"name": "*", "upstream": "up"}))
+    assert catalog.rates("*", "my-local-model") == catalog.rates("*", "my-local-model") == FREE
+    assert "my-local-model" in catalog._unlisted
+    for n in range(5000):
+        assert catalog.rates("*", f"made-up-{n}") == FREE
+    assert len(catalog._unlisted) <= catalog._dynamic_cap < 5000
+    assert catalog.rates("*", "gpt-4o").input == 2.5
+    assert "gpt-4o" in catalog._dynamic
+
+
 def test_service_tier_prices_are_sourced_and_flex_is_the_batch_rate() -> None:
     """OpenAI bills flex "at Batch API rates": each flex price is half the standard one."""
     assert {"openai_flex", "openai_priority", "groq_flex", "anthropic_tiers"} <= set(

@@ -30,7 +30,7 @@ import orjson
 from levergate.config import CacheSettings
 from levergate.core.call import CacheOutcome, CacheResult, Call
 from levergate.core.reply import Completed, Reply
-from levergate.core.service import Layer, Service
+from levergate.core.service import Answer, Layer, Service
 from levergate.errors import BadRequest, PayloadTooLarge, UpstreamUnavailable
 from levergate.layers.cache.entries import CACHE_HEADER, CacheView
 from levergate.policies.cache_policy import OFF, bypass_header, clamped, namespace, rule_for
@@ -76,9 +76,12 @@ class EmbeddingsCache:
         self._inner = inner
         self._view = view
 
-    async def __call__(self, call: Call) -> Reply:
+    def __call__(self, call: Call) -> Answer:
         if call.kind != "embedding":
-            return await self._inner(call)
+            return self._inner(call)
+        return self._cached(call)
+
+    async def _cached(self, call: Call) -> Reply:
         rule = rule_for(self._view.settings, model=call.model, feature=call.ctx.controls.feature)
         items = embedding_inputs(call.body.get("input"))
         if rule.mode == "off" or not items:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from levergate.config.cascade import CascadeSettings, JudgeSettings
 from levergate.core.call import Call, RouteDecision, Spend, Trace
 from levergate.core.reply import Completed, Reply, Stream
-from levergate.core.service import Layer, Service
+from levergate.core.service import Answer, Layer, Service
 from levergate.errors import BadRequest, LevergateError, UpstreamError, UpstreamTimeout
 from levergate.layers.cache.replay import as_stream, whole
 from levergate.layers.cascade.metrics import CascadeMetrics
@@ -96,10 +96,13 @@ class Cascade:
         if shadows is not None:
             shadows.bind(inner)
 
-    async def __call__(self, call: Call) -> Reply:
+    def __call__(self, call: Call) -> Answer:
         plan = self._plans.find(call.model)
         if plan is None:
-            return await self._inner(call)
+            return self._inner(call)
+        return self._cascaded(call, plan)
+
+    async def _cascaded(self, call: Call, plan: Plan) -> Reply:
         if call.kind != "chat":
             raise BadRequest("Cascades serve chat completions only.", param="model")
         if call.body.get("n") not in (None, 1):

@@ -39,8 +39,7 @@ from levergate.config import AnthropicUpstreamSettings, AnyUpstream, ModelSettin
 from levergate.config.prompt_cache import PromptCacheSettings
 from levergate.core.call import Call
 from levergate.core.clock import Clock
-from levergate.core.reply import Reply
-from levergate.core.service import Layer, Service
+from levergate.core.service import Answer, Layer, Service
 from levergate.layers.prompt_cache.breakpoints import Placer
 from levergate.layers.prompt_cache.lint import Linter
 from levergate.layers.prompt_cache.state import PromptCacheState
@@ -126,9 +125,9 @@ class PromptCacheOptimizer:
         self._placer = Placer(b) if b.enabled and provider is Provider.ANTHROPIC else None
         self._recent = Recent()
 
-    async def __call__(self, call: Call) -> Reply:
+    def __call__(self, call: Call) -> Answer:
         if call.kind != "chat":
-            return await self._inner(call)
+            return self._inner(call)
         body, now = call.body, self._clock.now()
         changes: dict[str, Any] = {}
         tools = body.get("tools")
@@ -150,7 +149,7 @@ class PromptCacheOptimizer:
                 self._state.breakpoints.labels(self._model, p.boundary.kind, p.ttl).inc()
         if changes:
             call = call.with_body(**changes)
-        return await self._inner(call)
+        return self._inner(call)
 
 
 def provider_of(model: ModelSettings, upstreams: Mapping[str, AnyUpstream]) -> Provider:

@@ -47,7 +47,7 @@ from levergate.core.call import Call
 from levergate.core.clock import Clock
 from levergate.core.controls import Priority
 from levergate.core.reply import Completed, Ended, Reply, Watcher
-from levergate.core.service import Layer, Service
+from levergate.core.service import Answer, Layer, Service
 from levergate.errors import BadRequest, UpstreamError, UpstreamRejected
 from levergate.layers.tiers.book import TierBook
 from levergate.layers.tiers.hedge import Won, hedged
@@ -135,13 +135,13 @@ class Tiers:
         self._class_deadline = {Priority.INTERACTIVE: d.interactive, Priority.DEFAULT: d.default,
                                 Priority.BATCH: d.batch}  # fmt: skip
 
-    async def __call__(self, call: Call) -> Reply:
+    def __call__(self, call: Call) -> Answer:
         asked = call.body.get("service_tier")
         if asked is not None:
-            return await self._explicit(call, asked)
+            return self._explicit(call, asked)
         if not self._choosing:
-            return await self._inner(call)
-        return await self._chosen(call)
+            return self._inner(call)
+        return self._chosen(call)
 
     async def _explicit(self, call: Call, asked: Any) -> Reply:
         tier = asked_tier(asked) if isinstance(asked, str) else None

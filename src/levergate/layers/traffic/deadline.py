@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from levergate.core.call import Call
 from levergate.core.clock import Clock, timeout
 from levergate.core.reply import Reply
-from levergate.core.service import Layer, Service
+from levergate.core.service import Answer, Layer, Service
 from levergate.errors import UpstreamTimeout
 
 if TYPE_CHECKING:
@@ -36,10 +36,13 @@ class Deadline:
         self._inner = inner
         self._clock = clock
 
-    async def __call__(self, call: Call) -> Reply:
+    def __call__(self, call: Call) -> Answer:
         deadline = call.ctx.controls.deadline
         if deadline is None:
-            return await self._inner(call)
+            return self._inner(call)
+        return self._within(call, deadline)
+
+    async def _within(self, call: Call, deadline: float) -> Reply:
         remaining = deadline - self._clock.now()
         if remaining <= 0:
             raise _expired()

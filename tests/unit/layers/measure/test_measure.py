@@ -8,6 +8,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+import orjson
 import pytest
 from prometheus_client import generate_latest
 from pydantic import SecretStr
@@ -22,11 +23,12 @@ from levergate.core.tokenizer import LengthEstimate, TokenCount, Tokenizer, Toke
 from levergate.errors import AuthenticationFailed, UpstreamUnavailable
 from levergate.layers.auth import Authenticate
 from levergate.layers.dispatch import Dispatch
-from levergate.layers.measure.measure import Measure, Telemetry
+from levergate.layers.measure.measure import Measure, Telemetry, _generated, _texted
 from levergate.layers.measure.record import RequestRecord, Sink
 from levergate.layers.measure.recorder import Recorder
 from levergate.layers.traffic.fallback import Fallback
 from levergate.layers.traffic.metrics import TrafficMetrics
+from levergate.protocol.openai.body import has_generated_token
 
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 500}
 KEY = {"authorization": "Bearer k-1"}
@@ -317,3 +319,27 @@ async def test_a_record_that_cannot_be_built_is_counted_and_the_answer_unharmed(
     assert await service(request("small")) is answer
     await asyncio.sleep(0)
     assert metric(telemetry, "levergate_sink_errors_total", sink="record") == 1
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"choices":[{"index":0,"delta":{"content":"He"},"finish_reason":null}]}',
+        b'{"choices":[{"delta":{"content":"\\"quoted\\""}}]}',
+        b'{"choices":[{"delta":{"content":""}}]}',
+        b'{"choices":[{"delta":{"content": "spaced"}}]}',
+        b'{"choices":[{"delta":{"role":"assistant","content":""}}]}',
+        b'{"choices":[{"delta":{"content":"say \\"delta\\":{\\"content\\":\\"x\\""}}]}',
+        b'{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}',
+        b'{"choices":[{"delta":{},"finish_reason":"stop"}]}',
+        b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}',
+    ],
+)
+def test_a_chunk_judged_on_its_bytes_is_one_the_parse_judges_generated(data: bytes) -> None:
+    """Measure reads a compact chat delta's text on the bytes, without parsing the event; it
+    never calls a chunk generated that `has_generated_token` would not, and whatever it does
+    not recognise goes to the parse, so both ways agree on every chunk."""
+    parsed = has_generated_token(orjson.loads(data))
+    if _texted(data):
+        assert parsed
+    assert (_texted(data) or _generated(Event(data), data)) == parsed
