@@ -408,19 +408,37 @@ class LogWriter:
 
     async def aclose(self) -> None:
         """Write what is queued (once, bounded by the store's timeout), then close; again: a
-        no-op."""
+        no-op. The write is shielded: a closer cancelled meanwhile (a reload retiring this
+        gateway while the server stops) waits for it, bounded as it is, and then takes its
+        cancellation; without, the batch being turned into rows went back to the queue and
+        the queue was left unwritten and uncounted. What is not written is counted dropped
+        (`store_error`), the shadow labels as well; records observed after the close are
+        dropped as the queue's (`queue_full`: it takes none)."""
         if self._closed:
             return
         self._closed = True
+        final = asyncio.ensure_future(self._final_write())
+        cancelled = False
+        while not final.done():
+            try:
+                await asyncio.shield(final)
+            except asyncio.CancelledError:
+                cancelled = True
+        final.result()
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _final_write(self) -> None:
         try:
             async with asyncio.timeout(self._s.store.timeout_seconds + 1):
-                if not await self.flush():
-                    self._m.dropped.labels("store_error").inc(len(self._queue))
-                    self._labels.clear()
+                await self.flush()
         except TimeoutError:
-            self._m.dropped.labels("store_error").inc(len(self._queue))
             log.warning("request log: closed with %d records unwritten", len(self._queue))
+        if lost := len(self._queue) + len(self._labels):
+            self._m.dropped.labels("store_error").inc(lost)
         self._queue.clear()
+        self._labels.clear()
+        self._max = 0
         loop = asyncio.get_running_loop()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(loop.run_in_executor(self._executor, self._store.close), 5)
