@@ -23,7 +23,9 @@ from levergate.core.reply import Completed
 from levergate.layers.measure.record import RequestRecord
 from levergate.policies.pricing import Lever
 
-__all__ = ["COLUMNS", "INTEGER", "LEVERS", "REAL", "Captured", "row_of", "saved_column"]
+__all__ = [
+    "COLUMNS", "INTEGER", "LEVERS", "REAL", "ZERO_DEFAULT", "Captured", "row_of", "saved_column",
+]  # fmt: skip
 
 TEXT, INTEGER, REAL = "TEXT", "INTEGER", "REAL"
 LEVERS: tuple[Lever, ...] = tuple(Lever)
@@ -82,6 +84,14 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("replay", TEXT),
 )
 NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
+# The columns 0 on most records (a lever that saved nothing, no cached tokens, no retry): a new
+# table declares them DEFAULT 0, and SQLite's INSERT leaves out a column whose value is its
+# default in every row of a batch (store.py `SqliteLog`), NULL or 0, instead of binding it.
+ZERO_DEFAULT = frozenset({
+    "cached_tokens", "cache_write_tokens", "cost_usd", "saved_usd",
+    *(saved_column(lever) for lever in LEVERS), "queued_ms", "retries", "escalations",
+    "trimmed_tokens", "expected_cached",
+})  # fmt: skip
 
 
 class Captured(NamedTuple):
