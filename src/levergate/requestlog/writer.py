@@ -39,7 +39,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -65,19 +65,11 @@ __all__ = ["BodyText", "LogMetrics", "LogWriter", "Pending"]
 log = logging.getLogger("levergate.requestlog")
 
 
-class Pending(NamedTuple):
-    """A request's replay features still to compute, in the writer's batch: its body by
-    reference (`size`: the bytes it was received as, 0 when its bodies are captured, holding it
-    anyway) and its deadlines, read when it finished (`controls_of`)."""
-
-    body: Mapping[str, Any]
-    kind: str
-    model: str
-    controls: dict[str, Any]
-    size: int
-
-    def text(self) -> str | None:
-        return replay_text(self.body, kind=self.kind, model=self.model, controls=self.controls)
+# A request's replay features still to compute, in the writer's batch: its body by reference,
+# its kind and model, its deadlines read when it finished (`controls_of`), and the bytes it was
+# received as (what is held; 0 when its bodies are captured, holding it anyway). A plain tuple:
+# a NamedTuple is built by a `__new__` written in Python, a frame on the request path.
+Pending = tuple[Mapping[str, Any], str, str, dict[str, Any], int]
 
 
 # (finished at, epoch seconds; the record; its bodies, when kept; its replay features, or what
@@ -235,7 +227,7 @@ class LogWriter:
             size = 0 if captured is not None else len(raw or b"")
             if self._held_bytes + size <= self._body_limit:
                 self._held_bytes += size
-                return Pending(call.body, call.kind, call.model, extra, size)
+                return (call.body, call.kind, call.model, extra, size)
         return replay_text(call.body, kind=call.kind, model=call.model, controls=extra)
 
     def _bodies_for(self, *names: str | None) -> bool:
@@ -345,8 +337,8 @@ class LogWriter:
         _, _, captured, replay = item
         if captured is not None:
             self._body_bytes += sign * captured.size
-        if isinstance(replay, Pending):
-            self._held_bytes += sign * replay.size
+        if isinstance(replay, tuple):  # `Pending`
+            self._held_bytes += sign * replay[4]
 
     async def _rows(self, batch: Sequence[Item]) -> list[tuple[object, ...]]:
         """The batch's rows, built on the event loop about `TURN_SECONDS` at a time: Python
@@ -358,7 +350,11 @@ class LogWriter:
         for at, record, captured, replay in batch:
             try:
                 bodies = self._bodies.texts(captured) if captured is not None else (None, None)
-                text = replay.text() if isinstance(replay, Pending) else replay
+                if isinstance(replay, tuple):  # `Pending`
+                    body, kind, model, controls, _ = replay
+                    text = replay_text(body, kind=kind, model=model, controls=controls)
+                else:
+                    text = replay
                 rows.append(row_of(at, record, bodies, text))
             except Exception:  # a record that cannot be a row is that record's loss alone
                 log.exception("request log: record %s not written", record.request_id)
