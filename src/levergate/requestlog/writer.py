@@ -39,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -69,7 +70,9 @@ log = logging.getLogger("levergate.requestlog")
 # its kind and model, its deadlines read when it finished (`controls_of`), and the bytes it was
 # received as (what is held; 0 when its bodies are captured, holding it anyway). A plain tuple:
 # a NamedTuple is built by a `__new__` written in Python, a frame on the request path.
-Pending = tuple[Mapping[str, Any], str, str, dict[str, Any], int]
+Pending = tuple[Mapping[str, Any], str, str, Mapping[str, Any], int]
+# The deadlines' features of a request with none (`controls_of` gives {} then), shared: read only.
+_NO_CONTROLS: Mapping[str, Any] = MappingProxyType({})
 
 
 # (finished at, epoch seconds; the record; its bodies, when kept; its replay features, or what
@@ -212,13 +215,17 @@ class LogWriter:
         ) and record.tenant not in self._private:  # fmt: skip
             captured = self._capture(call, seen)  # inline: every request passes here
         now = self._wall()
-        extra = controls_of(call, now=self._clock.now(), wall=now, total=record.timings.total)
+        controls = call.ctx.controls
+        if controls.deadline is None and controls.run_async is None:
+            extra = _NO_CONTROLS  # most requests: no clock read, no call
+        else:
+            extra = controls_of(call, now=self._clock.now(), wall=now, total=record.timings.total)
         queue.append((now, record, captured, self._replay(call, captured, extra)))
         if len(queue) == self._batch:
             self._wake.set()
 
     def _replay(
-        self, call: Call, captured: Captured | None, extra: dict[str, Any]
+        self, call: Call, captured: Captured | None, extra: Mapping[str, Any]
     ) -> str | Pending | None:
         """The features to compute in the batch (`Pending`), or, past the bound on held bodies
         or with no bytes to count them by, computed now."""
