@@ -48,7 +48,9 @@ blocks ~30 us, the rest serialising the features); the breakpoint boundaries and
 digests add ~6 us to a small chat prompt and ~45 us to a 48 KB one (timeit at load average ~9,
 so an upper bound); the blocks are bounded by `MAX_BLOCKS` whatever the prompt's size. Counted
 (callgrind, a one-message chat prompt): 80k instructions a record with SHA-256 and the messages
-serialised twice (for the prompt's bytes and for `whole`), 47k with XXH3 and once.
+serialised twice (for the prompt's bytes and for `whole`), 47k with XXH3 and once, 34k with
+the canonical body's loop trimmed (policies/fingerprint.py: ~21k of it there, 16k after) and
+the breakpoint features not looked for in a short one-message prompt (the same bytes out).
 Nothing is reused from the layers: the exact cache's key is in the tenant's namespace under the
 resolved model (and off by default), affinity's and the prompt cache's digests are of other
 block sizes (settings; 2 KB), and the prompt cache's of the body as sent.
@@ -122,21 +124,24 @@ def decode_blocks(text: str) -> tuple[int, ...]:
 def features_of_body(body: Mapping[str, Any], *, kind: str, model: str) -> dict[str, Any]:
     """The body's part of the features (no controls): also what the analyzer computes for an
     OpenAI request file. A chat prompt's messages are serialised once, for the prompt's bytes
-    and the breakpoint layer's whole-prompt digest alike (`whole_digest`'s bytes)."""
-    messages = body.get("messages")
-    chat = isinstance(messages, list)
+    and the breakpoint layer's whole-prompt digest alike (`whole_digest`'s bytes); a prompt of
+    one message, short, has no breakpoint features to look for (it continues no other)."""
+    messages, tools = body.get("messages"), body.get("tools")
     whole: int | None = None
-    if chat:
-        tools = body.get("tools")
+    turns = 0
+    if isinstance(messages, list):
+        turns = len(messages)
         listed, head = orjson.dumps(messages), orjson.dumps(tools)
-        prompt = head + listed if tools else listed
-        whole = xxhash.xxh3_64_intdigest(head + listed)
+        prompt = head + listed
+        whole = xxhash.xxh3_64_intdigest(prompt)
+        if not tools:
+            prompt = listed
     else:
         prompt = prompt_bytes(body)
     data = canonical_bytes(body, kind=kind, resolved_model=model, namespace="")
-    seed, n = body.get("seed"), body.get("n")
+    seed, n, pb = body.get("seed"), body.get("n"), len(prompt)
     tools_digest = None
-    if body.get("tools") or body.get("response_format"):
+    if tools or body.get("response_format"):
         tools_digest = _digest({k: body[k] for k in ("tools", "response_format") if body.get(k)})
     found: dict[str, Any] = {
         "v": REPLAY_VERSION,
@@ -146,8 +151,8 @@ def features_of_body(body: Mapping[str, Any], *, kind: str, model: str) -> dict[
         "n": n if isinstance(n, int) and not isinstance(n, bool) else 1,
         "blocks": encode_blocks(block_digests(prompt, block_bytes=BLOCK_BYTES,
                                               max_blocks=MAX_BLOCKS))
-        if len(prompt) >= BLOCK_BYTES else "",
-        "pb": len(prompt),
+        if pb >= BLOCK_BYTES else "",
+        "pb": pb,
         "tools": tools_digest,
         "stream": body.get("stream") is True,
     }  # fmt: skip
@@ -156,7 +161,8 @@ def features_of_body(body: Mapping[str, Any], *, kind: str, model: str) -> dict[
         found["pck"] = _digest(key)
     if whole is not None:
         found["whole"] = whole
-        found.update(_breakpoint_features(body, long=len(prompt) >= BOUNDARY_MIN_BYTES))
+        if turns > 1 or pb >= BOUNDARY_MIN_BYTES:  # a single message continues none
+            found.update(_breakpoint_features(body, long=pb >= BOUNDARY_MIN_BYTES))
     return found
 
 

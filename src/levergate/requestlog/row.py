@@ -17,13 +17,17 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from levergate.core.call import CacheOutcome
 from levergate.core.controls import Priority
 from levergate.core.json_bound import parse_json
 from levergate.core.reply import Completed
+from levergate.core.tokenizer import TokenSource
 from levergate.layers.measure.record import RequestRecord
 from levergate.policies.pricing import Lever
 
-__all__ = ["COLUMNS", "INTEGER", "LEVERS", "REAL", "Captured", "row_of", "saved_column"]
+__all__ = [
+    "COLUMNS", "INTEGER", "LEVERS", "REAL", "ZERO_DEFAULT", "Captured", "row_of", "saved_column",
+]  # fmt: skip
 
 TEXT, INTEGER, REAL = "TEXT", "INTEGER", "REAL"
 LEVERS: tuple[Lever, ...] = tuple(Lever)
@@ -82,6 +86,14 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("replay", TEXT),
 )
 NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
+# The columns 0 on most records (a lever that saved nothing, no cached tokens, no retry): a new
+# table declares them DEFAULT 0, and SQLite's INSERT leaves out a column whose value is its
+# default in every row of a batch (store.py `SqliteLog`), NULL or 0, instead of binding it.
+ZERO_DEFAULT = frozenset({
+    "cached_tokens", "cache_write_tokens", "cost_usd", "saved_usd",
+    *(saved_column(lever) for lever in LEVERS), "queued_ms", "retries", "escalations",
+    "trimmed_tokens", "expected_cached",
+})  # fmt: skip
 
 
 class Captured(NamedTuple):
@@ -147,7 +159,11 @@ def _tier_detail(record: RequestRecord) -> dict[str, Any]:
     return found
 
 
+# An enum member's `.value` is a property written in Python (a frame, ~1,000 instructions, per
+# read); a StrEnum or IntEnum member hashes as its str or int, in C: a dict lookup instead.
 _PRIORITY = {p: p.name.lower() for p in Priority}
+_SOURCE = {s: s.value for s in TokenSource}
+_OUTCOME = {o: o.value for o in CacheOutcome}
 _NO_SAVINGS = (0.0,) * len(LEVERS)
 
 
@@ -160,7 +176,9 @@ def row_of(
     """The row of `record`, finished at `at` (epoch seconds), in `COLUMNS` order, with its
     replay features (`replay`, requestlog/features.py). The record and its timings and tokens
     are unpacked once: a `NamedTuple`'s field read is not specialised by CPython 3.11 (a
-    descriptor call, ~100 instructions), unpacking is an iteration in C."""
+    descriptor call, ~100 instructions), unpacking is an iteration in C. The row is three
+    tuples joined: a display with a starred part in its middle appends each item after the
+    star one bytecode at a time."""
     (
         request_id, kind, tenant, feature, model, alias, upstream, upstream_model, outcome,
         status, error, timings, tokens, cost_usd, cache, attempts, retries, fallback, failed,
@@ -170,18 +188,24 @@ def row_of(
     ) = record  # fmt: skip
     total, upstream_s, overhead, ttft, gap = timings
     uncached, cached, written, output, source, written_1h = tokens
-    saved = tuple([savings.get(lever, 0.0) for lever in LEVERS]) if savings else _NO_SAVINGS
+    if savings:
+        saved = tuple([savings.get(lever, 0.0) for lever in LEVERS])
+        saved_usd = sum(saved)
+    else:
+        saved, saved_usd = _NO_SAVINGS, 0.0
     plain = not (decision or reasons or failed or side or notes or microbatch or written_1h
                  or tier_decision or tier_assumed)  # fmt: skip
-    return (
+    request_body, answer_body = bodies
+    return (  # noqa: RUF005 - joined, not unpacked: the docstring says why
         at, request_id, kind, origin, tenant, key_id, feature, workflow, model, alias, upstream,
         upstream_model, outcome, status, error, total * 1000.0,
         None if ttft is None else ttft * 1000.0, upstream_s * 1000.0, overhead * 1000.0,
         queued * 1000.0, None if gap is None else gap * 1000.0, uncached, cached, written,
-        output, source.value, cost_usd, sum(saved), *saved,
-        None if cache is None else f"{cache.cache}:{cache.outcome.value}", attempts, retries,
-        fallback, escalations, _PRIORITY[priority], tier, trimmed, expected_cached,
-        None if plain else _detail(record), *bodies, schema, replay,
+        output, _SOURCE[source], cost_usd, saved_usd,
+    ) + saved + (
+        None if cache is None else f"{cache.cache}:{_OUTCOME[cache.outcome]}", attempts,
+        retries, fallback, escalations, _PRIORITY[priority], tier, trimmed, expected_cached,
+        None if plain else _detail(record), request_body, answer_body, schema, replay,
     )  # fmt: skip
 
 

@@ -39,7 +39,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, NamedTuple
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -65,19 +66,13 @@ __all__ = ["BodyText", "LogMetrics", "LogWriter", "Pending"]
 log = logging.getLogger("levergate.requestlog")
 
 
-class Pending(NamedTuple):
-    """A request's replay features still to compute, in the writer's batch: its body by
-    reference (`size`: the bytes it was received as, 0 when its bodies are captured, holding it
-    anyway) and its deadlines, read when it finished (`controls_of`)."""
-
-    body: Mapping[str, Any]
-    kind: str
-    model: str
-    controls: dict[str, Any]
-    size: int
-
-    def text(self) -> str | None:
-        return replay_text(self.body, kind=self.kind, model=self.model, controls=self.controls)
+# A request's replay features still to compute, in the writer's batch: its body by reference,
+# its kind and model, its deadlines read when it finished (`controls_of`), and the bytes it was
+# received as (what is held; 0 when its bodies are captured, holding it anyway). A plain tuple:
+# a NamedTuple is built by a `__new__` written in Python, a frame on the request path.
+Pending = tuple[Mapping[str, Any], str, str, Mapping[str, Any], int]
+# The deadlines' features of a request with none (`controls_of` gives {} then), shared: read only.
+_NO_CONTROLS: Mapping[str, Any] = MappingProxyType({})
 
 
 # (finished at, epoch seconds; the record; its bodies, when kept; its replay features, or what
@@ -220,13 +215,17 @@ class LogWriter:
         ) and record.tenant not in self._private:  # fmt: skip
             captured = self._capture(call, seen)  # inline: every request passes here
         now = self._wall()
-        extra = controls_of(call, now=self._clock.now(), wall=now, total=record.timings.total)
+        controls = call.ctx.controls
+        if controls.deadline is None and controls.run_async is None:
+            extra = _NO_CONTROLS  # most requests: no clock read, no call
+        else:
+            extra = controls_of(call, now=self._clock.now(), wall=now, total=record.timings.total)
         queue.append((now, record, captured, self._replay(call, captured, extra)))
         if len(queue) == self._batch:
             self._wake.set()
 
     def _replay(
-        self, call: Call, captured: Captured | None, extra: dict[str, Any]
+        self, call: Call, captured: Captured | None, extra: Mapping[str, Any]
     ) -> str | Pending | None:
         """The features to compute in the batch (`Pending`), or, past the bound on held bodies
         or with no bytes to count them by, computed now."""
@@ -235,7 +234,7 @@ class LogWriter:
             size = 0 if captured is not None else len(raw or b"")
             if self._held_bytes + size <= self._body_limit:
                 self._held_bytes += size
-                return Pending(call.body, call.kind, call.model, extra, size)
+                return (call.body, call.kind, call.model, extra, size)
         return replay_text(call.body, kind=call.kind, model=call.model, controls=extra)
 
     def _bodies_for(self, *names: str | None) -> bool:
@@ -345,8 +344,8 @@ class LogWriter:
         _, _, captured, replay = item
         if captured is not None:
             self._body_bytes += sign * captured.size
-        if isinstance(replay, Pending):
-            self._held_bytes += sign * replay.size
+        if isinstance(replay, tuple):  # `Pending`
+            self._held_bytes += sign * replay[4]
 
     async def _rows(self, batch: Sequence[Item]) -> list[tuple[object, ...]]:
         """The batch's rows, built on the event loop about `TURN_SECONDS` at a time: Python
@@ -358,7 +357,11 @@ class LogWriter:
         for at, record, captured, replay in batch:
             try:
                 bodies = self._bodies.texts(captured) if captured is not None else (None, None)
-                text = replay.text() if isinstance(replay, Pending) else replay
+                if isinstance(replay, tuple):  # `Pending`
+                    body, kind, model, controls, _ = replay
+                    text = replay_text(body, kind=kind, model=model, controls=controls)
+                else:
+                    text = replay
                 rows.append(row_of(at, record, bodies, text))
             except Exception:  # a record that cannot be a row is that record's loss alone
                 log.exception("request log: record %s not written", record.request_id)
@@ -408,19 +411,37 @@ class LogWriter:
 
     async def aclose(self) -> None:
         """Write what is queued (once, bounded by the store's timeout), then close; again: a
-        no-op."""
+        no-op. The write is shielded: a closer cancelled meanwhile (a reload retiring this
+        gateway while the server stops) waits for it, bounded as it is, and then takes its
+        cancellation; without, the batch being turned into rows went back to the queue and
+        the queue was left unwritten and uncounted. What is not written is counted dropped
+        (`store_error`), the shadow labels as well; records observed after the close are
+        dropped as the queue's (`queue_full`: it takes none)."""
         if self._closed:
             return
         self._closed = True
+        final = asyncio.ensure_future(self._final_write())
+        cancelled = False
+        while not final.done():
+            try:
+                await asyncio.shield(final)
+            except asyncio.CancelledError:
+                cancelled = True
+        final.result()
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _final_write(self) -> None:
         try:
             async with asyncio.timeout(self._s.store.timeout_seconds + 1):
-                if not await self.flush():
-                    self._m.dropped.labels("store_error").inc(len(self._queue))
-                    self._labels.clear()
+                await self.flush()
         except TimeoutError:
-            self._m.dropped.labels("store_error").inc(len(self._queue))
             log.warning("request log: closed with %d records unwritten", len(self._queue))
+        if lost := len(self._queue) + len(self._labels):
+            self._m.dropped.labels("store_error").inc(lost)
         self._queue.clear()
+        self._labels.clear()
+        self._max = 0
         loop = asyncio.get_running_loop()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(loop.run_in_executor(self._executor, self._store.close), 5)

@@ -37,3 +37,19 @@ def test_every_field_lands_in_its_column() -> None:
         "trimmed_tokens": 9, "expected_cached": 7, "detail": None, "request_body": "req body",
         "answer_body": "answer", "schema": 99, "replay": "{}",
     }  # fmt: skip
+
+
+def test_a_record_without_savings_or_cache_has_zeros_and_nulls_there() -> None:
+    """The columns a batch's INSERT may leave out (store.py `SqliteLog`): a record with no
+    savings has 0.0 in each lever's column and in the net, no cache result is NULL."""
+    record = RequestRecord(
+        "req-2", "chat", None, "", "m", "m", "up", "up-m", "ok", 200, None,
+        Timings(0.5, 0.25, 0.25), Tokens(1, 0, 0, 2, TokenSource.ESTIMATED, 0), 0.0,
+    )  # fmt: skip
+    row = dict(zip(NAMES, row_of(1.0, record), strict=True))
+    assert {row[saved_column(lever)] for lever in Lever} == {0.0}
+    assert (row["saved_usd"], row["cache"], row["ttft_ms"], row["output_source"]) == (
+        0.0, None, None, "estimated",
+    )  # fmt: skip
+    hit = record._replace(cache=CacheResult("semantic", CacheOutcome.HIT))
+    assert dict(zip(NAMES, row_of(1.0, hit), strict=True))["cache"] == "semantic:hit"

@@ -4,6 +4,8 @@ age and size bounds hold; a broken connection is reconnected."""
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 from levergate.layers.measure.record import SCHEMA
 from levergate.policies.tiers import Tier, TierDecision
 from levergate.requestlog.query import LogFilter, decode_cursor
-from levergate.requestlog.row import LEVERS, NAMES, row_of
+from levergate.requestlog.row import COLUMNS, LEVERS, NAMES, row_of
 from levergate.requestlog.store import (
     LogStore,
     LogStoreError,
@@ -204,3 +206,50 @@ async def test_a_batch_of_several_statements_is_written_whole(tmp_path: Path) ->
         assert store.summary(LogFilter())["requests"] == 700
     finally:
         store.close()
+
+
+def _stored(path: Path) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(path)) as conn:
+        sql = f"SELECT {', '.join(NAMES)} FROM lg_requests ORDER BY seq"  # noqa: S608 - our names
+        return conn.execute(sql).fetchall()
+
+
+def test_sqlite_binds_only_the_columns_off_their_default_and_reads_back_every_value(
+    tmp_path: Path,
+) -> None:
+    """A batch's INSERT leaves out the columns at their default (NULL, or 0 in a new table's
+    `ZERO_DEFAULT` columns) in every row; every value reads back as written, a None in a
+    DEFAULT 0 column still NULL, a 0 the batch's other row needs bound still 0."""
+    path = tmp_path / "log.db"
+    store = SqliteLog(str(path), timeout_seconds=5)
+    written = [row_of(START, record(1)), row_of(START + 1, record(2, retries=3))]
+    sent: list[str] = []
+    store.last_seq()  # connects
+    store._conn.set_trace_callback(sent.append)
+    store.write(written)
+    at = NAMES.index("cost_usd")
+    none_in_zero = (*written[0][:at], None, *written[0][at + 1 :])
+    store.write([none_in_zero])
+    store.close()
+    insert = next(s for s in sent if s.startswith("INSERT"))
+    named = insert[insert.index("(") + 1 : insert.index(")")].split(", ")
+    assert "saved_exact" not in named  # 0.0: the default
+    assert "request_body" not in named  # None: the default
+    assert {"ts", "request_id", "retries", "cost_usd"} <= set(named)
+    assert _stored(path) == [*written, none_in_zero]
+
+
+def test_a_table_from_before_the_zero_defaults_binds_its_zeros(tmp_path: Path) -> None:
+    """An older table's columns have no DEFAULT 0: a 0 there is bound, not left out (it would
+    read back NULL)."""
+    path = tmp_path / "log.db"
+    columns = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(f"CREATE TABLE lg_requests (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+                     f"{columns})")  # fmt: skip
+        conn.commit()
+    store = SqliteLog(str(path), timeout_seconds=5)
+    written = [row_of(START + n, record(n)) for n in range(3)]
+    store.write(written)
+    store.close()
+    assert _stored(path) == written

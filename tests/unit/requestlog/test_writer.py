@@ -16,6 +16,7 @@ from levergate.config.request_log import RequestLogBodiesSettings, RequestLogSet
 from levergate.core.call import Call, Context
 from levergate.core.reply import Completed
 from levergate.layers.measure.recorder import Seen
+from levergate.layers.measure.shadow_labels import ShadowLabel
 from levergate.redact import Redactor
 from levergate.requestlog import writer as writer_module
 from levergate.requestlog.features import features_of_body
@@ -189,3 +190,49 @@ async def test_a_batch_the_stopped_job_was_building_is_written_on_close(
     await log.aclose()
     assert count(path) == 5
     assert sample_value(metrics.dropped, "queue_full") == 0
+
+
+async def test_a_cancelled_close_still_writes_what_was_queued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The closer cancelled while the final batch is turned into rows (a reload retiring the
+    gateway as the server stops): the write is shielded and finishes, then the cancellation
+    passes (before: the batch went back to the queue, nothing was written: 5 of 5 lost,
+    uncounted)."""
+    monkeypatch.setattr(writer_module, "TURN_SECONDS", 0.0)  # yield to the loop after each row
+    path = tmp_path / "log.db"
+    log, _, metrics = writer(path, batch_size=5, flush_seconds=30)
+    for n in range(5):
+        log.observe(record(n), call(), Seen())
+    closing = asyncio.ensure_future(log.aclose())
+    for _ in range(3):  # the batch is off the queue, some rows built
+        await asyncio.sleep(0)
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    assert count(path) == 5
+    assert sample_value(metrics.written) == 5
+    log.observe(record(6), call(), Seen())  # after the close: dropped, counted
+    assert sample_value(metrics.dropped, "queue_full") == 1
+
+
+async def test_what_the_close_cannot_write_is_counted_labels_too(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    log, _, metrics = writer(path)
+    for n in range(3):
+        log.observe(record(n), call(), Seen())
+    for n in range(2):
+        log.labelled(ShadowLabel(
+            request_id=f"req-{n}", layer="route", name="auto", cheap="small", strong="large",
+            result="agree", compare="normalized", judge_score=None, prompt="q",
+            cheap_text="a", strong_text="a", tenant="t", feature="f",
+        ))  # fmt: skip
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode = WAL")
+    holder.execute("BEGIN EXCLUSIVE")  # the store cannot be written at the close
+    try:
+        await log.aclose()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert sample_value(metrics.dropped, "store_error") == 5
