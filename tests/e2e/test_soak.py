@@ -1,11 +1,12 @@
 """The CI-sized soak (issue 20's "Done when"): a real `levergate serve` with every feature on (the
-job store in PostgreSQL), two tenants, a solo block then an attacked one (a minute in all);
-the hostile tenant does issue 20's items 1, 3, 4, 5 and 6 at once (levergate/testing/soak.py,
-levergate/testing/soak_attack.py). The victim tenant must see no error at all, and its p99
-under attack stays within 2x of its solo p99 — the issue's acceptance criterion, the one
-latency assertion in the suite (an expected failure while it does not hold): 200 samples a side
-at a modest rate, the ratio printed. The long run, blocks alternated over rounds to cancel the
-machine's drift, is benchmarks/soak.py (results/soak.md)."""
+job store in PostgreSQL), two tenants, two rounds of a 30 s solo block then a 30 s attacked one
+(over two minutes in all, the issue's CI size); the hostile tenant does issue 20's items 1, 3,
+4, 5 and 6 at once, at fixed rates (levergate/testing/soak.py, levergate/testing/soak_attack.py).
+The victim tenant must see no error at all, and its p99 under attack stays within 2x of its solo
+p99 — the issue's acceptance criterion, the one latency assertion in the suite (an expected
+failure while it does not hold): 960 samples a side at 16 requests a second, the blocks
+alternated to cancel the machine's drift, the ratio printed. Longer runs: benchmarks/soak.py
+(results/soak.md)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 async def test_a_hostile_tenant_leaves_the_other_unharmed(tmp_path: Path) -> None:
     await require_redis(REDIS_URL)
     async with postgres_database("levergate_soak") as dsn:
-        plan = Plan(block_seconds=25.0, rounds=1, victim_rate=8.0, postgres_dsn=dsn)
+        plan = Plan(block_seconds=30.0, rounds=2, victim_rate=16.0, postgres_dsn=dsn)
         result = await asyncio.to_thread(soak, tmp_path, plan)
     print(json.dumps(result, indent=2))
 
@@ -33,7 +34,7 @@ async def test_a_hostile_tenant_leaves_the_other_unharmed(tmp_path: Path) -> Non
     assert result["gateway_alive"]
     assert result["tracebacks"] == 0
     # Every victim request of every block was answered (the rate times the block).
-    assert result["victim_requests"] == {"solo": 200, "attacked": 200}
+    assert result["victim_requests"] == {"solo": 960, "attacked": 960}
     # The attack reached what it attacks (else the ratio proves nothing): deep lines refused at
     # upload and at the bound run, chains of large turns stored and continued, lines queued,
     # requests waiting on the hanging receiver, uploads stalled and timed out, embeddings at
