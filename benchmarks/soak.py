@@ -53,7 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--block-seconds", type=float, default=75.0)
     parser.add_argument("--rounds", type=int, default=4, help="solo + attacked pairs")
-    parser.add_argument("--rate", type=float, default=8.0, help="victim requests a second")
+    parser.add_argument("--rate", type=float, default=16.0, help="victim requests a second")
     parser.add_argument("--sqlite", action="store_true", help="the job store in SQLite")
     parser.add_argument("--only", default="", help="the attack's items only, e.g. 6 or 3,4")
     parser.add_argument(

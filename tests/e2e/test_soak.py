@@ -1,11 +1,11 @@
 """The CI-sized soak (issue 20's "Done when"): a real `levergate serve` with every feature on (the
-job store in PostgreSQL), two tenants, a solo block then an attacked one (a minute in all);
-the hostile tenant does issue 20's items 1, 3, 4, 5 and 6 at once (levergate/testing/soak.py,
-levergate/testing/soak_attack.py). The victim tenant must see no error at all, and its p99
-under attack stays within 2x of its solo p99 — the issue's acceptance criterion, the one
-latency assertion in the suite (an expected failure while it does not hold): 200 samples a side
-at a modest rate, the ratio printed. The long run, blocks alternated over rounds to cancel the
-machine's drift, is benchmarks/soak.py (results/soak.md)."""
+job store in PostgreSQL), two tenants, two rounds of a 30 s solo block then a 30 s attacked one
+(over two minutes in all, the issue's CI size); the hostile tenant does issue 20's items 1, 3,
+4, 5 and 6 at once, at fixed rates (levergate/testing/soak.py, levergate/testing/soak_attack.py).
+The victim tenant must see no error at all, and its p99 under attack stays within 2x of its solo
+p99 — the issue's acceptance criterion, the one latency assertion in the suite: 960 samples a
+side at 16 requests a second, the blocks alternated to cancel the machine's drift, the ratio
+printed. Longer runs: benchmarks/soak.py (results/soak.md)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 async def test_a_hostile_tenant_leaves_the_other_unharmed(tmp_path: Path) -> None:
     await require_redis(REDIS_URL)
     async with postgres_database("levergate_soak") as dsn:
-        plan = Plan(block_seconds=25.0, rounds=1, victim_rate=8.0, postgres_dsn=dsn)
+        plan = Plan(block_seconds=30.0, rounds=2, victim_rate=16.0, postgres_dsn=dsn)
         result = await asyncio.to_thread(soak, tmp_path, plan)
     print(json.dumps(result, indent=2))
 
@@ -33,7 +33,7 @@ async def test_a_hostile_tenant_leaves_the_other_unharmed(tmp_path: Path) -> Non
     assert result["gateway_alive"]
     assert result["tracebacks"] == 0
     # Every victim request of every block was answered (the rate times the block).
-    assert result["victim_requests"] == {"solo": 200, "attacked": 200}
+    assert result["victim_requests"] == {"solo": 960, "attacked": 960}
     # The attack reached what it attacks (else the ratio proves nothing): deep lines refused at
     # upload and at the bound run, chains of large turns stored and continued, lines queued,
     # requests waiting on the hanging receiver, uploads stalled and timed out, embeddings at
@@ -46,16 +46,4 @@ async def test_a_hostile_tenant_leaves_the_other_unharmed(tmp_path: Path) -> Non
     assert any(seen.get(outcome) for outcome in quota), seen
     ratio = result["p99_ratio"]
     print(f"victim p99 attacked / solo: {ratio}x ({result['victim_p99_ms']})")
-    if ratio > 2.0:
-        # Known (README, hardening: the soak): large bodies wait for their tenant's slot
-        # (server/large.py), the simulator prepares large prompts and embeddings in worker
-        # processes (simulator/isolation.py), batch lines yield to client requests
-        # (core/interactive.py), a slow cache write no longer makes every tenant miss, the job
-        # store's calls are one statement each and large upstream bodies go in slices; what is
-        # left is CPU: the attack costs the gateway 10-14 CPU seconds a 25 s block (6.5-9 ms a
-        # hostile request: sockets written and read, Redis and PostgreSQL round trips, uploads
-        # scanned) and the simulator ~4, on a 2-core machine the victim's path shares with the
-        # attacker, Redis and PostgreSQL. At load 0.6-2.6 this lands at 1.5-2.3x (main and this
-        # code alike: results/soak_tail.md); several of the victim's slowest answers spent
-        # under 10 ms in the gateway and the rest waiting for the simulator (`slowest`).
-        pytest.xfail(f"victim p99 {ratio}x its solo p99 (bound 2x): {result['blocks']}")
+    assert ratio <= 2.0, result["blocks"]

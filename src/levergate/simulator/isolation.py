@@ -19,6 +19,11 @@ split from the work on the simulator's state:
 Chat and completion requests go to a worker from `min_bytes` (they are what carries a
 conversation), embeddings requests from `embeddings_min_bytes`: there the worker computes the
 whole reply (the vectors and their JSON), the loop only admits and times it.
+
+A body of `SHARED_FILE_BYTES` or more reaches its worker as a file in /dev/shm (memory, not
+disk) that the worker reads and removes, not through the pool's pipe: the pipe's feeder thread
+pickles the body and writes it 64 KiB at a time, holding the GIL between writes, and the loop
+waited on it; the file is written by a thread, whose `write` lets go of the GIL.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ import asyncio
 import multiprocessing
 import os
 import random
+import tempfile
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from levergate.simulator import embeddings, generate, tiers
@@ -39,6 +46,9 @@ from levergate.simulator.prompt_cache import prefix_digests
 from levergate.simulator.responses import Reply, SimError
 from levergate.simulator.settings import SimSettings
 
+# Bodies at least this large go to a worker as a file in `SHARED_DIR`; None there: the pipe.
+SHARED_FILE_BYTES = 1 << 20
+SHARED_DIR = "/dev/shm" if Path("/dev/shm").is_dir() else None  # noqa: S108 - mkstemp's: 0600
 ISOLATED_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "completion",
                   "/v1/embeddings": "embedding"}  # fmt: skip
 
@@ -124,6 +134,20 @@ def prepare(
     return parsed
 
 
+def prepare_file(kind: str, headers: Mapping[str, str], path: str, settings: SimSettings) -> Parsed:
+    """`prepare` of the body in the file at `path` (a worker's job), the file removed."""
+    try:
+        raw = Path(path).read_bytes()
+    finally:
+        Path(path).unlink(missing_ok=True)
+    return prepare(kind, headers, raw, settings)
+
+
+def _write(fd: int, raw: bytes | bytearray) -> None:
+    with os.fdopen(fd, "wb") as file:
+        file.write(raw)
+
+
 def _lower_priority(nice: int) -> None:
     """A worker's initializer: bulk work yields the CPU to the loop (IsolationSettings.nice)."""
     os.nice(nice)
@@ -189,7 +213,16 @@ class Isolation:
         loop = asyncio.get_running_loop()
         for attempt in (0, 1):
             pool = self._pool_for(settings)
+            path = None
             try:
+                if SHARED_DIR is not None and len(raw) >= SHARED_FILE_BYTES:
+                    # A file only this user reads, written off the loop (`write` lets go of
+                    # the GIL; 32 MiB took ~20 ms), removed here too if the request is
+                    # cancelled or the worker dies before it reads it.
+                    fd, path = tempfile.mkstemp(prefix="levergate-sim-", dir=SHARED_DIR)
+                    await asyncio.to_thread(_write, fd, raw)
+                    return await loop.run_in_executor(pool, prepare_file, kind, headers, path,
+                                                      settings)  # fmt: skip
                 return await loop.run_in_executor(pool, prepare, kind, headers, raw, settings)
             except BrokenProcessPool:
                 if self._pool is pool:
@@ -197,6 +230,9 @@ class Isolation:
                     pool.shutdown(wait=False, cancel_futures=True)
                 if attempt:
                     raise
+            finally:
+                if path is not None:  # the worker removed it, unless it never read it
+                    Path(path).unlink(missing_ok=True)  # noqa: ASYNC240 - one unlink
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self) -> None:

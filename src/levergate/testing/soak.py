@@ -10,7 +10,11 @@ with per-tenant quotas, the Responses store, uploads, async requests, webhooks) 
   own on 127.0.0.2, so the per-peer connection limit counts it apart) does issue 20's items 1,
   3, 4, 5 and 6 at once: deep-nested batch lines, Responses chains of large turns, thousands of
   queued batch lines and async requests whose webhook receiver hangs, upload floods to the quotas
-  and stalled uploads, and duplicate-heavy embeddings at the bound read slowly.
+  and stalled uploads, and duplicate-heavy embeddings at the bound read slowly; open loop too,
+  at fixed rates (`soak_attack.RATES`), so every code under test gets the same attack;
+- before each solo block, a quiet wait: until the gateway and the simulator are idle (what an
+  attack left behind, its cancelled batches' last lines and its queued async requests, done), so
+  a solo block measures the victim alone.
 
 The verdict is the victim's: 0 errors, and its p99 over the attacked blocks against its p99 over
 the solo blocks (alternating cancels the machine's drift). tests/e2e/test_soak.py runs it for a
@@ -59,10 +63,11 @@ OVERHEAD_HEADER = "x-levergate-overhead-ms"
 class Plan:
     """How long and how hard: blocks alternate solo, attacked, solo, attacked, ..."""
 
-    block_seconds: float = 35.0
+    block_seconds: float = 30.0
     rounds: int = 2
-    victim_rate: float = 8.0  # requests a second, split chat / stream / embeddings
+    victim_rate: float = 16.0  # requests a second, split chat / stream / embeddings
     settle_seconds: float = 4.0  # after an attack is stopped and cleaned up, before a solo block
+    quiet_seconds: float = 30.0  # then at most this long until the gateway and simulator idle
     warmup_seconds: float = 3.0  # after an attack starts, before the victim's block counts
     postgres_dsn: str | None = None  # None: the job store in SQLite
     only: str = ""  # the attack's items, comma-separated (soak_attack.py); "": all
@@ -84,6 +89,7 @@ class Block:
     # The machine's 1-minute load average as the block ended: on a shared machine, the other
     # tenants' load inflates solo and attacked blocks alike and flattens their ratio.
     load: float = 0.0
+    quiet_wait: float = 0.0  # seconds waited for the gateway and simulator to idle before it
 
     def all_ms(self) -> list[float]:
         return sorted(ms for values in self.latencies.values() for ms in values)
@@ -346,6 +352,24 @@ def _own_cpu() -> float:
     return used.ru_utime + used.ru_stime
 
 
+# Idle: the gateway and the simulator together under this many CPU seconds in a second (their
+# background loops use ~0.01; the victim's 16 requests a second ~0.07).
+QUIET_CPU = 0.05
+
+
+def quiet(r: Rig, seconds: float) -> float:
+    """Wait, at most `seconds`, for a second in which the gateway and the simulator were idle
+    (`QUIET_CPU`); the seconds waited."""
+    began = time.monotonic()
+    used = cpu_seconds(r.gateway.pid) + cpu_seconds(r.sim.pid)
+    while time.monotonic() - began < seconds:
+        time.sleep(1.0)
+        before, used = used, cpu_seconds(r.gateway.pid) + cpu_seconds(r.sim.pid)
+        if used - before < QUIET_CPU:
+            break
+    return round(time.monotonic() - began, 1)
+
+
 def rss_mib(pid: int) -> int:
     for row in Path(f"/proc/{pid}/status").read_text().splitlines():
         if row.startswith("VmRSS:"):
@@ -356,6 +380,8 @@ def rss_mib(pid: int) -> int:
 def run_block(r: Rig, plan: Plan, kind: str, index: int) -> Block:
     block = Block(kind)
     start = index * 1_000_000
+    if kind == "solo":
+        block.quiet_wait = quiet(r, plan.quiet_seconds)
     before = cpu_seconds(r.gateway.pid), cpu_seconds(r.sim.pid), _own_cpu()
     try:
         _run_block(r, plan, block, start, index)
@@ -434,6 +460,8 @@ def summarize(blocks: list[Block], plan: Plan, *, alive: bool, tracebacks: int,
             "sim": " ".join(SIM_ARGS),
             "attack_items": plan.only or "1,3,4,5,6",
             "attacker_cpus": plan.attacker_cpus or "any",
+            "attack_rates": _rates(),
+            "quiet_seconds": plan.quiet_seconds,
         },
         "blocks": [_block_row(b) for b in blocks],
         "victim_requests": {"solo": len(solo), "attacked": len(attacked)},
@@ -473,10 +501,17 @@ def _block_row(b: Block) -> dict[str, Any]:
         "attack_requests": sum(b.attack.get("outcomes", {}).values()),
         "cpu_seconds": b.cpu,
         "load_1m": b.load,
+        "quiet_wait_s": b.quiet_wait,
     }
 
 
 _CPU = ("gateway", "sim", "attacker", "victim")
+
+
+def _rates() -> str:
+    from levergate.testing.soak_attack import RATES
+
+    return ", ".join(f"{kind} {rate:g}/s" for kind, rate in RATES.items())
 
 
 def markdown(result: dict[str, Any], *, load: str) -> str:
@@ -484,7 +519,8 @@ def markdown(result: dict[str, Any], *, load: str) -> str:
     rows = [
         f"| {i + 1} | {b['kind']} | {b['requests']} | {b['errors']} | {b['p50_ms']} | "
         f"{b['p99_ms']} | {b['max_ms']} | {b['overhead_p99_ms']} | {b['attack_requests']} | "
-        f"{' / '.join(str(b['cpu_seconds'].get(p, '-')) for p in _CPU)} | {b['load_1m']} |"
+        f"{' / '.join(str(b['cpu_seconds'].get(p, '-')) for p in _CPU)} | {b['load_1m']} | "
+        f"{b['quiet_wait_s'] if b['kind'] == 'solo' else '-'} |"
         for i, b in enumerate(result["blocks"])
     ]
     p50, p99 = result["victim_p50_ms"], result["victim_p99_ms"]
@@ -495,7 +531,9 @@ def markdown(result: dict[str, Any], *, load: str) -> str:
         f"sim {plan['sim']}`. The victim sends chat / stream / chat / embeddings at "
         f"{plan['victim_rate']:g} requests/s (open loop) in every block of "
         f"{plan['block_seconds']:g} s; in the attacked blocks the hostile tenant does issue 20's "
-        f"items {plan['attack_items']} at once (levergate/testing/soak_attack.py). Gateway p99 "
+        f"items {plan['attack_items']} at once (levergate/testing/soak_attack.py), open loop at "
+        f"{plan['attack_rates']}; before each solo block the gateway and the simulator are let "
+        f"go idle (at most {plan['quiet_seconds']:g} s, the seconds in the table). Gateway p99 "
         "is the victim's `x-levergate-overhead-ms` (the gateway's own time, the upstream's "
         "excluded); CPU seconds are the gateway's / the simulator's / the attacker's / the "
         "victim client's during the block; load is the machine's 1-minute "
@@ -509,7 +547,7 @@ def markdown(result: dict[str, Any], *, load: str) -> str:
         f"each block (MiB): {result['gateway_rss_mib']}."
     )
     columns = ("block", "kind", "victim requests", "errors", "p50 ms", "p99 ms", "max ms",
-               "gateway p99 ms", "hostile", "CPU s", "load")  # fmt: skip
+               "gateway p99 ms", "hostile", "CPU s", "load", "quiet s")  # fmt: skip
     table = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     outcomes = f"What the hostile tenant got: {result['attack_outcomes']}"
     lines = [f"# Soak ({result['date']}, {result['machine']})", "", head, "", *table, *rows]

@@ -110,3 +110,21 @@ def test_json_enters_the_gateway_only_through_the_bounded_parser() -> None:
         if "orjson.loads(" in path.read_text() and "simulator" not in str(path)
     )
     assert set(found) <= allowed, set(found) - allowed
+
+
+def test_a_checked_value_is_not_kept_alive_by_the_check() -> None:
+    # The wrapping lists are reused between checks (core/json_bound.py): their slot is emptied
+    # after each, or the last body checked would stay in memory until the next.
+    import gc
+    import weakref
+
+    class Marker(list[Any]):  # a list orjson writes, that a weak reference can follow
+        pass
+
+    marker = Marker([1])
+    gone = weakref.ref(marker)
+    value = [marker]  # no text given: judged by the wrapping
+    assert not too_deep(value, limit=3)
+    del value, marker
+    gc.collect()
+    assert gone() is None

@@ -8,6 +8,7 @@ import asyncio
 import multiprocessing
 import os
 import pickle
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from levergate.simulator import SimSettings, Simulator, run_simulator
-from levergate.simulator.isolation import Isolation, parse, prepare
+from levergate.simulator.isolation import (
+    SHARED_DIR,
+    SHARED_FILE_BYTES,
+    Isolation,
+    parse,
+    prepare,
+)
 from levergate.simulator.responses import Reply
 from levergate.simulator.settings import IsolationSettings
 from levergate.testing import ManualClock
@@ -94,12 +101,15 @@ def test_a_prepared_request_is_answered_as_on_the_loop(
 
 
 async def test_a_large_request_is_prepared_in_a_worker_and_answered_whole() -> None:
-    """Over HTTP, with the bound at its lowest: a 2 MB conversation goes to a worker process and
-    its answer is the loop's; a small request beside it and a broken large one are answered."""
+    """Over HTTP, with the bound at its lowest: a 2 MB conversation goes to a worker process (as
+    a file in /dev/shm, over SHARED_FILE_BYTES, removed once read) and its answer is the loop's;
+    a small request beside it and a broken large one are answered."""
     messages = [{"role": "user", "content": f"turn {i} " + "x" * 4000} for i in range(500)]
     body = {"model": "m", "max_tokens": 12, "messages": messages}
     answers = []
     before = len(multiprocessing.active_children())
+    assert len(orjson.dumps(body)) >= SHARED_FILE_BYTES
+    files = set(Path(SHARED_DIR).glob("levergate-sim-*")) if SHARED_DIR else set()
     for bound in (1024, None):
         isolation = IsolationSettings(min_bytes=bound, workers=1)
         async with run_simulator(SimSettings(isolation=isolation, seed=3)) as sim:
@@ -123,6 +133,8 @@ async def test_a_large_request_is_prepared_in_a_worker_and_answered_whole() -> N
         assert cached > 500_000
         answers.append([drop_ids(r.json()) for r in (large, small, again)])
     assert answers[0] == answers[1]
+    if SHARED_DIR:  # every body handed over as a file was removed
+        assert set(Path(SHARED_DIR).glob("levergate-sim-*")) == files
     # The workers stopped with the simulator.
     assert len(multiprocessing.active_children()) == before
 

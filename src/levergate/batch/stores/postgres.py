@@ -88,16 +88,24 @@ NEEDS_WORK = """
   OR (j.status = 'in_progress' AND (j.expires_at < %(now)s OR NOT EXISTS (
       SELECT 1 FROM lg_lines l WHERE l.job_id = j.id AND l.state = 'pending')))
 """
+# Each open job's pending lines walked in the `lg_lines_pending` index, a job at a time, oldest
+# job first, stopping at `limit`: a join sorted by (job, line) read and sorted every pending line
+# of the first job before locking a few (3,000 of a 3,000-line batch for a claim of 1, 2.6 ms a
+# round trip; the soak's hostile tenant keeps thousands queued).
 CLAIM = """
 WITH picked AS (
-  SELECT l.job_id, l.idx FROM lg_lines l JOIN lg_jobs j ON j.id = l.job_id
-  WHERE j.status = 'in_progress' AND l.state = 'pending'
-    AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
-    AND (l.lease_until IS NULL OR l.lease_until < %(now)s)
-  ORDER BY j.seq, l.idx LIMIT %(limit)s FOR UPDATE OF l SKIP LOCKED)
-UPDATE lg_lines l SET holder = %(holder)s, lease_until = %(until)s, attempts = l.attempts + 1
-FROM picked, lg_jobs j WHERE l.job_id = picked.job_id AND l.idx = picked.idx AND j.id = l.job_id
-RETURNING l.job_id, l.idx, l.custom_id, l.request, l.attempts, j.tenant, j.data
+  SELECT l.job_id, l.idx FROM lg_jobs j CROSS JOIN LATERAL (
+    SELECT p.job_id, p.idx FROM lg_lines p
+    WHERE p.job_id = j.id AND p.state = 'pending'
+      AND (p.lease_until IS NULL OR p.lease_until < %(now)s)
+    ORDER BY p.idx LIMIT %(limit)s FOR UPDATE SKIP LOCKED) l
+  WHERE j.status = 'in_progress' AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+  ORDER BY j.seq, l.idx LIMIT %(limit)s),
+leased AS (
+  UPDATE lg_lines l SET holder = %(holder)s, lease_until = %(until)s, attempts = l.attempts + 1
+  FROM picked, lg_jobs j WHERE l.job_id = picked.job_id AND l.idx = picked.idx AND j.id = l.job_id
+  RETURNING l.job_id, l.idx, l.custom_id, l.request, l.attempts, j.tenant, j.data, j.seq)
+SELECT job_id, idx, custom_id, request, attempts, tenant, data FROM leased ORDER BY seq, idx
 """
 LEASE = f"""
 UPDATE lg_jobs SET holder = %(holder)s, lease_until = %(until)s, attempts = attempts + 1
