@@ -455,12 +455,7 @@ class SqliteLog(_Sql):
                          for column, d in zip(columns, self._defaults, strict=True))  # fmt: skip
             head, row, most = self._statement(conn, kept)
             values = list(chain.from_iterable(zip(*compress(columns, kept), strict=True)))
-            sizes = chunk_sizes(count, most)
-            if len(sizes) > 1 and not conn.in_transaction:
-                with self._transaction(conn):
-                    _insert_values(conn, head, row, sizes, values)
-            else:
-                _insert_values(conn, head, row, sizes, values)
+            self._insert_values(conn, head, row, chunk_sizes(count, most), values)
 
         if rows:
             self._with(insert)
@@ -470,11 +465,7 @@ class SqliteLog(_Sql):
         rows binding the columns `kept` marks."""
         texts = self._texts.get(kept)
         if texts is None:
-            names = list(compress(NAMES, kept))
-            limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-            most = max(1, min(MULTI_ROWS, limit // len(names)))
-            texts = (f"INSERT INTO {TABLE} ({', '.join(names)}) VALUES ",
-                     "(" + ", ".join(["?"] * len(names)) + ")", most)  # fmt: skip
+            texts = _insert_texts(conn, TABLE, list(compress(NAMES, kept)))
             if len(self._texts) >= STATEMENT_TEXTS:
                 self._texts.clear()
             self._texts[kept] = texts
@@ -484,20 +475,25 @@ class SqliteLog(_Sql):
         self, conn: Any, rows: Sequence[tuple[Any, ...]], *, table: str = TABLE,
         columns: Sequence[tuple[str, str]] = COLUMNS,
     ) -> None:  # fmt: skip
-        width = len(columns)
-        most = max(1, min(MULTI_ROWS, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
-        row = "(" + ", ".join(["?"] * width) + ")"
-        head = f"INSERT INTO {table} ({', '.join(name for name, _ in columns)}) VALUES "
-        sizes = chunk_sizes(len(rows), most)
+        head, row, most = _insert_texts(conn, table, [name for name, _ in columns])
+        self._insert_values(conn, head, row, chunk_sizes(len(rows), most),
+                            list(chain.from_iterable(rows)))  # fmt: skip
+
+    def _insert_values(
+        self, conn: sqlite3.Connection, head: str, row: str, sizes: Sequence[int],
+        values: list[Any],
+    ) -> None:  # fmt: skip
+        """`values` (rows of `row`'s width, flattened) in statements of `sizes` rows, in one
+        transaction when there are several."""
         if len(sizes) > 1 and not conn.in_transaction:
             with self._transaction(conn):
-                self._insert(conn, rows, table=table, columns=columns)
+                self._insert_values(conn, head, row, sizes, values)
             return
+        width = row.count("?")
         at = 0
         for size in sizes:
-            conn.execute(head + ", ".join([row] * size),
-                         list(chain.from_iterable(rows[at : at + size])))  # fmt: skip
-            at += size
+            conn.execute(head + ", ".join([row] * size), values[at : at + size * width])
+            at += size * width
 
     def _used_bytes(self, count: int) -> int:
         del count  # exact here: the pages in use
@@ -522,15 +518,15 @@ def chunk_sizes(count: int, most: int) -> list[int]:
     return sizes
 
 
-def _insert_values(
-    conn: sqlite3.Connection, head: str, row: str, sizes: Sequence[int], values: list[Any]
-) -> None:
-    """`values` (rows of `row`'s width, flattened) in statements of `sizes` rows."""
-    width = row.count("?")
-    at = 0
-    for size in sizes:
-        conn.execute(head + ", ".join([row] * size), values[at : at + size * width])
-        at += size * width
+def _insert_texts(
+    conn: sqlite3.Connection, table: str, names: Sequence[str]
+) -> tuple[str, str, int]:
+    """An INSERT's head into `table` naming `names`, one row's placeholders, and the most rows
+    a statement takes (within SQLite's bound on parameters)."""
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    return (f"INSERT INTO {table} ({', '.join(names)}) VALUES ",
+            "(" + ", ".join(["?"] * len(names)) + ")",
+            max(1, min(MULTI_ROWS, limit // len(names))))  # fmt: skip
 
 
 class _SqliteTransaction:

@@ -169,16 +169,23 @@ async def test_features_held_for_the_batch_or_past_their_bound_computed_at_once_
         assert got[f"req-{n}"] == features_of_body(c.body, kind="chat", model="fast")
 
 
+def five_queued(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[LogWriter, LogMetrics]:
+    """A writer with one full batch of 5 records queued, yielding to the loop after each row
+    it builds (so a batch can be caught half turned into rows)."""
+    monkeypatch.setattr(writer_module, "TURN_SECONDS", 0.0)
+    log, _, metrics = writer(path, batch_size=5, flush_seconds=30)
+    for n in range(5):
+        log.observe(record(n), call(), Seen())
+    return log, metrics
+
+
 async def test_a_batch_the_stopped_job_was_building_is_written_on_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The gateway stops its jobs before it closes the log: a batch taken off the queue and
     still being turned into rows then goes back to it, and the close writes it."""
-    monkeypatch.setattr(writer_module, "TURN_SECONDS", 0.0)  # yield to the loop after each row
     path = tmp_path / "log.db"
-    log, _, metrics = writer(path, batch_size=5, flush_seconds=30)
-    for n in range(5):
-        log.observe(record(n), call(), Seen())
+    log, metrics = five_queued(path, monkeypatch)
     job = asyncio.ensure_future(log.flush())
     for _ in range(3):  # the batch is off the queue, some rows built
         await asyncio.sleep(0)
@@ -199,11 +206,8 @@ async def test_a_cancelled_close_still_writes_what_was_queued(
     gateway as the server stops): the write is shielded and finishes, then the cancellation
     passes (before: the batch went back to the queue, nothing was written: 5 of 5 lost,
     uncounted)."""
-    monkeypatch.setattr(writer_module, "TURN_SECONDS", 0.0)  # yield to the loop after each row
     path = tmp_path / "log.db"
-    log, _, metrics = writer(path, batch_size=5, flush_seconds=30)
-    for n in range(5):
-        log.observe(record(n), call(), Seen())
+    log, metrics = five_queued(path, monkeypatch)
     closing = asyncio.ensure_future(log.aclose())
     for _ in range(3):  # the batch is off the queue, some rows built
         await asyncio.sleep(0)
