@@ -19,6 +19,11 @@ become the exact answer to this request.
 Response headers: `x-levergate-cache: hit|miss|bypass; reason=...|coalesced` and, on a hit, the
 entry's age (`x-levergate-cache-age` in seconds, `age` as HTTP has it). A bypass names its reason
 (`nondeterministic`, `n`, `off`: policies/cache_policy.py).
+
+What a body decides here (its rule, whether it bypasses the cache, its key) is remembered by the
+JSON bytes it was parsed from (`Call.raw`, set only while the body is unchanged), with the kind,
+the feature tag and the tenant, the rest of what decides them (`layers.cache.memo`): the same
+request again, as a repeated hit is, skips the canonicalisation and the hash.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from levergate.layers.cache.entries import (
     served,
     usage_meta,
 )
+from levergate.layers.cache.memo import Memo
 from levergate.layers.cache.replay import as_stream, assemble, replay, verdict, whole
 from levergate.policies.cache_policy import (
     bypass_header,
@@ -62,6 +68,17 @@ log = logging.getLogger("levergate.cache")
 NAME = "exact"
 SEMANTIC = "semantic"  # a hit of the semantic cache below: never stored as an exact answer
 _KINDS = frozenset({"chat", "completion"})
+# The bodies whose decision is remembered: at most this many, this many bytes of bodies in all,
+# each at most `KEYED_BODY_BYTES` (hashing a larger one again costs about what it saves).
+KEYED_BODIES = 1024
+KEYED_BYTES = 1 << 20
+KEYED_BODY_BYTES = 8 << 10
+# A remembered body's feature tag and tenant, counted as their most (the edge allows 128
+# characters each: control_headers.py, principal.py).
+_NAMES_BYTES = 256
+# What a body decides here: its rule, why it may not use the cache (None: it may) and its
+# entry's key ("" when it may not). A plain tuple, built and unpacked on every request.
+Decision = tuple[CacheRuleSettings, str | None, str]
 
 
 class ExactCache:
@@ -83,21 +100,19 @@ class ExactCache:
         self._view = view
         self._clock = clock or SystemClock()
         self._flights: SingleFlight[Trace] = SingleFlight()
+        self._max_ttl = view.settings.max_ttl_seconds
+        self._decided: Memo[Decision] = Memo(
+            max_items=KEYED_BODIES, max_bytes=KEYED_BYTES, max_item_bytes=KEYED_BODY_BYTES
+        )
 
     async def __call__(self, call: Call) -> Reply:
         if call.kind not in _KINDS:
             return await self._inner(call)
-        rule = rule_for(self._view.settings, model=call.model, feature=call.ctx.controls.feature)
-        if (why := bypass_reason(rule, call.body)) is not None:
+        rule, why, key = self._decide(call)
+        if why is not None:
             self._view.stats.lookup(NAME, "bypass")
             return _marked(await self._inner(call), bypass_header(why))
-        asked = clamped(call.ctx.controls.cache, max_ttl=self._view.settings.max_ttl_seconds)
-        key = fingerprint(
-            call.body,
-            kind=call.kind,
-            resolved_model=self._view.resolve(call.model, call.ctx.controls.feature),
-            namespace=namespace(self._view.settings, call.ctx.principal.tenant),
-        )
+        asked = clamped(call.ctx.controls.cache, max_ttl=self._max_ttl)
         if asked.lookup:
             entry = await self._view.entries.load(key)
             now = self._view.entries.wall()
@@ -127,6 +142,34 @@ class ExactCache:
         elif trace.cache is None:  # a semantic hit below has said it already
             trace.cache = CacheResult(NAME, CacheOutcome.MISS)
         return _marked(await _shaped(reply, call), outcome)
+
+    def _decide(self, call: Call) -> Decision:
+        """The call's rule, bypass reason and key, from the memo when its raw body, kind,
+        feature and tenant were decided before."""
+        ctx = call.ctx
+        feature = ctx.controls.feature
+        tenant = ctx.principal.tenant
+        raw = call.raw
+        if raw is not None:
+            memo = (raw, call.kind, feature, tenant)
+            decided = self._decided.get(memo)
+            if decided is not None:
+                return decided
+        settings = self._view.settings
+        rule = rule_for(settings, model=call.model, feature=feature)
+        why = bypass_reason(rule, call.body)
+        key = ""
+        if why is None:
+            key = fingerprint(
+                call.body,
+                kind=call.kind,
+                resolved_model=self._view.resolve(call.model, feature),
+                namespace=namespace(settings, tenant),
+            )
+        decided = rule, why, key
+        if raw is not None:
+            self._decided.put(memo, decided, size=len(raw) + _NAMES_BYTES)
+        return decided
 
     async def _join(
         self, call: Call, key: str, fetch: Callable[[], Awaitable[Reply]]
