@@ -20,10 +20,11 @@ Response headers: `x-levergate-cache: hit|miss|bypass; reason=...|coalesced` and
 entry's age (`x-levergate-cache-age` in seconds, `age` as HTTP has it). A bypass names its reason
 (`nondeterministic`, `n`, `off`: policies/cache_policy.py).
 
-What a body decides here (its rule, whether it bypasses the cache, its key) is remembered by the
-JSON bytes it was parsed from (`Call.raw`, set only while the body is unchanged), with the kind,
+What a body decides here (its rule and its key) is remembered once it was served a hit, by the
+JSON bytes it was parsed from (`Call.raw`, set only while the body is unchanged) with the kind,
 the feature tag and the tenant, the rest of what decides them (`layers.cache.memo`): the same
-request again, as a repeated hit is, skips the canonicalisation and the hash.
+request again skips the canonicalisation and the hash. A miss only looks (distinct requests
+would churn the memo, and go upstream anyway).
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ _NAMES_BYTES = 256
 # What a body decides here: its rule, why it may not use the cache (None: it may) and its
 # entry's key ("" when it may not). A plain tuple, built and unpacked on every request.
 Decision = tuple[CacheRuleSettings, str | None, str]
+# What a decision is remembered under: the raw body, the kind, the feature tag and the tenant.
+_Unknown = tuple[bytes, str, str, str]
 
 
 class ExactCache:
@@ -108,7 +111,7 @@ class ExactCache:
     async def __call__(self, call: Call) -> Reply:
         if call.kind not in _KINDS:
             return await self._inner(call)
-        rule, why, key = self._decide(call)
+        (rule, why, key), unknown = self._decide(call)
         if why is not None:
             self._view.stats.lookup(NAME, "bypass")
             return _marked(await self._inner(call), bypass_header(why))
@@ -117,6 +120,9 @@ class ExactCache:
             entry = await self._view.entries.load(key)
             now = self._view.entries.wall()
             if entry is not None and (asked.max_age is None or entry.age(now) <= asked.max_age):
+                if unknown is not None:  # a body that repeats: decided once from now on
+                    size = len(unknown[0]) + _NAMES_BYTES
+                    self._decided.put(unknown, (rule, why, key), size=size)
                 self._view.stats.lookup(NAME, "hit")
                 hit = call.ctx.trace.cache = served(NAME, entry.meta)
                 self._view.stats.saved(NAME, hit.saved_input, hit.saved_output)
@@ -143,18 +149,22 @@ class ExactCache:
             trace.cache = CacheResult(NAME, CacheOutcome.MISS)
         return _marked(await _shaped(reply, call), outcome)
 
-    def _decide(self, call: Call) -> Decision:
-        """The call's rule, bypass reason and key, from the memo when its raw body, kind,
-        feature and tenant were decided before."""
+    def _decide(self, call: Call) -> tuple[Decision, _Unknown | None]:
+        """The call's rule, bypass reason and key: from the memo when its raw body, kind,
+        feature and tenant were decided before; else worked out, with the memo's key to keep
+        the decision under once it proved worth keeping (a hit: a miss or a bypass goes
+        upstream anyway, and distinct requests would only churn the memo), None without a raw
+        body."""
         ctx = call.ctx
         feature = ctx.controls.feature
         tenant = ctx.principal.tenant
         raw = call.raw
+        unknown: _Unknown | None = None
         if raw is not None:
-            memo = (raw, call.kind, feature, tenant)
-            decided = self._decided.get(memo)
+            decided = self._decided.get(memo := (raw, call.kind, feature, tenant))
             if decided is not None:
-                return decided
+                return decided, None
+            unknown = memo
         settings = self._view.settings
         rule = rule_for(settings, model=call.model, feature=feature)
         why = bypass_reason(rule, call.body)
@@ -166,10 +176,7 @@ class ExactCache:
                 resolved_model=self._view.resolve(call.model, feature),
                 namespace=namespace(settings, tenant),
             )
-        decided = rule, why, key
-        if raw is not None:
-            self._decided.put(memo, decided, size=len(raw) + _NAMES_BYTES)
-        return decided
+        return (rule, why, key), unknown
 
     async def _join(
         self, call: Call, key: str, fetch: Callable[[], Awaitable[Reply]]

@@ -7,7 +7,7 @@ Two uses, both of pure functions, so a remembered value is the value the work wo
 - the exact cache's key of a request body (`ExactCache`): the canonical fingerprint, the rule
   and the bypass verdict are functions of the body (hence of the raw JSON bytes it was parsed
   from, `Call.raw`), the request kind, the feature tag and the tenant; the memo's key holds
-  all four;
+  all four, and a body's decision is kept once it was served a hit;
 - an entry decoded from the store's bytes (`Entries.load`): `stores.entry.decode` is a
   function of the bytes and the key; a remembered entry is used only when the store returned
   equal bytes (the same object, for the in-memory store), and is still checked for freshness
@@ -21,6 +21,7 @@ work saved, and they would crowd out the small answers that repeat.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
@@ -38,7 +39,9 @@ class Memo(Generic[V]):
         self._max_bytes = max_bytes
         self._max_item_bytes = max_item_bytes
         self._values: dict[Hashable, V] = {}
-        self._sizes: dict[Hashable, int] = {}  # in the order the values were put
+        # In the order the values were put: an OrderedDict drops its oldest in constant time
+        # (`next(iter(d))` on a plain dict walks the slots its earlier deletions left empty).
+        self._sizes: OrderedDict[Hashable, int] = OrderedDict()
         self._bytes = 0
         # The value kept under a key, or None: the dict's own `get` (one C call a look-up).
         self.get = self._values.get
@@ -70,8 +73,8 @@ class Memo(Generic[V]):
         """The oldest out until one more item of `room` bytes fits."""
         sizes, values = self._sizes, self._values
         while sizes and (len(sizes) >= self._max_items or self._bytes + room > self._max_bytes):
-            oldest = next(iter(sizes))
-            self._bytes -= sizes.pop(oldest)
+            oldest, size = sizes.popitem(last=False)
+            self._bytes -= size
             del values[oldest]
 
     def discard(self, key: Hashable) -> None:
