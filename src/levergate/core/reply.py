@@ -294,8 +294,14 @@ class Stream:
                     eaches, hidden = self._primed(event, seen, ended)
                 if ended.events is not None:
                     ended.events.append(event)
-                # `usage()`'s own first test, inline: most events carry none.
-                if event.data.find(b'"usage"') >= 0 and (found := event.usage()) is not None:
+                # `usage()`'s own first tests, inline: most events carry none, or carry
+                # `"usage":null` (OpenAI's chunks do, once a stream asked for its usage).
+                data = event.data
+                if (
+                    (at := data.find(b'"usage"')) >= 0
+                    and data[at + 7 : at + 12] != b":null"
+                    and (found := event.usage()) is not None
+                ):
                     ended.usage = found
                     if hidden is not None and hidden(event):
                         for each in eaches:

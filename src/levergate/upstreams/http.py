@@ -510,10 +510,10 @@ async def close_chunks(chunks: AsyncIterator[bytes]) -> None:
 def _is_terminal(event: Event) -> bool:
     """The last event of a Responses stream (checked on the bytes first: one parse per stream)."""
     data = event.data
-    if (
-        b"response.completed" not in data
-        and b"response.incomplete" not in data
-        and (b"response.failed" not in data)
+    if (  # `find`, not `in`: core/reply.py's docstring
+        data.find(b"response.completed") < 0
+        and data.find(b"response.incomplete") < 0
+        and data.find(b"response.failed") < 0
     ):
         return False
     return event.json().get("type") in _TERMINAL

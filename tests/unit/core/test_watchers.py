@@ -120,6 +120,25 @@ async def test_hidden_usage_chunks_are_seen_by_every_watcher_but_not_sent() -> N
     assert watcher.ended == [(None, {"total_tokens": 3})]
 
 
+@pytest.mark.parametrize("null", [b'"usage":null', b'"usage": null', b'"usage" :null'])
+@pytest.mark.parametrize("block", [b'"usage":{"total_tokens":3}', b'"usage" : {"total_tokens":3}'])
+async def test_the_usage_block_is_read_past_null_usage_on_every_chunk(
+    null: bytes, block: bytes
+) -> None:
+    """OpenAI's chunks carry `"usage":null` once a stream asked for its usage (the driver skips
+    those on the bytes); the block that ends the stream is read in any spacing, and a null one
+    after it does not erase it."""
+
+    async def chunks() -> EventSource:
+        yield Event(b'{"choices":[{"delta":{"content":"a"}}],' + null + b"}")
+        yield Event(b'{"choices":[],' + block + b"}")
+        yield Event(b'{"choices":[],' + null + b"}")
+
+    watcher = Log("w", [])
+    assert len(await drain(Stream(chunks()).watch(watcher))) == 3
+    assert watcher.ended == [(None, {"total_tokens": 3})]
+
+
 async def test_an_end_that_raises_becomes_the_error_of_the_watchers_outside() -> None:
     class Broken(Watcher):
         async def end(self, ended: Ended) -> None:
