@@ -71,9 +71,9 @@ async def _frames(stream: Stream, opening: list[Event]) -> AsyncGenerator[bytes,
     try:
         if opening:
             yield b"".join(frame(e) for e in opening)
-        async for event in stream:
-            yield frame(event)
-            last = event
+        async for batch in stream.batches():  # one frame for what arrived together
+            yield b"".join([frame(event) for event in batch])
+            last = batch[-1]
     except LevergateError as exc:
         log.warning("responses stream ended by %s: %s", type(exc).__name__, exc.message)
         number = last.json().get("sequence_number") if last is not None else None
