@@ -8,7 +8,15 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from levergate.policies.fingerprint import NON_SHAPING, fingerprint
+from levergate.core.call import Call, Context
+from levergate.policies.fingerprint import (
+    NON_SHAPING,
+    canonical_body_bytes,
+    canonical_bytes,
+    fingerprint,
+    head_bytes,
+    key_of,
+)
 
 TEXT = st.text(min_size=1, max_size=20)
 MESSAGE = st.fixed_dictionaries(
@@ -85,6 +93,34 @@ def test_model_kind_and_tenant_namespace_change_the_key(body: dict[str, Any]) ->
     assert key(body, resolved_model="m->other/m") != base
     assert key(body, namespace="other-tenant") != base
     assert key(body, kind="completion") != base
+
+
+@given(BODY)
+def test_the_key_of_the_body_bytes_alone_is_the_fingerprint(body: dict[str, Any]) -> None:
+    """What the exact cache keys by (`key_of` of `Call.canonical_bytes`): the same key as the
+    whole computation, and the same bytes after the head."""
+    data = canonical_body_bytes(body)
+    assert key_of(data, kind="chat", resolved_model="gpt", namespace="t1") == key(
+        body, resolved_model="gpt", namespace="t1"
+    )
+    assert canonical_bytes(body, kind="chat", resolved_model="gpt", namespace="t1") == (
+        head_bytes("chat", "gpt", "t1") + data
+    )
+
+
+def test_a_call_computes_its_body_bytes_once_for_every_call_sharing_its_body() -> None:
+    """Kept on the trace with the body they are of: a call derived with the same body (a new
+    context) reads them; one with a changed body computes its own."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+    call = Call(kind="chat", body=body, ctx=Context(request_id="r"))
+    call.ctx.trace.canonical = (body, b"planted")  # what an earlier computation left
+    assert call.with_controls(feature="f").canonical_bytes() == b"planted"
+    changed = call.with_body(temperature=1)
+    assert changed.canonical_bytes() == canonical_body_bytes(changed.body)
+    assert call.ctx.trace.canonical == (changed.body, canonical_body_bytes(changed.body))
+    assert Call(kind="chat", body=dict(body), ctx=call.ctx).canonical_bytes() == (
+        canonical_body_bytes(body)  # an equal body, not the same object: computed
+    )
 
 
 @given(BODY, st.randoms(use_true_random=False))

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from levergate.core.controls import ANONYMOUS, DEFAULT_CONTROLS, Controls, Principal
 from levergate.core.quota import Quota
 from levergate.core.tokenizer import TokenSource
+from levergate.policies.fingerprint import canonical_body_bytes
 
 if TYPE_CHECKING:
     from levergate.core.spans import Spans
@@ -180,6 +181,9 @@ class Trace:
     notes: list[Note] = field(default_factory=list)
     # The W3C trace context and upstream attempts, only while tracing is on (core/spans.py).
     spans: Spans | None = None
+    # A body and its canonical bytes, the last `Call.canonical_bytes` computed (the body held:
+    # a call reads them only for that very object, which a body's immutability makes right).
+    canonical: tuple[Mapping[str, Any], bytes] | None = None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -232,6 +236,20 @@ class Call:
             model = named if isinstance(named, str) else ""
             object.__setattr__(self, "_model", model)
         return model
+
+    def canonical_bytes(self) -> bytes:
+        """The body's canonical bytes (policies/fingerprint.py `canonical_body_bytes`), computed
+        once per body and kept on the trace (`Trace.canonical`), so every call derived from this
+        one with the same body object reads them: the exact cache's key and the request log's
+        replay fingerprint are both digests of them (~16k instructions for a short chat prompt,
+        callgrind). TypeError for a body that is not JSON (a library caller's objects)."""
+        trace = self.ctx.trace
+        known = trace.canonical
+        if known is not None and known[0] is self.body:
+            return known[1]
+        found = canonical_body_bytes(self.body)
+        trace.canonical = (self.body, found)
+        return found
 
     @property
     def stream(self) -> bool:

@@ -110,10 +110,19 @@ def canonical_bytes(
     namespace: str,
     exclude: frozenset[str] = frozenset(),
 ) -> bytes:
-    """The bytes a fingerprint digests: the format version, the kind, model and namespace, the
-    canonical body with its keys sorted, then each ordered field with its keys as given.
-    `exclude` drops further fields (the semantic cache keys its partitions on everything but
-    the final user text)."""
+    """The bytes a fingerprint digests: the format version, the kind, model and namespace
+    (`head_bytes`), then the canonical body (`canonical_body_bytes`). `exclude` drops further
+    fields (the semantic cache keys its partitions on everything but the final user text)."""
+    return head_bytes(kind, resolved_model, namespace) + canonical_body_bytes(body, exclude=exclude)
+
+
+def canonical_body_bytes(
+    body: Mapping[str, Any], *, exclude: frozenset[str] = frozenset()
+) -> bytes:
+    """The canonical body's part of `canonical_bytes`: the body with its keys sorted, then each
+    ordered field with its keys as given. The same for every kind, model and namespace, so one
+    computation serves the exact cache's key and the request log's replay fingerprint
+    (`Call.canonical_bytes`)."""
     body = canonical_body(body)
     ordered = []
     for name in ORDERED:  # a loop, not a comprehension: no frame of its own (3.11)
@@ -121,17 +130,17 @@ def canonical_bytes(
             ordered.append((name, body.pop(name)))  # noqa: PERF401
     for name in exclude:
         body.pop(name, None)
-    parts = [_head(kind, resolved_model, namespace),
-             orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)]  # fmt: skip
+    parts = [orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)]
     for name, value in ordered:
         parts += (b"\x00" + name.encode() + b"\x00",
                   orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))  # fmt: skip
-    return b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 @functools.lru_cache(maxsize=1024)
-def _head(kind: str, model: str, namespace: str) -> bytes:
-    """The bytes before the body's: the same for every request of a kind, model and namespace."""
+def head_bytes(kind: str, model: str, namespace: str) -> bytes:
+    """The bytes of `canonical_bytes` before the canonical body's: the same for every request
+    of a kind, model and namespace."""
     head = {"kind": kind, "model": model, "ns": namespace}
     return FORMAT_VERSION + orjson.dumps(head, option=orjson.OPT_SORT_KEYS) + b"\x00"
 
@@ -146,6 +155,10 @@ def fingerprint(
 ) -> str:
     """Hex SHA-256 naming the request (`canonical_bytes`' arguments): a cache key, so a
     collision would serve one request another's answer."""
-    data = canonical_bytes(body, kind=kind, resolved_model=resolved_model, namespace=namespace,
-                           exclude=exclude)  # fmt: skip
+    data = head_bytes(kind, resolved_model, namespace) + canonical_body_bytes(body, exclude=exclude)
     return hashlib.sha256(data).hexdigest()
+
+
+def key_of(body_bytes: bytes, *, kind: str, resolved_model: str, namespace: str) -> str:
+    """`fingerprint` of a body whose `canonical_body_bytes` are `body_bytes` (no `exclude`)."""
+    return hashlib.sha256(head_bytes(kind, resolved_model, namespace) + body_bytes).hexdigest()

@@ -74,7 +74,7 @@ from levergate.layers.prompt_cache.breakpoints import (
     count_client_breakpoints,
 )
 from levergate.policies.affinity import block_digests, prompt_bytes
-from levergate.policies.fingerprint import canonical_bytes
+from levergate.policies.fingerprint import canonical_body_bytes, head_bytes
 
 if TYPE_CHECKING:
     from levergate.core.call import Call
@@ -89,6 +89,7 @@ __all__ = [
     "encode_blocks",
     "features",
     "features_of_body",
+    "replay_of",
     "replay_text",
 ]  # fmt: skip
 
@@ -121,11 +122,15 @@ def decode_blocks(text: str) -> tuple[int, ...]:
     return struct.unpack(f"<{len(raw) // 8}Q", raw)
 
 
-def features_of_body(body: Mapping[str, Any], *, kind: str, model: str) -> dict[str, Any]:
+def features_of_body(
+    body: Mapping[str, Any], *, kind: str, model: str, canonical: bytes | None = None
+) -> dict[str, Any]:
     """The body's part of the features (no controls): also what the analyzer computes for an
-    OpenAI request file. A chat prompt's messages are serialised once, for the prompt's bytes
-    and the breakpoint layer's whole-prompt digest alike (`whole_digest`'s bytes); a prompt of
-    one message, short, has no breakpoint features to look for (it continues no other)."""
+    OpenAI request file. `canonical`: the body's `canonical_body_bytes`, when known (a call's,
+    which the exact cache computed already: `replay_of`). A chat prompt's messages are
+    serialised once, for the prompt's bytes and the breakpoint layer's whole-prompt digest
+    alike (`whole_digest`'s bytes); a prompt of one message, short, has no breakpoint
+    features to look for (it continues no other)."""
     messages, tools = body.get("messages"), body.get("tools")
     whole: int | None = None
     turns = 0
@@ -138,7 +143,9 @@ def features_of_body(body: Mapping[str, Any], *, kind: str, model: str) -> dict[
             prompt = listed
     else:
         prompt = prompt_bytes(body)
-    data = canonical_bytes(body, kind=kind, resolved_model=model, namespace="")
+    if canonical is None:
+        canonical = canonical_body_bytes(body)
+    data = head_bytes(kind, model, "") + canonical
     seed, n, pb = body.get("seed"), body.get("n"), len(prompt)
     tools_digest = None
     if tools or body.get("response_format"):
@@ -213,20 +220,31 @@ def controls_of(call: Call, *, now: float, wall: float, total: float) -> dict[st
 
 
 def replay_text(
-    body: Mapping[str, Any], *, kind: str, model: str, controls: Mapping[str, Any]
-) -> str | None:
+    body: Mapping[str, Any], *, kind: str, model: str, controls: Mapping[str, Any],
+    canonical: bytes | None = None,
+) -> str | None:  # fmt: skip
     """The replay features as the row's JSON text: the body's, then its `controls_of`. None for
     a body that cannot be serialised (a library caller's objects): not replayable."""
     try:
-        found = features_of_body(body, kind=kind, model=model)
+        found = features_of_body(body, kind=kind, model=model, canonical=canonical)
     except TypeError:
         return None
     found.update(controls)
     return orjson.dumps(found).decode()
 
 
+def replay_of(call: Call, controls: Mapping[str, Any]) -> str | None:
+    """`replay_text` of a finished `call` with its deadlines' features (`controls_of`), from
+    the canonical bytes of its body when the exact cache computed them for this very body
+    (`Trace.canonical`, `Call.canonical_bytes`); else computed here (not kept: no one else
+    reads them after the request)."""
+    known = call.ctx.trace.canonical
+    canonical = known[1] if known is not None and known[0] is call.body else None
+    return replay_text(call.body, kind=call.kind, model=call.model, controls=controls,
+                       canonical=canonical)  # fmt: skip
+
+
 def features(call: Call, *, now: float, wall: float, total: float) -> str | None:
     """The replay features of a finished `call` as the row's JSON text (`controls_of`'s
     arguments); None when it is not replayable."""
-    extra = controls_of(call, now=now, wall=wall, total=total)
-    return replay_text(call.body, kind=call.kind, model=call.model, controls=extra)
+    return replay_of(call, controls_of(call, now=now, wall=wall, total=total))

@@ -30,11 +30,12 @@ import contextlib
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from itertools import chain, compress
+from itertools import chain
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 import orjson
 
+from levergate.requestlog.binds import MULTI_ROWS, NO_DEFAULT, Statement, Statements, modes_of
 from levergate.requestlog.labels import (
     LABEL_COLUMNS,
     LABEL_NAMES,
@@ -53,10 +54,6 @@ TABLE = "lg_requests"
 DROPPED = tuple(f"{TABLE}_{c}" for c in ("tenant", "key_id", "model", "alias"))
 GROUPS = frozenset({"model", "alias", "tenant", "key_id", "feature", "workflow", "outcome",
                     "upstream", "kind", "cache", "origin", "tier", "priority"})  # fmt: skip
-MULTI_ROWS = 1000  # rows per INSERT statement in SQLite (within its bound on parameters)
-# The INSERT texts SQLite's log keeps, one per set of columns a batch's rows leave out (the
-# same bound as sqlite3's statement cache; past it the texts are made anew).
-STATEMENT_TEXTS = 128
 INDEX_ENTRY_BYTES = 40  # a b-tree entry of one indexed column and the time, roughly
 _SUMS = ("cost_usd", "saved_usd", "input_tokens", "cached_tokens", "cache_write_tokens",
          "output_tokens", "expected_cached")  # fmt: skip
@@ -390,27 +387,24 @@ def _record(row: Sequence[Any]) -> dict[str, Any]:
     return {"seq": row[0], **as_dict(row[1:])}
 
 
-# A column default no value equals (`SqliteLog._defaults`): the column is always bound.
-_NO_DEFAULT = object()
-
-
 class SqliteLog(_Sql):
     """A batch's INSERT leaves out the columns at their default, NULL or 0 (`ZERO_DEFAULT`), in
-    every row of the batch: each value bound costs sqlite3 and SQLite's VDBE a few hundred
-    instructions, a NULL through the adapter registry more (`_NULL`), and a record has ~25
-    such columns (the savings of levers that did nothing, no bodies, no retry). Decided per
-    column over the whole batch (a C `count` a column), not per row: a per-row mask
-    (`map(ne, row, defaults)`) cost more than the binds it spared (callgrind: 56.8k against
-    53.7k instructions a row), and grouping rows by mask broke the batch's order (`seq`, which
-    the size bound prunes by). The statement texts are kept per set of columns
-    (`STATEMENT_TEXTS`), each compiled once per size (`chunk_sizes`) and kept by sqlite3."""
+    every row of the batch, and binds the columns of one value once (requestlog/binds.py):
+    each value bound costs sqlite3 and SQLite's VDBE a few hundred instructions, a NULL
+    through the adapter registry more (`_NULL`), and a record has ~25 columns at their default
+    (the savings of levers that did nothing, no bodies, no retry). Decided per column over the
+    whole batch (a C `count` a column), not per row: a per-row mask (`map(ne, row, defaults)`)
+    cost more than the binds it spared (callgrind: 56.8k against 53.7k instructions a row),
+    and grouping rows by mask broke the batch's order (`seq`, which the size bound prunes
+    by)."""
 
     def __init__(self, path: str, *, timeout_seconds: float) -> None:
         super().__init__()
         self.path = path
         self._busy_ms = max(1, int(timeout_seconds * 1000))
         self._defaults: tuple[object, ...] = ()  # each column's default, `COLUMNS` order
-        self._texts: dict[bytes, tuple[str, str, int]] = {}
+        # SQLite's least bound on parameters (999, before 3.32) until connected.
+        self._statements = Statements(TABLE, NAMES, limit=999)
 
     def _connect(self) -> sqlite3.Connection:
         conn = connect(self.path, busy_ms=self._busy_ms)
@@ -423,11 +417,12 @@ class SqliteLog(_Sql):
         # A table made before `ZERO_DEFAULT` (or a column added since) has NULL defaults: a 0
         # is bound there, never left out.
         found = {row[1]: row[4] for row in conn.execute(f"PRAGMA table_info({TABLE})")}
-        self._defaults = (_NO_DEFAULT, *(  # `ts` always bound: no row is all defaults
-            None if found[name] is None else 0 if found[name] == "0" else _NO_DEFAULT
+        self._defaults = (NO_DEFAULT, *(  # `ts` always bound: no row is all defaults
+            None if found[name] is None else 0 if found[name] == "0" else NO_DEFAULT
             for name in NAMES[1:]
         ))  # fmt: skip
-        self._texts.clear()
+        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        self._statements = Statements(TABLE, NAMES, limit=limit)  # compiled anew here
         return conn
 
     def _errors(self) -> tuple[type[BaseException], ...]:
@@ -439,37 +434,35 @@ class SqliteLog(_Sql):
     def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """A few multi-row statements in one transaction (one statement alone is its own): the
         writer's thread then gives up the GIL a few times a batch, instead of around each row
-        (each a wait for the event loop's thread to hand it back). The columns at their
-        default in every row of the batch are left out (the class's docstring)."""
+        (each a wait for the event loop's thread to hand it back). Each column is left out,
+        bound once or bound in every row (requestlog/binds.py)."""
 
         def insert(conn: sqlite3.Connection) -> None:
             if {len(row) for row in rows} != {len(NAMES)}:
                 raise sqlite3.ProgrammingError(f"rows of {len(NAMES)} values expected")
-            count, columns = len(rows), list(zip(*rows, strict=True))
-            # A column is bound when a row holds anything but its default: left out when every
-            # row equals its first and that is the default. `count` compares identity first, so
-            # a column of one object (None, a name, the same 0.0) costs a pointer a row; against
-            # the default itself each 0.0 was a float-to-int comparison (~3,000 instructions a
-            # row more, callgrind).
-            kept = bytes(d is _NO_DEFAULT or column.count(column[0]) != count or column[0] != d
-                         for column, d in zip(columns, self._defaults, strict=True))  # fmt: skip
-            head, row, most = self._statement(conn, kept)
-            values = list(chain.from_iterable(zip(*compress(columns, kept), strict=True)))
-            self._insert_values(conn, head, row, chunk_sizes(count, most), values)
+            columns = list(zip(*rows, strict=True))
+            statement = self._statements.choose(modes_of(columns, self._defaults))
+            once, values = statement.values(columns)
+            sizes = chunk_sizes(len(rows), statement.most)
+            if len(sizes) > 1 and not conn.in_transaction:
+                with self._transaction(conn):
+                    self._execute(conn, statement, sizes, once, values)
+            else:
+                self._execute(conn, statement, sizes, once, values)
 
         if rows:
             self._with(insert)
 
-    def _statement(self, conn: sqlite3.Connection, kept: bytes) -> tuple[str, str, int]:
-        """The INSERT's head, one row's placeholders and the most rows a statement takes, for
-        rows binding the columns `kept` marks."""
-        texts = self._texts.get(kept)
-        if texts is None:
-            texts = _insert_texts(conn, TABLE, list(compress(NAMES, kept)))
-            if len(self._texts) >= STATEMENT_TEXTS:
-                self._texts.clear()
-            self._texts[kept] = texts
-        return texts
+    @staticmethod
+    def _execute(
+        conn: sqlite3.Connection, statement: Statement, sizes: Sequence[int], once: list[Any],
+        values: list[Any],
+    ) -> None:  # fmt: skip
+        width = statement.width
+        at = 0
+        for size in sizes:
+            conn.execute(statement.text(size), once + values[at : at + size * width])
+            at += size * width
 
     def _insert(
         self, conn: Any, rows: Sequence[tuple[Any, ...]], *, table: str = TABLE,

@@ -8,12 +8,14 @@ enabled, are taken by reference and bounded in bytes apart from the count.
 
 Of each record's replay features (requestlog/features.py: what `levergate analyze` needs with
 bodies off) only the deadlines are read there; the body's (the fingerprint, the prefix digests)
-are computed with the batch's rows, from the body held by reference (`Pending`): done one
+are computed with the batch's rows, from the call held by reference (`Pending`): done one
 request at a time, between other work, the same code took 3x as long (31 against 10 us for a
 small prompt, measured in the in-process benchmark: cold caches). The bodies held for that are
 bounded like captured bodies, in their bytes as received, by `bodies.max_queued_bytes` (apart
 from the captured ones, which hold the same body anyway); past the bound, or for a library
-caller's call (no bytes to count), the features are computed at once, as before.
+caller's call (no bytes to count), the features are computed at once, as before. The
+fingerprint's canonical bytes are the call's (`Call.canonical_bytes`): the exact cache's, when
+it ran for the call (~16k instructions a record not spent again).
 
 Off the path, a supervised background job (`run`) wakes every `flush_seconds` (or as soon as a
 batch is waiting), takes up to `batch_size` records, turns them into rows (requestlog/row.py,
@@ -49,7 +51,7 @@ from levergate.core.clock import Clock, SystemClock
 from levergate.core.json_bound import parse_json
 from levergate.protocol.openai.body import generated_text
 from levergate.redact import REDACTED, Redactor
-from levergate.requestlog.features import controls_of, replay_text
+from levergate.requestlog.features import controls_of, replay_of
 from levergate.requestlog.labels import label_row
 from levergate.requestlog.row import Captured, row_of
 from levergate.requestlog.store import LogStore, LogStoreError
@@ -66,11 +68,12 @@ __all__ = ["BodyText", "LogMetrics", "LogWriter", "Pending"]
 log = logging.getLogger("levergate.requestlog")
 
 
-# A request's replay features still to compute, in the writer's batch: its body by reference,
-# its kind and model, its deadlines read when it finished (`controls_of`), and the bytes it was
-# received as (what is held; 0 when its bodies are captured, holding it anyway). A plain tuple:
-# a NamedTuple is built by a `__new__` written in Python, a frame on the request path.
-Pending = tuple[Mapping[str, Any], str, str, Mapping[str, Any], int]
+# A request's replay features still to compute, in the writer's batch: its call by reference (the
+# body, and the canonical bytes the exact cache left on it), its deadlines read when it finished
+# (`controls_of`), and the bytes it was received as (what is held; 0 when its bodies are
+# captured, holding it anyway). A plain tuple: a NamedTuple is built by a `__new__` written in
+# Python, a frame on the request path.
+Pending = tuple["Call", Mapping[str, Any], int]
 # The deadlines' features of a request with none (`controls_of` gives {} then), shared: read only.
 _NO_CONTROLS: Mapping[str, Any] = MappingProxyType({})
 
@@ -234,8 +237,8 @@ class LogWriter:
             size = 0 if captured is not None else len(raw or b"")
             if self._held_bytes + size <= self._body_limit:
                 self._held_bytes += size
-                return (call.body, call.kind, call.model, extra, size)
-        return replay_text(call.body, kind=call.kind, model=call.model, controls=extra)
+                return (call, extra, size)
+        return replay_of(call, extra)
 
     def _bodies_for(self, *names: str | None) -> bool:
         """Whether bodies are logged for any of these aliases, routes or cascades."""
@@ -345,7 +348,7 @@ class LogWriter:
         if captured is not None:
             self._body_bytes += sign * captured.size
         if isinstance(replay, tuple):  # `Pending`
-            self._held_bytes += sign * replay[4]
+            self._held_bytes += sign * replay[2]
 
     async def _rows(self, batch: Sequence[Item]) -> list[tuple[object, ...]]:
         """The batch's rows, built on the event loop about `TURN_SECONDS` at a time: Python
@@ -357,11 +360,7 @@ class LogWriter:
         for at, record, captured, replay in batch:
             try:
                 bodies = self._bodies.texts(captured) if captured is not None else (None, None)
-                if isinstance(replay, tuple):  # `Pending`
-                    body, kind, model, controls, _ = replay
-                    text = replay_text(body, kind=kind, model=model, controls=controls)
-                else:
-                    text = replay
+                text = replay_of(replay[0], replay[1]) if isinstance(replay, tuple) else replay
                 rows.append(row_of(at, record, bodies, text))
             except Exception:  # a record that cannot be a row is that record's loss alone
                 log.exception("request log: record %s not written", record.request_id)

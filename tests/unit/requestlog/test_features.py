@@ -23,6 +23,8 @@ from levergate.requestlog.features import (
     encode_blocks,
     features,
     features_of_body,
+    replay_of,
+    replay_text,
 )
 from levergate.requestlog.query import LogFilter
 from levergate.requestlog.row import COLUMNS, NAMES
@@ -80,6 +82,25 @@ def test_deadlines_are_kept_relative_to_arrival() -> None:
     assert '"timeout_s":10.0' in found
     assert '"not_after_s":90002.0' in found
     assert '"defer":true' in found
+
+
+def test_the_fingerprint_reuses_the_exact_caches_bytes_of_the_same_body_only() -> None:
+    """The canonical bytes the exact cache computed (`Trace.canonical`) are the log's when
+    they are of the very body logged; of another body (a call derived below with a changed
+    one), or absent, they are computed again."""
+    body = chat("hi", temperature=0)
+    call = Call(kind="chat", body=body, ctx=Context(request_id="r"))
+    fresh = replay_text(body, kind="chat", model="m", controls={})
+    assert replay_of(call, {}) == fresh
+    call.ctx.trace.canonical = (body, b"planted")
+    planted = replay_of(call, {})
+    assert planted is not None
+    assert planted != fresh
+    assert planted == replay_text(body, kind="chat", model="m", controls={}, canonical=b"planted")
+    call.ctx.trace.canonical = (dict(body), b"planted")  # equal, not the same body
+    assert replay_of(call, {}) == fresh
+    call.with_body(temperature=1).canonical_bytes()  # the exact cache below, on another body
+    assert replay_of(call, {}) == fresh
 
 
 def test_an_old_table_gains_the_replay_column(tmp_path: Path) -> None:

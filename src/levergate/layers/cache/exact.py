@@ -6,8 +6,10 @@ hit is cheap but still accounted to the tenant) and above the semantic cache, ro
 fallback: a hit skips all of them. Handles chat and completion calls; everything else passes.
 
 The key is the canonical fingerprint (`policies.fingerprint`) of the body, the resolved model and
-the tenant's namespace. Whether a request may use the cache is the configured rule
-(`policies.cache_policy`: off / deterministic / always) narrowed by its `Cache-Control`.
+the tenant's namespace; the body's canonical bytes are the call's (`Call.canonical_bytes`,
+computed once: the request log's replay fingerprint digests the same bytes). Whether a
+request may use the cache is the configured rule (`policies.cache_policy`: off /
+deterministic / always) narrowed by its `Cache-Control`.
 
 A hit is replayed in the shape the client asked for (`cache_replay`). A miss goes upstream
 through the single flight (`coalesce`); a whole answer is written before it is returned, a
@@ -58,7 +60,7 @@ from levergate.policies.cache_policy import (
     namespace,
     rule_for,
 )
-from levergate.policies.fingerprint import fingerprint
+from levergate.policies.fingerprint import key_of
 from levergate.stores.entry import Form
 
 if TYPE_CHECKING:
@@ -170,8 +172,8 @@ class ExactCache:
         why = bypass_reason(rule, call.body)
         key = ""
         if why is None:
-            key = fingerprint(
-                call.body,
+            key = key_of(
+                call.canonical_bytes(),
                 kind=call.kind,
                 resolved_model=self._view.resolve(call.model, feature),
                 namespace=namespace(settings, tenant),
