@@ -1,0 +1,171 @@
+"""OTLP's trace messages as protobuf bytes, written by hand for the few fields levergate sends.
+
+The wire is opentelemetry-proto's `ExportTraceServiceRequest` (collector/trace/v1), what an
+OTLP/HTTP collector takes at `/v1/traces` as `application/x-protobuf`; tests/unit/otel decodes
+what this module writes with opentelemetry-proto's own classes and compares field by field.
+Written by hand because the spans are fixed in shape and built off the request path in bulk:
+the SDK's span objects, attribute checks and its encoder (which builds the protobuf classes'
+objects field by field before serialising them) cost ~0.5 ms of CPU per traced request
+(benchmarks/results/otel_profile.md); here a span is a few byte strings joined, its attribute
+keys encoded once per exporter.
+
+Protobuf's wire format (https://protobuf.dev/programming-guides/encoding/): a field is a tag
+(field number << 3 | wire type) then its value: a varint (type 0), 8 bytes little-endian
+(type 1: fixed64, double), a length and that many bytes (type 2: strings, bytes, nested
+messages), or 4 bytes little-endian (type 5: fixed32). Fields are written in field-number order,
+as protobuf's own serialisers do; fields at their default value are left out.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "CLIENT",
+    "INTERNAL",
+    "SERVER",
+    "STATUS_ERROR",
+    "AttributeWriter",
+    "export_request",
+    "span",
+]
+
+# Span.SpanKind and Status.StatusCode (opentelemetry/proto/trace/v1/trace.proto).
+INTERNAL, SERVER, CLIENT = 1, 2, 3
+STATUS_ERROR = 2
+# Span.flags (SpanFlags): the W3C trace flags in the low byte (sampled), and whether the parent
+# is known to be remote (bit 8: known; bit 9: remote), as the SDK's exporter sets them.
+SAMPLED = 0x01
+HAS_IS_REMOTE = 0x100
+IS_REMOTE = 0x200
+
+_ONE_BYTE = tuple(bytes((n,)) for n in range(128))
+_U64 = (1 << 64) - 1
+_pack_double = struct.Struct("<d").pack
+_pack_fixed64 = struct.Struct("<Q").pack
+_pack_fixed32 = struct.Struct("<I").pack
+_MAX_KEYS = 4096  # attribute keys kept encoded (levergate's are a few dozen)
+_MAX_CACHED = 4096  # whole attribute fields kept encoded: ~100 bytes each
+_MAX_CACHED_CHARS = 64  # the longest string value kept so
+
+
+def varint(n: int) -> bytes:
+    """`n` (unsigned, or an int64 as its two's complement) as a protobuf varint."""
+    if 0 <= n < 128:
+        return _ONE_BYTE[n]
+    n &= _U64
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: bytes, value: bytes) -> bytes:
+    """A length-delimited field: `tag`, the length, the bytes."""
+    size = len(value)
+    return tag + (_ONE_BYTE[size] if size < 128 else varint(size)) + value
+
+
+def any_value(value: Any) -> bytes:
+    """An `AnyValue`'s bytes: string 1, bool 2, int64 3, double 4, array 5 (of AnyValue)."""
+    if isinstance(value, str):
+        return _field(b"\x0a", value.encode())
+    if value is True:
+        return b"\x10\x01"
+    if value is False:
+        return b"\x10\x00"
+    if isinstance(value, int):
+        return b"\x18" + varint(value)
+    if isinstance(value, float):
+        return b"\x21" + _pack_double(value)
+    if isinstance(value, list | tuple):
+        return _field(b"\x2a", b"".join(_field(b"\x0a", any_value(v)) for v in value))
+    raise TypeError(f"an attribute value must be str, bool, int, float or a list of those, "
+                    f"not {type(value).__name__}")  # fmt: skip
+
+
+class AttributeWriter:
+    """`KeyValue` fields under one tag (a span's attributes are field 9, a resource's field 1).
+    A `None` value is left out (the SDK drops it too). Most attributes repeat from request to
+    request (the operation, the model, the outcome, the token counts...): a key with a short
+    string or an int keeps its whole field's bytes, up to `_MAX_CACHED` of them (then the kept
+    ones are forgotten and kept again as they come)."""
+
+    def __init__(self, tag: bytes) -> None:
+        self._tag = tag
+        self._keys: dict[str, bytes] = {}
+        self._fields: dict[tuple[str, Any], bytes] = {}
+
+    def write(self, attributes: Mapping[str, Any]) -> bytes:
+        fields, parts = self._fields, []
+        for item in attributes.items():
+            value = item[1]
+            kind = type(value)
+            # Only exact str and int: 1 == 1.0 == True, and those must stay apart.
+            if kind is int or (kind is str and len(value) <= _MAX_CACHED_CHARS):
+                found = fields.get(item)
+                if found is None:
+                    if len(fields) >= _MAX_CACHED:
+                        fields.clear()
+                    found = fields[item] = self._field(*item)
+                parts.append(found)
+            elif value is not None:
+                parts.append(self._field(*item))
+        return b"".join(parts)
+
+    def _field(self, key: str, value: Any) -> bytes:
+        keys = self._keys
+        head = keys.get(key)
+        if head is None:
+            head = _field(b"\x0a", key.encode()) + b"\x12"  # the key, then the value's tag
+            if len(keys) < _MAX_KEYS:
+                keys[key] = head
+        return _field(self._tag, head + _length(any_value(value)))
+
+
+def _length(value: bytes) -> bytes:
+    size = len(value)
+    return (_ONE_BYTE[size] if size < 128 else varint(size)) + value
+
+
+def span(
+    *,
+    trace_id: int,
+    span_id: int,
+    parent_id: int | None,
+    name: str,
+    kind: int,
+    start_ns: int,
+    end_ns: int,
+    attributes: bytes,
+    error: str | None = None,
+    remote_parent: bool = False,
+) -> bytes:
+    """One `Span`'s bytes (not yet a field of its `ScopeSpans`); `attributes` from
+    `AttributeWriter(b"\\x4a")`; `error`: the status is ERROR with that message."""
+    parts = [b"\x0a\x10", trace_id.to_bytes(16, "big"), b"\x12\x08", span_id.to_bytes(8, "big")]
+    if parent_id is not None:
+        parts += (b"\x22\x08", parent_id.to_bytes(8, "big"))
+    parts += (_field(b"\x2a", name.encode()), b"\x30", _ONE_BYTE[kind], b"\x39",
+              _pack_fixed64(start_ns), b"\x41", _pack_fixed64(end_ns), attributes)  # fmt: skip
+    if error is not None:
+        parts.append(_field(b"\x7a", _field(b"\x12", error.encode()) + b"\x18\x02"))
+    flags = SAMPLED | HAS_IS_REMOTE | (IS_REMOTE if remote_parent else 0)
+    parts += (b"\x85\x01", _pack_fixed32(flags))  # field 16, fixed32
+    return b"".join(parts)
+
+
+def export_request(resource: bytes, scope: bytes, schema_url: str, spans: Sequence[bytes]) -> bytes:
+    """An `ExportTraceServiceRequest` of one resource and one scope holding `spans`:
+    `resource` is the `Resource` message's bytes (its attributes, `AttributeWriter(b"\\x0a")`),
+    `scope` the `InstrumentationScope`'s."""
+    scope_spans = b"".join(
+        [_field(b"\x0a", scope), *(_field(b"\x12", s) for s in spans),
+         _field(b"\x1a", schema_url.encode())]
+    )  # fmt: skip
+    resource_spans = _field(b"\x0a", resource) + _field(b"\x12", scope_spans)
+    return _field(b"\x0a", resource_spans)
