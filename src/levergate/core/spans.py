@@ -91,14 +91,17 @@ class Spans:
         """Continue the client's `traceparent` (lower-cased header names, as `Context.headers`
         holds them), else `parent` (a library call's `Controls.trace`), when valid, else a new
         trace sampled at `ratio`."""
-        value = headers.get("traceparent") or parent or ""
-        found = _TRACEPARENT.fullmatch(value.strip().lower()) if len(value) <= 128 else None
-        if found is not None:
-            trace_id, parent_id = int(found[1], 16), int(found[2], 16)
-            if trace_id and parent_id:
-                sampled = bool(int(found[3], 16) & 1)
-                return cls(trace_id, _nonzero(64), parent_id, sampled, remote=True)
-        return cls(_nonzero(128), _nonzero(64), sampled=random.random() < ratio)  # noqa: S311 (sampling, not secrecy)
+        value = headers.get("traceparent") or parent
+        if value and len(value) <= 128:
+            found = _TRACEPARENT.fullmatch(value.strip().lower())
+            if found is not None:
+                trace_id, parent_id = int(found[1], 16), int(found[2], 16)
+                if trace_id and parent_id:
+                    sampled = bool(int(found[3], 16) & 1)
+                    return cls(trace_id, _nonzero(64), parent_id, sampled, remote=True)
+        # random() < 1.0 always: the default ratio draws nothing.
+        sampled = ratio >= 1.0 or random.random() < ratio  # noqa: S311 (sampling, not secrecy)
+        return cls(_nonzero(128), _nonzero(64), sampled=sampled)
 
     def attempt(self, upstream: str, model: str) -> Attempt | None:
         """A new attempt's record (None beyond the bound: it still runs, untraced)."""

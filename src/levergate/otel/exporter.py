@@ -145,15 +145,25 @@ class SpanExporter:
     # ---- the background job ------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Export what is queued every `export_interval_seconds`, or as soon as a batch waits."""
+        """Export a batch as soon as one is full, and what is queued every
+        `export_interval_seconds` (one batch a wake: requests that arrive meanwhile wait for
+        theirs, so a busy gateway sends full batches, not one per loop turn)."""
+        due = time.monotonic() + self._interval
         while True:
-            try:
-                async with asyncio.timeout(self._interval):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
-            self._wake.clear()
-            await self.flush()
+            if self._queued < self._batch:
+                try:
+                    async with asyncio.timeout(max(0.0, due - time.monotonic())):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+            late = time.monotonic() >= due
+            if late or self._queued >= self._batch:
+                await self._encode_batch()
+                if self._encoded:
+                    await self._send(None)
+            if late:
+                due = time.monotonic() + self._interval
 
     async def flush(self, *, deadline: float | None = None) -> None:
         """Export everything queued, batch by batch; each export's retries end at `deadline`

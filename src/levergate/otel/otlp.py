@@ -44,8 +44,14 @@ IS_REMOTE = 0x200
 _ONE_BYTE = tuple(bytes((n,)) for n in range(128))
 _U64 = (1 << 64) - 1
 _pack_double = struct.Struct("<d").pack
-_pack_fixed64 = struct.Struct("<Q").pack
 _pack_fixed32 = struct.Struct("<I").pack
+# A span's fixed-size fields, tags included: the ids (big-endian, as W3C writes them), the
+# parent, the kind and the times (fixed64, little-endian); flags (field 16, fixed32).
+_ids = struct.Struct(">HQQHQ").pack
+_parent = struct.Struct(">HQ").pack
+_kind_and_times = struct.Struct("<BBBQBQ").pack
+_FLAGS_LOCAL = b"\x85\x01" + _pack_fixed32(SAMPLED | HAS_IS_REMOTE)
+_FLAGS_REMOTE = b"\x85\x01" + _pack_fixed32(SAMPLED | HAS_IS_REMOTE | IS_REMOTE)
 _MAX_KEYS = 4096  # attribute keys kept encoded (levergate's are a few dozen)
 _MAX_CACHED = 4096  # whole attribute fields kept encoded: ~100 bytes each
 _MAX_CACHED_CHARS = 64  # the longest string value kept so
@@ -99,6 +105,7 @@ class AttributeWriter:
         self._tag = tag
         self._keys: dict[str, bytes] = {}
         self._fields: dict[tuple[str, Any], bytes] = {}
+        self._doubles: dict[str, bytes] = {}
 
     def write(self, attributes: Mapping[str, Any]) -> bytes:
         fields, parts = self._fields, []
@@ -116,6 +123,15 @@ class AttributeWriter:
             elif value is not None:
                 parts.append(self._field(*item))
         return b"".join(parts)
+
+    def double(self, key: str, value: float) -> bytes:
+        """The field of one double attribute, its fixed-size head encoded once."""
+        head = self._doubles.get(key)
+        if head is None:
+            head = self._field(key, 0.0)[:-8]  # all but the value's 8 bytes
+            if len(self._doubles) < _MAX_KEYS:
+                self._doubles[key] = head
+        return head + _pack_double(value)
 
     def _field(self, key: str, value: Any) -> bytes:
         keys = self._keys
@@ -147,16 +163,17 @@ def span(
 ) -> bytes:
     """One `Span`'s bytes (not yet a field of its `ScopeSpans`); `attributes` from
     `AttributeWriter(b"\\x4a")`; `error`: the status is ERROR with that message."""
-    parts = [b"\x0a\x10", trace_id.to_bytes(16, "big"), b"\x12\x08", span_id.to_bytes(8, "big")]
+    head = _ids(0x0A10, trace_id >> 64, trace_id & _U64, 0x1208, span_id)  # fields 1, 2
     if parent_id is not None:
-        parts += (b"\x22\x08", parent_id.to_bytes(8, "big"))
-    parts += (_field(b"\x2a", name.encode()), b"\x30", _ONE_BYTE[kind], b"\x39",
-              _pack_fixed64(start_ns), b"\x41", _pack_fixed64(end_ns), attributes)  # fmt: skip
-    if error is not None:
-        parts.append(_field(b"\x7a", _field(b"\x12", error.encode()) + b"\x18\x02"))
-    flags = SAMPLED | HAS_IS_REMOTE | (IS_REMOTE if remote_parent else 0)
-    parts += (b"\x85\x01", _pack_fixed32(flags))  # field 16, fixed32
-    return b"".join(parts)
+        head += _parent(0x2208, parent_id)  # field 4
+    name_bytes = name.encode()
+    size = len(name_bytes)
+    head += b"\x2a" + (_ONE_BYTE[size] if size < 128 else varint(size)) + name_bytes
+    head += _kind_and_times(0x30, kind, 0x39, start_ns, 0x41, end_ns)  # fields 6, 7, 8
+    if error is None:
+        return b"".join((head, attributes, _FLAGS_REMOTE if remote_parent else _FLAGS_LOCAL))
+    status = _field(b"\x7a", _field(b"\x12", error.encode()) + b"\x18\x02")  # field 15
+    return b"".join((head, attributes, status, _FLAGS_REMOTE if remote_parent else _FLAGS_LOCAL))
 
 
 def export_request(resource: bytes, scope: bytes, schema_url: str, spans: Sequence[bytes]) -> bytes:

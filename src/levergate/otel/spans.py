@@ -39,7 +39,7 @@ from levergate.version import __version__
 if TYPE_CHECKING:
     from levergate.config import Settings
     from levergate.core.spans import Internal, Spans
-    from levergate.layers.measure.record import RequestRecord
+    from levergate.layers.measure.record import RequestRecord, Tokens
 
 __all__ = ["SEMCONV_VERSION", "SpanEncoder", "attributes", "shared", "shared_key"]
 
@@ -98,23 +98,34 @@ def shared(key: Shared) -> dict[str, Any]:
 
 
 def _own(record: RequestRecord) -> dict[str, Any]:
-    """This request's own attributes: its id, tokens, cost, times and levers."""
+    """This request's own attributes: its tokens, id, cost, times and levers (`SpanEncoder._own`
+    writes the same)."""
+    found = _usage(record)
+    found.update({
+        "levergate.request_id": record.request_id,
+        "levergate.cost_usd": record.cost_usd,
+        "levergate.queued_seconds": record.queued_seconds,
+    })  # fmt: skip
+    if record.timings.ttft is not None:
+        found["gen_ai.response.time_to_first_chunk"] = record.timings.ttft
+    if _has_levers(record):
+        found.update(_levers(record))
+    return found
+
+
+def _usage(record: RequestRecord) -> dict[str, Any]:
     tokens = record.tokens
-    found: dict[str, Any] = {
+    return {
         "gen_ai.usage.input_tokens": tokens.input,
         "gen_ai.usage.output_tokens": tokens.output,
         "gen_ai.usage.cache_read.input_tokens": tokens.cached_read,
         "gen_ai.usage.cache_creation.input_tokens": tokens.cache_write,
-        "levergate.request_id": record.request_id,
-        "levergate.cost_usd": record.cost_usd,
-        "levergate.queued_seconds": record.queued_seconds,
     }
-    if record.timings.ttft is not None:
-        found["gen_ai.response.time_to_first_chunk"] = record.timings.ttft
-    if record.savings or record.cache or record.decision or record.escalations or \
-            record.trimmed_input:  # fmt: skip
-        found.update(_levers(record))
-    return found
+
+
+def _has_levers(record: RequestRecord) -> bool:
+    return bool(record.savings or record.cache or record.decision or record.escalations
+                or record.trimmed_input)  # fmt: skip
 
 
 def _levers(record: RequestRecord) -> dict[str, Any]:
@@ -149,7 +160,8 @@ class SpanEncoder:
             upstream.name: PROVIDERS.get(upstream.kind, upstream.kind)
             for upstream in settings.upstreams
         }
-        self._attributes = otlp.AttributeWriter(b"\x4a").write  # Span.attributes, field 9
+        self._writer = otlp.AttributeWriter(b"\x4a")  # Span.attributes, field 9
+        self._attributes = self._writer.write
         self.resource = otlp.AttributeWriter(b"\x0a").write({  # Resource.attributes, field 1
             "service.name": settings.otel.service_name,
             # Not the OpenTelemetry SDK's: levergate writes the spans itself (otel/otlp.py).
@@ -161,6 +173,7 @@ class SpanEncoder:
         # The shared attributes' bytes by `shared_key`, and the attempts' by theirs.
         self._shared: dict[Shared, bytes] = {}
         self._attempts: dict[tuple[str, str, str | None], bytes] = {}
+        self._tokens: dict[Tokens, bytes] = {}
 
     def request(self, record: RequestRecord, spans: Spans, wall: Wall) -> list[bytes]:
         """The request's span (kind SERVER, under the client's span when it sent one) and a
@@ -177,7 +190,7 @@ class SpanEncoder:
             trace_id=spans.trace_id, span_id=spans.span_id, parent_id=spans.parent_id,
             name=f"{OPERATIONS.get(record.kind, record.kind)} {record.model}",
             kind=otlp.SERVER, start_ns=started, end_ns=ended,
-            attributes=common + self._attributes(_own(record)), error=error,
+            attributes=common + self._own(record), error=error,
             remote_parent=spans.parent_id is not None,
         )]  # fmt: skip
         for attempt in spans.attempts:
@@ -189,6 +202,22 @@ class SpanEncoder:
                 attributes=self._attempt(attempt.upstream, attempt.model, attempt.error),
             ))  # fmt: skip
         return found
+
+    def _own(self, record: RequestRecord) -> bytes:
+        """`_own(record)`'s bytes: the token counts kept encoded by their values, the doubles
+        written straight, the rest through the attribute writer."""
+        tokens = self._tokens.get(record.tokens)
+        if tokens is None:
+            tokens = self._kept(self._tokens, record.tokens, self._attributes(_usage(record)))
+        double = self._writer.double
+        parts = [tokens, self._attributes({"levergate.request_id": record.request_id}),
+                 double("levergate.cost_usd", record.cost_usd),
+                 double("levergate.queued_seconds", record.queued_seconds)]  # fmt: skip
+        if (ttft := record.timings.ttft) is not None:
+            parts.append(double("gen_ai.response.time_to_first_chunk", ttft))
+        if _has_levers(record):
+            parts.append(self._attributes(_levers(record)))
+        return b"".join(parts)
 
     def _attempt(self, upstream: str, model: str, error: str | None) -> bytes:
         key = (upstream, model, error)
