@@ -178,11 +178,7 @@ class SpanExporter:
         every `TURN_ITEMS` of them; each item leaves the queue only as its bytes join
         `_encoded`, so a cancellation loses nothing."""
         encoder, queue, encoded = self._encoder, self._queue, self._encoded
-        now_ns, now_perf = time.time_ns(), time.perf_counter()
-
-        def wall(perf: float) -> int:
-            return now_ns - int((now_perf - perf) * 1e9)
-
+        base_ns = time.time_ns() - int(time.perf_counter() * 1e9)  # the spans' clock's zero
         turn = 0
         while queue and len(encoded) < self._batch:
             item = queue.popleft()
@@ -193,7 +189,7 @@ class SpanExporter:
                 else:
                     record, spans = item
                     self._queued -= 1 + len(spans.attempts)
-                    encoded.extend(encoder.request(record, spans, wall))
+                    encoded.extend(encoder.request(record, spans, base_ns))
             except Exception:  # one request's spans that cannot be encoded are its loss alone
                 log.exception("otel: spans of one request not exported")
                 self._m.dropped.labels("invalid").inc()

@@ -29,6 +29,7 @@ __all__ = [
     "STATUS_ERROR",
     "AttributeWriter",
     "export_request",
+    "pack_double",
     "span",
 ]
 
@@ -43,7 +44,7 @@ IS_REMOTE = 0x200
 
 _ONE_BYTE = tuple(bytes((n,)) for n in range(128))
 _U64 = (1 << 64) - 1
-_pack_double = struct.Struct("<d").pack
+pack_double = struct.Struct("<d").pack
 _pack_fixed32 = struct.Struct("<I").pack
 # A span's fixed-size fields, tags included: the ids (big-endian, as W3C writes them), the
 # parent, the kind and the times (fixed64, little-endian); flags (field 16, fixed32).
@@ -87,7 +88,7 @@ def any_value(value: Any) -> bytes:
     if isinstance(value, int):
         return b"\x18" + varint(value)
     if isinstance(value, float):
-        return b"\x21" + _pack_double(value)
+        return b"\x21" + pack_double(value)
     if isinstance(value, list | tuple):
         return _field(b"\x2a", b"".join(_field(b"\x0a", any_value(v)) for v in value))
     raise TypeError(f"an attribute value must be str, bool, int, float or a list of those, "
@@ -105,7 +106,6 @@ class AttributeWriter:
         self._tag = tag
         self._keys: dict[str, bytes] = {}
         self._fields: dict[tuple[str, Any], bytes] = {}
-        self._doubles: dict[str, bytes] = {}
 
     def write(self, attributes: Mapping[str, Any]) -> bytes:
         fields, parts = self._fields, []
@@ -124,23 +124,33 @@ class AttributeWriter:
                 parts.append(self._field(*item))
         return b"".join(parts)
 
-    def double(self, key: str, value: float) -> bytes:
-        """The field of one double attribute, its fixed-size head encoded once."""
-        head = self._doubles.get(key)
-        if head is None:
-            head = self._field(key, 0.0)[:-8]  # all but the value's 8 bytes
-            if len(self._doubles) < _MAX_KEYS:
-                self._doubles[key] = head
-        return head + _pack_double(value)
+    def string(self, key: str, value: str) -> bytes:
+        """The field of one string attribute (one never seen again: a request id)."""
+        data = value.encode()
+        size = len(data)
+        if size > 100:
+            return self._field(key, value)
+        head = self._keys.get(key) or self._head(key)
+        inner = len(head) + size + 3  # the value's length, its tag, the string's length
+        if inner >= 128:
+            return self._field(key, value)
+        return b"".join((self._tag, _ONE_BYTE[inner], head, _ONE_BYTE[size + 2], b"\x0a",
+                         _ONE_BYTE[size], data))  # fmt: skip
+
+    def double_head(self, key: str) -> bytes:
+        """The field of a double attribute but its value's 8 bytes (`pack_double`)."""
+        return self._field(key, 0.0)[:-8]
 
     def _field(self, key: str, value: Any) -> bytes:
-        keys = self._keys
-        head = keys.get(key)
-        if head is None:
-            head = _field(b"\x0a", key.encode()) + b"\x12"  # the key, then the value's tag
-            if len(keys) < _MAX_KEYS:
-                keys[key] = head
+        head = self._keys.get(key) or self._head(key)
         return _field(self._tag, head + _length(any_value(value)))
+
+    def _head(self, key: str) -> bytes:
+        """A `KeyValue`'s key field, then its value's tag."""
+        head = _field(b"\x0a", key.encode()) + b"\x12"
+        if len(self._keys) < _MAX_KEYS:
+            self._keys[key] = head
+        return head
 
 
 def _length(value: bytes) -> bytes:
@@ -158,11 +168,13 @@ def span(
     start_ns: int,
     end_ns: int,
     attributes: bytes,
+    more: bytes = b"",
     error: str | None = None,
     remote_parent: bool = False,
 ) -> bytes:
-    """One `Span`'s bytes (not yet a field of its `ScopeSpans`); `attributes` from
-    `AttributeWriter(b"\\x4a")`; `error`: the status is ERROR with that message."""
+    """One `Span` as a field of its `ScopeSpans` (field 2: tag, length, the span's bytes);
+    `attributes` (and `more` of them) from `AttributeWriter(b"\\x4a")`; `error`: the status is
+    ERROR with that message."""
     head = _ids(0x0A10, trace_id >> 64, trace_id & _U64, 0x1208, span_id)  # fields 1, 2
     if parent_id is not None:
         head += _parent(0x2208, parent_id)  # field 4
@@ -170,19 +182,32 @@ def span(
     size = len(name_bytes)
     head += b"\x2a" + (_ONE_BYTE[size] if size < 128 else varint(size)) + name_bytes
     head += _kind_and_times(0x30, kind, 0x39, start_ns, 0x41, end_ns)  # fields 6, 7, 8
+    flags = _FLAGS_REMOTE if remote_parent else _FLAGS_LOCAL
     if error is None:
-        return b"".join((head, attributes, _FLAGS_REMOTE if remote_parent else _FLAGS_LOCAL))
+        size = len(head) + len(attributes) + len(more) + 6
+        return b"".join((_span_head(size), head, attributes, more, flags))
     status = _field(b"\x7a", _field(b"\x12", error.encode()) + b"\x18\x02")  # field 15
-    return b"".join((head, attributes, status, _FLAGS_REMOTE if remote_parent else _FLAGS_LOCAL))
+    size = len(head) + len(attributes) + len(more) + len(status) + 6
+    return b"".join((_span_head(size), head, attributes, more, status, flags))
+
+
+def _span_head(size: int) -> bytes:
+    """ScopeSpans.spans' tag and a span's length (most spans: 128 to 16,383 bytes)."""
+    if 128 <= size < 16384:
+        return bytes((0x12, (size & 0x7F) | 0x80, size >> 7))
+    return b"\x12" + varint(size)
 
 
 def export_request(resource: bytes, scope: bytes, schema_url: str, spans: Sequence[bytes]) -> bytes:
-    """An `ExportTraceServiceRequest` of one resource and one scope holding `spans`:
-    `resource` is the `Resource` message's bytes (its attributes, `AttributeWriter(b"\\x0a")`),
-    `scope` the `InstrumentationScope`'s."""
-    scope_spans = b"".join(
-        [_field(b"\x0a", scope), *(_field(b"\x12", s) for s in spans),
-         _field(b"\x1a", schema_url.encode())]
-    )  # fmt: skip
-    resource_spans = _field(b"\x0a", resource) + _field(b"\x12", scope_spans)
-    return _field(b"\x0a", resource_spans)
+    """An `ExportTraceServiceRequest` of one resource and one scope holding `spans` (from
+    `span`): `resource` is the `Resource` message's bytes (its attributes,
+    `AttributeWriter(b"\\x0a")`), `scope` the `InstrumentationScope`'s. The nested messages'
+    lengths are added up first, so the spans' bytes are copied once, into the message."""
+    scope_field = _field(b"\x0a", scope)
+    schema_field = _field(b"\x1a", schema_url.encode())
+    scope_spans = len(scope_field) + sum(map(len, spans)) + len(schema_field)
+    resource_field = _field(b"\x0a", resource)
+    scope_spans_head = b"\x12" + varint(scope_spans)
+    resource_spans = len(resource_field) + len(scope_spans_head) + scope_spans
+    return b"".join([b"\x0a", varint(resource_spans), resource_field, scope_spans_head,
+                     scope_field, *spans, schema_field])  # fmt: skip

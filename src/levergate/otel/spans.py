@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from levergate.layers.measure.record import OK
 from levergate.otel import otlp
+from levergate.otel.otlp import pack_double as _pack_double
 from levergate.version import __version__
 
 if TYPE_CHECKING:
@@ -174,11 +175,15 @@ class SpanEncoder:
         self._shared: dict[Shared, bytes] = {}
         self._attempts: dict[tuple[str, str, str | None], bytes] = {}
         self._tokens: dict[Tokens, bytes] = {}
+        double = self._writer.double_head
+        self._doubles = (double("levergate.cost_usd"), double("levergate.queued_seconds"),
+                         double("gen_ai.response.time_to_first_chunk"))  # fmt: skip
 
-    def request(self, record: RequestRecord, spans: Spans, wall: Wall) -> list[bytes]:
+    def request(self, record: RequestRecord, spans: Spans, base_ns: int) -> list[bytes]:
         """The request's span (kind SERVER, under the client's span when it sent one) and a
-        child per attempt (kind CLIENT, with the span id sent upstream)."""
-        started = wall(spans.started)
+        child per attempt (kind CLIENT, with the span id sent upstream), as fields of their
+        `ScopeSpans`; `base_ns`: the wall clock (Unix ns) when `time.perf_counter()` read 0."""
+        started = base_ns + int(spans.started * 1e9)
         ended = started + int(record.timings.total * 1e9)
         provider = self._providers.get(record.upstream, "openai")
         error = None if record.outcome == OK else record.error or record.outcome
@@ -190,32 +195,33 @@ class SpanEncoder:
             trace_id=spans.trace_id, span_id=spans.span_id, parent_id=spans.parent_id,
             name=f"{OPERATIONS.get(record.kind, record.kind)} {record.model}",
             kind=otlp.SERVER, start_ns=started, end_ns=ended,
-            attributes=common + self._own(record), error=error,
+            attributes=common, more=self._own(record), error=error,
             remote_parent=spans.parent_id is not None,
         )]  # fmt: skip
         for attempt in spans.attempts:
-            end = min(wall(attempt.ended), ended) if attempt.ended is not None else ended
+            end = ended if attempt.ended is None else min(base_ns + int(attempt.ended * 1e9), ended)
             found.append(otlp.span(
                 trace_id=spans.trace_id, span_id=attempt.span_id, parent_id=spans.span_id,
                 name=f"attempt {attempt.upstream}", kind=otlp.CLIENT,
-                start_ns=wall(attempt.started), end_ns=end, error=attempt.error,
+                start_ns=base_ns + int(attempt.started * 1e9), end_ns=end, error=attempt.error,
                 attributes=self._attempt(attempt.upstream, attempt.model, attempt.error),
             ))  # fmt: skip
         return found
 
     def _own(self, record: RequestRecord) -> bytes:
-        """`_own(record)`'s bytes: the token counts kept encoded by their values, the doubles
-        written straight, the rest through the attribute writer."""
+        """`_own(record)`'s bytes: the token counts kept encoded by their values, the doubles'
+        heads encoded once, the rest through the attribute writer."""
         tokens = self._tokens.get(record.tokens)
         if tokens is None:
             tokens = self._kept(self._tokens, record.tokens, self._attributes(_usage(record)))
-        double = self._writer.double
-        parts = [tokens, self._attributes({"levergate.request_id": record.request_id}),
-                 double("levergate.cost_usd", record.cost_usd),
-                 double("levergate.queued_seconds", record.queued_seconds)]  # fmt: skip
-        if (ttft := record.timings.ttft) is not None:
-            parts.append(double("gen_ai.response.time_to_first_chunk", ttft))
-        if _has_levers(record):
+        cost, queued, ttft = self._doubles
+        parts = [tokens, self._writer.string("levergate.request_id", record.request_id),
+                 cost + _pack_double(record.cost_usd),
+                 queued + _pack_double(record.queued_seconds)]  # fmt: skip
+        if (seconds := record.timings.ttft) is not None:
+            parts.append(ttft + _pack_double(seconds))
+        if (record.savings or record.cache or record.decision or record.escalations
+                or record.trimmed_input):  # fmt: skip
             parts.append(self._attributes(_levers(record)))
         return b"".join(parts)
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span, Status
 
 from levergate.config import Settings
 from levergate.core.spans import Internal, Spans
@@ -69,7 +69,7 @@ def test_a_request_and_its_attempts_decode_as_the_spec_says() -> None:
     first.started, first.ended, first.error = 10.001, 10.002, "TransportFailed"
     second.started = 10.003  # still open when the request ended: it ends with the request
     rich = rich_record()._replace(upstream="sim", timings=rich_record().timings._replace(total=0.5))
-    message, spans = decoded(encoder, encoder.request(rich, traced, wall))
+    message, spans = decoded(encoder, encoder.request(rich, traced, T0))
 
     [resource] = message.resource_spans
     assert attrs(resource.resource.attributes) == {
@@ -117,7 +117,7 @@ def test_a_failed_request_is_an_error_span_of_a_new_trace() -> None:
     encoder = SpanEncoder(settings())
     traced = Spans(trace_id=7, span_id=8, started=1.0)
     failed = record(5)  # rate_limited
-    [span] = decoded(encoder, encoder.request(failed, traced, wall))[1]
+    [span] = decoded(encoder, encoder.request(failed, traced, T0))[1]
     assert not span.parent_span_id
     assert span.trace_id == (7).to_bytes(16, "big")
     assert span.status.code == Status.STATUS_CODE_ERROR
@@ -159,7 +159,7 @@ def test_many_spans_and_long_values_take_multi_byte_lengths() -> None:
     encoder = SpanEncoder(settings())
     long = record(1)._replace(feature="f" * 70_000, request_id="r" * 300)
     traced = Spans(trace_id=1, span_id=2, started=0.0)
-    spans = [b for _ in range(600) for b in encoder.request(long, traced, wall)]
+    spans = [b for _ in range(600) for b in encoder.request(long, traced, T0)]
     decoded_spans = decoded(encoder, spans)[1]
     assert len(decoded_spans) == 600
     assert attrs(decoded_spans[-1].attributes)["levergate.feature"] == "f" * 70_000
@@ -183,7 +183,7 @@ def test_any_attribute_round_trips(found: dict[str, Any]) -> None:
     writer = otlp.AttributeWriter(b"\x4a")
     encoded = otlp.span(trace_id=1, span_id=2, parent_id=None, name="n", kind=1, start_ns=0,
                         end_ns=1, attributes=writer.write(found))  # fmt: skip
-    span = Span.FromString(encoded)
+    [span] = ScopeSpans.FromString(encoded).spans  # `span` writes a field of ScopeSpans
     assert attrs(span.attributes) == found
     assert [kv.key for kv in span.attributes] == list(found)
 
@@ -221,7 +221,7 @@ def test_the_bytes_are_what_the_sdks_encoder_writes_for_the_same_spans() -> None
     assert attempt is not None
     attempt.started, attempt.ended, attempt.error = 5.001, 5.002, "TransportFailed"
     failed = record(5)
-    ours = decoded(encoder, encoder.request(failed, traced, wall))[0]
+    ours = decoded(encoder, encoder.request(failed, traced, T0))[0]
 
     resource = Resource({kv.key: value_of(kv.value)
                          for kv in ours.resource_spans[0].resource.attributes})  # fmt: skip
