@@ -204,7 +204,7 @@ async def test_an_entry_remembered_decoded_is_still_checked_against_the_store() 
     wall = [1000.0]
     store = MemoryKV(max_bytes=1_000_000, clock=ManualClock())
     stats = CacheStats()
-    entries = Entries(store, cache="exact", stats=stats, wall=lambda: wall[0])
+    entries = Entries(store, cache="exact", stats=stats, wall=lambda: wall[0], remember=True)
     upstream = FakeUpstream()
     cache = ExactCache(upstream, view=CacheView(CacheSettings(), entries, stats,
                                                 resolve=lambda a, _feature: a))  # fmt: skip
