@@ -10,8 +10,8 @@ In alternating rounds (direct, relay, levergate, then again) it measures
   gateway's CPU per request from /proc;
 - at concurrency 1, the p50 round trip of a plain Python socket client (one keep-alive
   connection, distinct requests);
-- an exact-cache hit (temperature 0, the same request again) through levergate against the
-  same client's round trip straight to the simulator.
+- an exact-cache hit (temperature 0, the same request again) through levergate (and through the
+  baseline, when there is one) against the same client's round trip straight to the simulator.
 
 Targets (issue 22): levergate >= 0.95x the relay's requests/s at c=16 and c=64, <= 1.1x its CPU
 per request, c=1 p50 within +0.05 ms of the relay's, a cache hit <= 1.5x the direct round trip.
@@ -156,7 +156,8 @@ def run(plan: Plan, baseline: Path | None) -> dict[str, Any]:
     }  # fmt: skip
     envs = {"levergate baseline": {"PYTHONPATH": str(baseline)}} if baseline else {}
     rows: list[dict[str, Any]] = []
-    trips: dict[str, list[float]] = {name: [] for name in (*targets, "levergate cache hit")}
+    hits = ("levergate cache hit", *(("levergate baseline cache hit",) if baseline else ()))
+    trips: dict[str, list[float]] = {name: [] for name in (*targets, *hits)}
     hit = {**BODY, "temperature": 0}
     with ExitStack() as stack:
         pids = {name: stack.enter_context(started(commands[name], ports[name], envs.get(name))).pid
@@ -175,9 +176,9 @@ def run(plan: Plan, baseline: Path | None) -> dict[str, Any]:
                     print(json.dumps(rows[-1]), flush=True)
             for name in targets:
                 trips[name].append(round_trips(ports[name], requests=plan.requests))
-            trips["levergate cache hit"].append(
-                round_trips(ports["levergate"], requests=plan.requests, same=hit)
-            )
+            for name in hits:
+                served_by = name.removesuffix(" cache hit")
+                trips[name].append(round_trips(ports[served_by], requests=plan.requests, same=hit))
     return {"rows": rows, "round_trip_p50_ms": trips, "load_average": os.getloadavg()}
 
 
@@ -210,6 +211,9 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
         "levergate_minus_relay_ms": trips["levergate"] - trips["relay"],
         "cache_hit_over_direct": trips["levergate cache hit"] / trips["direct"],
     }
+    if "levergate baseline cache hit" in trips:
+        out["c1"]["baseline_cache_hit_over_direct"] = (trips["levergate baseline cache hit"]
+                                                       / trips["direct"])  # fmt: skip
     return out
 
 
@@ -245,6 +249,10 @@ def markdown(data: dict[str, Any]) -> str:
         (f"| {c1['direct']:.3f} | {c1['relay']:.3f} | {c1['levergate']:.3f} | "
          f"{c1['levergate_minus_relay_ms']:+.3f} | {c1['levergate cache hit']:.3f} | "
          f"{c1['cache_hit_over_direct']:.2f}x |"),
+        *([(f"| baseline ({data['baseline']}) | | {c1['levergate baseline']:.3f} | | "
+            f"{c1['levergate baseline cache hit']:.3f} | "
+            f"{c1['baseline_cache_hit_over_direct']:.2f}x |")]
+          if "baseline_cache_hit_over_direct" in c1 else []),
         "", "Every wrk run, in order:", "",
         "| round | connections | target | req/s | non-2xx | CPU ms/req |",
         "|---|---|---|---:|---:|---:|",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,38 @@ async def test_exact_hits_replay_in_either_shape(
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == first.parse().usage.completion_tokens
     assert generations(sim) == 1
+
+
+async def test_repeated_hits_answer_the_same_bytes_headers_and_counts(
+    sim: SimHandle, proxy: str
+) -> None:
+    """The same request again and again over HTTP: the first hit decides its key once, the next
+    ones reuse that and the decoded entry (layers/cache/memo.py). Every hit answers the miss's
+    bytes with the same headers and is counted (a lookup, the tokens it saved); the same bytes
+    from another tenant are that tenant's own miss."""
+    body = json.dumps({"model": "sim-small", "messages": QUESTION, "max_tokens": 8,
+                       "temperature": 0}).encode()  # fmt: skip
+    sent = {"content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=proxy) as http:
+        replies = [await http.post("/chat/completions", content=body, headers=sent)
+                   for _ in range(4)]  # fmt: skip
+        other = await http.post("/chat/completions", content=body,
+                                headers={**sent, "x-levergate-tenant": "other"})  # fmt: skip
+        metrics = (await http.get(proxy.removesuffix("/v1") + "/metrics")).text
+    assert [r.headers[CACHE] for r in replies] == ["miss", "hit", "hit", "hit"]
+    assert all(r.status_code == 200 and r.content == replies[0].content for r in replies)
+    hits = replies[1:]
+    per_request = {"x-request-id", "x-levergate-cache-age", "age", "x-levergate-overhead-ms"}
+    same = [{k: v for k, v in r.headers.items() if k not in per_request} for r in hits]
+    assert same[0] == same[1] == same[2]
+    assert same[0]["x-levergate-attempts"] == "0"
+    assert {"x-levergate-cost-usd", "x-levergate-savings-usd", "age"} <= set(hits[2].headers)
+    assert other.headers[CACHE] == "miss"
+    assert generations(sim) == 2
+    completion = json.loads(replies[0].content)["usage"]["completion_tokens"]
+    assert 'levergate_cache_lookups_total{cache="exact",outcome="hit"} 3.0' in metrics
+    assert (f'levergate_cache_saved_tokens_total{{cache="exact",kind="output"}} '
+            f"{3.0 * completion}") in metrics  # fmt: skip
 
 
 async def test_a_streamed_answer_serves_later_whole_requests(

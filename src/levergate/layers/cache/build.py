@@ -71,9 +71,11 @@ class CacheState:
         return cls(stats=stats, store=built.kv, resolve=resolve, where=where, index=index,
                    stores=stores)  # fmt: skip
 
-    def view(self, cache: str, settings: CacheSettings) -> CacheView:
-        """All one cache layer is built with; its name labels the counters."""
-        entries = Entries(self.store, cache=cache, stats=self.stats)
+    def view(self, cache: str, settings: CacheSettings, *, remember: bool = False) -> CacheView:
+        """All one cache layer is built with; its name labels the counters. `remember`: its
+        entries keep the last ones decoded (`Entries`), for a layer whose hits repeat one
+        entry a request (the exact cache; not the embeddings cache's thousands of inputs)."""
+        entries = Entries(self.store, cache=cache, stats=self.stats, remember=remember)
         return CacheView(settings=settings, entries=entries, stats=self.stats, resolve=self.resolve)
 
 

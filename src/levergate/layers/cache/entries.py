@@ -4,9 +4,9 @@ one cache layer is built with.
 Reading decodes and checks the entry (format, key binding, checksum, expiry). An entry that does
 not decode is logged, counted, deleted and treated as a miss: a corrupt entry must never be
 served and must not be met again. The store under it is a `SafeKV`, so a down, slow or locked
-store is already a miss here. The entries decoded last are remembered with the bytes they came
-from (`layers.cache.memo`): the same bytes again (a repeated hit) skip the checksum and the
-parse, not the store's read nor the expiry check.
+store is already a miss here. With `remember` (the exact cache), the entries decoded last are
+remembered with the bytes they came from (`layers.cache.memo`): the same bytes again (a
+repeated hit) skip the checksum and the parse, not the store's read nor the expiry check.
 """
 
 from __future__ import annotations
@@ -50,34 +50,40 @@ class Entries:
         cache: str,
         stats: CacheStats,
         wall: Callable[[], float] = time.time,
+        remember: bool = False,
     ) -> None:
         self.store = store
         self._cache = cache
         self._stats = stats
         self.wall = wall
-        # key -> (the bytes an entry was decoded from, the entry): `decode` is a function of
-        # the two, so equal bytes under the same key decode to the same (immutable) entry.
-        self._decoded: Memo[tuple[bytes, Entry]] = Memo(
-            max_items=DECODED_ENTRIES, max_bytes=DECODED_BYTES, max_item_bytes=DECODED_ENTRY_BYTES
-        )
+        # With `remember`, key -> (the bytes an entry was decoded from, the entry): `decode` is
+        # a function of the two, so equal bytes under the same key decode to the same
+        # (immutable) entry.
+        self._decoded: Memo[tuple[bytes, Entry]] | None = None
+        if remember:
+            self._decoded = Memo(max_items=DECODED_ENTRIES, max_bytes=DECODED_BYTES,
+                                 max_item_bytes=DECODED_ENTRY_BYTES)  # fmt: skip
 
     async def load(self, key: str) -> Entry | None:
         data = await self.store.get(key)
         if data is None:
             return None
-        known = self._decoded.get(key)
+        memo = self._decoded
+        known = memo.get(key) if memo is not None else None
         if known is not None and known[0] == data:  # the same object, from the memory store
             entry = known[1]
         else:
             try:
                 entry = decode(data, key=key)
             except CorruptEntry as exc:
-                self._decoded.discard(key)
+                if memo is not None:
+                    memo.discard(key)
                 self._stats.corrupt.labels(self._cache).inc()
                 log.warning("dropping corrupt %s cache entry %s: %s", self._cache, key[:16], exc)
                 await self.store.delete(key)
                 return None
-            self._decoded.put(key, (data, entry), size=len(data) + len(key))
+            if memo is not None:
+                memo.put(key, (data, entry), size=len(data) + len(key))
         if not entry.fresh(self.wall()):
             return None
         return entry

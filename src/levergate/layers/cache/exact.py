@@ -92,7 +92,7 @@ class ExactCache:
         """None when the cache is off (`Shared.cache` is None)."""
         if (state := shared.cache) is None:
             return None
-        return partial(cls, view=state.view(NAME, settings), clock=shared.clock)
+        return partial(cls, view=state.view(NAME, settings, remember=True), clock=shared.clock)
 
     def __init__(
         self,

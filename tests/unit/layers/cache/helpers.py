@@ -57,7 +57,7 @@ def exact_cache(
 ) -> tuple[ExactCache, CacheStats]:
     stats = stats or CacheStats()
     kv = store if store is not None else MemoryKV(max_bytes=10_000_000, clock=ManualClock())
-    entries = Entries(kv, cache="exact", stats=stats)
+    entries = Entries(kv, cache="exact", stats=stats, remember=True)
     view = CacheView(settings or CacheSettings(), entries, stats, resolve=lambda alias, _f: alias)
     layer = ExactCache(inner, view=view, clock=clock)
     return layer, stats

@@ -204,7 +204,7 @@ async def test_an_entry_remembered_decoded_is_still_checked_against_the_store() 
     wall = [1000.0]
     store = MemoryKV(max_bytes=1_000_000, clock=ManualClock())
     stats = CacheStats()
-    entries = Entries(store, cache="exact", stats=stats, wall=lambda: wall[0])
+    entries = Entries(store, cache="exact", stats=stats, wall=lambda: wall[0], remember=True)
     upstream = FakeUpstream()
     cache = ExactCache(upstream, view=CacheView(CacheSettings(), entries, stats,
                                                 resolve=lambda a, _feature: a))  # fmt: skip
@@ -242,11 +242,14 @@ async def test_a_body_decided_before_keeps_its_tenant_feature_and_kind_apart() -
     sampled = [(await cache(chat(raw=True, temperature=0.5))).headers[CACHE_HEADER]
                for _ in range(2)]  # fmt: skip
     assert sampled == ["bypass; reason=nondeterministic"] * 2
+    # The call's own Cache-Control still decides, the body's decision remembered or not.
+    refreshed = await cache(chat(raw=True, cache=CachePolicy(lookup=False)))
+    assert refreshed.headers[CACHE_HEADER] == "miss"
     body = {"model": "m", "prompt": "Once", "max_tokens": 2, "temperature": 0}
     raw = orjson.dumps(body)
     as_completion = Call(kind="completion", body=body, ctx=Context("r"), raw=raw)
     assert (await cache(as_completion)).headers[CACHE_HEADER] == "miss"
-    assert len(upstream.calls) == 7  # 2 misses, 4 bypasses, the completion
+    assert len(upstream.calls) == 8  # 3 misses, 4 bypasses, the completion
 
 
 async def test_max_age_refuses_older_entries_and_age_is_reported() -> None:
