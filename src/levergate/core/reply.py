@@ -332,19 +332,7 @@ class Stream:
                     eaches, hidden = self._primed(batch[0], seen, ended)
                 if ended.events is not None:
                     ended.events += batch
-                sent = batch
-                for event in batch:
-                    # `usage()`'s own first tests, inline: most events carry none, or carry
-                    # `"usage":null` (OpenAI's chunks do, once a stream asked for its usage).
-                    data = event.data
-                    if (
-                        (at := data.find(b'"usage"')) >= 0
-                        and data[at + 7 : at + 12] != b":null"
-                        and (found := event.usage()) is not None
-                    ):
-                        ended.usage = found
-                        if hidden is not None and hidden(event):
-                            sent = [e for e in sent if e is not event]
+                sent = _usage_of(batch, ended, hidden)
                 if not eaches:
                     if sent:
                         ended.sent = True
@@ -405,6 +393,26 @@ class Stream:
             except BaseException as exc:
                 error = exc
         raise error
+
+
+def _usage_of(
+    batch: list[Event], ended: Ended, hidden: Callable[[Event], bool] | None
+) -> list[Event]:
+    """`batch` without the events `hidden` drops; `ended.usage` the last usage block in it."""
+    sent = batch
+    for event in batch:
+        # `usage()`'s own first tests, inline: most events carry none, or carry `"usage":null`
+        # (OpenAI's chunks do, once a stream asked for its usage).
+        data = event.data
+        if (
+            (at := data.find(b'"usage"')) >= 0
+            and data[at + 7 : at + 12] != b":null"
+            and (found := event.usage()) is not None
+        ):
+            ended.usage = found
+            if hidden is not None and hidden(event):
+                sent = [e for e in sent if e is not event]
+    return sent
 
 
 async def _flat(batches: AsyncIterator[list[Event]]) -> EventSource:
