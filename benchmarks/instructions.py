@@ -31,7 +31,12 @@ request's instructions.
    1.1x the CPU per request), each its own process under callgrind, in front of one
    `levergate sim` (0 ms, not counted) and loaded by an asyncio client on loopback with 1 and
    16 connections: distinct chat requests, so the exact cache misses, whole (and, with
-   `--relay-kinds whole,stream`, streamed). Counting is
+   `--relay-kinds whole,stream`, streamed). Kind `hit` (`--relay-kinds hit`) counts exact-cache
+   hits instead: the same request every time (temperature 0), so after the warm-up's first
+   request every one is answered from levergate's cache, against the simulator's own
+   instructions for answering it (a second `levergate sim` under callgrind, loaded the same
+   way): the relay caches nothing, and a hit's goal is the direct round trip's (issue 22 §3:
+   a hit <= 1.5x a client's round trip to the simulator). Counting is
    switched on after the warm-up (`callgrind_control -i on`), so the servers' start-up runs
    uninstrumented; the servers' idle ticks during the run (uvicorn's 0.1 s tick, levergate's
    timers), which callgrind's slowdown stretches, are in both counts and measured separately.
@@ -43,10 +48,10 @@ Where those matter, CPU time on a quiet machine still has the last word.
     python benchmarks/instructions.py [--requests 500] [--warmup 500] [--only log|relay]
         [--before OLD.json --before-name NAME] [--merge OTHER_PART.json] [--keep FOLDER]
         [--baseline OTHER_TREE/src --baseline-name NAME]   # a third server in the relay A/B
-        [--relay-kinds whole,stream]
+        [--relay-kinds whole,stream,hit] [--connections 1,16] [--name instructions]
     python benchmarks/instructions.py --smoke
 
-Writes benchmarks/results/instructions.{json,md}.
+Writes benchmarks/results/instructions.{json,md} (`--name`: another name).
 """
 
 from __future__ import annotations
@@ -80,6 +85,9 @@ WAYS = ("inprocess", "http", "simulator")
 LOG_ROWS = (("inprocess", "whole"), ("inprocess", "stream"), ("simulator", "whole"))
 KINDS = ("whole", "stream")
 BODY = {"model": "sim-small", "max_tokens": 16}
+# Kind `hit`'s request: the same each time, deterministic (temperature 0), so the exact cache
+# answers every one after the first.
+SAME = {**BODY, "temperature": 0, "messages": [{"role": "user", "content": "the same question"}]}
 # Instructions per second, callgrind against the same code at full speed: ~50x.
 SLOWDOWN = 50
 ROWS_PER_TURN = 50  # the log's rows built per turn of the event loop at full speed (~10 us each)
@@ -254,10 +262,10 @@ def log_ab(folder: Path, requests: int, warmup: int, which: tuple[tuple[str, str
 
 
 async def load(port: int, requests: int, connections: int, first: int, *,
-               stream: bool = False) -> None:  # fmt: skip
+               stream: bool = False, same: bool = False) -> None:  # fmt: skip
     """`requests` distinct chat requests (numbered from `first`) over `connections` keep-alive
     connections, each answered before its connection sends the next; `stream`: streamed, each
-    read to its last chunk."""
+    read to its last chunk; `same`: `SAME` every time instead (whole)."""
     numbers = iter(range(first, first + requests))
 
     async def connection() -> None:
@@ -265,8 +273,8 @@ async def load(port: int, requests: int, connections: int, first: int, *,
         try:
             for n in numbers:
                 messages = [{"role": "user", "content": f"hi {n}"}]
-                body = json.dumps({**BODY, **({"stream": True} if stream else {}),
-                                   "messages": messages})  # fmt: skip
+                body = json.dumps(SAME if same else {**BODY, **({"stream": True} if stream
+                                  else {}), "messages": messages})  # fmt: skip
                 writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: "
                              b"application/json\r\ncontent-length: %d\r\n\r\n%s"
                              % (len(body), body.encode()))  # fmt: skip
@@ -289,6 +297,8 @@ async def load(port: int, requests: int, connections: int, first: int, *,
 
 
 def server_command(target: str, port: int, upstream: str) -> list[str]:
+    if target == "simulator":
+        return [*LEVERGATE, "sim", "--port", str(port), "--ttft-ms", "0"]
     if target == "relay":
         return [sys.executable, str(HERE / "bare_relay.py"), "--port", str(port),
                 "--upstream", upstream]  # fmt: skip
@@ -296,13 +306,14 @@ def server_command(target: str, port: int, upstream: str) -> list[str]:
 
 
 def counted_server(folder: Path, target: str, upstream: str, *, requests: int, warmup: int,
-                   connections: int, idle: float = 0.0, stream: bool = False,
+                   connections: int, idle: float = 0.0, kind: str = "whole",
                    env: Mapping[str, str] | None = None) -> int:  # fmt: skip
     """The instructions `target` executes serving `requests` after `warmup` (uncounted), with
     `idle` seconds of nothing before they start, up to its exit on SIGTERM; `env` over this
-    process's environment (a baseline's `PYTHONPATH`)."""
+    process's environment (a baseline's `PYTHONPATH`). `kind`: whole, stream, or hit (`SAME`
+    every time)."""
     port = free_port()
-    kind = "stream" if stream else "whole"
+    stream, same = kind == "stream", kind == "hit"
     out = folder / (f"{target.replace(' ', '-')}-{kind}-c{connections}-{requests}-{idle:g}"
                     ".callgrind")  # fmt: skip
     proc = subprocess.Popen([*callgrind(out, at_start=False), *server_command(target, port,
@@ -310,11 +321,11 @@ def counted_server(folder: Path, target: str, upstream: str, *, requests: int, w
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         wait_port(port, seconds=START_SECONDS, proc=proc)
-        asyncio.run(load(port, warmup, connections, first=0, stream=stream))
+        asyncio.run(load(port, warmup, connections, first=0, stream=stream, same=same))
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
                        capture_output=True, timeout=120)  # fmt: skip
         time.sleep(idle)
-        asyncio.run(load(port, requests, connections, first=warmup, stream=stream))
+        asyncio.run(load(port, requests, connections, first=warmup, stream=stream, same=same))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -330,11 +341,11 @@ def relay_ab(folder: Path, requests: int, warmup: int, *, connections: tuple[int
              baseline: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """`baseline`: another tree's `src/`, served as a third target ("levergate baseline");
     each N's runs of every target are started together, so levergate and its baseline run
-    at the same load (the servers' wall-clock timers are in the counts)."""
+    at the same load (the servers' wall-clock timers are in the counts). Kind `hit` compares
+    with the simulator answering the same request instead of the relay."""
     need_tool("callgrind_control")
-    targets = ("relay", "levergate", *(("levergate baseline",) if baseline else ()))
+    levergates = ("levergate", *(("levergate baseline",) if baseline else ()))
     envs = {"levergate baseline": {"PYTHONPATH": str(baseline)}} if baseline else {}
-    parallel = max(parallel, len(targets))
     sim_port = free_port()
     sim = subprocess.Popen([*LEVERGATE, "sim", "--port", str(sim_port), "--ttft-ms", "0"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -344,18 +355,20 @@ def relay_ab(folder: Path, requests: int, warmup: int, *, connections: tuple[int
     try:
         wait_port(sim_port, proc=sim)
         for kind, c in itertools.product(kinds, connections):
+            against = "simulator" if kind == "hit" else "relay"
+            targets = (against, *levergates)
             runs = {f"{target}-{n}": functools.partial(
                         counted_server, folder, target, upstream, requests=n, warmup=warmup,
-                        connections=c, stream=kind == "stream", env=envs.get(target))
+                        connections=c, kind=kind, env=envs.get(target))
                     for n in (requests, 2 * requests)
                     for target in targets}  # fmt: skip
-            counts = counted_all(runs, parallel)
+            counts = counted_all(runs, max(parallel, len(targets)))
             row: dict[str, Any] = {"connections": c, "kind": kind,
                                    **{target: per_request(counts, target, requests)
                                       for target in targets}}  # fmt: skip
-            row["ratio"] = row["levergate"] / row["relay"]
+            row["ratio"] = row["levergate"] / row[against]
             if baseline:
-                row["baseline_ratio"] = row["levergate baseline"] / row["relay"]
+                row["baseline_ratio"] = row["levergate baseline"] / row[against]
             rows.append(row)
             print(json.dumps(rows[-1]), flush=True)
         if idle:
@@ -428,12 +441,14 @@ def log_table(rows: list[dict[str, Any]], old: list[dict[str, Any]], name: str |
 
 
 def relay_table(relay: dict[str, Any], old: dict[str, Any], name: str | None) -> list[str]:
+    was = {(r.get("kind", "whole"), r["connections"]): r for r in old.get("rows", [])}
+    if all(r.get("kind") == "hit" for r in relay["rows"]):
+        return hit_table(relay, was, name)
     lines = ["", ("levergate's default proxy path (`levergate serve --upstream`) against the bare "
              "relay (`bare_relay.py`), each under callgrind in front of `levergate sim` (0 ms), "
              "distinct answers, whole or streamed (16 tokens); the server process only, counted "
              "after the warm-up. "
              "Target (issue 22): <= 1.1x."), ""]  # fmt: skip
-    was = {(r.get("kind", "whole"), r["connections"]): r for r in old.get("rows", [])}
     head = "| answer | connections | relay instr/req | levergate instr/req | levergate / relay |"
     rule = "|---|---|---:|---:|---:|"
     baseline = relay.get("baseline")
@@ -446,6 +461,8 @@ def relay_table(relay: dict[str, Any], old: dict[str, Any], name: str | None) ->
     lines += [head, rule]
     for r in relay["rows"]:
         kind = r.get("kind", "whole")
+        if kind == "hit":
+            continue
         line = (f"| {kind} | {r['connections']} | {r['relay']:,.0f} | {r['levergate']:,.0f} | "
                 f"{r['ratio']:.2f}x |")  # fmt: skip
         if baseline:
@@ -453,11 +470,50 @@ def relay_table(relay: dict[str, Any], old: dict[str, Any], name: str | None) ->
         if (b := was.get((kind, r["connections"]))) is not None:
             line += f" {b['ratio']:.2f}x |"
         lines.append(line)
+    lines += hit_table(relay, was, name)
     ticks = relay["idle_instructions_per_second"]
     if ticks:
         lines += ["", ("Idle servers, instructions per second of wall time (their timers: in both "
                   "counts, stretched by callgrind's slowdown): "
                   + ", ".join(f"{t} {v:,.0f}" for t, v in ticks.items()) + ".")]  # fmt: skip
+    return lines
+
+
+def hit_table(relay: dict[str, Any], was: dict[tuple[str, int], dict[str, Any]],
+              name: str | None) -> list[str]:  # fmt: skip
+    """Kind `hit`'s rows: levergate answering from its exact cache against the simulator
+    answering the same request."""
+    rows = [r for r in relay["rows"] if r.get("kind") == "hit"]
+    if not rows:
+        return []
+    lines = [
+        "",
+        (
+            "Exact-cache hits (`--relay-kinds hit`): the same request every time "
+            "(temperature 0), so each counted request is answered from levergate's cache, "
+            "against the simulator's own instructions for answering that request (a client's "
+            "direct round trip; issue 22's goal: a hit <= 1.5x it in wall-clock time)."
+        ),
+        "",
+    ]
+    head = "| connections | simulator instr/req | levergate hit instr/req | hit / simulator |"
+    rule = "|---|---:|---:|---:|"
+    baseline = relay.get("baseline")
+    if baseline:
+        head += f" {baseline} hit instr/req | {baseline} / simulator |"
+        rule += "---:|---:|"
+    if was:
+        head += f" before ({name}): hit / simulator |"
+        rule += "---:|"
+    lines += [head, rule]
+    for r in rows:
+        line = (f"| {r['connections']} | {r['simulator']:,.0f} | {r['levergate']:,.0f} | "
+                f"{r['ratio']:.2f}x |")  # fmt: skip
+        if baseline:
+            line += f" {r['levergate baseline']:,.0f} | {r['baseline_ratio']:.2f}x |"
+        if (b := was.get(("hit", r["connections"]))) is not None:
+            line += f" {b['ratio']:.2f}x |"
+        lines.append(line)
     return lines
 
 
@@ -472,10 +528,15 @@ def arguments() -> argparse.Namespace:
                         help="the log A/B's rows, way:kind, comma-separated")  # fmt: skip
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of idle measured")
     parser.add_argument("--relay-kinds", default="whole",
-                        help="the relay A/B's answers, comma-separated: whole, stream")  # fmt: skip
+                        help="the relay A/B's answers, comma-separated: whole, stream, "
+                        "hit")  # fmt: skip
     parser.add_argument("--baseline", type=Path,
                         help="another tree's src/, a third target of the relay A/B")  # fmt: skip
     parser.add_argument("--baseline-name", default="baseline", help="what the baseline is")
+    parser.add_argument("--connections", default="1,16",
+                        help="the relay A/B's connection counts, comma-separated")  # fmt: skip
+    parser.add_argument("--name", default="instructions",
+                        help="the results' file name (<out>/<name>.json and .md)")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--way", choices=WAYS, default="inprocess", help=argparse.SUPPRESS)
     parser.add_argument("--kind", choices=KINDS, default="whole", help=argparse.SUPPRESS)
@@ -502,7 +563,7 @@ def main() -> None:
         return
     out = Output.of(args)
     which = tuple((way, kind) for way, kind in (r.split(":", 1) for r in args.log_rows.split(",")))
-    connections: tuple[int, ...] = (1, 16)
+    connections = tuple(int(c) for c in args.connections.split(","))
     parallel = 2
     if args.smoke:  # every run of an A/B at once (four), one row each
         args.requests, args.warmup, args.idle, connections = 3, 2, 0.0, (1,)
@@ -533,7 +594,7 @@ def main() -> None:
         old = [json.loads(path.read_text()) for path in args.before]
         data["before"] = {"name": args.before_name, "log": [r for o in old for r in o["log"]],
                           "relay": next((o["relay"] for o in old if o["relay"]), {})}  # fmt: skip
-    out.write("instructions", data, markdown(data))
+    out.write(args.name, data, markdown(data))
 
 
 if __name__ == "__main__":

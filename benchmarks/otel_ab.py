@@ -1,9 +1,12 @@
-"""What do OpenTelemetry traces cost? CPU per request of the whole in-process path (httpx client,
-gateway, simulator in one process, as `inprocess_cpu.py`) with `otel.endpoint` off and on, in
-alternating rounds (each in its own child process) so both see the same machine at the same
-moments. "on" exports every request's span and its attempt's child over OTLP/HTTP to a receiver
-in another process (which answers 200 and drops them); the exporter's thread and the gateway's
-close (which flushes the queue) are inside the measured CPU.
+"""What do OpenTelemetry traces cost, alone and with the request log (issue 22 §3: log + OTel
+<= 1.1x the CPU of log-off)? CPU per request of the whole in-process path (httpx client,
+gateway, simulator in one process, as `inprocess_cpu.py`) on four sides — off, otel, log,
+log+otel — in alternating rounds (each in its own child process) so all see the same machine at
+the same moments. "otel" exports every request's span and its attempt's child over OTLP/HTTP to
+a receiver in another process (which answers 200 and drops them); "log" writes every record to
+a SQLite request log in a temporary folder; the exporter's and the log's work and the gateway's
+close (which exports and writes what is queued) are inside the measured CPU. Callgrind's counts
+of the same (benchmarks/otel_instructions.py) do not move with the machine's load.
 
     python benchmarks/otel_ab.py [--rounds 4] [--requests 3000]
     python benchmarks/otel_ab.py --smoke
@@ -16,9 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -26,19 +31,25 @@ from typing import Any
 import httpx
 from harness import Output, add_output_options, free_port, stamp, stop, wait_port
 
+SIDES = ("off", "otel", "log", "log+otel")
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 16}
 
 
-async def cpu_per_request(requests: int, *, stream: bool, endpoint: str | None) -> float:
-    """Microseconds of this process's CPU per request (client + gateway + simulator + export)."""
+async def cpu_per_request(
+    requests: int, *, stream: bool, endpoint: str | None, log: str | None
+) -> float:
+    """Microseconds of this process's CPU per request (client + gateway + simulator + export
+    + log)."""
     from levergate.app import build_gateway
     from levergate.config import Settings
     from levergate.server.transport import GatewayTransport
     from levergate.simulator import SimSettings, run_simulator
 
     async with run_simulator(SimSettings(port=0)) as sim:
-        otel = {"endpoint": endpoint} if endpoint else {}
-        settings = Settings.for_upstream(sim.base_url, otel=otel)
+        values: dict[str, Any] = {"otel": {"endpoint": endpoint} if endpoint else {}}
+        if log:
+            values["request_log"] = {"enabled": True, "store": {"sqlite_path": log}}
+        settings = Settings.for_upstream(sim.base_url, **values)
         gateway = build_gateway(settings)
         async with gateway, httpx.AsyncClient(
             transport=GatewayTransport(gateway), base_url="http://levergate/v1"
@@ -64,18 +75,21 @@ class _Drop(BaseHTTPRequestHandler):
         return
 
 
-def child(requests: int, endpoint: str | None) -> None:
-    result = {
-        "stream": asyncio.run(cpu_per_request(requests, stream=True, endpoint=endpoint)),
-        "whole": asyncio.run(cpu_per_request(requests, stream=False, endpoint=endpoint)),
-    }
+def child(requests: int, endpoint: str | None, log: str | None) -> None:
+    result = {}
+    for kind in ("stream", "whole"):
+        path = f"{log}-{kind}.sqlite3" if log else None
+        result[kind] = asyncio.run(cpu_per_request(requests, stream=kind == "stream",
+                                                   endpoint=endpoint, log=path))  # fmt: skip
     print(json.dumps(result))
 
 
-def run_child(requests: int, endpoint: str | None) -> dict[str, float]:
+def run_child(requests: int, endpoint: str | None, log: str | None) -> dict[str, float]:
     argv = [sys.executable, __file__, "--child", "--requests", str(requests)]
     if endpoint:
         argv += ["--endpoint", endpoint]
+    if log:
+        argv += ["--log", log]
     out = subprocess.run(argv, check=True, capture_output=True, text=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -87,24 +101,29 @@ def main() -> None:
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--receiver", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", default=None)
+    parser.add_argument("--log", default=None, help=argparse.SUPPRESS)
     add_output_options(parser)
     args = parser.parse_args()
     if args.receiver:
         ThreadingHTTPServer(("127.0.0.1", args.receiver), _Drop).serve_forever()
     if args.child:
-        child(args.requests, args.endpoint)
+        child(args.requests, args.endpoint, args.log)
         return
     out = Output.of(args)
     if args.smoke:
         args.rounds, args.requests = 1, 50
     port = free_port()
     receiver = subprocess.Popen([sys.executable, __file__, "--receiver", str(port)])
+    endpoint = f"http://127.0.0.1:{port}"
     try:
         wait_port(port)
-        runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
-        for _ in range(args.rounds):
-            runs["off"].append(run_child(args.requests, None))
-            runs["on"].append(run_child(args.requests, f"http://127.0.0.1:{port}"))
+        runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+        with tempfile.TemporaryDirectory(prefix="levergate-otel-ab-") as folder:
+            for n in range(args.rounds):
+                for side in SIDES:
+                    log = f"{folder}/{side}-{n}" if "log" in side else None
+                    runs[side].append(run_child(args.requests, endpoint if "otel" in side
+                                                else None, log))  # fmt: skip
     finally:
         stop(receiver)
     report(runs, args, out)
@@ -115,22 +134,24 @@ def report(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, ou
                             "runs": runs}  # fmt: skip
     rows = []
     for what in ("stream", "whole"):
-        off = statistics.median(r[what] for r in runs["off"])
-        on = statistics.median(r[what] for r in runs["on"])
-        data[what] = {"off_us": off, "on_us": on, "ratio": on / off}
-        spread = ", ".join(f"{r[what]:.0f}" for r in runs["off"]), ", ".join(
-            f"{r[what]:.0f}" for r in runs["on"])  # fmt: skip
-        rows.append(
-            f"| {what} | {off:.1f} | {on:.1f} | {on / off:.3f} | {spread[0]} / {spread[1]} |"
-        )
+        median = {side: statistics.median(r[what] for r in runs[side]) for side in SIDES}
+        data[what] = {f"{side}_us": median[side] for side in SIDES}
+        data[what].update({f"{side}_ratio": median[side] / median["off"] for side in SIDES[1:]})
+        cells = [f"{median[side]:.1f}" for side in SIDES]
+        cells += [f"{median[side] / median['off']:.3f}" for side in SIDES[1:]]
+        spread = " / ".join(", ".join(f"{r[what]:.0f}" for r in runs[side]) for side in SIDES)
+        rows.append(f"| {what} | " + " | ".join(cells) + f" | {spread} |")
     markdown = (
-        f"# OpenTelemetry traces A/B ({data['date']}, {data['machine']})\n\n"
+        f"# OpenTelemetry traces and the request log A/B ({data['date']}, {data['machine']})\n\n"
         f"`benchmarks/otel_ab.py --rounds {args.rounds} --requests {args.requests}`: CPU "
         "microseconds per request of the in-process path (client, gateway and simulator in one "
-        "process), medians of alternating rounds, `otel.endpoint` off vs on (every request "
-        "traced and exported to a receiver in another process).\n\n"
-        "| path | off us/req | on us/req | on / off | rounds off / on |\n|---|---|---|---|---|\n"
-        + "\n".join(rows) + "\n"
+        "process), medians of alternating rounds: off (no log, no tracing), otel (every request "
+        "traced and exported to a receiver in another process), log (the SQLite request log "
+        "on), log+otel. Issue 22's target: log+otel / off <= 1.1x. Load average "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end.\n\n"
+        "| path | off us/req | otel us/req | log us/req | log+otel us/req | otel / off | "
+        "log / off | log+otel / off | rounds off / otel / log / log+otel |\n"
+        "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
     )  # fmt: skip
     out.write("otel_ab", data, markdown)
 

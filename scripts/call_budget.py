@@ -1,5 +1,6 @@
 """The hot path's call budget (issue 22): function calls per chat request on the default
-path, in-process and over HTTP, whole and streamed, counted by `levergate.bench.calls`, against
+path, in-process and over HTTP, whole and streamed, and an exact-cache hit (`hit`: the same
+deterministic request again, answered whole), counted by `levergate.bench.calls`, against
 the budget committed in tests/call_budget.json that `make test` holds every change to
 (tests/unit/bench/test_call_budget.py).
 
@@ -24,11 +25,12 @@ BUDGET = Path(__file__).resolve().parents[1] / "tests" / "call_budget.json"
 
 
 WAYS: tuple[Way, ...] = ("inprocess", "http")
-KINDS = ("whole", "stream")
+KINDS = ("whole", "stream", "hit")
 
 
 def measure() -> dict[tuple[Way, str], Counted]:
-    return {(way, kind): asyncio.run(calls_per_request(stream=kind == "stream", way=way))
+    return {(way, kind): asyncio.run(calls_per_request(stream=kind == "stream", hit=kind == "hit",
+                                                       way=way))
             for way in WAYS for kind in KINDS}  # fmt: skip
 
 

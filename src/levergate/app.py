@@ -10,7 +10,7 @@ Batch API (batch/: files, batches, the runner, deferral, async requests), the re
 `/dashboard`, over the log and the metrics) and tracing (otel/: spans over OTLP) — and the CLI
 and the README build their gateway here. A feature's modules are imported only when it is on:
 a gateway without `batch.enabled` never loads batch/, one without `otel.endpoint` never loads
-otel/ nor OpenTelemetry.
+otel/.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def extensions_for(settings: Settings) -> list[ExtensionFactory]:
         from levergate.dashboard.extension import dashboard_extension
 
         found.append(dashboard_extension)
-    if settings.otel.endpoint is not None:  # traces over OTLP (the `otel` extra)
+    if settings.otel.endpoint is not None:  # traces over OTLP/HTTP
         from levergate.otel.extension import otel_extension
 
         found.append(otel_extension)

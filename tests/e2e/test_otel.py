@@ -5,7 +5,9 @@ continued and each attempt's is sent upstream."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -187,3 +189,35 @@ async def test_a_workflow_is_one_trace_its_calls_under_its_steps(
         assert request.parent_span_id == steps[a["levergate.feature"]].span_id
     assert attrs(root)["levergate.workflow.critical_path"][-1] == "answer"
     assert attrs(root)["levergate.workflow.steps"] == 3
+
+
+async def test_a_collector_that_is_down_costs_no_answer() -> None:
+    """Every request is answered while the collector refuses connections; its spans are
+    dropped and counted once each export's time is up, and the close takes bounded time."""
+    runner, upstream = await serve(FakeOpenAI(tokens=2))
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        settings = Settings.load(
+            server={"port": 0},
+            upstreams=[{"name": "up", "base_url": upstream + "/v1"}],
+            models=[{"name": "small", "upstream": "up", "upstream_model": "m-1"}],
+            otel={"endpoint": f"http://127.0.0.1:{closed.getsockname()[1]}",
+                  "export_interval_seconds": 0.05, "timeout_seconds": 0.5},
+        )  # fmt: skip
+        chat = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
+        try:
+            async with (
+                build_gateway(settings) as gw,
+                serving(gw) as url,
+                httpx.AsyncClient(base_url=url, timeout=30) as http,
+            ):
+                answers = [await http.post("/chat/completions", json=chat) for _ in range(5)]
+                await asyncio.sleep(0.2)  # exports tried, and failed, meanwhile
+        finally:
+            await runner.cleanup()
+    assert [a.status_code for a in answers] == [200] * 5
+    registry = gw.recorder.telemetry.registry
+    dropped = registry.get_sample_value("levergate_otel_spans_dropped_total",
+                                        {"reason": "export_failed"})  # fmt: skip
+    assert dropped == 10  # each request's span and its attempt's
+    assert not registry.get_sample_value("levergate_otel_spans_exported_total")

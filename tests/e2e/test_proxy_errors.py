@@ -13,7 +13,7 @@ from openai.types.chat import ChatCompletionChunk
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.transport import GatewayTransport
-from levergate.simulator import SimHandle
+from levergate.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
 from tests.e2e.conftest import USER, GatewayFactory
 
 
@@ -193,15 +193,28 @@ async def test_a_stream_cut_before_its_first_token_is_an_http_error(
     assert caught.value.status_code == 502
 
 
-async def test_a_streams_head_preamble_and_first_token_arrive_together(sim: SimHandle) -> None:
-    async with Gateway(Settings.for_upstream(sim.base_url)) as gateway:
+@pytest.mark.parametrize("tokens_per_second", [0.0, 20.0])
+async def test_a_streams_head_preamble_and_first_token_arrive_together(
+    tokens_per_second: float,
+) -> None:
+    """The head waits for the first token and no longer: what arrived with it goes out with it
+    (from a simulator that sends everything at once, the whole stream), a token 50 ms later
+    does not."""
+    latency = LatencySettings(tokens_per_second=tokens_per_second)
+    async with (
+        run_simulator(SimSettings(port=0, latency=latency)) as sim,
+        Gateway(Settings.for_upstream(sim.base_url)) as gateway,
+    ):
         http = httpx.AsyncClient(transport=GatewayTransport(gateway), base_url="http://gateway")
         body = {"model": "m", "messages": USER, "max_tokens": 8, "stream": True}
         async with http.stream("POST", "/v1/chat/completions", json=body) as response:
             first = await anext(response.aiter_raw())
         await http.aclose()
     assert b'"role":"assistant"' in first
-    assert first.count(b"data: ") == 2  # the preamble and the first token, nothing held back
+    if tokens_per_second:
+        assert first.count(b"data: ") == 2  # the preamble and the first token, nothing held back
+    else:
+        assert first.count(b"data: ") >= 2
 
 
 async def _drain(

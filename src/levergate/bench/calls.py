@@ -6,7 +6,8 @@ process: nothing whose timing can change the count), and the official client pat
 `GatewayTransport`). After a warm-up, `sys.setprofile` counts every Python and C function
 call the loop makes while it serves `requests` distinct chat requests, whole or streamed; the
 count per request is the guard's measure. Each request is distinct so the exact cache misses and
-the default proxy path is what is counted.
+the default proxy path is what is counted; with `hit`, every request is the same deterministic
+one (`HIT_BODY`), so after the warm-up's first each is an exact-cache hit.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ __all__ = ["CannedUpstream", "Counted", "calls_per_request", "module_of", "serve
 BASE_URL = "http://canned.invalid/v1"
 CLIENT_URL = "http://levergate/v1"  # the in-process transport answers any host
 WORDS = 16  # words in every answer, whole or streamed (a chunk a word)
+# The request of `hit`: the same every time, deterministic (temperature 0), answered whole.
+HIT_QUESTION = {"role": "user", "content": "the same question"}
+HIT_BODY = orjson.dumps({"model": "m", "stream": False, "max_tokens": 16, "temperature": 0,
+                         "messages": [HIT_QUESTION]})  # fmt: skip
 
 
 def _answer(model: str) -> bytes:
@@ -126,9 +131,10 @@ Way = Literal["inprocess", "http"]
 
 async def serve_requests(
     during: AbstractContextManager[Any], *, stream: bool, requests: int, warmup: int,
-    way: Way = "inprocess", features: bool = False, **values: Any,
+    way: Way = "inprocess", features: bool = False, hit: bool = False, **values: Any,
 ) -> None:  # fmt: skip
-    """Serve `warmup` then, inside `during`, `requests` distinct chat requests through a gateway
+    """Serve `warmup` then, inside `during`, `requests` distinct chat requests (`hit`: the
+    same, `HIT_BODY`, so all but the warm-up's first are exact-cache hits) through a gateway
     built by `Settings.for_upstream` with `values` (its defaults when none) on `CannedUpstream`,
     with the features the settings turn on (`features`: the request log, the dashboard...; as
     `build_gateway` adds them) or only the core:
@@ -145,10 +151,10 @@ async def serve_requests(
         send = _in_process(gateway) if way == "inprocess" else _over_http(gateway)
         async with send as one:
             for index in range(warmup):
-                await one(_body(index, stream))
+                await one(HIT_BODY if hit else _body(index, stream))
             with during:
                 for index in range(warmup, warmup + requests):
-                    await one(_body(index, stream))
+                    await one(HIT_BODY if hit else _body(index, stream))
 
 
 def _body(index: int, stream: bool) -> bytes:
@@ -208,12 +214,13 @@ async def _read_response(reader: asyncio.StreamReader) -> None:
 
 async def calls_per_request(
     *, stream: bool, requests: int = 40, warmup: int = 20, way: Way = "inprocess",
-    **values: Any,
+    hit: bool = False, **values: Any,
 ) -> Counted:  # fmt: skip
-    """The calls made while serving `requests` distinct chat requests (see `serve_requests`)."""
+    """The calls made while serving `requests` distinct chat requests, or with `hit` the same
+    one, each an exact-cache hit (see `serve_requests`)."""
     counting = _Counting()
     await serve_requests(
-        counting, stream=stream, requests=requests, warmup=warmup, way=way, **values
+        counting, stream=stream, requests=requests, warmup=warmup, way=way, hit=hit, **values
     )
     by_module: Counter[str] = Counter()
     for path, calls in counting.by_file.items():

@@ -9,6 +9,13 @@ pays per event only for the hooks it has. A layer that changes the events wraps 
 `Stream.through`, which guarantees the inner stream is closed when the outer one is, in that
 order.
 
+A source may yield lists of the events that arrived together (`Stream(..., batched=True)`: the
+upstream client, the events of one read of the socket), and a consumer that writes what arrived
+together at once reads `Stream.batches()` (the edge): the watchers' calls are still per event,
+but the generators between the two, the framing and the write are paid once a batch, not once
+an event (issue 22: a 16-token stream from a fast upstream arrives in one or two reads). Read
+event by event (`async for`), a stream hands on its batches' events one by one.
+
 Per-event byte tests use `data.find(needle) >= 0`, not `needle in data`: on CPython 3.11 a
 bytes `in` first tries the needle as an integer and builds and clears a TypeError, ~1,000 more
 instructions a test (callgrind), and a stream makes a few tests per event (issue 22).
@@ -19,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import orjson
 
@@ -133,6 +140,8 @@ class Event:
 
 
 EventSource = AsyncGenerator[Event, None]
+# Lists of the events that arrived together: a batched source (`Stream`), or `Stream.batches`.
+Batches = AsyncGenerator[list[Event], None]
 
 
 class Ended:
@@ -182,19 +191,24 @@ def _overrides(watcher: Watcher, name: str) -> bool:
 class Stream:
     """A stream of events that owns its resources. Layers observe it with `watch` (plain calls,
     one driving generator for every watcher between two transforms) and change it with `through`
-    (a generator of their own); `prime` holds its first event in that same generator."""
+    (a generator of their own); `prime` holds its first events in that same generator. It is
+    read event by event (`async for`) or in batches (`batches`), not both: a consumer that
+    began event by event may hold part of a batch."""
 
-    __slots__ = ("_driver", "_ended", "_hidden", "_inner", "_priming", "_read", "_source",
-                 "_watchers", "headers", "primed")  # fmt: skip
+    __slots__ = ("_batched", "_driver", "_each", "_ended", "_hidden", "_inner", "_priming",
+                 "_read", "_source", "_watchers", "headers", "primed")  # fmt: skip
 
     def __init__(
         self,
-        events: EventSource,
+        events: EventSource | Batches,
         *,
         headers: dict[str, str] | None = None,
         inner: Stream | None = None,
+        batched: bool = False,
     ) -> None:
         self._source = events
+        # `events` yields lists of the events that arrived together, not events.
+        self._batched = batched
         self._inner = inner  # the stream `events` reads from, closed after it
         self.headers: dict[str, str] = headers if headers is not None else {}
         # Its first event has already arrived (`prime`): a failure before the first byte can
@@ -202,22 +216,43 @@ class Stream:
         self.primed = False
         self._watchers: list[Watcher] = []
         self._hidden: Callable[[Event], bool] | None = None
-        self._driver: EventSource | None = None  # `_drive`, once primed or read
-        self._priming = False  # `prime` is pulling the first event out of `_drive`
+        self._driver: Batches | None = None  # `_drive`, once primed or read
+        self._each: EventSource | None = None  # the events one by one, once read that way
+        self._priming = False  # `prime` is pulling the first batch out of `_drive`
         self._read = False  # a consumer has it: no more watchers
         self._ended: Ended | None = None  # set once the watchers were told the end
 
     def __aiter__(self) -> AsyncIterator[Event]:
         self._read = True
+        each = self._each
+        if each is None:
+            if self._driver is None and not self._watchers and self._hidden is None:
+                # Nothing to drive: the source's own events.
+                plain = self._source
+                each = (
+                    _flat(cast("Batches", plain)) if self._batched else cast("EventSource", plain)
+                )
+            else:
+                each = _flat(self.batches())
+            self._each = each
+        return each
+
+    def batches(self) -> AsyncIterator[list[Event]]:
+        """The events in lists of those that arrived together, none empty, with every watcher's
+        calls made (the edge's read: one frame and one write a list)."""
+        if self._each is not None:
+            raise RuntimeError("a stream read event by event is not read in batches")
+        self._read = True
         if self._driver is None:
-            plain = not self._watchers and self._hidden is None
-            self._driver = self._source if plain else self._drive()
+            self._driver = self._drive()
         return self._driver
 
     async def aclose(self) -> None:
         try:
             try:
-                if self._driver is not None and self._driver is not self._source:
+                if self._each is not None and self._each is not self._source:
+                    await self._each.aclose()
+                if self._driver is not None:
                     await self._driver.aclose()
                 if self._ended is None and self._watchers:  # never iterated: still settled
                     with contextlib.suppress(GeneratorExit):
@@ -252,11 +287,11 @@ class Stream:
             raise RuntimeError("a stream is watched before it is read")
 
     async def prime(self) -> Stream:
-        """This stream with its first event already received, so a failure before the first
+        """This stream with its first events already received, so a failure before the first
         byte surfaces here, where a layer can still retry it or send it to a fallback (Retry
         and Fallback call this before handing a stream up). A primed stream is returned as it
         is (Retry under Fallback pulls once); a failure closes the stream before it is raised.
-        The event waits in the driving generator, which hands it on again to the first read."""
+        The events wait in the driving generator, which hands them on again to the first read."""
         if self.primed:
             return self
         if self._read:  # a consumer iterates it already: primed as a stream of the rest
@@ -274,42 +309,55 @@ class Stream:
         self.primed = True
         return self
 
-    async def _drive(self) -> EventSource:
-        """Every watcher's calls around each event, in one generator."""
+    async def _drive(self) -> Batches:
+        """Every watcher's calls around each batch of events, in one generator."""
         watchers = self._watchers
         ended = Ended([] if any(w.keeps for w in watchers) else None)
         eaches: list[Callable[[Event, float], None]]
         eaches = [w.each for w in watchers if _overrides(w, "each")]
         firsts = [w.first for w in watchers if _overrides(w, "first")]
-        hidden, clock = self._hidden, time.perf_counter
+        hidden, clock, batched = self._hidden, time.perf_counter, self._batched
         try:
-            async for event in self._source:
+            async for item in self._source:
+                batch: list[Event] = item if batched else [item]  # type: ignore[assignment,list-item]
+                if not batch:
+                    continue
                 if firsts:
                     for first in firsts:
-                        first(event)
+                        first(batch[0])
                     firsts = []
                 if self._priming:
                     self._priming, seen = False, len(watchers)
-                    yield event  # to `prime`; the next read is the consumer's first
-                    eaches, hidden = self._primed(event, seen, ended)
+                    yield batch  # to `prime`; the next read is the consumer's first
+                    eaches, hidden = self._primed(batch[0], seen, ended)
                 if ended.events is not None:
-                    ended.events.append(event)
-                # `usage()`'s own first test, inline: most events carry none.
-                if event.data.find(b'"usage"') >= 0 and (found := event.usage()) is not None:
-                    ended.usage = found
-                    if hidden is not None and hidden(event):
-                        for each in eaches:
-                            each(event, clock())
-                        continue
-                ended.sent = True
-                if eaches:
-                    handed = clock()
-                    yield event
+                    ended.events += batch
+                sent = batch
+                for event in batch:
+                    # `usage()`'s own first tests, inline: most events carry none, or carry
+                    # `"usage":null` (OpenAI's chunks do, once a stream asked for its usage).
+                    data = event.data
+                    if (
+                        (at := data.find(b'"usage"')) >= 0
+                        and data[at + 7 : at + 12] != b":null"
+                        and (found := event.usage()) is not None
+                    ):
+                        ended.usage = found
+                        if hidden is not None and hidden(event):
+                            sent = [e for e in sent if e is not event]
+                if not eaches:
+                    if sent:
+                        ended.sent = True
+                        yield sent
+                    continue
+                handed = clock()
+                if sent:
+                    ended.sent = True
+                    yield sent
                     ended.consumer_seconds += clock() - handed
+                for event in batch:
                     for each in eaches:
                         each(event, handed)
-                else:
-                    yield event
         except BaseException as exc:
             await self._end_all(0, ended, exc)
         self._ended = ended
@@ -327,7 +375,7 @@ class Stream:
             if hidden is None or tail.usage() is None or not hidden(tail):
                 ended.sent = True
                 try:
-                    yield tail
+                    yield [tail]
                 except BaseException as exc:
                     await self._end_all(at + 1, ended, exc)
                 ended.consumer_seconds += clock() - handed
@@ -357,6 +405,12 @@ class Stream:
             except BaseException as exc:
                 error = exc
         raise error
+
+
+async def _flat(batches: AsyncIterator[list[Event]]) -> EventSource:
+    async for batch in batches:
+        for event in batch:
+            yield event
 
 
 async def _rest(events: AsyncIterator[Event]) -> EventSource:

@@ -23,8 +23,11 @@ _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _MAX_ATTEMPTS = 64  # a request's attempts kept for spans (retries and fallbacks are bounded)
 
 
+_getrandbits = random.getrandbits  # ids: `_getrandbits(n) or 1` (never zero: W3C's invalid id)
+
+
 def _nonzero(bits: int) -> int:
-    return random.getrandbits(bits) or 1
+    return _getrandbits(bits) or 1
 
 
 def new_trace_id() -> int:
@@ -91,20 +94,23 @@ class Spans:
         """Continue the client's `traceparent` (lower-cased header names, as `Context.headers`
         holds them), else `parent` (a library call's `Controls.trace`), when valid, else a new
         trace sampled at `ratio`."""
-        value = headers.get("traceparent") or parent or ""
-        found = _TRACEPARENT.fullmatch(value.strip().lower()) if len(value) <= 128 else None
-        if found is not None:
-            trace_id, parent_id = int(found[1], 16), int(found[2], 16)
-            if trace_id and parent_id:
-                sampled = bool(int(found[3], 16) & 1)
-                return cls(trace_id, _nonzero(64), parent_id, sampled, remote=True)
-        return cls(_nonzero(128), _nonzero(64), sampled=random.random() < ratio)  # noqa: S311 (sampling, not secrecy)
+        value = headers.get("traceparent") or parent
+        if value and len(value) <= 128:
+            found = _TRACEPARENT.fullmatch(value.strip().lower())
+            if found is not None:
+                trace_id, parent_id = int(found[1], 16), int(found[2], 16)
+                if trace_id and parent_id:
+                    sampled = bool(int(found[3], 16) & 1)
+                    return cls(trace_id, _nonzero(64), parent_id, sampled, remote=True)
+        # random() < 1.0 always: the default ratio draws nothing.
+        sampled = ratio >= 1.0 or random.random() < ratio  # noqa: S311 (sampling, not secrecy)
+        return cls(_getrandbits(128) or 1, _getrandbits(64) or 1, sampled=sampled)
 
     def attempt(self, upstream: str, model: str) -> Attempt | None:
         """A new attempt's record (None beyond the bound: it still runs, untraced)."""
         if len(self.attempts) >= _MAX_ATTEMPTS:
             return None
-        attempt = Attempt(upstream, model, _nonzero(64), time.perf_counter())
+        attempt = Attempt(upstream, model, _getrandbits(64) or 1, time.perf_counter())
         self.attempts.append(attempt)
         return attempt
 
@@ -112,4 +118,4 @@ class Spans:
         """The header an upstream gets: this trace, the attempt's span (the request's when the
         attempt was not kept)."""
         span = attempt.span_id if attempt is not None else self.span_id
-        return traceparent(self.trace_id, span, sampled=self.sampled)
+        return f"00-{self.trace_id:032x}-{span:016x}-{'01' if self.sampled else '00'}"

@@ -1,3 +1,3 @@
-"""OpenTelemetry traces: an extension that turns each finished request's record into spans and
-exports them over OTLP/HTTP (levergate/otel/spans.py). Loaded only when `otel.endpoint` is set
-(levergate/app.py), and needs the `otel` extra."""
+"""OpenTelemetry traces: an extension that queues each finished request's record and exports
+its spans over OTLP/HTTP from a background job (levergate/otel/exporter.py), writing the OTLP
+protobuf itself (otel/otlp.py). Loaded only when `otel.endpoint` is set (levergate/app.py)."""

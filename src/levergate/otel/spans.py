@@ -22,115 +22,111 @@ Each upstream attempt is a child span, kind CLIENT, with the span id that was se
 its `traceparent` (core/spans.py). No prompt or answer text is attached: that waits for the
 request log's per-route body logging (issue 23 §1) to say when bodies may be kept.
 
-The spans are built in the record's sink, after the answer went out (a few microseconds of
-attribute building per request); the SDK's batch processor queues them (bounded, dropping
-beyond `otel.max_queue`) and exports from its own thread.
+The spans are built here from the record and its trace context, straight into OTLP's protobuf
+bytes (otel/otlp.py), by the exporter's background job in batches (otel/exporter.py), never on
+the request path: there a traced request costs one append to a bounded queue.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import trace as api
-from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
-
 from levergate.layers.measure.record import OK
+from levergate.otel import otlp
+from levergate.otel.otlp import pack_double as _pack_double
+from levergate.version import __version__
 
 if TYPE_CHECKING:
     from levergate.config import Settings
-    from levergate.core.spans import Attempt, Internal, Spans
-    from levergate.layers.measure.record import RequestRecord
+    from levergate.core.spans import Internal, Spans
+    from levergate.layers.measure.record import RequestRecord, Tokens
 
-__all__ = ["SEMCONV_VERSION", "SpanSink", "attributes", "tracer_provider"]
+__all__ = ["SEMCONV_VERSION", "SpanEncoder", "attributes", "shared", "shared_key"]
 
 SEMCONV_VERSION = "1.40.0"
+SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 OPERATIONS = {"chat": "chat", "completion": "text_completion", "embedding": "embeddings",
               "response": "chat"}  # fmt: skip
 PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "local": "levergate.local"}
 
-
-class _ChosenIds(IdGenerator):
-    """The SDK's ids, except the span id set just before a span starts: the attempt's span id
-    was already sent upstream in `traceparent`, so its span must carry that one."""
-
-    def __init__(self) -> None:
-        self._random = RandomIdGenerator()
-        self.next_span: int | None = None
-        self.next_trace: int | None = None
-
-    def generate_span_id(self) -> int:
-        chosen, self.next_span = self.next_span, None
-        return chosen if chosen is not None else self._random.generate_span_id()
-
-    def generate_trace_id(self) -> int:
-        chosen, self.next_trace = self.next_trace, None
-        return chosen if chosen is not None else self._random.generate_trace_id()
-
-
-def tracer_provider(settings: Settings) -> tuple[TracerProvider, _ChosenIds]:
-    otel = settings.otel
-    if otel.endpoint is None:
-        raise ValueError("tracing needs otel.endpoint")
-    ids = _ChosenIds()
-    resource = Resource.create({"service.name": otel.service_name})
-    provider = TracerProvider(resource=resource, id_generator=ids)
-    exporter = OTLPSpanExporter(
-        endpoint=otel.endpoint.rstrip("/") + "/v1/traces",
-        headers={k: v.get_secret_value() for k, v in otel.headers.items()},
-        timeout=10,
-    )
-    processor = BatchSpanProcessor(
-        exporter,
-        max_queue_size=otel.max_queue,
-        schedule_delay_millis=otel.export_interval_seconds * 1000,
-        max_export_batch_size=min(512, otel.max_queue),
-    )
-    provider.add_span_processor(processor)
-    return provider, ids
+_KEPT = 512  # encoded attribute blocks kept by their key, each kind
+Wall = Callable[[float], int]  # a time on the clock the spans were timed by -> Unix nanoseconds
 
 
 def attributes(record: RequestRecord, provider: str) -> dict[str, Any]:
     """The request span's attributes (see the module docstring)."""
-    tokens = record.tokens
+    return {**shared(shared_key(record, provider)), **_own(record)}
+
+
+Shared = tuple[Any, ...]  # what `shared` reads of a record: the same for many requests
+
+
+def shared_key(record: RequestRecord, provider: str) -> Shared:
+    return (record.kind, provider, record.model, record.feature, record.outcome, record.status,
+            record.error, record.attempts, record.retries, record.tier, record.priority,
+            record.origin, record.upstream_model, record.alias, record.tenant, record.upstream,
+            record.fallback, record.workflow)  # fmt: skip
+
+
+def shared(key: Shared) -> dict[str, Any]:
+    """The attributes that repeat from request to request (what was asked, what answered and
+    how it ended), from `shared_key`'s tuple alone: the encoder keeps their bytes by it."""
+    (kind, provider, model, feature, outcome, status, error, attempts, retries, tier, priority,
+     origin, upstream_model, alias, tenant, upstream, fallback, workflow) = key  # fmt: skip
     found: dict[str, Any] = {
-        "gen_ai.operation.name": OPERATIONS.get(record.kind, record.kind),
+        "gen_ai.operation.name": OPERATIONS.get(kind, kind),
         "gen_ai.provider.name": provider,
-        "gen_ai.request.model": record.model,
+        "gen_ai.request.model": model,
+        "levergate.feature": feature,
+        "levergate.outcome": outcome,
+        "levergate.status": status,
+        "levergate.attempts": attempts,
+        "levergate.retries": retries,
+        "levergate.tier": tier,
+        "levergate.priority": str(priority.name).lower(),
+        "levergate.origin": origin,
+    }
+    if upstream_model or alias:
+        found["gen_ai.response.model"] = upstream_model or alias
+    if outcome != OK:
+        found["error.type"] = error or outcome
+    optional = {"levergate.tenant": tenant, "levergate.alias": alias,
+                "levergate.upstream": upstream, "levergate.fallback": fallback,
+                "levergate.workflow": workflow}  # fmt: skip
+    found.update((k, v) for k, v in optional.items() if v)
+    return found
+
+
+def _own(record: RequestRecord) -> dict[str, Any]:
+    """This request's own attributes: its tokens, id, cost, times and levers (`SpanEncoder._own`
+    writes the same)."""
+    found = _usage(record)
+    found.update({
+        "levergate.request_id": record.request_id,
+        "levergate.cost_usd": record.cost_usd,
+        "levergate.queued_seconds": record.queued_seconds,
+    })  # fmt: skip
+    if record.timings.ttft is not None:
+        found["gen_ai.response.time_to_first_chunk"] = record.timings.ttft
+    if _has_levers(record):
+        found.update(_levers(record))
+    return found
+
+
+def _usage(record: RequestRecord) -> dict[str, Any]:
+    tokens = record.tokens
+    return {
         "gen_ai.usage.input_tokens": tokens.input,
         "gen_ai.usage.output_tokens": tokens.output,
         "gen_ai.usage.cache_read.input_tokens": tokens.cached_read,
         "gen_ai.usage.cache_creation.input_tokens": tokens.cache_write,
-        "levergate.request_id": record.request_id,
-        "levergate.feature": record.feature,
-        "levergate.outcome": record.outcome,
-        "levergate.status": record.status,
-        "levergate.cost_usd": record.cost_usd,
-        "levergate.attempts": record.attempts,
-        "levergate.retries": record.retries,
-        "levergate.queued_seconds": record.queued_seconds,
-        "levergate.tier": record.tier,
-        "levergate.priority": str(record.priority.name).lower(),
-        "levergate.origin": record.origin,
     }
-    if record.upstream_model or record.alias:
-        found["gen_ai.response.model"] = record.upstream_model or record.alias
-    if record.timings.ttft is not None:
-        found["gen_ai.response.time_to_first_chunk"] = record.timings.ttft
-    if record.outcome != OK:
-        found["error.type"] = record.error or record.outcome
-    optional = {"levergate.tenant": record.tenant, "levergate.alias": record.alias,
-                "levergate.upstream": record.upstream, "levergate.fallback": record.fallback,
-                "levergate.workflow": record.workflow}  # fmt: skip
-    found.update((k, v) for k, v in optional.items() if v)
-    found.update(_levers(record))
-    return found
+
+
+def _has_levers(record: RequestRecord) -> bool:
+    return bool(record.savings or record.cache or record.decision or record.escalations
+                or record.trimmed_input)  # fmt: skip
 
 
 def _levers(record: RequestRecord) -> dict[str, Any]:
@@ -155,97 +151,107 @@ def _levers(record: RequestRecord) -> dict[str, Any]:
     return found
 
 
-class SpanSink:
-    """The recorder's tracer (`Recorder.trace_to`): from a finished request's record and its
-    trace context, the request's span and its attempts' children, ended at once (the request
-    is over) with their measured start and end times."""
+class SpanEncoder:
+    """A finished request's spans, and levergate's own (a workflow's), as OTLP `Span` bytes:
+    the request's span and its attempts' children, with their measured start and end times
+    moved to the wall clock by `wall`."""
 
-    def __init__(self, provider: TracerProvider, ids: _ChosenIds, settings: Settings) -> None:
-        self._tracer = provider.get_tracer("levergate", schema_url=_SCHEMA)
-        self._ids = ids
+    def __init__(self, settings: Settings) -> None:
         self._providers: Mapping[str, str] = {
             upstream.name: PROVIDERS.get(upstream.kind, upstream.kind)
             for upstream in settings.upstreams
         }
-        self._spans: dict[str, Spans] = {}
+        self._writer = otlp.AttributeWriter(b"\x4a")  # Span.attributes, field 9
+        self._attributes = self._writer.write
+        self.resource = otlp.AttributeWriter(b"\x0a").write({  # Resource.attributes, field 1
+            "service.name": settings.otel.service_name,
+            # Not the OpenTelemetry SDK's: levergate writes the spans itself (otel/otlp.py).
+            "telemetry.sdk.language": "python",
+            "telemetry.sdk.name": "levergate",
+            "telemetry.sdk.version": __version__,
+        })  # fmt: skip
+        self.scope = b"\x0a\x09levergate"  # InstrumentationScope.name
+        # The shared attributes' bytes by `shared_key`, and the attempts' by theirs.
+        self._shared: dict[Shared, bytes] = {}
+        self._attempts: dict[tuple[str, str, str | None], bytes] = {}
+        self._tokens: dict[Tokens, bytes] = {}
+        double = self._writer.double_head
+        self._doubles = (double("levergate.cost_usd"), double("levergate.queued_seconds"),
+                         double("gen_ai.response.time_to_first_chunk"))  # fmt: skip
 
-    def export(self, record: RequestRecord, spans: Spans) -> None:
-        if not spans.sampled:
-            return
-        now_ns, now_perf = time.time_ns(), time.perf_counter()
-
-        def wall(perf: float) -> int:
-            return now_ns - int((now_perf - perf) * 1e9)
-
-        started = wall(spans.started)
+    def request(self, record: RequestRecord, spans: Spans, base_ns: int) -> list[bytes]:
+        """The request's span (kind SERVER, under the client's span when it sent one) and a
+        child per attempt (kind CLIENT, with the span id sent upstream), as fields of their
+        `ScopeSpans`; `base_ns`: the wall clock (Unix ns) when `time.perf_counter()` read 0."""
+        started = base_ns + int(spans.started * 1e9)
         ended = started + int(record.timings.total * 1e9)
         provider = self._providers.get(record.upstream, "openai")
-        name = f"{OPERATIONS.get(record.kind, record.kind)} {record.model}"
-        # The ids already sent upstream: the request's span id, and for a new trace its id.
-        self._ids.next_span, self._ids.next_trace = spans.span_id, spans.trace_id
-        span = self._tracer.start_span(
-            name, context=_parent(spans), kind=api.SpanKind.SERVER,
-            attributes=attributes(record, provider), start_time=started,
-        )  # fmt: skip
-        self._ids.next_trace = None
-        if record.outcome != OK:
-            span.set_status(api.Status(api.StatusCode.ERROR, record.error or record.outcome))
-        inside = api.set_span_in_context(span)
+        error = None if record.outcome == OK else record.error or record.outcome
+        key = shared_key(record, provider)
+        common = self._shared.get(key)
+        if common is None:
+            common = self._kept(self._shared, key, self._attributes(shared(key)))
+        found = [otlp.span(
+            trace_id=spans.trace_id, span_id=spans.span_id, parent_id=spans.parent_id,
+            name=f"{OPERATIONS.get(record.kind, record.kind)} {record.model}",
+            kind=otlp.SERVER, start_ns=started, end_ns=ended,
+            attributes=common, more=self._own(record), error=error,
+            remote_parent=spans.parent_id is not None,
+        )]  # fmt: skip
         for attempt in spans.attempts:
-            self._attempt(attempt, inside, wall, ended)
-        span.end(end_time=ended)
+            end = ended if attempt.ended is None else min(base_ns + int(attempt.ended * 1e9), ended)
+            found.append(otlp.span(
+                trace_id=spans.trace_id, span_id=attempt.span_id, parent_id=spans.span_id,
+                name=f"attempt {attempt.upstream}", kind=otlp.CLIENT,
+                start_ns=base_ns + int(attempt.started * 1e9), end_ns=end, error=attempt.error,
+                attributes=self._attempt(attempt.upstream, attempt.model, attempt.error),
+            ))  # fmt: skip
+        return found
 
-    def export_internal(self, spans: Sequence[Internal], *, now: float) -> None:
-        """Spans of levergate's own work (a workflow and its steps), each with its chosen ids
-        (already sent as the parent of the requests inside it) and its times moved from the
-        gateway's clock to the wall clock."""
-        now_ns = time.time_ns()
+    def _own(self, record: RequestRecord) -> bytes:
+        """`_own(record)`'s bytes: the token counts kept encoded by their values, the doubles'
+        heads encoded once, the rest through the attribute writer."""
+        tokens = self._tokens.get(record.tokens)
+        if tokens is None:
+            tokens = self._kept(self._tokens, record.tokens, self._attributes(_usage(record)))
+        cost, queued, ttft = self._doubles
+        parts = [tokens, self._writer.string("levergate.request_id", record.request_id),
+                 cost + _pack_double(record.cost_usd),
+                 queued + _pack_double(record.queued_seconds)]  # fmt: skip
+        if (seconds := record.timings.ttft) is not None:
+            parts.append(ttft + _pack_double(seconds))
+        if (record.savings or record.cache or record.decision or record.escalations
+                or record.trimmed_input):  # fmt: skip
+            parts.append(self._attributes(_levers(record)))
+        return b"".join(parts)
 
-        def wall(at: float) -> int:
-            return now_ns - int((now - at) * 1e9)
+    def _attempt(self, upstream: str, model: str, error: str | None) -> bytes:
+        key = (upstream, model, error)
+        found = self._attempts.get(key)
+        if found is None:
+            found = self._kept(self._attempts, key, self._attributes({
+                "gen_ai.provider.name": self._providers.get(upstream, "openai"),
+                "gen_ai.request.model": model,
+                "levergate.upstream": upstream,
+                "error.type": error,  # None (left out) unless it failed
+            }))  # fmt: skip
+        return found
 
-        for span in spans:
-            parent = Context()
-            if span.parent_id is not None:
-                sampled = api.TraceFlags(api.TraceFlags.SAMPLED)
-                local = api.SpanContext(
-                    span.trace_id, span.parent_id, is_remote=False, trace_flags=sampled
-                )
-                parent = api.set_span_in_context(api.NonRecordingSpan(local), Context())
-            self._ids.next_span, self._ids.next_trace = span.span_id, span.trace_id
-            started = self._tracer.start_span(
-                span.name, context=parent, kind=api.SpanKind.INTERNAL,
-                attributes=dict(span.attributes), start_time=wall(span.started),
-            )  # fmt: skip
-            self._ids.next_trace = None
-            if span.error is not None:
-                started.set_attribute("error.type", span.error)
-                started.set_status(api.Status(api.StatusCode.ERROR, span.error))
-            started.end(end_time=wall(span.ended))
+    @staticmethod
+    def _kept(kept: dict[Any, bytes], key: Any, value: bytes) -> bytes:
+        """`value`, kept under `key` (the oldest half forgotten beyond `_KEPT`)."""
+        if len(kept) >= _KEPT:
+            for old in list(kept)[: _KEPT // 2]:
+                del kept[old]
+        kept[key] = value
+        return value
 
-    def _attempt(self, attempt: Attempt, inside: Any, wall: Any, ended: int) -> None:
-        self._ids.next_span = attempt.span_id
-        child = self._tracer.start_span(
-            f"attempt {attempt.upstream}", context=inside, kind=api.SpanKind.CLIENT,
-            start_time=wall(attempt.started),
-            attributes={"gen_ai.provider.name": self._providers.get(attempt.upstream, "openai"),
-                        "gen_ai.request.model": attempt.model,
-                        "levergate.upstream": attempt.upstream},
+    def internal(self, span: Internal, wall: Wall) -> bytes:
+        """A span of levergate's own work (a workflow, a step: kind INTERNAL) with its chosen
+        ids, already sent as the parent of the requests inside it."""
+        values = {**span.attributes, "error.type": span.error}
+        return otlp.span(
+            trace_id=span.trace_id, span_id=span.span_id, parent_id=span.parent_id,
+            name=span.name, kind=otlp.INTERNAL, start_ns=wall(span.started),
+            end_ns=wall(span.ended), attributes=self._attributes(values), error=span.error,
         )  # fmt: skip
-        if attempt.error is not None:
-            child.set_attribute("error.type", attempt.error)
-            child.set_status(api.Status(api.StatusCode.ERROR, attempt.error))
-        end = min(wall(attempt.ended), ended) if attempt.ended is not None else ended
-        child.end(end_time=end)
-
-
-def _parent(spans: Spans) -> Context:
-    """The client's span as a remote parent, or an empty context (a new trace)."""
-    if spans.parent_id is None:
-        return Context()
-    remote = api.SpanContext(spans.trace_id, spans.parent_id, is_remote=True,
-                             trace_flags=api.TraceFlags(api.TraceFlags.SAMPLED))  # fmt: skip
-    return api.set_span_in_context(api.NonRecordingSpan(remote), Context())
-
-
-_SCHEMA = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"

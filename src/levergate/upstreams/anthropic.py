@@ -51,6 +51,8 @@ COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 
 
 class AnthropicUpstream(OpenAIUpstream):
+    events_batched = False  # its `_events` translates event by event
+
     def __init__(
         self,
         settings: AnthropicUpstreamSettings,

@@ -158,7 +158,8 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
         self.buffered += len(body)
-        self._wake()
+        if self._waiter is not None:  # `_wake`'s own test: a stream's later chunks find none
+            self._wake()
         if self.buffered > _HIGH_WATER and self.transport is not None:
             self.transport.pause_reading()
 

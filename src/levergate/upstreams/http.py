@@ -28,7 +28,7 @@ from levergate.config import UpstreamSettings
 from levergate.core.call import Call, Kind, Trace
 from levergate.core.json_bound import parse_json
 from levergate.core.quota import Quota
-from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
+from levergate.core.reply import Batches, Completed, Event, EventSource, Reply, Stream
 from levergate.errors import (
     UpstreamError,
     UpstreamRejected,
@@ -57,6 +57,10 @@ _USAGE_OPTION = frozenset({"chat", "completion"})
 
 
 class OpenAIUpstream:
+    # `_events` yields the events of each read together (`Stream(..., batched=True)`); a
+    # subclass whose `_events` yields events one by one says False.
+    events_batched = True
+
     def __init__(self, settings: UpstreamSettings, *, client: HttpClient) -> None:
         self.name = settings.name
         self._settings = settings
@@ -134,7 +138,8 @@ class OpenAIUpstream:
             if call.stream and _is_event_stream(response.headers):
                 timer.close()
                 trace.upstream_seconds += time.perf_counter() - started
-                return Stream(self._events(response, trace, deadline, call), headers=passed)
+                events = self._events(response, trace, deadline, call)
+                return Stream(events, headers=passed, batched=self.events_batched)
             raw = await self._read(response, timer, limit=self._limits.body_bytes)
         except BaseException as exc:
             trace.upstream_seconds += time.perf_counter() - started
@@ -229,9 +234,10 @@ class OpenAIUpstream:
         trace: Trace,
         deadline: float,
         call: Call,
-    ) -> EventSource:
-        """A chat or completions stream is complete at `[DONE]`; a Responses stream (which sends
-        none) at its terminal `response.completed|incomplete|failed` event."""
+    ) -> Batches | EventSource:
+        """The events of each read, together (core/reply.py). A chat or completions stream is
+        complete at `[DONE]`; a Responses stream (which sends none) at its terminal
+        `response.completed|incomplete|failed` event."""
         responses = call.kind == "response"
         decoder = SSEDecoder(max_event_bytes=self._limits.event_bytes)
         chunks = response.chunks()
@@ -246,6 +252,7 @@ class OpenAIUpstream:
                     decoded = decoder.feed(chunk)
                 except EventTooLarge as exc:
                     raise self._event_too_large(exc) from None
+                batch: list[Event] = []
                 for data in decoded:
                     if data == DONE:
                         done = True
@@ -258,15 +265,21 @@ class OpenAIUpstream:
                         if responses and not done:
                             done = _is_terminal(event)
                     else:
-                        event = self._parsed_event(data)
+                        try:
+                            event = self._parsed_event(data)
+                        except UpstreamError:
+                            if batch:  # the events before it still go out first
+                                yield batch
+                            raise
                         done = done or (responses and event.json().get("type") in _TERMINAL)
                     if window is None:
-                        yield event
+                        batch.append(event)
                     else:
-                        for ready in window.feed(event):
-                            yield ready
-            for ready in window.flush() if window is not None else ():
-                yield ready
+                        batch += window.feed(event)
+                if batch:
+                    yield batch
+            if window is not None and (rest := window.flush()):
+                yield rest
             if not done:
                 raise UpstreamUnavailable(
                     f"upstream '{self.name}' ended the stream before it was complete",
@@ -510,10 +523,10 @@ async def close_chunks(chunks: AsyncIterator[bytes]) -> None:
 def _is_terminal(event: Event) -> bool:
     """The last event of a Responses stream (checked on the bytes first: one parse per stream)."""
     data = event.data
-    if (
-        b"response.completed" not in data
-        and b"response.incomplete" not in data
-        and (b"response.failed" not in data)
+    if (  # `find`, not `in`: core/reply.py's docstring
+        data.find(b"response.completed") < 0
+        and data.find(b"response.incomplete") < 0
+        and data.find(b"response.failed") < 0
     ):
         return False
     return event.json().get("type") in _TERMINAL

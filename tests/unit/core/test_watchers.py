@@ -6,6 +6,8 @@ filter applied outside all of them."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -120,6 +122,25 @@ async def test_hidden_usage_chunks_are_seen_by_every_watcher_but_not_sent() -> N
     assert watcher.ended == [(None, {"total_tokens": 3})]
 
 
+@pytest.mark.parametrize("null", [b'"usage":null', b'"usage": null', b'"usage" :null'])
+@pytest.mark.parametrize("block", [b'"usage":{"total_tokens":3}', b'"usage" : {"total_tokens":3}'])
+async def test_the_usage_block_is_read_past_null_usage_on_every_chunk(
+    null: bytes, block: bytes
+) -> None:
+    """OpenAI's chunks carry `"usage":null` once a stream asked for its usage (the driver skips
+    those on the bytes); the block that ends the stream is read in any spacing, and a null one
+    after it does not erase it."""
+
+    async def chunks() -> EventSource:
+        yield Event(b'{"choices":[{"delta":{"content":"a"}}],' + null + b"}")
+        yield Event(b'{"choices":[],' + block + b"}")
+        yield Event(b'{"choices":[],' + null + b"}")
+
+    watcher = Log("w", [])
+    assert len(await drain(Stream(chunks()).watch(watcher))) == 3
+    assert watcher.ended == [(None, {"total_tokens": 3})]
+
+
 async def test_an_end_that_raises_becomes_the_error_of_the_watchers_outside() -> None:
     class Broken(Watcher):
         async def end(self, ended: Ended) -> None:
@@ -139,3 +160,74 @@ async def test_a_stream_is_not_watched_once_it_is_read() -> None:
     with pytest.raises(RuntimeError):
         stream.watch(Log("late", []))
     await stream.aclose()
+
+
+async def batched(sizes: list[int]) -> AsyncIterator[list[Event]]:
+    """Events numbered in order, in lists of `sizes` (an empty one among them)."""
+    i = 0
+    for size in sizes:
+        yield [Event(b'{"i":%d}' % (i + k)) for k in range(size)]
+        i += size
+
+
+@given(
+    sizes=st.lists(st.integers(0, 4), max_size=6),
+    primed=st.booleans(),
+    watched=st.booleans(),
+    by_batch=st.booleans(),
+)
+async def test_a_source_in_batches_is_read_either_way_with_every_event_seen_once(
+    sizes: list[int], primed: bool, watched: bool, by_batch: bool
+) -> None:
+    """A source that yields what arrived together as lists (the upstream client) gives the
+    same events, in order, read event by event or in batches (the edge), primed or not, and
+    every watcher sees each one once; no batch the edge reads is empty, even when the source
+    yields an empty list."""
+    stream = Stream(batched(sizes), batched=True)  # type: ignore[arg-type]
+    watcher = Log("w", [])
+    if watched:
+        stream = stream.watch(watcher)
+    if primed:
+        stream = await stream.prime()
+    if by_batch:
+        batches = [batch async for batch in stream.batches()]
+        assert all(batches)
+        got = [event.data for batch in batches for event in batch]
+    else:
+        got = await drain(stream)
+    n = sum(sizes)
+    assert got == [b'{"i":%d}' % i for i in range(n)]
+    if watched:
+        assert watcher.events == got
+        assert watcher.firsts == (1 if n else 0)
+        assert watcher.ended == [(None, None)]
+
+
+async def test_a_hidden_usage_chunk_is_taken_out_of_its_batch() -> None:
+    usage = Event(b'{"choices":[],"usage":{"total_tokens":3}}')
+
+    async def source() -> AsyncIterator[list[Event]]:
+        yield [Event(b'{"i":0}'), usage, Event(b'{"i":1}')]
+
+    watcher = Log("w", [])
+    stream = Stream(source(), batched=True).watch(watcher)  # type: ignore[arg-type]
+    stream.hiding(lambda event: event.json().get("choices") == [])
+    batches = [[event.data for event in batch] async for batch in stream.batches()]
+    assert batches == [[b'{"i":0}', b'{"i":1}']]
+    assert len(watcher.events) == 3
+    assert watcher.ended == [(None, {"total_tokens": 3})]
+
+
+async def test_a_stream_read_event_by_event_is_not_then_read_in_batches() -> None:
+    """An event-by-event reader may hold part of a batch: the rest read in batches would skip
+    it. The other way round loses nothing (a batch reader holds whole batches)."""
+    stream = Stream(batched([3, 2]), batched=True).watch(Log("w", []))  # type: ignore[arg-type]
+    async for _ in stream:
+        break
+    with pytest.raises(RuntimeError):
+        stream.batches()
+    await stream.aclose()
+    other = Stream(batched([3, 2]), batched=True).watch(Log("w", []))  # type: ignore[arg-type]
+    first = await anext(aiter(other.batches()))
+    assert len(first) == 3
+    assert await drain(other) == [b'{"i":3}', b'{"i":4}']

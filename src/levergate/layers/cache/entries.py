@@ -4,11 +4,14 @@ one cache layer is built with.
 Reading decodes and checks the entry (format, key binding, checksum, expiry). An entry that does
 not decode is logged, counted, deleted and treated as a miss: a corrupt entry must never be
 served and must not be met again. The store under it is a `SafeKV`, so a down, slow or locked
-store is already a miss here.
+store is already a miss here. The entries decoded last are remembered with the bytes they came
+from (`layers.cache.memo`): the same bytes again (a repeated hit) skip the checksum and the
+parse, not the store's read nor the expiry check.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -18,6 +21,7 @@ from typing import Any
 
 from levergate.config import CacheSettings
 from levergate.core.call import CacheOutcome, CacheResult, Trace
+from levergate.layers.cache.memo import Memo
 from levergate.layers.cache.stats import CacheStats
 from levergate.policies.pricing import from_usage
 from levergate.stores.entry import CorruptEntry, Entry, Form, decode, encode
@@ -27,6 +31,15 @@ log = logging.getLogger("levergate.cache")
 
 CACHE_HEADER = "x-levergate-cache"
 AGE_HEADER = "x-levergate-cache-age"
+# The decoded entries remembered per cache layer: at most this many, referring to at most this
+# many bytes of entries (with the in-memory store, the same bytes the store holds), each at
+# most `DECODED_ENTRY_BYTES` (a chat answer is ~1-2 KB).
+DECODED_ENTRIES = 1024
+DECODED_BYTES = 4 << 20
+DECODED_ENTRY_BYTES = 64 << 10
+# The `meta` blobs whose `served` result is remembered: at most this long (what `usage_meta`
+# writes is ~40 bytes plus the two names).
+SERVED_META_BYTES = 512
 
 
 class Entries:
@@ -42,18 +55,29 @@ class Entries:
         self._cache = cache
         self._stats = stats
         self.wall = wall
+        # key -> (the bytes an entry was decoded from, the entry): `decode` is a function of
+        # the two, so equal bytes under the same key decode to the same (immutable) entry.
+        self._decoded: Memo[tuple[bytes, Entry]] = Memo(
+            max_items=DECODED_ENTRIES, max_bytes=DECODED_BYTES, max_item_bytes=DECODED_ENTRY_BYTES
+        )
 
     async def load(self, key: str) -> Entry | None:
         data = await self.store.get(key)
         if data is None:
             return None
-        try:
-            entry = decode(data, key=key)
-        except CorruptEntry as exc:
-            self._stats.corrupt.labels(self._cache).inc()
-            log.warning("dropping corrupt %s cache entry %s: %s", self._cache, key[:16], exc)
-            await self.store.delete(key)
-            return None
+        known = self._decoded.get(key)
+        if known is not None and known[0] == data:  # the same object, from the memory store
+            entry = known[1]
+        else:
+            try:
+                entry = decode(data, key=key)
+            except CorruptEntry as exc:
+                self._decoded.discard(key)
+                self._stats.corrupt.labels(self._cache).inc()
+                log.warning("dropping corrupt %s cache entry %s: %s", self._cache, key[:16], exc)
+                await self.store.delete(key)
+                return None
+            self._decoded.put(key, (data, entry), size=len(data) + len(key))
         if not entry.fresh(self.wall()):
             return None
         return entry
@@ -109,7 +133,20 @@ def answered_by(trace: Trace) -> tuple[str, str]:
 
 
 def served(cache: str, meta: bytes) -> CacheResult:
-    """A hit on an entry with `meta`: the tokens it saved, and the model that answered them."""
+    """A hit on an entry with `meta`: the tokens it saved, and the model that answered them.
+    The result is immutable and a function of the two: remembered for short metas (the same
+    entry hit again parses nothing)."""
+    if len(meta) <= SERVED_META_BYTES:
+        return _served_memo(cache, meta)
+    return _served(cache, meta)
+
+
+@functools.lru_cache(maxsize=DECODED_ENTRIES)
+def _served_memo(cache: str, meta: bytes) -> CacheResult:
+    return _served(cache, meta)
+
+
+def _served(cache: str, meta: bytes) -> CacheResult:
     prompt, completion, cached, written, written_1h = meta_usage(meta)
     alias, model = meta_origin(meta)
     return CacheResult(cache, CacheOutcome.HIT, prompt, completion, cached, written, written_1h,

@@ -21,6 +21,12 @@ become the exact answer to this request.
 Response headers: `x-levergate-cache: hit|miss|bypass; reason=...|coalesced` and, on a hit, the
 entry's age (`x-levergate-cache-age` in seconds, `age` as HTTP has it). A bypass names its reason
 (`nondeterministic`, `n`, `off`: policies/cache_policy.py).
+
+What a body decides here (its rule and its key) is remembered once it was served a hit, by the
+JSON bytes it was parsed from (`Call.raw`, set only while the body is unchanged) with the kind,
+the feature tag and the tenant, the rest of what decides them (`layers.cache.memo`): the same
+request again skips the canonicalisation and the hash. A miss only looks (distinct requests
+would churn the memo, and go upstream anyway).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from levergate.layers.cache.entries import (
     served,
     usage_meta,
 )
+from levergate.layers.cache.memo import Memo
 from levergate.layers.cache.replay import as_stream, assemble, replay, verdict, whole
 from levergate.policies.cache_policy import (
     bypass_header,
@@ -64,6 +71,19 @@ log = logging.getLogger("levergate.cache")
 NAME = "exact"
 SEMANTIC = "semantic"  # a hit of the semantic cache below: never stored as an exact answer
 _KINDS = frozenset({"chat", "completion"})
+# The bodies whose decision is remembered: at most this many, this many bytes of bodies in all,
+# each at most `KEYED_BODY_BYTES` (hashing a larger one again costs about what it saves).
+KEYED_BODIES = 1024
+KEYED_BYTES = 1 << 20
+KEYED_BODY_BYTES = 8 << 10
+# A remembered body's feature tag and tenant, counted as their most (the edge allows 128
+# characters each: control_headers.py, principal.py).
+_NAMES_BYTES = 256
+# What a body decides here: its rule, why it may not use the cache (None: it may) and its
+# entry's key ("" when it may not). A plain tuple, built and unpacked on every request.
+Decision = tuple[CacheRuleSettings, str | None, str]
+# What a decision is remembered under: the raw body, the kind, the feature tag and the tenant.
+_Unknown = tuple[bytes, str, str, str]
 
 
 class ExactCache:
@@ -85,25 +105,26 @@ class ExactCache:
         self._view = view
         self._clock = clock or SystemClock()
         self._flights: SingleFlight[Trace] = SingleFlight()
+        self._max_ttl = view.settings.max_ttl_seconds
+        self._decided: Memo[Decision] = Memo(
+            max_items=KEYED_BODIES, max_bytes=KEYED_BYTES, max_item_bytes=KEYED_BODY_BYTES
+        )
 
     async def __call__(self, call: Call) -> Reply:
         if call.kind not in _KINDS:
             return await self._inner(call)
-        rule = rule_for(self._view.settings, model=call.model, feature=call.ctx.controls.feature)
-        if (why := bypass_reason(rule, call.body)) is not None:
+        (rule, why, key), unknown = self._decide(call)
+        if why is not None:
             self._view.stats.lookup(NAME, "bypass")
             return _marked(await self._inner(call), bypass_header(why))
-        asked = clamped(call.ctx.controls.cache, max_ttl=self._view.settings.max_ttl_seconds)
-        key = key_of(
-            call.canonical_bytes(),
-            kind=call.kind,
-            resolved_model=self._view.resolve(call.model, call.ctx.controls.feature),
-            namespace=namespace(self._view.settings, call.ctx.principal.tenant),
-        )
+        asked = clamped(call.ctx.controls.cache, max_ttl=self._max_ttl)
         if asked.lookup:
             entry = await self._view.entries.load(key)
             now = self._view.entries.wall()
             if entry is not None and (asked.max_age is None or entry.age(now) <= asked.max_age):
+                if unknown is not None:  # a body that repeats: decided once from now on
+                    size = len(unknown[0]) + _NAMES_BYTES
+                    self._decided.put(unknown, (rule, why, key), size=size)
                 self._view.stats.lookup(NAME, "hit")
                 hit = call.ctx.trace.cache = served(NAME, entry.meta)
                 self._view.stats.saved(NAME, hit.saved_input, hit.saved_output)
@@ -129,6 +150,35 @@ class ExactCache:
         elif trace.cache is None:  # a semantic hit below has said it already
             trace.cache = CacheResult(NAME, CacheOutcome.MISS)
         return _marked(await _shaped(reply, call), outcome)
+
+    def _decide(self, call: Call) -> tuple[Decision, _Unknown | None]:
+        """The call's rule, bypass reason and key: from the memo when its raw body, kind,
+        feature and tenant were decided before; else worked out, with the memo's key to keep
+        the decision under once it proved worth keeping (a hit: a miss or a bypass goes
+        upstream anyway, and distinct requests would only churn the memo), None without a raw
+        body."""
+        ctx = call.ctx
+        feature = ctx.controls.feature
+        tenant = ctx.principal.tenant
+        raw = call.raw
+        unknown: _Unknown | None = None
+        if raw is not None:
+            decided = self._decided.get(memo := (raw, call.kind, feature, tenant))
+            if decided is not None:
+                return decided, None
+            unknown = memo
+        settings = self._view.settings
+        rule = rule_for(settings, model=call.model, feature=feature)
+        why = bypass_reason(rule, call.body)
+        key = ""
+        if why is None:
+            key = key_of(
+                call.canonical_bytes(),
+                kind=call.kind,
+                resolved_model=self._view.resolve(call.model, feature),
+                namespace=namespace(settings, tenant),
+            )
+        return (rule, why, key), unknown
 
     async def _join(
         self, call: Call, key: str, fetch: Callable[[], Awaitable[Reply]]

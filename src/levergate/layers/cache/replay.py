@@ -21,6 +21,7 @@ from levergate.stores.entry import Entry, Form
 
 _FINISHED = frozenset({"stop", "length", "tool_calls", "function_call"})
 _HEAD_FIELDS = ("id", "created", "model", "system_fingerprint", "service_tier")
+_COMPLETED = Form.COMPLETED  # read once: through the enum metaclass's hook, on every hit
 
 
 def verdict(data: dict[str, Any], *, allow_tools: bool) -> str | None:
@@ -180,7 +181,7 @@ def _choice_chunks(kind: str, choice: dict[str, Any]) -> Iterable[dict[str, Any]
 
 def replay(entry: Entry, *, kind: str, stream: bool, headers: dict[str, str]) -> Reply:
     """The entry as the reply the client asked for (a stream or a whole answer)."""
-    if entry.form is Form.COMPLETED:
+    if entry.form is _COMPLETED:
         if not stream:
             return Completed(entry.parts[0], headers=headers)
         return as_stream(kind, parse_json(entry.parts[0]), headers=headers)

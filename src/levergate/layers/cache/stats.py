@@ -52,6 +52,7 @@ class CacheStats:
 
         # Bound children, so a hit does not pay for a label lookup on every request.
         self._children: dict[tuple[str, ...], Any] = {}
+        self._saved: dict[str, tuple[Any, Any]] = {}  # by cache: (input, output)
 
     def fault(self, store: str, op: str, reason: str) -> None:
         """The `SafeKV` fault hook."""
@@ -65,10 +66,13 @@ class CacheStats:
         child.inc()
 
     def saved(self, cache: str, prompt: int, completion: int) -> None:
-        for kind, tokens in (("input", prompt), ("output", completion)):
-            if tokens:
-                child = self._children.get((cache, "saved", kind))
-                if child is None:
-                    child = hot.counter(self.saved_tokens.labels(cache, kind))
-                    self._children[(cache, "saved", kind)] = child
-                child.inc(tokens)
+        pair = self._saved.get(cache)
+        if pair is None:
+            tokens = self.saved_tokens
+            pair = (hot.counter(tokens.labels(cache, "input")),
+                    hot.counter(tokens.labels(cache, "output")))  # fmt: skip
+            self._saved[cache] = pair
+        if prompt:
+            pair[0].inc(prompt)
+        if completion:
+            pair[1].inc(completion)

@@ -32,6 +32,12 @@ from levergate.policies.tiers import Tier
 __all__ = ["Ledger", "LedgerMetrics", "LedgerSink", "OwnSpend"]
 
 NOTHING = Bill(0.0, 0.0, (), NO_SAVINGS)
+# Read once here: an enum member read from its class goes through the metaclass's
+# `__getattr__` hook on CPython 3.11 (~800 instructions), and a lever made from its value
+# through the class's call; both on every cache hit.
+_HIT = CacheOutcome.HIT
+_REPORTED = TokenSource.REPORTED
+_LEVERS = {lever.value: lever for lever in Lever}
 
 
 class Ledger:
@@ -78,17 +84,17 @@ class Ledger:
             rates = self._catalog.rates(cache.alias, cache.upstream_model)
         else:
             rates = self._catalog.rates(trace.alias or call.model, trace.upstream_model)
-        if cache.outcome is CacheOutcome.HIT:
+        if cache.outcome is _HIT:
             written = min(cache.saved_written, max(0, cache.saved_input - cache.saved_cached))
             tokens = Tokens(
                 max(0, cache.saved_input - cache.saved_cached - written),
                 min(cache.saved_cached, cache.saved_input),
                 written,
                 cache.saved_output,
-                TokenSource.REPORTED,
+                _REPORTED,
                 min(cache.saved_written_1h, written),
             )
-            lever = Lever(cache.cache)
+            lever = _LEVERS[cache.cache]
         else:
             tokens, lever = from_usage(usage), Lever.COALESCED
         saved = cost(tokens, rates)

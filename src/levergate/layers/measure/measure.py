@@ -158,17 +158,12 @@ class Measure:
         loop.call_soon(self._finish, call, seen)
 
 
-_DELTA_TEXT = b'"delta":{"content":"'  # a chat delta's text, as compact JSON writes it first
-
-
-def _texted(data: bytes) -> bool:
-    """A chat chunk whose delta opens with non-empty text, seen on the bytes: what
-    `has_generated_token` answers True for, without parsing the event (most events of most
-    streams; a parse and the walk cost ~12 calls an event). The key can only be a delta
-    object's own: inside a JSON string every quote is escaped. Any other shape (other spacing,
-    empty text, tool calls) goes to the parse."""
-    at = data.find(_DELTA_TEXT)
-    return at >= 0 and data[at + 20 : at + 21] != b'"'
+# A chat delta's text, as compact JSON writes it first. A chunk whose delta opens with non-empty
+# text is what `has_generated_token` answers True for: `_Watching.each` judges it on the bytes,
+# without parsing the event (most events of most streams; a parse and the walk cost ~12 calls
+# an event). The key can only be a delta object's own: inside a JSON string every quote is
+# escaped. Any other shape (other spacing, empty text, tool calls) goes to `_generated`.
+_DELTA_TEXT = b'"delta":{"content":"'
 
 
 def _generated(event: Event, data: bytes) -> bool:
@@ -202,7 +197,10 @@ class _Watching(Watcher):
             if has_generated_token(event.json()):
                 self._first = self._last = handed
                 seen.generated.append(event.data)
-        elif _texted(data := event.data) or _generated(event, data):
+        elif (
+            # A compact chat delta's text (`_DELTA_TEXT`), on the bytes
+            (at := (data := event.data).find(_DELTA_TEXT)) >= 0 and data[at + 20 : at + 21] != b'"'
+        ) or _generated(event, data):
             self._last = handed
             self._gaps += 1
             seen.generated.append(event.data)

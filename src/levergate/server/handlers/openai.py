@@ -131,22 +131,31 @@ async def _chunks(parts: list[bytes], size: int) -> AsyncGenerator[bytes, None]:
 
 
 async def _opening(stream: Stream) -> list[Event]:
-    """The events up to and including the first one that carries a generated token (all of
-    them if none does)."""
+    """The events up to and including the batch (`Stream.batches`) with the first one that
+    carries a generated token (all of them if none does): what arrived with it goes out with
+    it."""
     events: list[Event] = []
-    async for event in stream:
-        events.append(event)
-        if has_generated_token(event.json()):
+    async for batch in stream.batches():
+        events += batch
+        if any(has_generated_token(event.json()) for event in batch):
             break
     return events
+
+
+def _encoded(events: list[Event]) -> bytes:
+    """`encode` of each event, joined: one join however many events."""
+    return b"data: " + b"\n\ndata: ".join([event.data for event in events]) + b"\n\n"
 
 
 async def _frames(stream: Stream, opening: list[Event]) -> AsyncGenerator[bytes, None]:
     try:
         if opening:
-            yield b"".join([encode(event.data) for event in opening])
-        async for event in stream:
-            yield b"data: " + event.data + b"\n\n"  # `encode`, inline: every event passes here
+            yield _encoded(opening)
+        async for batch in stream.batches():  # one frame for what arrived together
+            if len(batch) == 1:
+                yield b"data: " + batch[0].data + b"\n\n"  # `encode`, inline
+            else:
+                yield _encoded(batch)
         yield DONE_FRAME
     except LevergateError as exc:
         log.warning("stream ended by %s: %s", type(exc).__name__, exc.message)

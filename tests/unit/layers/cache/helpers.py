@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from levergate.config import CacheSettings
 from levergate.core.call import Call, Context
 from levergate.core.controls import DEFAULT_CACHE, CachePolicy, Controls, Principal
@@ -26,12 +28,14 @@ def chat(
     cache: CachePolicy = DEFAULT_CACHE,
     tenant: str = "default",
     feature: str = "",
+    raw: bool = False,
     **body: Any,
 ) -> Call:
+    """`raw`: with the JSON bytes of the body, as the edge makes a call (`Call.raw`)."""
     merged = {"model": "m", "messages": USER, "temperature": 0, "stream": stream, **body}
     controls = Controls(feature=feature, cache=cache)
     ctx = Context("r", principal=Principal(tenant=tenant), controls=controls)
-    return Call(kind="chat", body=merged, ctx=ctx)
+    return Call(kind="chat", body=merged, ctx=ctx, raw=orjson.dumps(merged) if raw else None)
 
 
 class Routed(FakeUpstream):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from levergate.config import CacheRuleSettings, CacheSettings
@@ -9,8 +10,9 @@ from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.controls import CachePolicy
 from levergate.core.reply import Completed, Reply, Stream
 from levergate.errors import UpstreamUnavailable
-from levergate.layers.cache.entries import AGE_HEADER, CACHE_HEADER
+from levergate.layers.cache.entries import AGE_HEADER, CACHE_HEADER, CacheView, Entries
 from levergate.layers.cache.exact import ExactCache
+from levergate.layers.cache.stats import CacheStats
 from levergate.stores.entry import decode, encode
 from levergate.stores.kv_memory import MemoryKV
 from levergate.testing import FakeUpstream, ManualClock, sample_value
@@ -194,6 +196,57 @@ async def test_corrupt_entries_are_dropped_counted_and_refetched() -> None:
     await store.set(key, moved, ttl=60)
     assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
     assert sample_value(stats.corrupt, "exact") == 4
+
+
+async def test_an_entry_remembered_decoded_is_still_checked_against_the_store() -> None:
+    """A repeated hit reuses the entry decoded from the same bytes; bytes that changed in the
+    store (corrupted, or rewritten) are decoded again, and an expired entry is not served."""
+    wall = [1000.0]
+    store = MemoryKV(max_bytes=1_000_000, clock=ManualClock())
+    stats = CacheStats()
+    entries = Entries(store, cache="exact", stats=stats, wall=lambda: wall[0])
+    upstream = FakeUpstream()
+    cache = ExactCache(upstream, view=CacheView(CacheSettings(), entries, stats,
+                                                resolve=lambda a, _feature: a))  # fmt: skip
+    await cache(chat())
+    (key,) = list(store._entries)
+    first, again = await entries.load(key), await entries.load(key)
+    assert first is not None
+    assert again is first  # the same bytes: decoded once
+    hits = [await cache(chat()) for _ in range(2)]
+    assert [h.headers[CACHE_HEADER] for h in hits] == ["hit", "hit"]
+    good = await store.get(key)
+    assert good is not None
+    await store.set(key, good[:20] + bytes([good[20] ^ 1]) + good[21:], ttl=60)
+    assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
+    assert sample_value(stats.corrupt, "exact") == 1
+    assert (await cache(chat())).headers[CACHE_HEADER] == "hit"  # the miss wrote it anew
+    wall[0] += CacheSettings().default.ttl_seconds + 1
+    assert (await cache(chat())).headers[CACHE_HEADER] == "miss"
+    assert len(upstream.calls) == 3
+
+
+async def test_a_body_decided_before_keeps_its_tenant_feature_and_kind_apart() -> None:
+    """The decision remembered by the raw body (rule, bypass, key) is the tenant's, the
+    feature's and the kind's: the same bytes under another tenant miss, under a feature whose
+    rule is off bypass, and a sampled body bypasses every time."""
+    settings = CacheSettings(features={"nocache": CacheRuleSettings(mode="off")})
+    upstream = FakeUpstream()
+    cache, _ = exact_cache(upstream, settings=settings)
+    asked = [("default", ""), ("default", ""), ("b", ""), ("b", ""), ("default", "nocache"),
+             ("default", "nocache"), ("default", "")]  # fmt: skip
+    outcomes = [(await cache(chat(raw=True, tenant=tenant, feature=feature))).headers[CACHE_HEADER]
+                for tenant, feature in asked]  # fmt: skip
+    assert outcomes == ["miss", "hit", "miss", "hit", "bypass; reason=off", "bypass; reason=off",
+                        "hit"]  # fmt: skip
+    sampled = [(await cache(chat(raw=True, temperature=0.5))).headers[CACHE_HEADER]
+               for _ in range(2)]  # fmt: skip
+    assert sampled == ["bypass; reason=nondeterministic"] * 2
+    body = {"model": "m", "prompt": "Once", "max_tokens": 2, "temperature": 0}
+    raw = orjson.dumps(body)
+    as_completion = Call(kind="completion", body=body, ctx=Context("r"), raw=raw)
+    assert (await cache(as_completion)).headers[CACHE_HEADER] == "miss"
+    assert len(upstream.calls) == 7  # 2 misses, 4 bypasses, the completion
 
 
 async def test_max_age_refuses_older_entries_and_age_is_reported() -> None:

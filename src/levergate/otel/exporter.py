@@ -1,0 +1,260 @@
+"""`SpanExporter`: finished requests' spans to an OTLP/HTTP collector, off the request path.
+
+On the request path (`export`, the recorder's tracer, called on the event loop after the answer
+went out) a traced request costs one append to a bounded queue — its record and its trace
+context, both already built, nothing encoded — or, with the queue full (`otel.max_queue`
+spans: the request's and one per attempt), one counter increment: its spans are dropped and
+counted (`levergate_otel_spans_dropped_total{reason="queue_full"}`).
+
+Off the path, a supervised background job (`run`) wakes every `otel.export_interval_seconds`
+(or as soon as a batch of 512 spans waits), turns the queued requests into OTLP `Span` bytes
+(otel/spans.py, otel/otlp.py) on the event loop, yielding it every `TURN_ITEMS` requests, and
+POSTs each batch as one `ExportTraceServiceRequest` (protobuf, `<endpoint>/v1/traces`, the
+configured headers) with aiohttp. As the OpenTelemetry SDK's exporter does, an export that
+fails on the way (no connection, a timeout, 429, 502, 503, 504) is tried again after 1 s, 2 s,
+4 s ... while it fits in `otel.timeout_seconds`; then, or on any other answer, the batch is
+dropped and counted (`reason="export_failed"`): a collector that is down costs the gateway a
+bounded queue and a retry now and then, never a request. Closing exports what is queued (a batch
+whose POST the job's cancellation interrupted included), within `otel.timeout_seconds`.
+
+Encoding runs on the event loop rather than a thread: it is Python work, which in a thread
+contends with the loop for the GIL (the request log measured its cost doubling so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import aiohttp
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from levergate.core.spans import Internal
+from levergate.otel import otlp
+from levergate.otel.spans import SCHEMA_URL, SpanEncoder
+from levergate.version import __version__
+
+if TYPE_CHECKING:
+    from levergate.config import Settings
+    from levergate.core.spans import Spans
+    from levergate.layers.measure.record import RequestRecord
+
+__all__ = ["OtelMetrics", "SpanExporter"]
+
+log = logging.getLogger("levergate.otel")
+
+BATCH_SPANS = 512  # spans per export at most (the SDK's batch processor's default)
+TURN_ITEMS = 32  # requests encoded per turn of the event loop (~10 us each)
+RETRY_FIRST_S = 1.0
+RETRYABLE = frozenset({429, 502, 503, 504})  # as the SDK's OTLP/HTTP exporter
+
+
+@dataclass(frozen=True, slots=True)
+class _Internal:
+    """Queued spans of levergate's own work, timed on the gateway's clock, which read `now`
+    at the wall clock's `now_ns`."""
+
+    now_ns: int
+    now: float
+    spans: tuple[Internal, ...]
+
+    def wall(self, at: float) -> int:
+        return self.now_ns - int((self.now - at) * 1e9)
+
+
+Item = tuple["RequestRecord", "Spans"] | _Internal  # a finished request, or levergate's own
+
+
+class OtelMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.exported = Counter(
+            "levergate_otel_spans_exported", "Spans the collector accepted.", registry=registry
+        )
+        self.dropped = Counter(
+            "levergate_otel_spans_dropped",
+            "Spans not exported: queue_full (the queue was full), export_failed (the collector "
+            "did not take them in time), invalid (could not be encoded).",
+            ("reason",),
+            registry=registry,
+        )
+        self.queued = Gauge("levergate_otel_spans_queued", "Spans waiting for export.",
+                            registry=registry)  # fmt: skip
+
+
+class SpanExporter:
+    def __init__(
+        self, settings: Settings, *, metrics: OtelMetrics, retry_first: float = RETRY_FIRST_S
+    ) -> None:
+        """`retry_first`: seconds before the first retry of an export (doubling after)."""
+        otel = settings.otel
+        if otel.endpoint is None:
+            raise ValueError("tracing needs otel.endpoint")
+        self._encoder = SpanEncoder(settings)
+        self._url = otel.endpoint.rstrip("/") + "/v1/traces"
+        self._headers = {
+            "Content-Type": "application/x-protobuf",
+            "User-Agent": f"levergate/{__version__}",
+            **{k: v.get_secret_value() for k, v in otel.headers.items()},
+        }
+        self._interval = otel.export_interval_seconds
+        self._timeout = otel.timeout_seconds
+        self._retry_first = retry_first
+        self._m = metrics
+        self._queue: deque[Item] = deque()
+        self._queued = 0  # spans in `_queue`
+        self._max = otel.max_queue
+        self._batch = min(BATCH_SPANS, otel.max_queue)
+        # Spans encoded and not yet exported: survives the job's cancellation, for the close.
+        self._encoded: list[bytes] = []
+        self._wake = asyncio.Event()
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+        self._warned = False
+        metrics.queued.set_function(lambda: self._queued + len(self._encoded))
+
+    # ---- the request path (the recorder's `Tracer`) -------------------------------------------
+
+    def export(self, record: RequestRecord, spans: Spans) -> None:
+        if not spans.sampled:
+            return
+        size = 1 + len(spans.attempts)
+        if self._queued + size > self._max:
+            self._m.dropped.labels("queue_full").inc(size)
+            return
+        self._queue.append((record, spans))
+        self._queued += size
+        if self._queued >= self._batch:
+            self._wake.set()
+
+    def export_internal(self, spans: Sequence[Internal], *, now: float) -> None:
+        """Spans of levergate's own work, times on the clock that reads `now`."""
+        size = len(spans)
+        if self._queued + size > self._max:
+            self._m.dropped.labels("queue_full").inc(size)
+            return
+        self._queue.append(_Internal(time.time_ns(), now, tuple(spans)))
+        self._queued += size
+        if self._queued >= self._batch:
+            self._wake.set()
+
+    # ---- the background job ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Export a batch as soon as one is full, and what is queued every
+        `export_interval_seconds` (one batch a wake: requests that arrive meanwhile wait for
+        theirs, so a busy gateway sends full batches, not one per loop turn)."""
+        due = time.monotonic() + self._interval
+        while True:
+            if self._queued < self._batch:
+                try:
+                    async with asyncio.timeout(max(0.0, due - time.monotonic())):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+            late = time.monotonic() >= due
+            if late or self._queued >= self._batch:
+                await self._encode_batch()
+                if self._encoded:
+                    await self._send(None)
+            if late:
+                due = time.monotonic() + self._interval
+
+    async def flush(self, *, deadline: float | None = None) -> None:
+        """Export everything queued, batch by batch; each export's retries end at `deadline`
+        (`time.monotonic()`) when given, else `timeout_seconds` after it started."""
+        while self._queue or self._encoded:
+            await self._encode_batch()
+            if self._encoded:
+                await self._send(deadline)
+
+    async def _encode_batch(self) -> None:
+        """Encode queued requests into `_encoded` up to a batch's spans, yielding the loop
+        every `TURN_ITEMS` of them; each item leaves the queue only as its bytes join
+        `_encoded`, so a cancellation loses nothing."""
+        encoder, queue, encoded = self._encoder, self._queue, self._encoded
+        base_ns = time.time_ns() - int(time.perf_counter() * 1e9)  # the spans' clock's zero
+        turn = 0
+        while queue and len(encoded) < self._batch:
+            item = queue.popleft()
+            try:
+                if isinstance(item, _Internal):
+                    self._queued -= len(item.spans)
+                    encoded.extend(encoder.internal(span, item.wall) for span in item.spans)
+                else:
+                    record, spans = item
+                    self._queued -= 1 + len(spans.attempts)
+                    encoded.extend(encoder.request(record, spans, base_ns))
+            except Exception:  # one request's spans that cannot be encoded are its loss alone
+                log.exception("otel: spans of one request not exported")
+                self._m.dropped.labels("invalid").inc()
+            turn += 1
+            if turn == TURN_ITEMS:
+                turn = 0
+                await asyncio.sleep(0)
+
+    async def _send(self, deadline: float | None) -> None:
+        """POST `_encoded` as one request, retrying what may pass later until `deadline`;
+        `_encoded` is emptied once it was exported or given up on."""
+        encoder, spans = self._encoder, self._encoded
+        body = otlp.export_request(encoder.resource, encoder.scope, SCHEMA_URL, spans)
+        started = time.monotonic()
+        end = started + self._timeout if deadline is None else deadline
+        wait = self._retry_first
+        while True:
+            problem = await self._post(body, end - time.monotonic())
+            if problem is None:
+                self._m.exported.inc(len(spans))
+                self._warned = False
+                break
+            retry, why = problem
+            if not retry or time.monotonic() + wait >= end:
+                self._m.dropped.labels("export_failed").inc(len(spans))
+                if not self._warned:
+                    self._warned = True
+                    log.warning("otel: %d spans not exported to %s: %s", len(spans), self._url,
+                                why)  # fmt: skip
+                break
+            await asyncio.sleep(wait)
+            wait *= 2
+        spans.clear()
+
+    async def _post(self, body: bytes, seconds: float) -> tuple[bool, str] | None:
+        """None when the collector took `body`, else (whether to retry, why not)."""
+        if seconds <= 0:
+            return False, "out of time"
+        if self._session is None:  # made on the loop that uses it
+            self._session = aiohttp.ClientSession(skip_auto_headers=("User-Agent",))
+        limit = aiohttp.ClientTimeout(total=seconds)
+        try:
+            post = self._session.post(self._url, data=body, headers=self._headers, timeout=limit)
+            async with post as answer:
+                await answer.read()
+                if 200 <= answer.status < 300:
+                    return None
+                return answer.status in RETRYABLE, f"HTTP {answer.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return True, f"{type(exc).__name__}: {exc}"
+
+    async def aclose(self) -> None:
+        """Export what is queued within `timeout_seconds` (the job was cancelled before), count
+        what was not as dropped, and close; again: a no-op. Spans exported after the close are
+        dropped as the queue's."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.flush(deadline=time.monotonic() + self._timeout)
+        finally:
+            if lost := self._queued + len(self._encoded):
+                self._m.dropped.labels("export_failed").inc(lost)
+            self._queue.clear()
+            self._encoded.clear()
+            self._queued = self._max = 0
+            if self._session is not None:
+                await self._session.close()
