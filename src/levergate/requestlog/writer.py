@@ -51,7 +51,7 @@ from levergate.core.clock import Clock, SystemClock
 from levergate.core.json_bound import parse_json
 from levergate.protocol.openai.body import generated_text
 from levergate.redact import REDACTED, Redactor
-from levergate.requestlog.features import controls_of, replay_of
+from levergate.requestlog.features import controls_of, replay_of, replay_text
 from levergate.requestlog.labels import label_row
 from levergate.requestlog.row import Captured, row_of
 from levergate.requestlog.store import LogStore, LogStoreError
@@ -359,7 +359,14 @@ class LogWriter:
         for at, record, captured, replay in batch:
             try:
                 bodies = self._bodies.texts(captured) if captured is not None else (None, None)
-                text = replay_of(replay[0], replay[1]) if isinstance(replay, tuple) else replay
+                if isinstance(replay, tuple):  # `Pending`: `replay_of`, inline (every record)
+                    call, controls, _ = replay
+                    known = call.ctx.trace.canonical
+                    canonical = known[1] if known is not None and known[0] is call.body else None
+                    text = replay_text(call.body, kind=call.kind, model=call.model,
+                                       controls=controls, canonical=canonical)  # fmt: skip
+                else:
+                    text = replay
                 rows.append(row_of(at, record, bodies, text))
             except Exception:  # a record that cannot be a row is that record's loss alone
                 log.exception("request log: record %s not written", record.request_id)
