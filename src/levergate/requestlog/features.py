@@ -105,6 +105,7 @@ DOCUMENT_TOKENS = BreakpointsSettings().document_tokens
 # Boundaries are kept for prompts of at least 4 KB: ~1,024 tokens at the layer's 4 bytes a
 # token, Anthropic's smallest cacheable prefix (a shorter prompt has no boundary to cache).
 BOUNDARY_MIN_BYTES = 4 * 1024
+_NULL = orjson.dumps(None)
 
 
 def encode_blocks(blocks: Sequence[int]) -> str:
@@ -136,7 +137,8 @@ def features_of_body(
     turns = 0
     if isinstance(messages, list):
         turns = len(messages)
-        listed, head = orjson.dumps(messages), orjson.dumps(tools)
+        listed = orjson.dumps(messages)
+        head = _NULL if tools is None else orjson.dumps(tools)  # most prompts: no call
         prompt = head + listed
         whole = xxhash.xxh3_64_intdigest(prompt)
         if not tools:

@@ -51,7 +51,7 @@ from levergate.core.clock import Clock, SystemClock
 from levergate.core.json_bound import parse_json
 from levergate.protocol.openai.body import generated_text
 from levergate.redact import REDACTED, Redactor
-from levergate.requestlog.features import controls_of, replay_of
+from levergate.requestlog.features import controls_of, replay_of, replay_text
 from levergate.requestlog.labels import label_row
 from levergate.requestlog.row import Captured, row_of
 from levergate.requestlog.store import LogStore, LogStoreError
@@ -223,22 +223,19 @@ class LogWriter:
             extra = _NO_CONTROLS  # most requests: no clock read, no call
         else:
             extra = controls_of(call, now=self._clock.now(), wall=now, total=record.timings.total)
-        queue.append((now, record, captured, self._replay(call, captured, extra)))
+        # The replay features to compute in the batch (`Pending`), or, past the bound on held
+        # bodies or with no bytes to count them by, computed now (inline: a call less a request).
+        raw = call.raw
+        size = 0 if captured is not None else -1 if raw is None else len(raw)
+        replay: str | Pending | None
+        if size >= 0 and self._held_bytes + size <= self._body_limit:
+            self._held_bytes += size
+            replay = (call, extra, size)
+        else:
+            replay = replay_of(call, extra)
+        queue.append((now, record, captured, replay))
         if len(queue) == self._batch:
             self._wake.set()
-
-    def _replay(
-        self, call: Call, captured: Captured | None, extra: Mapping[str, Any]
-    ) -> str | Pending | None:
-        """The features to compute in the batch (`Pending`), or, past the bound on held bodies
-        or with no bytes to count them by, computed now."""
-        raw = call.raw
-        if captured is not None or raw is not None:
-            size = 0 if captured is not None else len(raw or b"")
-            if self._held_bytes + size <= self._body_limit:
-                self._held_bytes += size
-                return (call, extra, size)
-        return replay_of(call, extra)
 
     def _bodies_for(self, *names: str | None) -> bool:
         """Whether bodies are logged for any of these aliases, routes or cascades."""
@@ -304,8 +301,7 @@ class LogWriter:
         queue = self._queue
         while queue:
             batch = [queue.popleft() for _ in range(min(len(queue), self._batch))]
-            for item in batch:
-                self._hold(item, -1)
+            self._hold(batch, -1)
             try:
                 rows = await self._rows(batch)
             except asyncio.CancelledError:  # the job stopped (closing): `aclose` writes them
@@ -342,13 +338,16 @@ class LogWriter:
                 return False
         return True
 
-    def _hold(self, item: Item, sign: int) -> None:
-        """Count (`sign` 1) or release (-1) the bodies `item` holds."""
-        _, _, captured, replay = item
-        if captured is not None:
-            self._body_bytes += sign * captured.size
-        if isinstance(replay, tuple):  # `Pending`
-            self._held_bytes += sign * replay[2]
+    def _hold(self, items: Sequence[Item], sign: int) -> None:
+        """Count (`sign` 1) or release (-1) the bodies `items` hold."""
+        body = held = 0
+        for _, _, captured, replay in items:
+            if captured is not None:
+                body += captured.size
+            if isinstance(replay, tuple):  # `Pending`
+                held += replay[2]
+        self._body_bytes += sign * body
+        self._held_bytes += sign * held
 
     async def _rows(self, batch: Sequence[Item]) -> list[tuple[object, ...]]:
         """The batch's rows, built on the event loop about `TURN_SECONDS` at a time: Python
@@ -360,7 +359,14 @@ class LogWriter:
         for at, record, captured, replay in batch:
             try:
                 bodies = self._bodies.texts(captured) if captured is not None else (None, None)
-                text = replay_of(replay[0], replay[1]) if isinstance(replay, tuple) else replay
+                if isinstance(replay, tuple):  # `Pending`: `replay_of`, inline (every record)
+                    call, controls, _ = replay
+                    known = call.ctx.trace.canonical
+                    canonical = known[1] if known is not None and known[0] is call.body else None
+                    text = replay_text(call.body, kind=call.kind, model=call.model,
+                                       controls=controls, canonical=canonical)  # fmt: skip
+                else:
+                    text = replay
                 rows.append(row_of(at, record, bodies, text))
             except Exception:  # a record that cannot be a row is that record's loss alone
                 log.exception("request log: record %s not written", record.request_id)
@@ -385,9 +391,8 @@ class LogWriter:
         bound; how many records did not."""
         room = max(0, self._max - len(self._queue))
         kept = batch[len(batch) - room :] if room < len(batch) else batch
-        for item in reversed(kept):
-            self._hold(item, 1)
-            self._queue.appendleft(item)
+        self._hold(kept, 1)
+        self._queue.extendleft(reversed(kept))
         return len(batch) - len(kept)
 
     async def _prune(self) -> None:
