@@ -13,7 +13,10 @@ Protobuf's wire format (https://protobuf.dev/programming-guides/encoding/): a fi
 (field number << 3 | wire type) then its value: a varint (type 0), 8 bytes little-endian
 (type 1: fixed64, double), a length and that many bytes (type 2: strings, bytes, nested
 messages), or 4 bytes little-endian (type 5: fixed32). Fields are written in field-number order,
-as protobuf's own serialisers do; fields at their default value are left out.
+as protobuf's own serialisers do, but for a span's: its own fields (ids, times, some
+attributes) go first and the fields it shares with many spans (name, kind, most attributes,
+status, flags) after, kept encoded by the caller — parsers take fields in any order, as the
+encoding guide requires. Fields at their default value are left out.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ __all__ = [
     "export_request",
     "pack_double",
     "span",
+    "span_constant",
+    "span_field",
 ]
 
 # Span.SpanKind and Status.StatusCode (opentelemetry/proto/trace/v1/trace.proto).
@@ -47,10 +52,10 @@ _U64 = (1 << 64) - 1
 pack_double = struct.Struct("<d").pack
 _pack_fixed32 = struct.Struct("<I").pack
 # A span's fixed-size fields, tags included: the ids (big-endian, as W3C writes them), the
-# parent, the kind and the times (fixed64, little-endian); flags (field 16, fixed32).
+# parent and the times (fixed64, little-endian); flags (field 16, fixed32).
 _ids = struct.Struct(">HQQHQ").pack
 _parent = struct.Struct(">HQ").pack
-_kind_and_times = struct.Struct("<BBBQBQ").pack
+_times = struct.Struct("<BQBQ").pack
 _FLAGS_LOCAL = b"\x85\x01" + _pack_fixed32(SAMPLED | HAS_IS_REMOTE)
 _FLAGS_REMOTE = b"\x85\x01" + _pack_fixed32(SAMPLED | HAS_IS_REMOTE | IS_REMOTE)
 _MAX_KEYS = 4096  # attribute keys kept encoded (levergate's are a few dozen)
@@ -168,34 +173,53 @@ def span(
     start_ns: int,
     end_ns: int,
     attributes: bytes,
-    more: bytes = b"",
     error: str | None = None,
     remote_parent: bool = False,
 ) -> bytes:
     """One `Span` as a field of its `ScopeSpans` (field 2: tag, length, the span's bytes);
-    `attributes` (and `more` of them) from `AttributeWriter(b"\\x4a")`; `error`: the status is
-    ERROR with that message."""
-    head = _ids(0x0A10, trace_id >> 64, trace_id & _U64, 0x1208, span_id)  # fields 1, 2
-    if parent_id is not None:
-        head += _parent(0x2208, parent_id)  # field 4
+    `attributes` from `AttributeWriter(b"\\x4a")`; `error`: the status is ERROR with that
+    message."""
+    constant = span_constant(name=name, kind=kind, attributes=attributes, error=error,
+                             remote_parent=remote_parent)  # fmt: skip
+    return span_field(constant, trace_id, span_id, parent_id, start_ns, end_ns)
+
+
+def span_constant(
+    *, name: str, kind: int, attributes: bytes, error: str | None, remote_parent: bool
+) -> bytes:
+    """The fields of a span that many spans share (its name, kind, status, flags and the
+    attributes given), for `span_field`: a protobuf parser takes fields in any order, so the
+    ones each span has of its own go before them."""
     name_bytes = name.encode()
     size = len(name_bytes)
-    head += b"\x2a" + (_ONE_BYTE[size] if size < 128 else varint(size)) + name_bytes
-    head += _kind_and_times(0x30, kind, 0x39, start_ns, 0x41, end_ns)  # fields 6, 7, 8
-    flags = _FLAGS_REMOTE if remote_parent else _FLAGS_LOCAL
-    if error is None:
-        size = len(head) + len(attributes) + len(more) + 6
-        return b"".join((_span_head(size), head, attributes, more, flags))
-    status = _field(b"\x7a", _field(b"\x12", error.encode()) + b"\x18\x02")  # field 15
-    size = len(head) + len(attributes) + len(more) + len(status) + 6
-    return b"".join((_span_head(size), head, attributes, more, status, flags))
+    found = b"\x2a" + (_ONE_BYTE[size] if size < 128 else varint(size)) + name_bytes
+    found += bytes((0x30, kind)) + attributes  # fields 5, 6, 9
+    if error is not None:
+        found += _field(b"\x7a", _field(b"\x12", error.encode()) + b"\x18\x02")  # field 15
+    return found + (_FLAGS_REMOTE if remote_parent else _FLAGS_LOCAL)  # field 16
 
 
-def _span_head(size: int) -> bytes:
-    """ScopeSpans.spans' tag and a span's length (most spans: 128 to 16,383 bytes)."""
+def span_field(  # noqa: PLR0917 (a call per span: positional arguments cost less)
+    constant: bytes,
+    trace_id: int,
+    span_id: int,
+    parent_id: int | None,
+    start_ns: int,
+    end_ns: int,
+    more: bytes = b"",
+) -> bytes:
+    """A span as a field of its `ScopeSpans`: its ids and times, `more` of its attributes,
+    then `constant` (`span_constant`)."""
+    ids = _ids(0x0A10, trace_id >> 64, trace_id & _U64, 0x1208, span_id)  # fields 1, 2
+    if parent_id is not None:
+        ids += _parent(0x2208, parent_id)  # field 4
+    times = _times(0x39, start_ns, 0x41, end_ns)  # fields 7, 8
+    size = len(ids) + 18 + len(more) + len(constant)
     if 128 <= size < 16384:
-        return bytes((0x12, (size & 0x7F) | 0x80, size >> 7))
-    return b"\x12" + varint(size)
+        head = bytes((0x12, (size & 0x7F) | 0x80, size >> 7))
+    else:
+        head = b"\x12" + varint(size)
+    return b"".join((head, ids, times, more, constant))
 
 
 def export_request(resource: bytes, scope: bytes, schema_url: str, spans: Sequence[bytes]) -> bytes:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from levergate.layers.measure.record import OK
 from levergate.otel import otlp
 from levergate.otel.otlp import pack_double as _pack_double
+from levergate.otel.otlp import span_field
 from levergate.version import __version__
 
 if TYPE_CHECKING:
@@ -171,8 +172,9 @@ class SpanEncoder:
             "telemetry.sdk.version": __version__,
         })  # fmt: skip
         self.scope = b"\x0a\x09levergate"  # InstrumentationScope.name
-        # The shared attributes' bytes by `shared_key`, and the attempts' by theirs.
-        self._shared: dict[Shared, bytes] = {}
+        # Spans' constant parts (otlp.span_constant): a request's by `shared_key` (and whether
+        # it has a parent), an attempt's by its upstream, model and error.
+        self._requests: dict[tuple[Shared, bool], bytes] = {}
         self._attempts: dict[tuple[str, str, str | None], bytes] = {}
         self._tokens: dict[Tokens, bytes] = {}
         double = self._writer.double_head
@@ -186,26 +188,24 @@ class SpanEncoder:
         started = base_ns + int(spans.started * 1e9)
         ended = started + int(record.timings.total * 1e9)
         provider = self._providers.get(record.upstream, "openai")
-        error = None if record.outcome == OK else record.error or record.outcome
-        key = shared_key(record, provider)
-        common = self._shared.get(key)
-        if common is None:
-            common = self._kept(self._shared, key, self._attributes(shared(key)))
-        found = [otlp.span(
-            trace_id=spans.trace_id, span_id=spans.span_id, parent_id=spans.parent_id,
-            name=f"{OPERATIONS.get(record.kind, record.kind)} {record.model}",
-            kind=otlp.SERVER, start_ns=started, end_ns=ended,
-            attributes=common, more=self._own(record), error=error,
-            remote_parent=spans.parent_id is not None,
-        )]  # fmt: skip
+        key = (shared_key(record, provider), spans.parent_id is not None)
+        constant = self._requests.get(key)
+        if constant is None:
+            constant = self._kept(self._requests, key, otlp.span_constant(
+                name=f"{OPERATIONS.get(record.kind, record.kind)} {record.model}",
+                kind=otlp.SERVER, attributes=self._attributes(shared(key[0])),
+                error=None if record.outcome == OK else record.error or record.outcome,
+                remote_parent=key[1]))  # fmt: skip
+        found = [span_field(constant, spans.trace_id, spans.span_id, spans.parent_id, started,
+                            ended, self._own(record))]  # fmt: skip
         for attempt in spans.attempts:
-            end = ended if attempt.ended is None else min(base_ns + int(attempt.ended * 1e9), ended)
-            found.append(otlp.span(
-                trace_id=spans.trace_id, span_id=attempt.span_id, parent_id=spans.span_id,
-                name=f"attempt {attempt.upstream}", kind=otlp.CLIENT,
-                start_ns=base_ns + int(attempt.started * 1e9), end_ns=end, error=attempt.error,
-                attributes=self._attempt(attempt.upstream, attempt.model, attempt.error),
-            ))  # fmt: skip
+            end = ended
+            if attempt.ended is not None:
+                end = min(base_ns + int(attempt.ended * 1e9), ended)
+            constant = self._attempt(attempt.upstream, attempt.model, attempt.error)
+            start = base_ns + int(attempt.started * 1e9)
+            found.append(span_field(constant, spans.trace_id, attempt.span_id, spans.span_id,
+                                    start, end))  # fmt: skip
         return found
 
     def _own(self, record: RequestRecord) -> bytes:
@@ -226,15 +226,18 @@ class SpanEncoder:
         return b"".join(parts)
 
     def _attempt(self, upstream: str, model: str, error: str | None) -> bytes:
+        """An attempt span's constant part (`otlp.span_constant`), kept by what it holds."""
         key = (upstream, model, error)
         found = self._attempts.get(key)
         if found is None:
-            found = self._kept(self._attempts, key, self._attributes({
-                "gen_ai.provider.name": self._providers.get(upstream, "openai"),
-                "gen_ai.request.model": model,
-                "levergate.upstream": upstream,
-                "error.type": error,  # None (left out) unless it failed
-            }))  # fmt: skip
+            found = self._kept(self._attempts, key, otlp.span_constant(
+                name=f"attempt {upstream}", kind=otlp.CLIENT, error=error, remote_parent=False,
+                attributes=self._attributes({
+                    "gen_ai.provider.name": self._providers.get(upstream, "openai"),
+                    "gen_ai.request.model": model,
+                    "levergate.upstream": upstream,
+                    "error.type": error,  # None (left out) unless it failed
+                })))  # fmt: skip
         return found
 
     @staticmethod
