@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -285,7 +286,7 @@ class LogWriter:
             except TimeoutError:
                 pass
             self._wake.clear()
-            if not await self.flush():
+            if not await self.flush(drain=False):
                 await asyncio.sleep(self._retry)
                 self._retry = min(RETRY_CAP_S, self._retry * 2)
                 continue
@@ -294,13 +295,19 @@ class LogWriter:
                 next_prune = time.monotonic() + self._s.prune_seconds
                 await self._prune()
 
-    async def flush(self) -> bool:
-        """Write everything queued, batch by batch; False when the store failed (the batch is
-        back in the queue, as much of it as fits)."""
+    async def flush(self, *, drain: bool = True) -> bool:
+        """Write what is queued, batch by batch: with `drain` (the close, a caller), until the
+        queue is empty; without (the job), what was queued when it began, so that the records
+        arriving during a write wait for a full batch or `flush_seconds` (draining, the job
+        chased the queue's tail under steady traffic: a statement and a thread hand-off every
+        ~3 records, ~0.2 ms of CPU a request in `log_ab.py`). False when the store failed (the
+        batch is back in the queue, as much of it as fits)."""
         loop = asyncio.get_running_loop()
         queue = self._queue
-        while queue:
-            batch = [queue.popleft() for _ in range(min(len(queue), self._batch))]
+        todo = sys.maxsize if drain else len(queue)
+        while queue and todo > 0:
+            batch = [queue.popleft() for _ in range(min(len(queue), self._batch, todo))]
+            todo -= len(batch)
             self._hold(batch, -1)
             try:
                 rows = await self._rows(batch)

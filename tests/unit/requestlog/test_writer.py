@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 
 import orjson
@@ -100,6 +101,36 @@ async def test_the_job_writes_in_batches_and_close_flushes_the_rest(tmp_path: Pa
         log.observe(record(99), call(), Seen())
     await log.aclose()  # the last one, written on the way out
     assert count(path) == 6
+
+
+async def test_the_job_writes_what_was_queued_when_it_began_and_leaves_later_arrivals(
+    tmp_path: Path,
+) -> None:
+    """Under steady traffic the job must not chase the queue's tail (a write every few records):
+    what arrives during a write waits for a full batch or `flush_seconds`; the close drains."""
+    path = tmp_path / "log.db"
+    log, store, metrics = writer(path, batch_size=5)
+    writing, release = threading.Event(), threading.Event()
+    write = store.write
+
+    def held_write(rows: list[tuple[object, ...]]) -> None:
+        writing.set()
+        release.wait(10)
+        write(rows)
+
+    store.write = held_write  # type: ignore[method-assign]
+    for n in range(3):
+        log.observe(record(n), call(), Seen())
+    flushing = asyncio.ensure_future(log.flush(drain=False))
+    await until(writing.is_set)
+    for n in range(3, 5):  # arrive while the first write is in the store's thread
+        log.observe(record(n), call(), Seen())
+    release.set()
+    assert await flushing
+    assert count(path) == 3
+    assert sample_value(metrics.queued) == 2
+    await log.aclose()  # the close drains what is left
+    assert count(path) == 5
 
 
 async def test_bodies_are_logged_where_enabled_redacted_and_capped(tmp_path: Path) -> None:
