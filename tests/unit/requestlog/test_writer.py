@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -113,7 +115,7 @@ async def test_the_job_writes_what_was_queued_when_it_began_and_leaves_later_arr
     writing, release = threading.Event(), threading.Event()
     write = store.write
 
-    def held_write(rows: list[tuple[object, ...]]) -> None:
+    def held_write(rows: Sequence[tuple[Any, ...]]) -> None:
         writing.set()
         release.wait(10)
         write(rows)
