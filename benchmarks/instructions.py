@@ -118,13 +118,14 @@ def environment() -> dict[str, str]:
 # ---- 1. the request log, in-process ------------------------------------------------------------
 
 
-def child(args: argparse.Namespace) -> None:
-    """The workload a counted child process runs: `--warmup` then `--requests` requests; with
-    the log on, it prints the records the log holds after the close."""
+def child(args: argparse.Namespace, **more: Any) -> None:
+    """The workload a counted child process runs: `--warmup` then `--requests` requests, with
+    the settings `more` adds (otel_instructions.py: tracing); with the log on, it prints the
+    records the log holds after the close."""
     from levergate.bench.calls import serve_requests
 
     # The linter samples by the wall clock (module docstring), so it is off on both sides.
-    values: dict[str, Any] = {"prompt_cache": {"lint": {"enabled": False}}}
+    values: dict[str, Any] = {"prompt_cache": {"lint": {"enabled": False}}, **more}
     if args.request_log:
         no_log_timers()
         values["request_log"] = {"enabled": True,

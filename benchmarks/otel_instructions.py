@@ -23,7 +23,6 @@ Writes benchmarks/results/otel_instructions.{json,md}.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import json
 import os
@@ -37,15 +36,13 @@ from typing import Any
 
 from harness import Output, add_output_options, stamp
 from instructions import (
-    _CountFromHere,
     callgrind,
     counted_all,
     environment,
     instructions,
-    no_log_timers,
     per_request,
-    with_simulator,
 )
+from instructions import child as counted_child
 
 SIDES = ("off", "otel", "log", "log+otel")
 ROWS = (("inprocess", "whole"), ("inprocess", "stream"), ("simulator", "whole"))
@@ -91,25 +88,8 @@ class Receiver(ThreadingHTTPServer):
 
 
 def child(args: argparse.Namespace) -> None:
-    """A counted run: `--warmup` then `--requests` requests."""
-    from levergate.bench.calls import serve_requests
-
-    values: dict[str, Any] = {"prompt_cache": {"lint": {"enabled": False}}}
-    if args.request_log:
-        no_log_timers()
-        values["request_log"] = {"enabled": True,
-                                 "store": {"sqlite_path": args.request_log,
-                                           "timeout_seconds": 600}}  # fmt: skip
-    if args.otel:
-        values["otel"] = {"endpoint": args.otel, **NO_OTEL_TIMER}
-    stream = args.kind == "stream"
-    if args.way == "simulator":
-        asyncio.run(with_simulator(stream=stream, requests=args.requests, warmup=args.warmup,
-                                   **values))  # fmt: skip
-    else:
-        asyncio.run(serve_requests(_CountFromHere(), stream=stream, requests=args.requests,
-                                   warmup=args.warmup, way=args.way, features=True,
-                                   **values))  # fmt: skip
+    """A counted run (instructions.py's), tracing to `--otel` when given."""
+    counted_child(args, **({"otel": {"endpoint": args.otel, **NO_OTEL_TIMER}} if args.otel else {}))
 
 
 def counted(folder: Path, name: str, *, side: str, way: str, kind: str, requests: int,
