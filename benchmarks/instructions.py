@@ -74,9 +74,11 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness import Output, add_output_options, free_port, need_tool, stamp, wait_port
+
+T = TypeVar("T")
 
 HERE = Path(__file__).resolve().parent
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
@@ -109,6 +111,40 @@ def instructions(out: Path) -> int:
     return int(found.group(1))
 
 
+def gil_releases(out: Path) -> dict[str, int]:
+    """How many times the counted threads gave the GIL up (calls of `PyEval_SaveThread`: a
+    `Py_BEGIN_ALLOW_THREADS`), in all and by CPython's sqlite3 module (its callers in
+    `_sqlite3`'s shared object): where another thread waits for it, each is a hand-over
+    through the operating system, and one back when the releasing thread wants it again."""
+    names: dict[tuple[str, str], str] = {}
+
+    def name(kind: str, text: str) -> str:
+        found = re.match(r"\((\d+)\)(?: (.*))?", text)
+        if found is None:
+            return text
+        if found.group(2) is not None:
+            names[kind, found.group(1)] = found.group(2)
+        return names.get((kind, found.group(1)), "?")
+
+    total = sqlite = 0
+    obj = callee = ""
+    with out.open() as lines:
+        for line in lines:
+            if line.startswith("ob="):
+                obj = name("ob", line[3:].strip())
+            elif line.startswith("cob="):
+                name("ob", line[4:].strip())  # learns the name; the caller's object stays
+            elif line.startswith("fn="):
+                name("fn", line[3:].strip())
+            elif line.startswith("cfn="):
+                callee = name("fn", line[4:].strip())
+            elif line.startswith("calls=") and callee == "PyEval_SaveThread":
+                count = int(line[6:].split()[0])
+                total += count
+                sqlite += count if "_sqlite3" in obj else 0
+    return {"gil_releases": total, "gil_releases_sqlite3": sqlite}
+
+
 def environment() -> dict[str, str]:
     """This process's environment with a fixed hash seed (dict and set layouts, hence the
     instructions, repeat from run to run)."""
@@ -128,6 +164,8 @@ def child(args: argparse.Namespace, **more: Any) -> None:
     values: dict[str, Any] = {"prompt_cache": {"lint": {"enabled": False}}, **more}
     if args.request_log:
         no_log_timers()
+        if args.log_timer:
+            timer_every(args.log_timer)
         values["request_log"] = {"enabled": True,
                                  "store": {"sqlite_path": args.request_log,
                                            "timeout_seconds": 600}}  # fmt: skip
@@ -158,6 +196,38 @@ def no_log_timers() -> None:
         init(self, store, settings=settings.model_copy(update=NO_LOG_TIMERS), **rest)
 
     writer.LogWriter.__init__ = without_timers  # type: ignore[method-assign]
+
+
+def timer_every(records: int) -> None:
+    """The log's flush timer, fired by a count of records instead of `flush_seconds` (which
+    `no_log_timers` put out of reach): every `records` records observed wake the job as the
+    timer does (a timer of T seconds at a steady R requests a second: `records` = R T), so it
+    writes part-batches, as a log under light or moderate traffic does. Where the job tells a
+    full batch's wake from the timer's (`LogWriter._wait`), the timer's is reported as such.
+    The wrapper is a Python frame a request, on the log's side only (~300 instructions)."""
+    from levergate.requestlog import writer
+
+    observe = writer.LogWriter.observe
+    seen = itertools.count(1)
+    fired: set[int] = set()
+
+    def observed(self: Any, record: Any, call: Any, about: Any) -> None:
+        observe(self, record, call, about)
+        if next(seen) % records == 0:
+            fired.add(id(self))
+            self._wake.set()
+
+    writer.LogWriter.observe = observed  # type: ignore[method-assign]
+    if hasattr(writer.LogWriter, "_wait"):  # code before 2026-12-04 had none
+
+        async def wait(self: Any) -> bool:
+            await self._wake.wait()
+            self._wake.clear()
+            timer = id(self) in fired
+            fired.discard(id(self))
+            return timer
+
+        writer.LogWriter._wait = wait  # type: ignore[method-assign]
 
 
 async def with_simulator(*, stream: bool, requests: int, warmup: int, **values: Any) -> None:
@@ -213,27 +283,31 @@ class _CountFromHere(contextlib.AbstractContextManager[None]):
 
 
 def counted_child(folder: Path, name: str, *, requests: int, warmup: int, way: str, kind: str,
-                  log: bool) -> int:  # fmt: skip
+                  log: bool) -> dict[str, int]:  # fmt: skip
+    """The run's instructions and GIL releases (`gil_releases`). `kind`: whole or stream, with
+    `@K` (`whole@100`) the log's timer fired every K records (`timer_every`)."""
     out = folder / f"{name}.callgrind"
+    kind, _, every = kind.partition("@")
     argv = [*callgrind(out, at_start=False), sys.executable, str(Path(__file__).resolve()),
             "--child", "--way", way, "--kind", kind, "--requests", str(requests),
             "--warmup", str(warmup)]  # fmt: skip
     if log:
         argv += ["--request-log", str(folder / f"{name}.sqlite3")]
+        argv += ["--log-timer", every] if every else []
     done = subprocess.run(argv, env=environment(), check=True, capture_output=True, text=True)
     if log and int(done.stdout.split()[-1]) != warmup + requests:
         raise RuntimeError(f"{name}: the log holds {done.stdout.split()[-1]} records, not "
                            f"{warmup + requests}: it did not write them all")  # fmt: skip
-    return instructions(out)
+    return {"instructions": instructions(out), **gil_releases(out)}
 
 
-def per_request(counts: dict[str, int], name: str, requests: int) -> float:
+def per_request(counts: Mapping[str, int], name: str, requests: int) -> float:
     """(I(2N) - I(N)) / N, from the runs named `name`-N and `name`-2N."""
     return (counts[f"{name}-{2 * requests}"] - counts[f"{name}-{requests}"]) / requests
 
 
-def counted_all(runs: Mapping[str, Callable[[], int]], parallel: int) -> dict[str, int]:
-    """Each named run's instructions, `parallel` runs at a time."""
+def counted_all(runs: Mapping[str, Callable[[], T]], parallel: int) -> dict[str, T]:
+    """Each named run's count(s), `parallel` runs at a time."""
     with ThreadPoolExecutor(parallel) as pool:
         futures = {name: pool.submit(run) for name, run in runs.items()}
         return {name: future.result() for name, future in futures.items()}
@@ -245,14 +319,17 @@ def log_ab(folder: Path, requests: int, warmup: int, which: tuple[tuple[str, str
     for way, kind in which:
         runs = {
             f"{side}-{n}": functools.partial(
-                counted_child, folder, f"log-{way}-{kind}-{side}-{n}", requests=n,
-                warmup=warmup, way=way, kind=kind, log=side == "on")
+                counted_child, folder, f"log-{way}-{kind.replace('@', '-t')}-{side}-{n}",
+                requests=n, warmup=warmup, way=way, kind=kind, log=side == "on")
             for side in ("off", "on") for n in (requests, 2 * requests)
         }  # fmt: skip
         counts = counted_all(runs, parallel)
-        row: dict[str, Any] = {"way": way, "kind": kind,
-                               **{side: per_request(counts, side, requests)
-                                  for side in ("off", "on")}}  # fmt: skip
+        row: dict[str, Any] = {"way": way, "kind": kind}
+        for field, prefix in (("instructions", ""), ("gil_releases", "gil_"),
+                              ("gil_releases_sqlite3", "gil_sqlite3_")):  # fmt: skip
+            of = {name: found[field] for name, found in counts.items()}
+            row.update((f"{prefix}{side}", per_request(of, side, requests))
+                       for side in ("off", "on"))  # fmt: skip
         row["ratio"] = row["on"] / row["off"]
         rows.append(row)
         print(json.dumps(rows[-1]), flush=True)
@@ -425,18 +502,37 @@ def log_table(rows: list[dict[str, Any]], old: list[dict[str, Any]], name: str |
              "agree (compare an off column before and after); the warm-up's heap is frozen "
              "before counting (a full collection falls in a counted window or not by chance)."),
              ""]  # fmt: skip
+    lines += [("A kind `whole@K` fires the log's flush timer every K records instead of "
+               "never (`timer_every`): the part-batches of a log under lighter traffic. GIL "
+               "releases: calls of `PyEval_SaveThread` a request, every thread (and, on, "
+               "those of CPython's sqlite3 module): each one the writer's thread makes while "
+               "the event loop is busy is a hand-over of the GIL through the operating system "
+               "and one back."), ""]  # fmt: skip
     was = {(r["way"], r["kind"]): r for r in old}
+    gil = any("gil_on" in r for r in rows)
     head = "| path | off instr/req | on instr/req | on / off |"
     rule = "|---|---:|---:|---:|"
+    if gil:
+        head += " GIL releases/req off | on | on, sqlite3's |"
+        rule += "---:|---:|---:|"
     if was:
         head += f" before ({name}): off instr/req | before: on instr/req | before: on / off |"
         rule += "---:|---:|---:|"
+        if gil:
+            head += " before: GIL releases/req on | before: sqlite3's |"
+            rule += "---:|---:|"
     lines += [head, rule]
     for r in rows:
         line = (f"| {r['way']}, {r['kind']} | {r['off']:,.0f} | {r['on']:,.0f} | "
                 f"{r['ratio']:.3f}x |")  # fmt: skip
+        if gil:
+            line += (f" {r.get('gil_off', float('nan')):.3f} | {r.get('gil_on', float('nan')):.3f}"
+                     f" | {r.get('gil_sqlite3_on', float('nan')):.3f} |")  # fmt: skip
         if (b := was.get((r["way"], r["kind"]))) is not None:
             line += f" {b['off']:,.0f} | {b['on']:,.0f} | {b['ratio']:.3f}x |"
+            if gil:
+                line += (f" {b.get('gil_on', float('nan')):.3f} | "
+                         f"{b.get('gil_sqlite3_on', float('nan')):.3f} |")  # fmt: skip
         lines.append(line)
     return lines
 
@@ -542,6 +638,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--way", choices=WAYS, default="inprocess", help=argparse.SUPPRESS)
     parser.add_argument("--kind", choices=KINDS, default="whole", help=argparse.SUPPRESS)
     parser.add_argument("--request-log", help=argparse.SUPPRESS)
+    parser.add_argument("--log-timer", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument(
         "--before",
         type=Path,

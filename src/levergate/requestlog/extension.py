@@ -33,7 +33,8 @@ def store_for(settings: Settings) -> LogStore:
     choice = select.request_log(settings)
     s = settings.request_log.store
     address = choice.address or s.sqlite_path
-    return open_store(choice.backend, address, timeout_seconds=s.timeout_seconds)
+    return open_store(choice.backend, address, timeout_seconds=s.timeout_seconds,
+                      batch_size=settings.request_log.batch_size)  # fmt: skip
 
 
 class LogReader:

@@ -398,9 +398,12 @@ class SqliteLog(_Sql):
     and grouping rows by mask broke the batch's order (`seq`, which the size bound prunes
     by)."""
 
-    def __init__(self, path: str, *, timeout_seconds: float) -> None:
+    def __init__(self, path: str, *, timeout_seconds: float, batch_size: int = 0) -> None:
+        """`batch_size`: the rows of the writer's full batch (`request_log.batch_size`), written
+        as one statement of that size (0: none)."""
         super().__init__()
         self.path = path
+        self._whole = batch_size
         self._busy_ms = max(1, int(timeout_seconds * 1000))
         self._defaults: tuple[object, ...] = ()  # each column's default, `COLUMNS` order
         # SQLite's least bound on parameters (999, before 3.32) until connected.
@@ -432,18 +435,22 @@ class SqliteLog(_Sql):
         return _SqliteTransaction(conn)
 
     def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """A few multi-row statements in one transaction (one statement alone is its own): the
-        writer's thread then gives up the GIL a few times a batch, instead of around each row
-        (each a wait for the event loop's thread to hand it back). Each column is left out,
-        bound once or bound in every row (requestlog/binds.py)."""
+        """A full batch (`batch_size` rows) in one statement, which is its own transaction;
+        another in a few multi-row statements in one transaction. Each `execute` makes the
+        writer's thread give the GIL up 5 times (CPython 3.11's sqlite3: around the step, two
+        resets, the column count, the last row id) and wait for the event loop's thread to
+        hand it back, a thread hand-off each while the loop is busy (`log_handoffs.py`): a
+        statement per row (`executemany`) cost each side ~100 us a request, a full batch of
+        500 in six statements and BEGIN/COMMIT ~1 context switch a request in-process. Each
+        column is left out, bound once or bound in every row (requestlog/binds.py)."""
 
         def insert(conn: sqlite3.Connection) -> None:
-            if {len(row) for row in rows} != {len(NAMES)}:
+            if set(map(len, rows)) != {len(NAMES)}:  # in C: the thread holds the GIL here
                 raise sqlite3.ProgrammingError(f"rows of {len(NAMES)} values expected")
             columns = list(zip(*rows, strict=True))
             statement = self._statements.choose(modes_of(columns, self._defaults))
             once, values = statement.values(columns)
-            sizes = chunk_sizes(len(rows), statement.most)
+            sizes = chunk_sizes(len(rows), statement.most, whole=self._whole)
             if len(sizes) > 1 and not conn.in_transaction:
                 with self._transaction(conn):
                     self._execute(conn, statement, sizes, once, values)
@@ -469,7 +476,7 @@ class SqliteLog(_Sql):
         columns: Sequence[tuple[str, str]] = COLUMNS,
     ) -> None:  # fmt: skip
         head, row, most = _insert_texts(conn, table, [name for name, _ in columns])
-        self._insert_values(conn, head, row, chunk_sizes(len(rows), most),
+        self._insert_values(conn, head, row, chunk_sizes(len(rows), most, whole=self._whole),
                             list(chain.from_iterable(rows)))  # fmt: skip
 
     def _insert_values(
@@ -497,13 +504,15 @@ class SqliteLog(_Sql):
         return int((pages - free) * size)
 
 
-def chunk_sizes(count: int, most: int) -> list[int]:
-    """`count` rows as statements of `most` rows, the rest in powers of two (500: 256, 128, 64,
-    32, 16, 4): a statement's text is compiled once and kept (sqlite3's statement cache) only
-    if it comes back; one of any size compiled anew cost ~20 us a row (measured: 42 against 22
-    us a row for 499 rows), and sizes vary with the traffic."""
-    sizes = [most] * (count // most)
-    rest = count % most
+def chunk_sizes(count: int, most: int, *, whole: int = 0) -> list[int]:
+    """`count` rows as statements of `whole` rows (a full batch; when 0 or above `most`, of
+    `most` rows), the rest in powers of two (499: 256, 128, 64, 32, 16, 2, 1): a statement's
+    text is compiled once and kept (sqlite3's statement cache) only if it comes back; one of
+    any size compiled anew cost ~20 us a row (measured: 42 against 22 us a row for 499 rows),
+    and sizes vary with the traffic."""
+    step = whole if 0 < whole <= most else most
+    sizes = [step] * (count // step)
+    rest = count % step
     while rest:
         size = 1 << (rest.bit_length() - 1)
         sizes.append(size)
@@ -611,8 +620,11 @@ class PostgresLog(_Sql):
         return int(count * (float(row[0] or 0) + INDEX_ENTRY_BYTES * indexes))
 
 
-def open_store(backend: str, address: str, *, timeout_seconds: float) -> LogStore:
-    """The store `backend` names (`sqlite`: a file; `postgres`: a DSN); nothing connects yet."""
+def open_store(
+    backend: str, address: str, *, timeout_seconds: float, batch_size: int = 0
+) -> LogStore:
+    """The store `backend` names (`sqlite`: a file; `postgres`: a DSN); nothing connects yet.
+    `batch_size`: the writer's full batch (SQLite writes one as one statement)."""
     if backend == "postgres":
         return PostgresLog(address, timeout_seconds=timeout_seconds)
-    return SqliteLog(address, timeout_seconds=timeout_seconds)
+    return SqliteLog(address, timeout_seconds=timeout_seconds, batch_size=batch_size)

@@ -188,15 +188,49 @@ def test_a_tier_decision_reads_back(store: LogStore) -> None:
     }  # fmt: skip
 
 
-@given(st.integers(0, 5000), st.integers(1, 1000))
-def test_a_batch_is_cut_into_few_statements_of_few_sizes(count: int, most: int) -> None:
-    """SQLite compiles a statement per size: whatever the batch, the sizes are `most` and the
-    powers of two below it, each power once."""
-    sizes = chunk_sizes(count, most)
+@given(st.integers(0, 5000), st.integers(1, 1000), st.integers(0, 2000))
+def test_a_batch_is_cut_into_few_statements_of_few_sizes(count: int, most: int, whole: int) -> None:
+    """SQLite compiles a statement per size: whatever the batch, the sizes are the full batch's
+    (`whole`, when it is within `most`; else `most`) and the powers of two below it, each power
+    once; a full batch is one statement."""
+    sizes = chunk_sizes(count, most, whole=whole)
+    step = whole if 0 < whole <= most else most
     assert sum(sizes) == count
-    assert all(size == most or (size < most and size & (size - 1) == 0) for size in sizes)
-    rest = [size for size in sizes if size != most]
-    assert len(rest) == len(set(rest)) <= most.bit_length()
+    assert all(size == step or (size < step and size & (size - 1) == 0) for size in sizes)
+    rest = [size for size in sizes if size != step]
+    assert len(rest) == len(set(rest)) <= step.bit_length()
+    if count == step:
+        assert sizes == [step]
+
+
+def _statements(store: SqliteLog) -> list[str]:
+    """Every statement the store's connection runs from now on (its first word)."""
+    ran: list[str] = []
+    store._conn.set_trace_callback(lambda sql: ran.append(sql.split(None, 1)[0].upper()))
+    return ran
+
+
+@pytest.mark.parametrize("size", [500, 137])
+def test_a_full_batch_is_one_statement_a_part_batch_one_transaction(
+    tmp_path: Path, size: int
+) -> None:
+    """Each statement costs the writer's thread 5 hand-overs of the GIL: a full batch (the
+    writer's `batch_size`) is one statement, its own transaction; a part-batch a statement per
+    power of two in one transaction. Every row reads back, in order."""
+    path = tmp_path / "log.db"
+    store = SqliteLog(str(path), timeout_seconds=5, batch_size=size)
+    try:
+        store.write(rows(1, start=START - 10))  # connects
+        ran = _statements(store)
+        written = rows(size)
+        store.write(written)
+        assert ran == ["INSERT"]
+        del ran[:]
+        store.write(rows(100, start=START + size))  # 64 + 32 + 4
+        assert ran == ["BEGIN", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    finally:
+        store.close()
+    assert _stored(path)[1 : size + 1] == [tuple(row) for row in written]
 
 
 async def test_a_batch_of_several_statements_is_written_whole(tmp_path: Path) -> None:

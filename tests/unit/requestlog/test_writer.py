@@ -135,6 +135,80 @@ async def test_the_job_writes_what_was_queued_when_it_began_and_leaves_later_arr
     assert count(path) == 5
 
 
+def sized_writes(store: SqliteLog) -> list[int]:
+    """The rows of each `write` the store is given, in order (the real write still runs)."""
+    sizes: list[int] = []
+    write = store.write
+
+    def counted(rows: Sequence[tuple[Any, ...]]) -> None:
+        sizes.append(len(rows))
+        write(rows)
+
+    store.write = counted  # type: ignore[method-assign]
+    return sizes
+
+
+async def test_a_full_batch_wakes_the_job_for_full_batches_only(tmp_path: Path) -> None:
+    """The records that arrive between a full batch's wake and the job's turn wait for the next
+    batch (or the timer) instead of going to the store's thread as a batch of a few: at
+    concurrency 16 that was a second hand-off after every full batch."""
+    path = tmp_path / "log.db"
+    log, store, metrics = writer(path, batch_size=5, flush_seconds=60)
+    sizes = sized_writes(store)
+    async with running(log.run):
+        for n in range(7):  # the fifth wakes the job; two more before it runs
+            log.observe(record(n), call(), Seen())
+        await until(lambda: sample_value(metrics.written) >= 5)
+        for n in range(7, 12):  # 2 + 5: the queue reaches a batch again
+            log.observe(record(n), call(), Seen())
+        await until(lambda: sample_value(metrics.written) >= 10)
+    await log.aclose()  # the close drains the rest
+    assert sizes == [5, 5, 2]
+    assert count(path) == 12
+
+
+async def test_the_timer_writes_a_part_batch(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    log, store, metrics = writer(path, batch_size=500, flush_seconds=0.01)
+    sizes = sized_writes(store)
+    async with running(log.run):
+        for n in range(3):
+            log.observe(record(n), call(), Seen())
+        await until(lambda: sample_value(metrics.written) == 3)
+    assert sizes == [3]
+    await log.aclose()
+
+
+async def test_a_queue_grown_past_a_batch_during_the_writes_wakes_the_job_again(
+    tmp_path: Path,
+) -> None:
+    """Records arriving while the queue is already longer than a batch never make it exactly a
+    batch long (what wakes the job): the job looks again when it is done."""
+    path = tmp_path / "log.db"
+    log, store, metrics = writer(path, batch_size=5, flush_seconds=60)
+    writing, release = threading.Event(), threading.Event()
+    write = store.write
+
+    def held_first(rows: Sequence[tuple[Any, ...]]) -> None:
+        if not release.is_set():
+            writing.set()
+            release.wait(10)
+        write(rows)
+
+    store.write = held_first  # type: ignore[method-assign]
+    for n in range(12):  # two full batches queued before the job runs
+        log.observe(record(n), call(), Seen())
+    async with running(log.run):
+        await until(writing.is_set)  # 7 left in the queue
+        for n in range(12, 16):  # 7 -> 11: never exactly 5
+            log.observe(record(n), call(), Seen())
+        release.set()
+        await until(lambda: sample_value(metrics.written) == 15)  # not after flush_seconds
+        assert sample_value(metrics.queued) == 1
+    await log.aclose()
+    assert count(path) == 16
+
+
 async def test_bodies_are_logged_where_enabled_redacted_and_capped(tmp_path: Path) -> None:
     path = tmp_path / "log.db"
     log, _, _ = writer(path, bodies={"models": ["fast"], "max_bytes": 256,
