@@ -26,7 +26,11 @@ request's instructions.
    remains is the request ids (random: where they land in the index) and when the GIL passes
    between the loop and the writer's thread: the same code counted within 0.25% (whole) and
    0.05% (stream) in two runs at loads 7-18 (instructions.md's off columns). Split by library
-   with `--keep` and callgrind_annotate.
+   with `--keep` and callgrind_annotate. A row's kind `whole@K` (`--log-rows
+   simulator:whole@100`) fires the log's flush timer every K records instead (`timer_every`: a
+   count, not a clock), so the log writes part-batches as under lighter traffic. Each row also
+   counts the GIL's releases a request (`gil_releases`: calls of `PyEval_SaveThread`, all and
+   CPython's sqlite3 module's), what the writer's thread hands over to a busy event loop.
 2. levergate's default proxy path against the bare relay (`bare_relay.py`; issue 22: at most
    1.1x the CPU per request), each its own process under callgrind, in front of one
    `levergate sim` (0 ms, not counted) and loaded by an asyncio client on loopback with 1 and

@@ -288,8 +288,19 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown(data: dict[str, Any]) -> str:
+    lines = [*_table(data)]
+    if data.get("before"):
+        before = data["before"]
+        lines += ["", (f"Before ({data['before_name']}), the same probe at {before['date']}, "
+                       f"load average {before.get('load_average', '?')}:"), "",
+                  *_table(before)[4:]]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _table(data: dict[str, Any]) -> list[str]:
     lines = [f"# The request log's thread hand-offs, counted ({data['date']}, {data['machine']})",
-             "", (f"`benchmarks/log_handoffs.py --requests {data['requests']} --proxy-requests "
+             "", (f"Load average {data.get('load_average', '?')} at the end (a shared host). "
+                  f"`benchmarks/log_handoffs.py --requests {data['requests']} --proxy-requests "
                   f"{data['proxy_requests']}`: log off and on, rounds off, on, on, off; counts "
                   "a request summed over the rounds (context switches: every thread of the "
                   "gateway's process; the log thread's alone), and per batch of the log the "
@@ -302,7 +313,7 @@ def markdown(data: dict[str, Any]) -> str:
               f"{s['log_thread_voluntary_per_request']:.4f} | {s['rows_per_batch']:.1f} | "
               f"{s['statements_per_batch']:.2f} | {s['submissions_per_batch']:.2f} | "
               f"{s['batches']} |" for s in data["summary"]]  # fmt: skip
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main() -> None:
@@ -314,6 +325,8 @@ def main() -> None:
     parser.add_argument("--proxy-requests", type=int, default=12000, help="a round")
     parser.add_argument("--only", choices=("inprocess", "proxy"))
     parser.add_argument("--name", default="log_handoffs")
+    parser.add_argument("--before", type=Path, help="a run's JSON on the code before, shown too")
+    parser.add_argument("--before-name", default="before", help="what the code before is")
     parser.add_argument("--inprocess-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--request-log", default=None, help=argparse.SUPPRESS)
@@ -332,8 +345,13 @@ def main() -> None:
         rows = [] if args.only == "proxy" else inprocess(args.requests, (1, 16), folder)
         if args.only != "inprocess":
             rows += proxy(args.proxy_requests, (16,), folder)
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     data = {**stamp(), "requests": args.requests, "proxy_requests": args.proxy_requests,
+            "load_average": load,
             "rows": rows, "summary": summary(rows)}  # fmt: skip
+    if args.before:
+        data["before"] = json.loads(args.before.read_text())
+        data["before_name"] = args.before_name
     out.write(args.name, data, markdown(data))
 
 

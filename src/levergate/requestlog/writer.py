@@ -17,13 +17,19 @@ caller's call (no bytes to count), the features are computed at once, as before.
 fingerprint's canonical bytes are the call's (`Call.canonical_bytes`): the exact cache's, when
 it ran for the call (~16k instructions a record not spent again).
 
-Off the path, a supervised background job (`run`) wakes every `flush_seconds` (or as soon as a
-batch is waiting), takes up to `batch_size` records, turns them into rows (requestlog/row.py,
-bodies redacted and capped, replay features computed), yielding the event loop every ~0.5 ms,
-and hands the rows to the writer's own thread, where the database inserts them in a few
-multi-row statements of a few sizes (store.py `chunk_sizes`) in one transaction (Python running
-in that thread instead would contend with the loop for the GIL: measured, that doubled the
-log's cost). A store that fails (locked past its timeout, disk full, PostgreSQL down or
+Off the path, a supervised background job (`run`) wakes as soon as a batch is full, and writes
+the full batches queued (the records that arrived before its turn wait for the next); or after
+`flush_seconds` without, and writes what is queued. It takes up to `batch_size` records at a
+time, turns them into rows (requestlog/row.py, bodies redacted and capped, replay features
+computed), yielding the event loop every ~0.5 ms, and hands the rows to the writer's own
+thread, where the database inserts them: a full batch in one multi-row statement, a part-batch
+in a few of a few sizes (store.py `chunk_sizes`) in one transaction. Python running in that
+thread instead would contend with the loop for the GIL (measured, that doubled the log's
+cost); and every statement there gives the GIL up and takes it back a few times, each a
+hand-over with the loop's thread when the loop is busy (`benchmarks/log_handoffs.py`), so a
+batch is handed over once and runs as few statements as it can.
+
+A store that fails (locked past its timeout, disk full, PostgreSQL down or
 restarted) fails the batch, not a request: the batch goes back to the front of the queue, what
 no longer fits in its bound is dropped and counted (`reason="store_error"`), and the job waits
 (1 s, doubling to 30 s) before it tries again, reconnecting. Every `prune_seconds` the thread
