@@ -60,7 +60,8 @@ LOG_THREADS: set[int] = set()  # the writer's thread's native id (3.11 names no 
 
 
 class _CountedConnection:
-    """The writer's SQLite connection, each `execute` counted (BEGIN and COMMIT included)."""
+    """The writer's SQLite connection, each statement run counted (`execute`: BEGIN and
+    COMMIT included; `executemany`: once a set of values)."""
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -68,6 +69,11 @@ class _CountedConnection:
     def execute(self, sql: str, *values: Any) -> Any:
         COUNTS["statements"] += 1
         return self._conn.execute(sql, *values)
+
+    def executemany(self, sql: str, values: Any) -> Any:
+        values = list(values)
+        COUNTS["statements"] += len(values)
+        return self._conn.executemany(sql, values)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)

@@ -436,13 +436,15 @@ class SqliteLog(_Sql):
 
     def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """A full batch (`batch_size` rows) in one statement, which is its own transaction;
-        another in a few multi-row statements in one transaction. Each `execute` makes the
-        writer's thread give the GIL up 5 times (CPython 3.11's sqlite3: around the step, two
-        resets, the column count, the last row id) and wait for the event loop's thread to
-        hand it back, a thread hand-off each while the loop is busy (`log_handoffs.py`): a
-        statement per row (`executemany`) cost each side ~100 us a request, a full batch of
-        500 in six statements and BEGIN/COMMIT ~1 context switch a request in-process. Each
-        column is left out, bound once or bound in every row (requestlog/binds.py)."""
+        another in a few multi-row statements in one transaction. Each statement makes the
+        writer's thread give the GIL up and wait for the event loop's thread to hand it back,
+        a thread hand-off each while the loop is busy (`log_handoffs.py`): CPython 3.11's
+        sqlite3 releases it 5 times an `execute` (around the step, two resets, the column
+        count, the last row id) and 4 an `executemany` of one set of values (no row id read),
+        which is how the inserts run. A statement per row cost each side ~100 us a request; a
+        full batch of 500 in six statements and BEGIN/COMMIT, up to ~1.3 context switches a
+        request in-process. Each column is left out, bound once or bound in every row
+        (requestlog/binds.py)."""
 
         def insert(conn: sqlite3.Connection) -> None:
             if set(map(len, rows)) != {len(NAMES)}:  # in C: the thread holds the GIL here
@@ -468,7 +470,9 @@ class SqliteLog(_Sql):
         width = statement.width
         at = 0
         for size in sizes:
-            conn.execute(statement.text(size), once + values[at : at + size * width])
+            # `executemany` of one set of values: sqlite3 then does not read the last row's id,
+            # one of the GIL's releases an `execute` makes (4 instead of 5, callgrind)
+            conn.executemany(statement.text(size), [once + values[at : at + size * width]])
             at += size * width
 
     def _insert(
@@ -492,7 +496,7 @@ class SqliteLog(_Sql):
         width = row.count("?")
         at = 0
         for size in sizes:
-            conn.execute(head + ", ".join([row] * size), values[at : at + size * width])
+            conn.executemany(head + ", ".join([row] * size), [values[at : at + size * width]])
             at += size * width
 
     def _used_bytes(self, count: int) -> int:
