@@ -168,7 +168,7 @@ def child(args: argparse.Namespace, **more: Any) -> None:
     values: dict[str, Any] = {"prompt_cache": {"lint": {"enabled": False}}, **more}
     if args.request_log:
         no_log_timers()
-        if args.log_timer:
+        if getattr(args, "log_timer", 0):  # otel_instructions.py's arguments have none
             timer_every(args.log_timer)
         values["request_log"] = {"enabled": True,
                                  "store": {"sqlite_path": args.request_log,
