@@ -1,28 +1,33 @@
 """The request log's thread hand-offs, counted (issue 23 §1): counts, not times.
 
 The log's store runs in a thread of its own (requestlog/writer.py), and each time that thread
-gives the GIL up and takes it back while the event loop's thread is busy, the two hand it over
-through the operating system: context switches, and the loop waiting for the writer to reach
-its next release (on CPython 3.11, up to the 5 ms switch interval). CPython's sqlite3 gives the
+gives the GIL up and wants it back while the event loop's thread is busy, the two hand it over
+through the operating system. Waiting, the thread is woken by every release of the loop's
+thread (around its socket calls: ~8 a request in-process), and each wake restarts its 5 ms
+timed wait, so CPython 3.11 never asks the loop to drop the GIL for it: it waits until it wins
+a race, sometimes thousands of wake-ups (context switches) later. CPython's sqlite3 gives the
 GIL up 5 times an `execute` of a statement it has compiled (around `sqlite3_reset` twice, the
-step, the column count, the last row id: counted by callgrind, `instructions.py`'s
-`gil_releases`), once more to compile one, and a thread pool's hand-off once each way. So what
-decides the hand-offs is how many times a batch goes to the thread and how many statements it
-runs there. This probe counts, log off and on, per request:
+step, the column count, the last row id), 4 an `executemany` of one set of values (no row id;
+how the log inserts), once more to compile one (counted by callgrind: `instructions.py`'s
+`gil_releases`), and a thread pool's hand-off once each way. So what decides the hand-offs is
+how many times a batch goes to the thread and how many statements it runs there. This probe
+counts, log off and on, per request:
 
 - the gateway process's context switches, voluntary and involuntary (`getrusage`: every thread,
   ended ones too, in-process; through the proxy, /proc/PID/task/*/status of every thread),
   and the share of the log's thread;
 - the log's batches, rows, executor submissions, and SQLite statements run (every `execute` on
-  the writer's connection, BEGIN and COMMIT included), from counters the probe wraps around
-  the writer (a Python call each: nothing in the store's C path changes);
+  the writer's connection, BEGIN and COMMIT included; `executemany` once a set of values), from
+  counters the probe wraps around the writer (a Python call each: the store's C path is the
+  same);
 
 in-process (`inprocess_cpu.py`'s workload: the httpx client over `GatewayTransport`,
 `build_gateway`'s gateway and the simulator in one process, each side a child process of its
 own) at concurrency 1 and 16, and through the proxy (`levergate serve` with the log off and on,
 in front of one `levergate sim`, loaded by `overhead.load`, levergate's own bench client) at
-concurrency 16. The context switches depend on the machine's load (who else wants a core); the
-statements, submissions and batches a request do not, much.
+concurrency 16. The context switches depend on the machine's load (who else wants a core) and
+on races: a round of either code may have ~5 a batch or thousands (results/log_handoffs.md);
+the statements, submissions and batches a request do not, much.
 
     python benchmarks/log_handoffs.py [--requests 6000] [--proxy-requests 12000]
         [--only inprocess|proxy] [--name log_handoffs]
