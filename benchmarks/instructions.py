@@ -208,7 +208,7 @@ def timer_every(records: int) -> None:
     timer does (a timer of T seconds at a steady R requests a second: `records` = R T), so it
     writes part-batches, as a log under light or moderate traffic does. Where the job tells a
     full batch's wake from the timer's (`LogWriter._wait`), the timer's is reported as such.
-    The wrapper is a Python frame a request, on the log's side only (~300 instructions)."""
+    The wrapper is a Python frame a request, on the log's side only (counted in "on")."""
     from levergate.requestlog import writer
 
     observe = writer.LogWriter.observe
