@@ -159,6 +159,9 @@ class SpanExporter:
                 self._wake.clear()
             late = time.monotonic() >= due
             if late or self._queued >= self._batch:
+                # With a full batch queued at the top the job did not wait: the wake-up that
+                # batch set is this one, not a reason to wake again after it.
+                self._wake.clear()
                 await self._encode_batch()
                 if self._encoded:
                     await self._send(None)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from levergate.layers.measure.record import OK, RequestRecord
 from levergate.otel import otlp
-from levergate.otel.otlp import U64
+from levergate.otel.otlp import pack_double as _pack_double
 from levergate.version import __version__
 
 if TYPE_CHECKING:
@@ -165,17 +165,12 @@ _levers_of = itemgetter(*(RequestRecord._fields.index(name) for name in (
 _own_of = itemgetter(*(RequestRecord._fields.index(name) for name in (
     "request_id", "timings", "tokens", "cost_usd", "queued_seconds")))  # fmt: skip
 _REQUEST_ID = "levergate.request_id"
-_head_ids, _head_ids_parent, _times = otlp.head_ids, otlp.head_ids_parent, otlp.times
-_ATTEMPT_FIXED = otlp.IDS_PARENT_SIZE + otlp.TIMES_SIZE  # an attempt span's ids and times
-
-
-def _ids_parent(size: int, high: int, low: int, span_id: int, parent_id: int) -> bytes:
-    """A span's field head (`size` bytes), trace id (`high`, `low`: its halves), span id and
-    parent span id."""
-    if 128 <= size < 16384:
-        return _head_ids_parent(0x12, (size & 0x7F) | 0x80, size >> 7, 0x0A10, high, low, 0x1208,
-                                span_id, 0x2208, parent_id)  # fmt: skip
-    return otlp.head(size) + otlp.ids_parent(0x0A10, high, low, 0x1208, span_id, 0x2208, parent_id)
+# An attempt span's field head (3 bytes), trace, span and parent ids and times: one call. The
+# ids are written as W3C writes them (big-endian), whole; the fields' tags as little-endian.
+_attempt_packer = struct.Struct("<BBBH16sH8sH8sBQBQ")
+_attempt_fixed = _attempt_packer.pack
+_ATTEMPT_FIXED = _attempt_packer.size - 3
+_TRACE, _SPAN, _PARENT = 0x100A, 0x0812, 0x0822  # b"\x0a\x10", b"\x12\x08", b"\x22\x08"
 
 
 class SpanEncoder:
@@ -208,12 +203,14 @@ class SpanEncoder:
         # The request id's field but its bytes, by their length (ids are of one length).
         self._request_ids: dict[int, bytes] = {}
         double = self._writer.double_head
-        cost, queued, ttft = (double("levergate.cost_usd"), double("levergate.queued_seconds"),
-                              double("gen_ai.response.time_to_first_chunk"))  # fmt: skip
-        self._doubles = (cost, queued, ttft)
-        # A request span's times and doubles, their fields' heads given: one call.
-        self._fixed = struct.Struct(f"<BQBQ{len(cost)}sd{len(queued)}sd").pack
-        self._fixed_ttft = struct.Struct(f"<BQBQ{len(cost)}sd{len(queued)}sd{len(ttft)}sd").pack
+        self._cost = double("levergate.cost_usd")
+        self._queued = double("levergate.queued_seconds")
+        self._ttft = double("gen_ai.response.time_to_first_chunk")
+        # A request span's field head (3 bytes: a length of two varint bytes), trace and span
+        # ids, times, cost and queue wait (their attributes' heads as arguments): one call.
+        packer = struct.Struct(f"<BBBH16sH8sBQBQ{len(self._cost)}sd{len(self._queued)}sd")
+        self._fixed = packer.pack
+        self._fixed_size = packer.size - 3  # the span's bytes it writes
 
     def request(self, record: RequestRecord, spans: Spans, base_ns: int) -> list[bytes]:
         """The request's span (kind SERVER, under the client's span when it sent one) and a
@@ -230,34 +227,25 @@ class SpanEncoder:
         kept = self._requests if parent_id is None else self._remote
         # Each kept value is a non-empty `bytes`: `or` writes it when it is not kept yet.
         constant = kept.get(key) or self._request_constant(record, kept, key, parent_id)
-        usage = self._tokens.get(tokens) or self._usage(record)
+        more = self._tokens.get(tokens) or self._usage(record)
         data = request_id.encode()
-        prefix = self._request_ids.get(len(data)) or self._request_id_prefix(len(data))
-        cost, queued, ttft = self._doubles
-        if ttft_s is None:
-            fixed = self._fixed(0x39, started, 0x41, ended, cost, cost_usd, queued,
-                                queued_seconds)  # fmt: skip
-        else:
-            fixed = self._fixed_ttft(0x39, started, 0x41, ended, cost, cost_usd, queued,
-                                     queued_seconds, ttft, ttft_s)  # fmt: skip
-        more = usage + prefix + data
+        more += (self._request_ids.get(len(data)) or self._request_id_prefix(len(data))) + data
+        if parent_id is not None:
+            more += b"\x22\x08" + parent_id.to_bytes(8, "big")  # Span.parent_span_id
+        if ttft_s is not None:
+            more += self._ttft + _pack_double(ttft_s)
         if any(_levers_of(record)):
             more += self._attributes(_levers(record))
-        trace_id = spans.trace_id
-        span_id = spans.span_id or spans.own_span_id()
-        high, low = trace_id >> 64, trace_id & U64
-        size = len(fixed) + len(more) + len(constant)
-        if parent_id is None:
-            size += otlp.IDS_SIZE
-            if 128 <= size < 16384:
-                ids = _head_ids(0x12, (size & 0x7F) | 0x80, size >> 7, 0x0A10, high, low, 0x1208,
-                                span_id)  # fmt: skip
-            else:
-                ids = otlp.head(size) + otlp.ids(0x0A10, high, low, 0x1208, span_id)
-        else:
-            size += otlp.IDS_PARENT_SIZE
-            ids = _ids_parent(size, high, low, span_id, parent_id)
-        found = [b"".join((ids, fixed, more, constant))]
+        trace = spans.trace_id.to_bytes(16, "big")
+        span = (spans.span_id or spans.own_span_id()).to_bytes(8, "big")
+        size = self._fixed_size + len(more) + len(constant)
+        # The field's length in two varint bytes; else (0, 0), replaced by the head it takes.
+        low, high = ((size & 0x7F) | 0x80, size >> 7) if 128 <= size < 16384 else (0, 0)
+        fixed = self._fixed(0x12, low, high, _TRACE, trace, _SPAN, span, 0x39, started, 0x41,
+                            ended, self._cost, cost_usd, self._queued, queued_seconds)  # fmt: skip
+        if not high:
+            fixed = otlp.head(size) + fixed[3:]
+        found = [fixed + more + constant]
         for attempt in spans.attempts:
             end = ended
             if attempt.ended is not None:
@@ -266,13 +254,13 @@ class SpanEncoder:
                 (attempt.upstream, attempt.model, attempt.error)
             ) or self._attempt(attempt.upstream, attempt.model, attempt.error)
             size = _ATTEMPT_FIXED + len(constant)
-            times = _times(0x39, base_ns + int(attempt.started * 1e9), 0x41, end)
-            if 128 <= size < 16384:
-                ids = _head_ids_parent(0x12, (size & 0x7F) | 0x80, size >> 7, 0x0A10, high, low,
-                                       0x1208, attempt.span_id, 0x2208, span_id)  # fmt: skip
-            else:
-                ids = _ids_parent(size, high, low, attempt.span_id, span_id)
-            found.append(ids + times + constant)
+            low, high = ((size & 0x7F) | 0x80, size >> 7) if 128 <= size < 16384 else (0, 0)
+            fixed = _attempt_fixed(0x12, low, high, _TRACE, trace, _SPAN,
+                                   attempt.span_id.to_bytes(8, "big"), _PARENT, span, 0x39,
+                                   base_ns + int(attempt.started * 1e9), 0x41, end)  # fmt: skip
+            if not high:
+                fixed = otlp.head(size) + fixed[3:]
+            found.append(fixed + constant)
         return found
 
     def _request_constant(
