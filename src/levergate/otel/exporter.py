@@ -10,7 +10,8 @@ Off the path, a supervised background job (`run`) wakes every `otel.export_inter
 (or as soon as a batch of 512 spans waits), turns the queued requests into OTLP `Span` bytes
 (otel/spans.py, otel/otlp.py) on the event loop, yielding it every `TURN_ITEMS` requests, and
 POSTs each batch as one `ExportTraceServiceRequest` (protobuf, `<endpoint>/v1/traces`, the
-configured headers) with aiohttp. As the OpenTelemetry SDK's exporter does, an export that
+configured headers) over a kept-alive connection (levergate's HTTP/1.1 client; aiohttp for an
+https:// collector). As the OpenTelemetry SDK's exporter does, an export that
 fails on the way (no connection, a timeout, 429, 502, 503, 504) is tried again after 1 s, 2 s,
 4 s ... while it fits in `otel.timeout_seconds`; then, or on any other answer, the batch is
 dropped and counted (`reason="export_failed"`): a collector that is down costs the gateway a
@@ -31,12 +32,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from levergate.config import UpstreamSettings
 from levergate.core.spans import Internal
 from levergate.otel import otlp
 from levergate.otel.spans import SCHEMA_URL, SpanEncoder
+from levergate.upstreams.client import client_for
+from levergate.upstreams.wire import HttpClient, TransportFailed
 from levergate.version import __version__
 
 if TYPE_CHECKING:
@@ -112,7 +115,12 @@ class SpanExporter:
         # Spans encoded and not yet exported: survives the job's cancellation, for the close.
         self._encoded: list[bytes] = []
         self._wake = asyncio.Event()
-        self._session: aiohttp.ClientSession | None = None
+        # levergate's own HTTP/1.1 keep-alive client for an http:// collector (aiohttp's POST of
+        # a batch cost ~1.6M instructions, most of it its request and response machinery),
+        # aiohttp for https:// (upstreams/client.py: `client_for`).
+        self._collector = UpstreamSettings(name="otel-collector", base_url=otel.endpoint,
+                                           http2="off")  # fmt: skip
+        self._client: HttpClient | None = None
         self._closed = False
         self._warned = False
         metrics.queued.set_function(lambda: self._queued + len(self._encoded))
@@ -159,6 +167,9 @@ class SpanExporter:
                 self._wake.clear()
             late = time.monotonic() >= due
             if late or self._queued >= self._batch:
+                # With a full batch queued at the top the job did not wait: the wake-up that
+                # batch set is this one, not a reason to wake again after it.
+                self._wake.clear()
                 await self._encode_batch()
                 if self._encoded:
                     await self._send(None)
@@ -228,18 +239,21 @@ class SpanExporter:
         """None when the collector took `body`, else (whether to retry, why not)."""
         if seconds <= 0:
             return False, "out of time"
-        if self._session is None:  # made on the loop that uses it
-            self._session = aiohttp.ClientSession(skip_auto_headers=("User-Agent",))
-        limit = aiohttp.ClientTimeout(total=seconds)
+        if self._client is None:  # made on the loop that uses it
+            self._client = client_for(self._collector)
         try:
-            post = self._session.post(self._url, data=body, headers=self._headers, timeout=limit)
-            async with post as answer:
-                await answer.read()
-                if 200 <= answer.status < 300:
-                    return None
-                return answer.status in RETRYABLE, f"HTTP {answer.status}"
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            async with asyncio.timeout(seconds):
+                answer = await self._client.request("POST", self._url, body=body,
+                                                    headers=self._headers)  # fmt: skip
+                try:
+                    await answer.read()
+                finally:  # a read cut short closes the connection (read to the end: pooled)
+                    await answer.aclose()
+        except (TransportFailed, TimeoutError) as exc:
             return True, f"{type(exc).__name__}: {exc}"
+        if 200 <= answer.status < 300:
+            return None
+        return answer.status in RETRYABLE, f"HTTP {answer.status}"
 
     async def aclose(self) -> None:
         """Export what is queued within `timeout_seconds` (the job was cancelled before), count
@@ -256,5 +270,5 @@ class SpanExporter:
             self._queue.clear()
             self._encoded.clear()
             self._queued = self._max = 0
-            if self._session is not None:
-                await self._session.close()
+            if self._client is not None:
+                await self._client.aclose()

@@ -30,12 +30,19 @@ __all__ = [
     "INTERNAL",
     "SERVER",
     "STATUS_ERROR",
+    "U64",
     "AttributeWriter",
     "export_request",
+    "head",
+    "head_ids",
+    "head_ids_parent",
+    "ids",
+    "ids_parent",
     "pack_double",
     "span",
     "span_constant",
     "span_field",
+    "times",
 ]
 
 # Span.SpanKind and Status.StatusCode (opentelemetry/proto/trace/v1/trace.proto).
@@ -48,14 +55,23 @@ HAS_IS_REMOTE = 0x100
 IS_REMOTE = 0x200
 
 _ONE_BYTE = tuple(bytes((n,)) for n in range(128))
-_U64 = (1 << 64) - 1
+_U64 = U64 = (1 << 64) - 1
 pack_double = struct.Struct("<d").pack
 _pack_fixed32 = struct.Struct("<I").pack
 # A span's fixed-size fields, tags included: the ids (big-endian, as W3C writes them), the
 # parent and the times (fixed64, little-endian); flags (field 16, fixed32).
-_ids = struct.Struct(">HQQHQ").pack
 _parent = struct.Struct(">HQ").pack
-_times = struct.Struct("<BQBQ").pack
+times = struct.Struct("<BQBQ").pack
+# The same with the span's field head (ScopeSpans.spans, field 2: its tag and a length of two
+# varint bytes, `128 <= size < 16384`, every span levergate writes but a huge one) first:
+# `head_ids(0x12, (size & 0x7F) | 0x80, size >> 7, 0x0A10, trace_id >> 64, trace_id & _U64,
+# 0x1208, span_id[, 0x2208, parent_id])`: a span but its times, attributes and constant part in
+# one call.
+head_ids = struct.Struct(">BBBHQQHQ").pack
+head_ids_parent = struct.Struct(">BBBHQQHQHQ").pack
+ids = struct.Struct(">HQQHQ").pack
+ids_parent = struct.Struct(">HQQHQHQ").pack
+IDS_SIZE, IDS_PARENT_SIZE, TIMES_SIZE = 28, 38, 18  # the ids' bytes (no parent, a parent), times'
 _FLAGS_LOCAL = b"\x85\x01" + _pack_fixed32(SAMPLED | HAS_IS_REMOTE)
 _FLAGS_REMOTE = b"\x85\x01" + _pack_fixed32(SAMPLED | HAS_IS_REMOTE | IS_REMOTE)
 _MAX_KEYS = 4096  # attribute keys kept encoded (levergate's are a few dozen)
@@ -210,16 +226,19 @@ def span_field(  # noqa: PLR0917 (a call per span: positional arguments cost les
 ) -> bytes:
     """A span as a field of its `ScopeSpans`: its ids and times, `more` of its attributes,
     then `constant` (`span_constant`)."""
-    ids = _ids(0x0A10, trace_id >> 64, trace_id & _U64, 0x1208, span_id)  # fields 1, 2
+    found = ids(0x0A10, trace_id >> 64, trace_id & _U64, 0x1208, span_id)  # fields 1, 2
     if parent_id is not None:
-        ids += _parent(0x2208, parent_id)  # field 4
-    times = _times(0x39, start_ns, 0x41, end_ns)  # fields 7, 8
-    size = len(ids) + 18 + len(more) + len(constant)
+        found += _parent(0x2208, parent_id)  # field 4
+    fixed = times(0x39, start_ns, 0x41, end_ns)  # fields 7, 8
+    size = len(found) + TIMES_SIZE + len(more) + len(constant)
+    return b"".join((head(size), found, fixed, more, constant))
+
+
+def head(size: int) -> bytes:
+    """A span's field head (ScopeSpans.spans, field 2): its tag and length."""
     if 128 <= size < 16384:
-        head = bytes((0x12, (size & 0x7F) | 0x80, size >> 7))
-    else:
-        head = b"\x12" + varint(size)
-    return b"".join((head, ids, times, more, constant))
+        return bytes((0x12, (size & 0x7F) | 0x80, size >> 7))
+    return b"\x12" + varint(size)
 
 
 def export_request(resource: bytes, scope: bytes, schema_url: str, spans: Sequence[bytes]) -> bytes:

@@ -29,19 +29,20 @@ the request path: there a traced request costs one append to a bounded queue.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from levergate.layers.measure.record import OK
+from levergate.layers.measure.record import OK, RequestRecord
 from levergate.otel import otlp
 from levergate.otel.otlp import pack_double as _pack_double
-from levergate.otel.otlp import span_field
 from levergate.version import __version__
 
 if TYPE_CHECKING:
     from levergate.config import Settings
     from levergate.core.spans import Internal, Spans
-    from levergate.layers.measure.record import RequestRecord, Tokens
+    from levergate.layers.measure.record import Tokens
 
 __all__ = ["SEMCONV_VERSION", "SpanEncoder", "attributes", "shared", "shared_key"]
 
@@ -100,7 +101,7 @@ def shared(key: Shared) -> dict[str, Any]:
 
 
 def _own(record: RequestRecord) -> dict[str, Any]:
-    """This request's own attributes: its tokens, id, cost, times and levers (`SpanEncoder._own`
+    """This request's own attributes: its tokens, id, cost, times and levers (`SpanEncoder.request`
     writes the same)."""
     found = _usage(record)
     found.update({
@@ -152,6 +153,26 @@ def _levers(record: RequestRecord) -> dict[str, Any]:
     return found
 
 
+# What `shared_key` reads of a record but the provider (its upstream's, in the key already):
+# one C call instead of an attribute read each.
+_shared_of = itemgetter(*(RequestRecord._fields.index(name) for name in (
+    "kind", "model", "feature", "outcome", "status", "error", "attempts", "retries", "tier",
+    "priority", "origin", "upstream_model", "alias", "tenant", "upstream", "fallback",
+    "workflow")))  # fmt: skip
+_levers_of = itemgetter(*(RequestRecord._fields.index(name) for name in (
+    "savings", "cache", "decision", "escalations", "trimmed_input")))  # fmt: skip
+# What `request` reads of a record to write the request's own fields.
+_own_of = itemgetter(*(RequestRecord._fields.index(name) for name in (
+    "request_id", "timings", "tokens", "cost_usd", "queued_seconds")))  # fmt: skip
+_REQUEST_ID = "levergate.request_id"
+# An attempt span's field head (3 bytes), trace, span and parent ids and times: one call. The
+# ids are written as W3C writes them (big-endian), whole; the fields' tags as little-endian.
+_attempt_packer = struct.Struct("<BBBH16sH8sH8sBQBQ")
+_attempt_fixed = _attempt_packer.pack
+_ATTEMPT_FIXED = _attempt_packer.size - 3
+_TRACE, _SPAN, _PARENT = 0x100A, 0x0812, 0x0822  # b"\x0a\x10", b"\x12\x08", b"\x22\x08"
+
+
 class SpanEncoder:
     """A finished request's spans, and levergate's own (a workflow's), as OTLP `Span` bytes:
     the request's span and its attempts' children, with their measured start and end times
@@ -172,58 +193,98 @@ class SpanEncoder:
             "telemetry.sdk.version": __version__,
         })  # fmt: skip
         self.scope = b"\x0a\x09levergate"  # InstrumentationScope.name
-        # Spans' constant parts (otlp.span_constant): a request's by `shared_key` (and whether
-        # it has a parent), an attempt's by its upstream, model and error.
-        self._requests: dict[tuple[Shared, bool], bytes] = {}
+        # Spans' constant parts (otlp.span_constant): a request's by `_shared_of` (one dict
+        # for requests continuing a trace, one for the rest), an attempt's by its upstream,
+        # model and error.
+        self._requests: dict[Shared, bytes] = {}
+        self._remote: dict[Shared, bytes] = {}
         self._attempts: dict[tuple[str, str, str | None], bytes] = {}
         self._tokens: dict[Tokens, bytes] = {}
+        # The request id's field but its bytes, by their length (ids are of one length).
+        self._request_ids: dict[int, bytes] = {}
         double = self._writer.double_head
-        self._doubles = (double("levergate.cost_usd"), double("levergate.queued_seconds"),
-                         double("gen_ai.response.time_to_first_chunk"))  # fmt: skip
+        self._cost = double("levergate.cost_usd")
+        self._queued = double("levergate.queued_seconds")
+        self._ttft = double("gen_ai.response.time_to_first_chunk")
+        # A request span's field head (3 bytes: a length of two varint bytes), trace and span
+        # ids, times, cost and queue wait (their attributes' heads as arguments): one call.
+        packer = struct.Struct(f"<BBBH16sH8sBQBQ{len(self._cost)}sd{len(self._queued)}sd")
+        self._fixed = packer.pack
+        self._fixed_size = packer.size - 3  # the span's bytes it writes
 
     def request(self, record: RequestRecord, spans: Spans, base_ns: int) -> list[bytes]:
         """The request's span (kind SERVER, under the client's span when it sent one) and a
         child per attempt (kind CLIENT, with the span id sent upstream), as fields of their
-        `ScopeSpans`; `base_ns`: the wall clock (Unix ns) when `time.perf_counter()` read 0."""
+        `ScopeSpans`; `base_ns`: the wall clock (Unix ns) when `time.perf_counter()` read 0.
+        Written inline (a call or a `bytes` built less is ~1% of a span's cost): the ids, the
+        times and the doubles packed in two calls, the rest kept encoded but the request id."""
+        request_id, timings, tokens, cost_usd, queued_seconds = _own_of(record)
+        total, ttft_s = timings[0], timings[3]
         started = base_ns + int(spans.started * 1e9)
-        ended = started + int(record.timings.total * 1e9)
-        provider = self._providers.get(record.upstream, "openai")
-        key = (shared_key(record, provider), spans.parent_id is not None)
-        constant = self._requests.get(key)
-        if constant is None:
-            constant = self._kept(self._requests, key, otlp.span_constant(
-                name=f"{OPERATIONS.get(record.kind, record.kind)} {record.model}",
-                kind=otlp.SERVER, attributes=self._attributes(shared(key[0])),
-                error=None if record.outcome == OK else record.error or record.outcome,
-                remote_parent=key[1]))  # fmt: skip
-        found = [span_field(constant, spans.trace_id, spans.span_id, spans.parent_id, started,
-                            ended, self._own(record))]  # fmt: skip
+        ended = started + int(total * 1e9)
+        key = _shared_of(record)
+        parent_id = spans.parent_id
+        kept = self._requests if parent_id is None else self._remote
+        # Each kept value is a non-empty `bytes`: `or` writes it when it is not kept yet.
+        constant = kept.get(key) or self._request_constant(record, kept, key, parent_id)
+        more = self._tokens.get(tokens) or self._usage(record)
+        data = request_id.encode()
+        more += (self._request_ids.get(len(data)) or self._request_id_prefix(len(data))) + data
+        if parent_id is not None:
+            more += b"\x22\x08" + parent_id.to_bytes(8, "big")  # Span.parent_span_id
+        if ttft_s is not None:
+            more += self._ttft + _pack_double(ttft_s)
+        if any(_levers_of(record)):
+            more += self._attributes(_levers(record))
+        trace = spans.trace_id.to_bytes(16, "big")
+        span = (spans.span_id or spans.own_span_id()).to_bytes(8, "big")
+        size = self._fixed_size + len(more) + len(constant)
+        # The field's length in two varint bytes; else (0, 0), replaced by the head it takes.
+        low, high = ((size & 0x7F) | 0x80, size >> 7) if 128 <= size < 16384 else (0, 0)
+        fixed = self._fixed(0x12, low, high, _TRACE, trace, _SPAN, span, 0x39, started, 0x41,
+                            ended, self._cost, cost_usd, self._queued, queued_seconds)  # fmt: skip
+        if not high:
+            fixed = otlp.head(size) + fixed[3:]
+        found = [fixed + more + constant]
         for attempt in spans.attempts:
             end = ended
             if attempt.ended is not None:
                 end = min(base_ns + int(attempt.ended * 1e9), ended)
-            constant = self._attempt(attempt.upstream, attempt.model, attempt.error)
-            start = base_ns + int(attempt.started * 1e9)
-            found.append(span_field(constant, spans.trace_id, attempt.span_id, spans.span_id,
-                                    start, end))  # fmt: skip
+            constant = self._attempts.get(
+                (attempt.upstream, attempt.model, attempt.error)
+            ) or self._attempt(attempt.upstream, attempt.model, attempt.error)
+            size = _ATTEMPT_FIXED + len(constant)
+            low, high = ((size & 0x7F) | 0x80, size >> 7) if 128 <= size < 16384 else (0, 0)
+            fixed = _attempt_fixed(0x12, low, high, _TRACE, trace, _SPAN,
+                                   attempt.span_id.to_bytes(8, "big"), _PARENT, span, 0x39,
+                                   base_ns + int(attempt.started * 1e9), 0x41, end)  # fmt: skip
+            if not high:
+                fixed = otlp.head(size) + fixed[3:]
+            found.append(fixed + constant)
         return found
 
-    def _own(self, record: RequestRecord) -> bytes:
-        """`_own(record)`'s bytes: the token counts kept encoded by their values, the doubles'
-        heads encoded once, the rest through the attribute writer."""
-        tokens = self._tokens.get(record.tokens)
-        if tokens is None:
-            tokens = self._kept(self._tokens, record.tokens, self._attributes(_usage(record)))
-        cost, queued, ttft = self._doubles
-        parts = [tokens, self._writer.string("levergate.request_id", record.request_id),
-                 cost + _pack_double(record.cost_usd),
-                 queued + _pack_double(record.queued_seconds)]  # fmt: skip
-        if (seconds := record.timings.ttft) is not None:
-            parts.append(ttft + _pack_double(seconds))
-        if (record.savings or record.cache or record.decision or record.escalations
-                or record.trimmed_input):  # fmt: skip
-            parts.append(self._attributes(_levers(record)))
-        return b"".join(parts)
+    def _request_constant(
+        self, record: RequestRecord, kept: dict[Shared, bytes], key: Shared, parent: int | None
+    ) -> bytes:
+        """A request span's constant part (`otlp.span_constant`), kept under `key`; `parent`:
+        the client's span (then the parent is remote)."""
+        provider = self._providers.get(record.upstream, "openai")
+        return self._kept(kept, key, otlp.span_constant(
+            name=f"{OPERATIONS.get(record.kind, record.kind)} {record.model}",
+            kind=otlp.SERVER, attributes=self._attributes(shared(shared_key(record, provider))),
+            error=None if record.outcome == OK else record.error or record.outcome,
+            remote_parent=parent is not None))  # fmt: skip
+
+    def _usage(self, record: RequestRecord) -> bytes:
+        """The token counts' attributes, kept by the counts."""
+        return self._kept(self._tokens, record.tokens, self._attributes(_usage(record)))
+
+    def _request_id_prefix(self, size: int) -> bytes:
+        """The field of a request id of `size` bytes but those bytes (kept by the size)."""
+        prefix = self._writer.string(_REQUEST_ID, "x" * size)[: -size or None]
+        if len(self._request_ids) < 64:
+            self._request_ids[size] = prefix
+        return prefix
 
     def _attempt(self, upstream: str, model: str, error: str | None) -> bytes:
         """An attempt span's constant part (`otlp.span_constant`), kept by what it holds."""

@@ -116,10 +116,10 @@ class OpenAIUpstream:
         trace.upstream_model = model = call.model
         trace.attempts += 1
         headers, attempt = self._headers, None
-        if (spans := trace.spans) is not None:  # tracing on: this attempt's span, sent upstream
-            attempt = spans.attempt(self.name, model)
-            headers = {**headers, "traceparent": spans.traceparent(attempt)}
         started = time.perf_counter()
+        if (spans := trace.spans) is not None:  # tracing on: this attempt's span, sent upstream
+            attempt = spans.attempt(self.name, model, started)
+            headers = {**headers, "traceparent": spans.traceparent(attempt)}
         # One timer for the exchange: the head within `ttfb`, a whole body within the total.
         timer = StreamTimer(idle=timeouts.ttfb, deadline=deadline)
         try:

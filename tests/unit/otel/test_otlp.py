@@ -159,10 +159,15 @@ def test_many_spans_and_long_values_take_multi_byte_lengths() -> None:
     encoder = SpanEncoder(settings())
     long = record(1)._replace(feature="f" * 70_000, request_id="r" * 300)
     traced = Spans(trace_id=1, span_id=2, started=0.0)
-    spans = [b for _ in range(600) for b in encoder.request(long, traced, T0)]
+    attempt = traced.attempt("sim", "m" * 20_000)  # an attempt's span of 3-byte length too
+    assert attempt is not None
+    spans = [b for _ in range(300) for b in encoder.request(long, traced, T0)]
     decoded_spans = decoded(encoder, spans)[1]
     assert len(decoded_spans) == 600
-    assert attrs(decoded_spans[-1].attributes)["levergate.feature"] == "f" * 70_000
+    assert attrs(decoded_spans[-2].attributes)["levergate.feature"] == "f" * 70_000
+    assert attrs(decoded_spans[-1].attributes)["gen_ai.request.model"] == "m" * 20_000
+    assert decoded_spans[-1].parent_span_id == (2).to_bytes(8, "big")
+    assert decoded_spans[-1].span_id == attempt.span_id.to_bytes(8, "big")
 
 
 scalars = (

@@ -82,10 +82,11 @@ class Measure:
     async def __call__(self, call: Call) -> Reply:
         if not self._record_requests:
             return await self._headers_only(call)
-        if self._tracing is not None:
-            call.ctx.trace.spans = Spans.begin(
-                call.ctx.headers, ratio=self._tracing, parent=call.ctx.controls.trace
-            )
+        if self._tracing is not None:  # the request's span starts with its trace
+            ctx = call.ctx
+            trace = ctx.trace
+            trace.spans = Spans.begin(ctx.headers, ratio=self._tracing,
+                                      parent=ctx.controls.trace, started=trace.started)  # fmt: skip
         self._serving.inc(1)
         try:
             reply = await self._inner(call)
