@@ -227,6 +227,17 @@ class _Response:
         parts = [chunk async for chunk in self.chunks()]
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def whole(self) -> bytes | None:
+        """The whole body if all of it has arrived (a small answer comes in the read that
+        brought its head), taken at once and the connection released; None while more is due
+        (then `chunks`). Spares a whole answer the body's async iteration and its wait."""
+        conn = self._conn
+        if not conn.complete:
+            return None
+        data = conn.take()
+        self._client.release(conn)
+        return data
+
     async def chunks(self) -> AsyncIterator[bytes]:
         conn = self._conn
         try:

@@ -339,6 +339,13 @@ class OpenAIUpstream:
     ) -> tuple[bytes, bool]:
         """At most `limit` bytes of the body, and whether there was more, under the exchange's
         total `deadline` (no idle timeout here: a body is read as one wait)."""
+        # A client that has the whole body already (`whole()`, H1Client's: a small answer came
+        # with its head) gives it without a wait, so with nothing to time; the deadline and
+        # the limit still hold.
+        whole = getattr(response, "whole", None)
+        if whole is not None and (raw := whole()) is not None:
+            self._check_deadline(deadline)
+            return (raw[:limit], True) if len(raw) > limit else (raw, False)
         try:
             return await self._watch.read(self._collect(response, deadline, limit=limit),
                                           deadline)  # fmt: skip
