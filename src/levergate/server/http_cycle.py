@@ -64,7 +64,8 @@ class UnsafeHeader(RuntimeError):
 def encode_head(status: int, headers: list[tuple[str, str]], framing: str) -> bytes:
     """The status line, `headers` and `framing` (the gateway's own lines, each ending in CRLF),
     then the blank line; `UnsafeHeader` if a name or value holds a control character but tab."""
-    lines = "".join([f"{name}: {value}\r\n" for name, value in headers])
+    # Each (name, value) joined by ": " in C (`map`), not a formatted string a header.
+    lines = "\r\n".join(map(": ".join, headers)) + "\r\n" if headers else ""
     head = (_STATUS[status] + lines + framing + "\r\n").encode("latin-1")
     # One pass: each line's CRLF is two control characters; any other control character (a CR
     # or LF in a name or value above all) is one more. Deleting them is a table lookup a byte,
