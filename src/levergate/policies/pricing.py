@@ -146,25 +146,32 @@ def _source(value: Any) -> TokenSource:
 
 def from_openai_chat(usage: Mapping[str, Any]) -> Tokens:
     """OpenAI chat/completions/embeddings usage (and the Anthropic upstream's translation)."""
-    prompt = _int(usage.get("prompt_tokens"))
+    # `_int` and `_source` inline (and `_split_1h` only with writes): every priced whole answer
+    # and stream reads its usage here, and each call was a Python frame (issue 22).
+    prompt = usage.get("prompt_tokens")
+    prompt = prompt if type(prompt) is int and prompt > 0 else 0
     details = usage.get("prompt_tokens_details")
     cached = written = 0
     if isinstance(details, dict):
         cached = _int(details.get("cached_tokens"))
         written = _int(details.get("cache_write_tokens"))
-    if not written:
-        written = _int(usage.get("cache_creation_input_tokens"))
+    if not written and "cache_creation_input_tokens" in usage:
+        written = _int(usage["cache_creation_input_tokens"])
     # Inside prompt_tokens by this convention: never more than it (a lying upstream included).
     cached = min(cached, prompt)
     written = min(written, prompt - cached)
     completion = usage.get("completion_tokens")
+    if type(completion) is int:
+        output, source = max(0, completion), _REPORTED
+    else:
+        output, source = 0, _NONE
     return Tokens(
         prompt - cached - written,
         cached,
         written,
-        _int(completion),
-        _source(completion),
-        _split_1h(usage, written),
+        output,
+        source,
+        _split_1h(usage, written) if written else 0,
     )
 
 
