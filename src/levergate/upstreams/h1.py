@@ -175,16 +175,27 @@ class _Connection(asyncio.Protocol):
         self.close()
 
     # -- used by the client --
-    async def send(self, head: bytes, body: bytes) -> None:
-        """Write a request; a failure is the `head` future's (the answer's wait raises it)."""
+    def send_now(self, head: bytes, body: bytes) -> None:
+        """Write a request whose body goes with its head (at most `_ONE_WRITE` bytes), with no
+        wait; a failure is the `head` future's (the answer's wait raises it)."""
         self._reset()
         self.busy = True
         transport = self.transport
         if transport is None or self.lost:
             self._fail(TransportFailed("connection closed by the upstream"))
             return
+        transport.write(head + body)
+
+    async def send(self, head: bytes, body: bytes) -> None:
+        """Write a request; a failure is the `head` future's (the answer's wait raises it)."""
         if len(body) <= _ONE_WRITE:
-            transport.write(head + body)
+            self.send_now(head, body)
+            return
+        self._reset()
+        self.busy = True
+        transport = self.transport
+        if transport is None or self.lost:
+            self._fail(TransportFailed("connection closed by the upstream"))
             return
         transport.write(head)
         view = memoryview(body)
@@ -288,10 +299,16 @@ class H1Client:
         target = (path.path or "/") + (f"?{path.query}" if path.query else "")
         content = body or b""
         head = self._encode(method, target, len(content), headers)
+        small = len(content) <= _ONE_WRITE
         for attempt in (0, 1):
-            conn = await self._acquire()
+            # A pooled connection and a body that goes with its head (the usual request): no
+            # coroutine of their own to wait on.
+            conn = self._pooled() or await self._acquire()
             try:
-                await conn.send(head, content)
+                if small:
+                    conn.send_now(head, content)
+                else:
+                    await conn.send(head, content)
                 await conn.head
             except TransportFailed:
                 self.release(conn)
@@ -316,7 +333,10 @@ class H1Client:
         lines.append(b"\r\n")
         return b"\r\n".join(lines)
 
-    async def _acquire(self) -> _Connection:
+    def _pooled(self) -> _Connection | None:
+        """The most recently pooled connection still good to use, checked out; None if none."""
+        if not self._idle:
+            return None
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()
@@ -326,6 +346,12 @@ class H1Client:
                 return conn
             conn.close()
             self._open -= 1
+        return None
+
+    async def _acquire(self) -> _Connection:
+        pooled = self._pooled()
+        if pooled is not None:
+            return pooled
         while self._open >= self._limit:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
