@@ -178,15 +178,22 @@ class Cycle:
 
     # ---- the body, as the edge reads it (exchange.BodySource) -----------------------------------
 
-    async def read(self, *, limit: int) -> bytes:
+    def arrived(self, *, limit: int) -> bytes | None:
+        """The whole body if all of it has arrived (a small request comes in one read), held to
+        `limit` as `read` holds it; None while more is due (then `read`). The edge takes it
+        without a coroutine."""
         declared_length(self.headers, limit=limit)
         if self.more_body:
-            return await self._rest(limit)
+            return None
         body, self.body = self.body, b""
         if len(body) > limit:
             raise PayloadTooLarge.over(limit)
         self.body_done = True
         return body
+
+    async def read(self, *, limit: int) -> bytes:
+        body = self.arrived(limit=limit)
+        return body if body is not None else await self._rest(limit)
 
     async def _rest(self, limit: int) -> bytes:
         return b"".join([part async for part in self.chunks(limit=limit)])
