@@ -1,5 +1,6 @@
 """The cleartext upstream client against real sockets: keep-alive reuse, chunked and
-close-delimited bodies, stale pooled connections, cut bodies, refusals and the pool bound."""
+close-delimited bodies, stale pooled connections, cut bodies, refusals and the pool bound, a
+body that came with its head taken whole."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Protocol
 
 import pytest
 
-from levergate.config import PoolSettings, UpstreamSettings
+from levergate.config import PoolSettings, ResponseLimitsSettings, UpstreamSettings
+from levergate.core.call import Call, Context
+from levergate.errors import UpstreamUnavailable
 from levergate.upstreams.h1 import H1Client
+from levergate.upstreams.http import OpenAIUpstream
 from levergate.upstreams.wire import TransportFailed
 
 Script = Callable[[int, int], bytes | None]  # (connection no., request no.) -> reply; None: close
@@ -296,3 +300,65 @@ async def test_bytes_on_an_idle_pooled_connection_close_it() -> None:
     finally:
         server.close()
         await client.aclose()
+
+
+async def test_a_body_that_came_with_its_head_is_taken_whole_and_its_connection_pooled(
+    serve: Serve,
+) -> None:
+    """`whole()`: the body of an answer written at once is there with its head; taking it
+    releases the connection, which the next request reuses."""
+    state, url = await serve(lambda c, r: OK)
+    client = client_for(url)
+    response = await client.request("POST", url + "/chat/completions", body=b"{}", headers={})
+    await asyncio.sleep(0.05)  # on loopback one write is one read; this leaves no doubt
+    assert response.whole() == b'{"ok":true}'
+    await response.aclose()  # as the upstream's error paths do: releasing twice is harmless
+    assert await fetch(client, url) == (200, b'{"ok":true}')
+    assert state.connections == 1
+    await client.aclose()
+
+
+async def test_a_body_still_arriving_is_not_whole_and_its_chunks_bring_all_of_it() -> None:
+    rest = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r")[0]))
+        writer.write(OK[:-4])
+        await writer.drain()
+        await rest.wait()
+        writer.write(OK[-4:])
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    client = client_for(url)
+    try:
+        response = await client.request("POST", url + "/x", body=b"{}", headers={})
+        await asyncio.sleep(0.05)
+        assert response.whole() is None
+        rest.set()
+        assert b"".join([chunk async for chunk in response.chunks()]) == b'{"ok":true}'
+    finally:
+        server.close()
+        await client.aclose()
+
+
+async def test_an_answer_over_the_body_cap_is_refused_though_it_came_whole(serve: Serve) -> None:
+    """The upstream takes a body that came with its head without a wait (`whole()`), and still
+    holds it to `response_limits.body_bytes`: chunked (no length to refuse it by up front) and
+    complete in one write, 2 KiB against a 1 KiB cap is a 502."""
+    body = b'{"x":"' + b"y" * 2048 + b'"}'
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n"
+    answer = head + b"\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    _, url = await serve(lambda c, r: answer)
+    limits = ResponseLimitsSettings(body_bytes=1024)
+    settings = UpstreamSettings(name="t", base_url=url, response_limits=limits)
+    upstream = OpenAIUpstream(settings, client=client_for(url))
+    call = Call(kind="chat", body={"model": "m", "messages": [{"role": "user", "content": "q"}]},
+                ctx=Context(request_id="t"))  # fmt: skip
+    with pytest.raises(UpstreamUnavailable) as refused:
+        await upstream(call)
+    assert refused.value.code == "upstream_response_too_large"
+    await upstream.aclose()

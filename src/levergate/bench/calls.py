@@ -81,6 +81,10 @@ class CannedResponse:
     async def read(self) -> bytes:
         return self._body if self._body is not None else b"".join(self._chunks)
 
+    def whole(self) -> bytes | None:
+        """As `H1Client`'s: a whole answer is all there once its head is."""
+        return self._body
+
     async def chunks(self) -> AsyncIterator[bytes]:
         for chunk in self._chunks if self._body is None else [self._body]:
             yield chunk

@@ -41,7 +41,7 @@ from levergate.config import (
 )
 from levergate.core.call import Call
 from levergate.core.reply import Completed, Ended, Event, Reply, Watcher
-from levergate.core.service import Layer, Service
+from levergate.core.service import Answer, Layer, Service
 from levergate.core.tokenizer import USAGE_SOURCE, LengthEstimate, TextTokenizer
 from levergate.layers.shared import Shared, alias_tokenizer
 from levergate.protocol.openai.body import generated_text, is_token_ids
@@ -87,9 +87,16 @@ class CountUsage:
         self._shared = shared
         self._image_tokens = image_tokens
 
-    async def __call__(self, call: Call) -> Reply:
+    def __call__(self, call: Call) -> Answer:
+        # Only a stream is watched (an upstream streams only a call that asks to: `call.stream`):
+        # any other call's answer passes through, with no coroutine of this layer's.
+        if call.kind not in _OBJECT or not call.stream:
+            return self._inner(call)
+        return self._watched(call)
+
+    async def _watched(self, call: Call) -> Reply:
         reply = await self._inner(call)
-        if isinstance(reply, Completed) or call.kind not in _OBJECT:
+        if isinstance(reply, Completed):
             return reply
         return reply.watch(_Counting(self, call))
 

@@ -127,7 +127,10 @@ class Edge:
         answered (the batch runner yields to it: core/interactive.py), not while its body is
         still arriving, so a client that stalls its upload holds no tenant's batches back. An
         upload (a streamed body) never counts: it is a batch's input, not a call waiting."""
-        request.body = await source.read(limit=limit)
+        # A body already all there (`Cycle.arrived`: the usual small request) without a wait.
+        arrived = getattr(source, "arrived", None)
+        body = arrived(limit=limit) if arrived is not None else None
+        request.body = body if body is not None else await source.read(limit=limit)
         if route.guard not in _CLIENT_GUARDS:
             return await route.handler(self, request)
         with self.gateway.interactive:

@@ -64,7 +64,8 @@ class UnsafeHeader(RuntimeError):
 def encode_head(status: int, headers: list[tuple[str, str]], framing: str) -> bytes:
     """The status line, `headers` and `framing` (the gateway's own lines, each ending in CRLF),
     then the blank line; `UnsafeHeader` if a name or value holds a control character but tab."""
-    lines = "".join([f"{name}: {value}\r\n" for name, value in headers])
+    # Each (name, value) joined by ": " in C (`map`), not a formatted string a header.
+    lines = "\r\n".join(map(": ".join, headers)) + "\r\n" if headers else ""
     head = (_STATUS[status] + lines + framing + "\r\n").encode("latin-1")
     # One pass: each line's CRLF is two control characters; any other control character (a CR
     # or LF in a name or value above all) is one more. Deleting them is a table lookup a byte,
@@ -177,15 +178,22 @@ class Cycle:
 
     # ---- the body, as the edge reads it (exchange.BodySource) -----------------------------------
 
-    async def read(self, *, limit: int) -> bytes:
+    def arrived(self, *, limit: int) -> bytes | None:
+        """The whole body if all of it has arrived (a small request comes in one read), held to
+        `limit` as `read` holds it; None while more is due (then `read`). The edge takes it
+        without a coroutine."""
         declared_length(self.headers, limit=limit)
         if self.more_body:
-            return await self._rest(limit)
+            return None
         body, self.body = self.body, b""
         if len(body) > limit:
             raise PayloadTooLarge.over(limit)
         self.body_done = True
         return body
+
+    async def read(self, *, limit: int) -> bytes:
+        body = self.arrived(limit=limit)
+        return body if body is not None else await self._rest(limit)
 
     async def _rest(self, limit: int) -> bytes:
         return b"".join([part async for part in self.chunks(limit=limit)])

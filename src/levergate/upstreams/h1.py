@@ -175,16 +175,27 @@ class _Connection(asyncio.Protocol):
         self.close()
 
     # -- used by the client --
-    async def send(self, head: bytes, body: bytes) -> None:
-        """Write a request; a failure is the `head` future's (the answer's wait raises it)."""
+    def send_now(self, head: bytes, body: bytes) -> None:
+        """Write a request whose body goes with its head (at most `_ONE_WRITE` bytes), with no
+        wait; a failure is the `head` future's (the answer's wait raises it)."""
         self._reset()
         self.busy = True
         transport = self.transport
         if transport is None or self.lost:
             self._fail(TransportFailed("connection closed by the upstream"))
             return
+        transport.write(head + body)
+
+    async def send(self, head: bytes, body: bytes) -> None:
+        """Write a request; a failure is the `head` future's (the answer's wait raises it)."""
         if len(body) <= _ONE_WRITE:
-            transport.write(head + body)
+            self.send_now(head, body)
+            return
+        self._reset()
+        self.busy = True
+        transport = self.transport
+        if transport is None or self.lost:
+            self._fail(TransportFailed("connection closed by the upstream"))
             return
         transport.write(head)
         view = memoryview(body)
@@ -226,6 +237,17 @@ class _Response:
     async def read(self) -> bytes:
         parts = [chunk async for chunk in self.chunks()]
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def whole(self) -> bytes | None:
+        """The whole body if all of it has arrived (a small answer comes in the read that
+        brought its head), taken at once and the connection released; None while more is due
+        (then `chunks`). Spares a whole answer the body's async iteration and its wait."""
+        conn = self._conn
+        if not conn.complete:
+            return None
+        data = conn.take()
+        self._client.release(conn)
+        return data
 
     async def chunks(self) -> AsyncIterator[bytes]:
         conn = self._conn
@@ -277,10 +299,16 @@ class H1Client:
         target = (path.path or "/") + (f"?{path.query}" if path.query else "")
         content = body or b""
         head = self._encode(method, target, len(content), headers)
+        small = len(content) <= _ONE_WRITE
         for attempt in (0, 1):
-            conn = await self._acquire()
+            # A pooled connection and a body that goes with its head (the usual request): no
+            # coroutine of their own to wait on.
+            conn = self._pooled() or await self._acquire()
             try:
-                await conn.send(head, content)
+                if small:
+                    conn.send_now(head, content)
+                else:
+                    await conn.send(head, content)
                 await conn.head
             except TransportFailed:
                 self.release(conn)
@@ -305,7 +333,10 @@ class H1Client:
         lines.append(b"\r\n")
         return b"\r\n".join(lines)
 
-    async def _acquire(self) -> _Connection:
+    def _pooled(self) -> _Connection | None:
+        """The most recently pooled connection still good to use, checked out; None if none."""
+        if not self._idle:
+            return None
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()
@@ -315,6 +346,12 @@ class H1Client:
                 return conn
             conn.close()
             self._open -= 1
+        return None
+
+    async def _acquire(self) -> _Connection:
+        pooled = self._pooled()
+        if pooled is not None:
+            return pooled
         while self._open >= self._limit:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)

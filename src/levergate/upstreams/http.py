@@ -17,7 +17,6 @@ client.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -40,7 +39,7 @@ from levergate.protocol.sse import DONE, EventTooLarge, SSEDecoder
 from levergate.redact import Redactor
 from levergate.redact_answers import AnswerScrubber
 from levergate.upstreams.passed_headers import HeaderAllowList
-from levergate.upstreams.stream_timer import StreamTimer
+from levergate.upstreams.stream_timer import StreamTimer, Watchdog
 from levergate.upstreams.wire import HttpClient, HttpResponse, TransportFailed
 
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -76,6 +75,9 @@ class OpenAIUpstream:
         self._redact = Redactor.of(settings)
         self._scrub = AnswerScrubber.of(self._redact)
         self._limits = settings.response_limits
+        # The time-to-first-byte and total timeouts of every exchange read whole (a stream's
+        # events have a `StreamTimer` each), on one loop timer.
+        self._watch = Watchdog()
 
     @property
     def client(self) -> HttpClient:
@@ -120,12 +122,9 @@ class OpenAIUpstream:
         if (spans := trace.spans) is not None:  # tracing on: this attempt's span, sent upstream
             attempt = spans.attempt(self.name, model, started)
             headers = {**headers, "traceparent": spans.traceparent(attempt)}
-        # One timer for the exchange: the head within `ttfb`, a whole body within the total.
-        timer = StreamTimer(idle=timeouts.ttfb, deadline=deadline)
         try:
-            response = await self._send(url, payload, headers, timer=timer)
+            response = await self._send(url, payload, headers, deadline=deadline)
         except UpstreamError as exc:
-            timer.close()
             trace.upstream_seconds += time.perf_counter() - started
             if attempt is not None:
                 attempt.end(exc)
@@ -134,13 +133,12 @@ class OpenAIUpstream:
         passed = self._passed.pick(response.headers, redact=self._redact)
         try:
             if response.status >= 400:
-                await self._raise_for(response, timer)
+                await self._raise_for(response, deadline)
             if call.stream and _is_event_stream(response.headers):
-                timer.close()
                 trace.upstream_seconds += time.perf_counter() - started
                 events = self._events(response, trace, deadline, call)
                 return Stream(events, headers=passed, batched=self.events_batched)
-            raw = await self._read(response, timer, limit=self._limits.body_bytes)
+            raw = await self._read(response, deadline, limit=self._limits.body_bytes)
         except BaseException as exc:
             trace.upstream_seconds += time.perf_counter() - started
             if attempt is not None:
@@ -149,8 +147,6 @@ class OpenAIUpstream:
             if isinstance(exc, UpstreamError):
                 exc.passed_headers = passed
             raise
-        finally:
-            timer.close()
         trace.upstream_seconds += time.perf_counter() - started
         if attempt is not None:
             attempt.end()
@@ -159,16 +155,17 @@ class OpenAIUpstream:
 
     async def _send(
         self, url: str, payload: bytes, headers: Mapping[str, str] | None = None, *,
-        timer: StreamTimer,
+        deadline: float,
     ) -> HttpResponse:  # fmt: skip
         """POST `payload` to `url`: the response once its head arrived within the
-        time-to-first-byte timeout (and the total), else `UpstreamTimeout` /
-        `UpstreamUnavailable`."""
+        time-to-first-byte timeout (and the exchange's total `deadline`, on `time.monotonic`),
+        else `UpstreamTimeout` / `UpstreamUnavailable`."""
         timeouts = self._settings.timeouts
         sent = self._headers if headers is None else headers
+        head_by = min(time.monotonic() + timeouts.ttfb, deadline)
         try:
-            return await timer.read(
-                self._client.request("POST", url, body=payload, headers=sent), idle=timeouts.ttfb
+            return await self._watch.read(
+                self._client.request("POST", url, body=payload, headers=sent), head_by
             )
         except TimeoutError:
             raise self._timed_out(f"sent no response within {timeouts.ttfb:g}s") from None
@@ -181,19 +178,15 @@ class OpenAIUpstream:
     async def _post_json(self, path: str, payload: bytes) -> dict[str, Any]:
         """A whole JSON object from `POST path` (a side request such as Anthropic's
         count_tokens), under the same timeouts, caps and error tree as an answer."""
-        timeouts = self._settings.timeouts
-        timer = StreamTimer(idle=timeouts.ttfb, deadline=time.monotonic() + timeouts.total)
+        deadline = time.monotonic() + self._settings.timeouts.total
+        response = await self._send(self._base + path, payload, deadline=deadline)
         try:
-            response = await self._send(self._base + path, payload, timer=timer)
-            try:
-                if response.status >= 400:
-                    await self._raise_for(response, timer)
-                raw = await self._read(response, timer, limit=self._limits.body_bytes)
-            except BaseException:
-                await response.aclose()
-                raise
-        finally:
-            timer.close()
+            if response.status >= 400:
+                await self._raise_for(response, deadline)
+            raw = await self._read(response, deadline, limit=self._limits.body_bytes)
+        except BaseException:
+            await response.aclose()
+            raise
         return self._object(raw)
 
     def _object(self, raw: bytes) -> dict[str, Any]:
@@ -214,18 +207,15 @@ class OpenAIUpstream:
         response = await self._client.request(
             "GET", self._base + path, body=None, headers=self._headers
         )
-        ttfb = self._settings.timeouts.ttfb
-        timer = StreamTimer(idle=ttfb, deadline=time.monotonic() + ttfb)
-        try:
-            raw = await self._read(response, timer, limit=self._limits.body_bytes)
-        finally:
-            timer.close()
+        deadline = time.monotonic() + self._settings.timeouts.ttfb
+        raw = await self._read(response, deadline, limit=self._limits.body_bytes)
         body = json_object(raw) if response.status < 400 else None
         data = body.get("data") if body is not None else None
         found = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
         return self._redact.scrub(found)  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
+        self._watch.close()
         await self._client.aclose()
 
     async def _events(
@@ -332,26 +322,33 @@ class OpenAIUpstream:
             code="upstream_event_too_large",
         )
 
-    async def _read(self, response: HttpResponse, timer: StreamTimer, *, limit: int) -> bytes:
-        """The whole body, under the exchange's total deadline (`timer`); beyond `limit` bytes
-        a 502 (the rest is never read: the connection is dropped)."""
+    async def _read(self, response: HttpResponse, deadline: float, *, limit: int) -> bytes:
+        """The whole body, under the exchange's total `deadline` (on `time.monotonic`); beyond
+        `limit` bytes a 502 (the rest is never read: the connection is dropped)."""
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             await response.aclose()
             raise self._too_large(limit)
-        raw, cut = await self._read_at_most(response, timer, limit=limit)
+        raw, cut = await self._read_at_most(response, deadline, limit=limit)
         if cut:
             raise self._too_large(limit)
         return raw
 
     async def _read_at_most(
-        self, response: HttpResponse, timer: StreamTimer, *, limit: int
+        self, response: HttpResponse, deadline: float, *, limit: int
     ) -> tuple[bytes, bool]:
         """At most `limit` bytes of the body, and whether there was more, under the exchange's
-        total deadline (`timer`, which is no idle timeout here: a body is read as one wait)."""
+        total `deadline` (no idle timeout here: a body is read as one wait)."""
+        # A client that has the whole body already (`whole()`, H1Client's: a small answer came
+        # with its head) gives it without a wait, so with nothing to time; the deadline and
+        # the limit still hold.
+        whole = getattr(response, "whole", None)
+        if whole is not None and (raw := whole()) is not None:
+            self._check_deadline(deadline)
+            return (raw[:limit], True) if len(raw) > limit else (raw, False)
         try:
-            return await timer.read(self._collect(response, timer.deadline, limit=limit),
-                                    idle=math.inf)  # fmt: skip
+            return await self._watch.read(self._collect(response, deadline, limit=limit),
+                                          deadline)  # fmt: skip
         except TimeoutError:
             raise self._timed_out("exceeded its total timeout") from None
         except TransportFailed as exc:
@@ -400,9 +397,9 @@ class OpenAIUpstream:
             upstream=self.name,
         )
 
-    async def _raise_for(self, response: HttpResponse, timer: StreamTimer) -> None:
+    async def _raise_for(self, response: HttpResponse, deadline: float) -> None:
         limit = self._limits.error_body_bytes
-        raw, _ = await self._read_at_most(response, timer, limit=limit)
+        raw, _ = await self._read_at_most(response, deadline, limit=limit)
         status = response.status
         provider = self._redact.scrub(_error_object(raw)) or None
         message = provider.get("message") if provider else None

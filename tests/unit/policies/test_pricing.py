@@ -4,7 +4,11 @@ the comments (prices in $ per million tokens, so N tokens at $P cost N * P / 1e6
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from levergate.core.tokenizer import TokenSource
 from levergate.policies.pricing import (
@@ -165,3 +169,50 @@ def test_a_plain_request_saves_nothing() -> None:
     result = bill(tokens=Tokens(10, 0, 0, 10, REPORTED), rates=GPT_4O)
     assert result.savings == {}
     assert result.side == ()
+
+
+def _counted(value: object) -> int:
+    return value if type(value) is int and value > 0 else 0
+
+
+def _openai_chat_as_written_first(usage: dict[str, Any]) -> Tokens:
+    """`from_openai_chat` as first written (before its helpers were inlined): the oracle."""
+    prompt = _counted(usage.get("prompt_tokens"))
+    details = usage.get("prompt_tokens_details")
+    cached = written = 0
+    if isinstance(details, dict):
+        cached = _counted(details.get("cached_tokens"))
+        written = _counted(details.get("cache_write_tokens"))
+    if not written:
+        written = _counted(usage.get("cache_creation_input_tokens"))
+    cached = min(cached, prompt)
+    written = min(written, prompt - cached)
+    completion = usage.get("completion_tokens")
+    creation = usage.get("cache_creation")
+    hour = _counted(creation.get("ephemeral_1h_input_tokens")) if isinstance(creation, dict) else 0
+    return Tokens(prompt - cached - written, cached, written, _counted(completion),
+                  REPORTED if type(completion) is int else TokenSource.NONE,
+                  min(written, hour) if written else 0)  # fmt: skip
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5_000), st.floats(-1, 10),
+                    st.text(max_size=3))  # fmt: skip
+
+
+_DETAILS = st.fixed_dictionaries({}, optional={"cached_tokens": _VALUES,
+                                                "cache_write_tokens": _VALUES})  # fmt: skip
+_CREATION = st.fixed_dictionaries({}, optional={"ephemeral_1h_input_tokens": _VALUES})
+_USAGE = st.fixed_dictionaries({}, optional={
+    "prompt_tokens": _VALUES, "completion_tokens": _VALUES, "cache_creation_input_tokens": _VALUES,
+    "prompt_tokens_details": st.one_of(_VALUES, _DETAILS),
+    "cache_creation": st.one_of(_VALUES, _CREATION),
+})  # fmt: skip
+
+
+@given(_USAGE)
+def test_openai_chat_usage_of_any_shape_reads_as_it_always_did(usage: dict[str, Any]) -> None:
+    """Any usage block, hostile values included (booleans, negatives, floats, strings, a
+    details field that is not an object): the same four buckets and source as before."""
+    tokens = from_openai_chat(usage)
+    assert tokens == _openai_chat_as_written_first(usage)
+    assert min(tokens[:4]) >= 0

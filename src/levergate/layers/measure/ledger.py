@@ -37,6 +37,7 @@ NOTHING = Bill(0.0, 0.0, (), NO_SAVINGS)
 # through the class's call; both on every cache hit.
 _HIT = CacheOutcome.HIT
 _REPORTED = TokenSource.REPORTED
+_FLEX, _PRIORITY = Tier.FLEX, Tier.PRIORITY
 _LEVERS = {lever.value: lever for lever in Lever}
 
 
@@ -65,7 +66,7 @@ class Ledger:
         rates = self._catalog.rates(alias, trace.upstream_model)
         default = self._catalog.rates(route.default) if route is not None else None
         own = None
-        if tier is Tier.FLEX or tier is Tier.PRIORITY:
+        if tier is _FLEX or tier is _PRIORITY:
             own = self._catalog.tier_rates(alias, tier, trace.upstream_model)
         return bill(
             tokens=tokens,

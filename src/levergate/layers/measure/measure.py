@@ -52,6 +52,8 @@ __all__ = ["OVERHEAD_HEADER", "Measure", "Telemetry"]
 log = logging.getLogger("levergate.measure")
 
 OVERHEAD_HEADER = "x-levergate-overhead-ms"
+# Read once: a member read from its class costs ~900 instructions on CPython 3.11 (callgrind).
+_HIT = CacheOutcome.HIT
 
 
 class Measure:
@@ -133,7 +135,7 @@ class Measure:
         cache = call.ctx.trace.cache
         # A cached answer's usage was not spent here: skip parsing it (its buckets are in the
         # cache's result; a shared one's is parsed already, and tells what coalescing saved).
-        if cache is None or cache.outcome is not CacheOutcome.HIT:
+        if cache is None or cache.outcome is not _HIT:
             seen.usage = reply.usage
             if seen.usage is None and reply.status == 200:
                 seen.answer = reply.data

@@ -41,6 +41,8 @@ Labels = tuple[str, str, str, str]
 LABELS = ("route", "model", "upstream", "feature")
 # Set before prometheus_client is imported, it writes every value to files in that folder.
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+# Read once: a member read from its class costs ~900 instructions on CPython 3.11 (callgrind).
+_REPORTED = TokenSource.REPORTED
 
 
 class Telemetry:
@@ -214,8 +216,8 @@ class Series:
     is made on first use, as before: a child exists in /metrics from its first `labels()` on
     (a whole answer's labels have no TTFT series)."""
 
-    __slots__ = ("_cost", "_itl", "_labels", "_outcomes", "_t", "_tokens", "_ttft", "_unreported",
-                 "overhead")  # fmt: skip
+    __slots__ = ("_cost", "_io", "_itl", "_labels", "_outcomes", "_t", "_tokens", "_ttft",
+                 "_unreported", "overhead")  # fmt: skip
 
     def __init__(self, telemetry: Telemetry, labels: Labels) -> None:
         self._t = telemetry
@@ -227,6 +229,7 @@ class Series:
         self._ttft: hot.Observes | None = None
         self._itl: hot.Observes | None = None
         self._cost: hot.Adds | None = None
+        self._io: tuple[hot.Adds, hot.Adds] | None = None
 
     def outcome(self, outcome: str) -> tuple[hot.Adds, hot.Observes]:
         """The request counter and the duration histogram of `outcome`."""
@@ -257,6 +260,14 @@ class Series:
 
     def tokens(self, kind: str) -> hot.Adds:
         return self._by_model(self._tokens, self._t.tokens, kind)
+
+    def io_tokens(self) -> tuple[hot.Adds, hot.Adds]:
+        """The input and the output token counters, which every answered request adds to:
+        kept together, one call a request instead of two look-ups."""
+        found = self._io
+        if found is None:
+            found = self._io = (self.tokens("input"), self.tokens("output"))
+        return found
 
     def unreported(self, how: str) -> hot.Adds:
         return self._by_model(self._unreported, self._t.unreported, how)
@@ -316,13 +327,14 @@ class PrometheusSink:
             series.itl().observe(inter_token)
         prompt = uncached + cached + written  # `Tokens.input`
         if prompt or output:
-            series.tokens("input").inc(prompt)
-            series.tokens("output").inc(output)
+            added_in, added_out = series.io_tokens()
+            added_in.inc(prompt)
+            added_out.inc(output)
             if cached:
                 series.tokens("cached").inc(cached)
             if written:
                 series.tokens("cache_write").inc(written)
-            if output and source is not TokenSource.REPORTED:
+            if output and source is not _REPORTED:
                 series.unreported(source.value).inc(output)
         if cost:
             series.cost().inc(cost)

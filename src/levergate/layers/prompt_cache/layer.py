@@ -55,6 +55,10 @@ RECENT_BLOCKS = 256  # the blocks of a prompt `Recent` remembers
 BLOCK_TOKENS = 512
 MIN_CACHED_TOKENS = 1024  # OpenAI's and most Anthropic models' minimum cacheable prompt
 RECENT_SECONDS = 300.0  # how long a prefix is expected to stay cached without use
+# How much larger than the JSON it was parsed from a prompt can be written again: orjson writes a
+# string in at most the bytes it was read from (escapes only shorten), a number in at most 4.5x
+# (`1e15` -> `1000000000000000.0`); so a body under BLOCK_BYTES / RAW_GROWTH holds no block.
+RAW_GROWTH = 5
 
 
 class Recent:
@@ -135,9 +139,15 @@ class PromptCacheOptimizer:
             changes["tools"] = canonical_tools(tools)
         sent = {**body, **changes} if changes else body  # the prompt, before any cache markers
         trace = call.ctx.trace
-        trace.expected_cached = self._recent.expected_and_note(
-            prompt_bytes(sent, limit=RECENT_BLOCKS * BLOCK_BYTES), now=now
-        )
+        raw = call.raw
+        if raw is not None and not changes and len(raw) * RAW_GROWTH < BLOCK_BYTES:
+            # No whole block to digest or note: the request's own JSON (`raw`, while the body
+            # is unchanged) bounds its prompt's bytes, and this one's are under a block.
+            trace.expected_cached = 0
+        else:
+            trace.expected_cached = self._recent.expected_and_note(
+                prompt_bytes(sent, limit=RECENT_BLOCKS * BLOCK_BYTES), now=now
+            )
         if self._linter is not None and self._linter.due(now):
             self._linter.check(sent, trace, now=now)
         if self._cache_key and "prompt_cache_key" not in body:

@@ -44,7 +44,7 @@ from levergate.errors import UpstreamError, UpstreamRejected
 from levergate.layers.traffic.endpoints import EjectionGroup, EndpointState, Node
 from levergate.policies import balancing
 from levergate.policies.backoff import retry_floor
-from levergate.policies.ejection import State
+from levergate.policies.ejection import EJECTED
 from levergate.policies.estimate import output_cap
 from levergate.policies.ewma import Ewma
 
@@ -214,7 +214,7 @@ class Balance:
             for m in self._members
             if (s := m.node.state) is not state
             and s.latency.weight(now) >= self._latency_min
-            and s.health.state(now) is not State.EJECTED
+            and s.health.state(now) is not EJECTED
         }
         if len(peers) < 2:
             return

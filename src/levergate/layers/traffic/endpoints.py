@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from levergate.core.service import Service
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.layers.traffic.waiting import WaitingRoom
-from levergate.policies.ejection import Ejection, State
+from levergate.policies.ejection import EJECTED, HEALTHY, Ejection
 from levergate.policies.ewma import Ewma
 
 _log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class EndpointState:
     def serving(self, now: float) -> bool:
         """Whether the endpoint is believed able to answer: not ejected (half-open counts: it
         lets a request through) and not failing its health checks."""
-        return not self.probed_down and self.health.state(now) is not State.EJECTED
+        return not self.probed_down and self.health.state(now) is not EJECTED
 
 
 @dataclass(eq=False)
@@ -69,38 +69,38 @@ class EjectionGroup:
         self._members.append(state)
 
     def may_eject(self, now: float) -> bool:
-        ejected = sum(1 for m in self._members if m.health.state(now) is State.EJECTED)
+        ejected = sum(1 for m in self._members if m.health.state(now) is EJECTED)
         return ejected < max(1, math.floor(self._max_share * len(self._members)))
 
     def failure(self, state: EndpointState, now: float) -> None:
         before = state.health.state(now)
         after = state.health.failure(now, may_eject=self.may_eject(now))
-        if after is State.EJECTED and before is not State.EJECTED:
+        if after is EJECTED and before is not EJECTED:
             self._ejected(state)
 
     def success(self, state: EndpointState, now: float) -> None:
-        if state.health.success(now) is State.HEALTHY and state.name in self._marked:
+        if state.health.success(now) is HEALTHY and state.name in self._marked:
             self._marked.discard(state.name)
             self._metrics.ejected.labels(state.name).set(0)
             _log.warning("endpoint %s is healthy again", state.name)
 
     def eject(self, state: EndpointState, now: float) -> None:
         """Eject a latency outlier or an endpoint failing its health checks (the cap applies)."""
-        if state.health.state(now) is State.HEALTHY and self.may_eject(now):
+        if state.health.state(now) is HEALTHY and self.may_eject(now):
             state.health.eject(now)
             self._ejected(state)
 
     def keep_out(self, state: EndpointState, now: float, *, until: float) -> None:
         """An active check finds `state` down: eject it if it serves, else hold it out until
         `until` (past the next check), so no half-open request is spent on it meanwhile."""
-        if state.health.state(now) is State.HEALTHY:
+        if state.health.state(now) is HEALTHY:
             self.eject(state, now)
         else:
             state.health.hold(until)
 
     def readmit(self, state: EndpointState, now: float) -> None:
         """An active check finds `state` up again: serve at once, no half-open probe needed."""
-        if state.health.state(now) is not State.HEALTHY:
+        if state.health.state(now) is not HEALTHY:
             self.success(state, now)
 
     def _ejected(self, state: EndpointState) -> None:

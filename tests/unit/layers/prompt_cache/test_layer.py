@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from levergate.config import PromptCacheSettings
 from levergate.core.call import Call, Context
 from levergate.core.controls import Principal
 from levergate.layers.prompt_cache import PromptCacheOptimizer, PromptCacheState, Provider
-from levergate.layers.prompt_cache.layer import cache_key
+from levergate.layers.prompt_cache.layer import BLOCK_BYTES, RAW_GROWTH, cache_key
+from levergate.policies.affinity import prompt_bytes
 from levergate.testing import FakeUpstream, ManualClock
 
 SHARED = "Follow the support policy: be exact, cite the handbook, never guess. " * 80
@@ -117,3 +122,58 @@ async def test_other_kinds_pass_untouched() -> None:
     call = Call(kind="embedding", body={"model": "m", "input": "x"}, ctx=Context("r"))
     await layer(call)
     assert upstream.calls[0] is call
+
+
+def _json(value: object) -> str:
+    """JSON text whose numbers are written as short as JSON allows (`1e15`), where orjson
+    writes them longest when it writes the parsed value again."""
+    if isinstance(value, tuple):  # (mantissa, exponent): a number in exponent form
+        return f"{value[0]}e{value[1]}"
+    if isinstance(value, list):
+        return "[" + ",".join(_json(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_json(k)}:{_json(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)  # strings escaped (\\uXXXX for non-ASCII), ints, true, null
+
+
+_LEAVES = st.one_of(
+    st.text(max_size=20), st.integers(), st.booleans(), st.none(),
+    st.tuples(st.integers(1, 9), st.integers(-10, 300)),
+)  # fmt: skip
+_CONTENT = st.recursive(
+    _LEAVES,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=12,
+)
+
+
+@given(st.lists(st.fixed_dictionaries({"role": st.just("user"), "content": _CONTENT}),
+                min_size=1, max_size=5),
+       st.one_of(st.none(), st.lists(_CONTENT, max_size=3)))  # fmt: skip
+def test_a_prompt_is_never_more_than_raw_growth_times_the_json_it_came_in(
+    messages: list[dict[str, object]], tools: list[object] | None
+) -> None:
+    """What lets a small request skip the prompt's digests: its bytes as written again are at
+    most `RAW_GROWTH` times the request's own JSON, whatever its strings and numbers."""
+    body: dict[str, object] = {"model": "m", "messages": messages}
+    if tools:
+        body["tools"] = tools
+    raw = _json(body).encode()
+    assert len(prompt_bytes(orjson.loads(raw))) <= RAW_GROWTH * len(raw)
+
+
+async def test_a_small_request_skips_the_digests_and_a_large_one_still_counts() -> None:
+    layer, *_ = build(Provider.OTHER)
+    small = chat("Be brief.")
+    small = Call(kind="chat", body=small.body, ctx=small.ctx, raw=orjson.dumps(small.body))
+    assert len(small.raw or b"") * RAW_GROWTH < BLOCK_BYTES
+    await layer(small)
+    await layer(small)
+    assert small.ctx.trace.expected_cached == 0
+    first, second = chat(SHARED), chat(SHARED)
+    first, second = (Call(kind="chat", body=c.body, ctx=c.ctx, raw=orjson.dumps(c.body))
+                     for c in (first, second))  # fmt: skip
+    await layer(first)
+    await layer(second)
+    assert first.ctx.trace.expected_cached == 0
+    assert second.ctx.trace.expected_cached >= 1024

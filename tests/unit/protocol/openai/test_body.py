@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from levergate.config import RequestLimitsSettings
 from levergate.core.call import Kind
@@ -111,6 +113,34 @@ def test_counts_at_their_bounds_pass() -> None:
     small = RequestLimitsSettings(max_embedding_inputs=2)
     with pytest.raises(BadRequest):
         check_body("embedding", {"model": "e", "input": ["a", "b", "c"]}, limits=small)
+
+
+BOUNDED = ("n", "max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+@given(
+    st.sampled_from(["chat", "completion"]),
+    st.dictionaries(st.sampled_from(BOUNDED), st.integers(-3, 200_000)),
+)
+def test_each_bounded_count_is_held_to_its_range_and_the_first_one_out_is_named(
+    kind: Kind, fields: dict[str, int]
+) -> None:
+    """Any of the ranged fields, any values: refused exactly when one is out of its range,
+    naming the first out in the order n, max_tokens, max_completion_tokens, max_output_tokens
+    (the checks look only at the fields a body has)."""
+    lowest = 1 if kind == "chat" else 0
+    most = LIMITS.max_output_tokens
+    ranges = {"n": (1, LIMITS.max_n), "max_tokens": (lowest, most),
+              "max_completion_tokens": (lowest, most), "max_output_tokens": (16, most)}  # fmt: skip
+    base = CHAT if kind == "chat" else {"model": "m", "prompt": "p"}
+    out = [p for p in BOUNDED if p in fields and not ranges[p][0] <= fields[p] <= ranges[p][1]]
+    if not out:
+        check_body(kind, {**base, **fields}, limits=LIMITS)
+        return
+    with pytest.raises(BadRequest) as caught:
+        check_body(kind, {**base, **fields}, limits=LIMITS)
+    assert caught.value.param == out[0]
+    assert caught.value.code == "integer_out_of_range"
 
 
 def test_floats_and_ints_are_both_numbers_but_null_is_allowed() -> None:
