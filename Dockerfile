@@ -40,7 +40,7 @@ RUN case "$ENGINE" in \
       local) lock=requirements/engine.lock ;; \
       *) echo "ENGINE is none or local, not '$ENGINE'" >&2; exit 1 ;; \
     esac \
-    && PYTHONPATH=/opt/buildtools CMAKE_ARGS="-DLLAVA_BUILD=OFF" /opt/levergate/bin/pip install \
+    && PYTHONPATH=/opt/buildtools CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" /opt/levergate/bin/pip install \
       --no-cache-dir --require-hashes --no-deps --no-build-isolation --ignore-installed \
       -r "$lock" \
     && /opt/levergate/bin/pip check \

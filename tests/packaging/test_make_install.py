@@ -76,7 +76,7 @@ def test_sources_build_against_the_locked_backends_with_the_engine_flags(
             assert "--no-build-isolation" in words, words
     packages = next(words for words in installs if environment in lockfiles(words))
     assert packages[0] == "CMAKE_ARGS=$(LOCAL_CMAKE_ARGS)"  # llama.cpp as `make run` builds it
-    assert variable("LOCAL_CMAKE_ARGS") == ["-DLLAVA_BUILD=OFF"]
+    assert variable("LOCAL_CMAKE_ARGS") == ["-DLLAVA_BUILD=OFF", "-DGGML_NATIVE=OFF"]
 
 
 @ENVIRONMENTS
