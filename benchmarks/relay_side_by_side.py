@@ -9,7 +9,11 @@ In alternating rounds (direct, relay, levergate, then again) it measures
   requests (no temperature: the exact cache lets them through), and the relay's and the
   gateway's CPU per request from /proc;
 - at concurrency 1, the p50 round trip of a plain Python socket client (one keep-alive
-  connection, distinct requests);
+  connection, distinct requests), in two placements: client and servers pinned to one CPU
+  (`same`), and to two (`split`). On this 2-vCPU VM a wake-up across CPUs costs tens of
+  microseconds in each direction (the same request: direct 0.045 ms on one CPU, 0.127 ms across
+  two), so a round trip left to the scheduler measured where it put the processes, not the
+  gateway: the direct round trip came out 0.039 ms in one run and 0.117 ms in the next;
 - an exact-cache hit (temperature 0, the same request again) through levergate (and through the
   baseline, when there is one) against the same client's round trip straight to the simulator.
 
@@ -36,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +141,36 @@ def _read_response(sock: socket.socket) -> None:
         body += sock.recv(65536)
 
 
+def placements() -> dict[str, tuple[int, int]]:
+    """The client's CPU and the servers' CPU of each c=1 placement this machine allows."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return {"same": (cpus[0], cpus[0])}
+    return {"same": (cpus[0], cpus[0]), "split": (cpus[0], cpus[1])}
+
+
+@contextmanager
+def placed(pids: list[int], client: int, servers: int) -> Iterator[None]:
+    """This process (the client) on CPU `client`, every thread of `pids` on `servers`; all
+    back on every CPU after."""
+    everything = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {client})
+        for pid in pids:
+            _pin_threads(pid, {servers})
+        yield
+    finally:
+        os.sched_setaffinity(0, everything)
+        for pid in pids:
+            _pin_threads(pid, everything)
+
+
+def _pin_threads(pid: int, cpus: set[int]) -> None:
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with suppress(OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(task.name), cpus)
+
+
 def run(plan: Plan, baseline: Path | None) -> dict[str, Any]:
     """`baseline`: another tree's `src`, served as a fourth target ("levergate baseline"), so a
     change is measured before and after in the same run."""
@@ -157,7 +191,10 @@ def run(plan: Plan, baseline: Path | None) -> dict[str, Any]:
     envs = {"levergate baseline": {"PYTHONPATH": str(baseline)}} if baseline else {}
     rows: list[dict[str, Any]] = []
     hits = ("levergate cache hit", *(("levergate baseline cache hit",) if baseline else ()))
-    trips: dict[str, list[float]] = {name: [] for name in (*targets, *hits)}
+    where = placements()
+    trips: dict[str, dict[str, list[float]]] = {
+        placement: {name: [] for name in (*targets, *hits)} for placement in where
+    }
     hit = {**BODY, "temperature": 0}
     with ExitStack() as stack:
         pids = {name: stack.enter_context(started(commands[name], ports[name], envs.get(name))).pid
@@ -174,11 +211,14 @@ def run(plan: Plan, baseline: Path | None) -> dict[str, Any]:
                     rows.append({"round": index + 1, "target": name,
                                  "connections": connections, **row})  # fmt: skip
                     print(json.dumps(rows[-1]), flush=True)
-            for name in targets:
-                trips[name].append(round_trips(ports[name], requests=plan.requests))
-            for name in hits:
-                served_by = name.removesuffix(" cache hit")
-                trips[name].append(round_trips(ports[served_by], requests=plan.requests, same=hit))
+            for placement, (client, servers) in where.items():
+                runs = trips[placement]
+                with placed(list(pids.values()), client, servers):
+                    for name in targets:
+                        runs[name].append(round_trips(ports[name], requests=plan.requests))
+                    for name in hits:
+                        by = ports[name.removesuffix(" cache hit")]
+                        runs[name].append(round_trips(by, requests=plan.requests, same=hit))
     return {"rows": rows, "round_trip_p50_ms": trips, "load_average": os.getloadavg()}
 
 
@@ -205,15 +245,18 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
             row["baseline_rps_ratio"] = median("levergate baseline", "rps") / row["relay_rps"]
             row["baseline_cpu_ratio"] = (median("levergate baseline", "cpu_ms_per_request")
                                          / row["relay_cpu_ms"])  # fmt: skip
-    trips = {name: statistics.median(values) for name, values in data["round_trip_p50_ms"].items()}
-    out["c1"] = {
-        **trips,
-        "levergate_minus_relay_ms": trips["levergate"] - trips["relay"],
-        "cache_hit_over_direct": trips["levergate cache hit"] / trips["direct"],
-    }
-    if "levergate baseline cache hit" in trips:
-        out["c1"]["baseline_cache_hit_over_direct"] = (trips["levergate baseline cache hit"]
-                                                       / trips["direct"])  # fmt: skip
+    out["c1"] = {}
+    for placement, runs in data["round_trip_p50_ms"].items():
+        trips = {name: statistics.median(values) for name, values in runs.items()}
+        out["c1"][placement] = c1 = {
+            **trips,
+            "levergate_minus_relay_ms": trips["levergate"] - trips["relay"],
+            "cache_hit_over_direct": trips["levergate cache hit"] / trips["direct"],
+        }
+        if "levergate baseline cache hit" in trips:
+            c1["baseline_minus_relay_ms"] = trips["levergate baseline"] - trips["relay"]
+            c1["baseline_cache_hit_over_direct"] = (trips["levergate baseline cache hit"]
+                                                    / trips["direct"])  # fmt: skip
     return out
 
 
@@ -241,18 +284,27 @@ def markdown(data: dict[str, Any]) -> str:
             lines.append(f"| {key[1:]}, baseline ({data['baseline']}) | | | | "
                          f"{row['baseline_rps_ratio']:.2f}x | | | "
                          f"{row['baseline_cpu_ratio']:.2f}x |")  # fmt: skip
-    c1 = s["c1"]
     lines += [
-        "", "Concurrency 1, a Python socket client's round trip (p50 ms):", "",
-        "| direct | relay | levergate | levergate - relay | cache hit | hit / direct |",
-        "|---:|---:|---:|---:|---:|---:|",
-        (f"| {c1['direct']:.3f} | {c1['relay']:.3f} | {c1['levergate']:.3f} | "
-         f"{c1['levergate_minus_relay_ms']:+.3f} | {c1['levergate cache hit']:.3f} | "
-         f"{c1['cache_hit_over_direct']:.2f}x |"),
-        *([(f"| baseline ({data['baseline']}) | | {c1['levergate baseline']:.3f} | | "
-            f"{c1['levergate baseline cache hit']:.3f} | "
-            f"{c1['baseline_cache_hit_over_direct']:.2f}x |")]
-          if "baseline_cache_hit_over_direct" in c1 else []),
+        "", ("Concurrency 1, a Python socket client's round trip (p50 ms), client and servers "
+             "pinned to one CPU (same) or two (split):"), "",
+        ("| CPUs | direct | relay | levergate | levergate - relay | cache hit "
+         "| hit / direct |"),
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    for placement, c1 in s["c1"].items():
+        lines.append(
+            f"| {placement} | {c1['direct']:.3f} | {c1['relay']:.3f} | {c1['levergate']:.3f} | "
+            f"{c1['levergate_minus_relay_ms']:+.3f} | {c1['levergate cache hit']:.3f} | "
+            f"{c1['cache_hit_over_direct']:.2f}x |"
+        )
+        if "baseline_cache_hit_over_direct" in c1:
+            lines.append(
+                f"| {placement}, baseline ({data['baseline']}) | | | "
+                f"{c1['levergate baseline']:.3f} | {c1['baseline_minus_relay_ms']:+.3f} | "
+                f"{c1['levergate baseline cache hit']:.3f} | "
+                f"{c1['baseline_cache_hit_over_direct']:.2f}x |"
+            )
+    lines += [
         "", "Every wrk run, in order:", "",
         "| round | connections | target | req/s | non-2xx | CPU ms/req |",
         "|---|---|---|---:|---:|---:|",
