@@ -377,3 +377,36 @@ async def test_the_queue_keeps_no_record_or_call_until_the_batch(tmp_path: Path)
     assert await log.flush()
     await log.aclose()
     assert count(path) == 3
+
+
+@pytest.mark.parametrize("wait_ms", [0, 1, 100])
+async def test_the_loop_waits_for_a_write_at_most_write_wait_ms(
+    tmp_path: Path, wait_ms: float
+) -> None:
+    """The loop waits for a batch's write in the store's thread up to `write_wait_ms`, then
+    serves other work while the write goes on: a write held in the thread (a locked disk)
+    never holds the loop (with an unbounded wait this test would hang), and the batch is
+    written once the write is let go."""
+    path = tmp_path / "log.db"
+    log, store, _ = writer(path, batch_size=5, write_wait_ms=wait_ms)
+    writing, release = threading.Event(), threading.Event()
+    write = store.write
+
+    def held_write(rows: Sequence[tuple[Any, ...]]) -> None:
+        writing.set()
+        release.wait(30)
+        write(rows)
+
+    store.write = held_write  # type: ignore[method-assign]
+    for n in range(3):
+        log.observe(record(n), call(), Seen())
+    flushing = asyncio.ensure_future(log.flush())
+    turns = 0
+    while not writing.is_set() or turns < 3:  # the loop turns while the write is held
+        await asyncio.sleep(0)
+        turns += 1
+    assert not flushing.done()
+    release.set()
+    assert await flushing
+    await log.aclose()
+    assert count(path) == 3
