@@ -369,8 +369,8 @@ class LogWriter:
         rest of it asynchronously. Not waiting, the thread waited for the busy loop at each of
         its ~4 turns with the GIL a batch (up to the 5 ms switch interval, woken for nothing at
         each of the loop's system calls meanwhile, ~190 context switches a batch): in-process
-        (process CPU a request, log on / off, alternating runs) ~1.12x of off against ~1.0x
-        waiting, and running the write on the loop itself ~1.04x."""
+        (process CPU a request, alternating runs, medians) 1.126x of off without the wait,
+        1.063x with it (benchmarks/results/log_cpu.md)."""
         future = self._executor.submit(self._store.write, rows)
         if self._write_wait > 0:
             concurrent.futures.wait((future,), timeout=self._write_wait)
