@@ -56,7 +56,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -80,6 +80,7 @@ if TYPE_CHECKING:
 __all__ = ["BodyText", "LogMetrics", "LogWriter", "Pending"]
 
 log = logging.getLogger("levergate.requestlog")
+T = TypeVar("T")
 
 
 # A request's replay features still to compute, in the writer's batch: its body by reference, its
@@ -351,7 +352,7 @@ class LogWriter:
             if not rows:
                 continue
             try:
-                await self._written(rows)
+                await self._in_thread(self._store.write, rows)
             except LogStoreError as exc:
                 self._requeue(batch, exc)
                 return False
@@ -363,15 +364,16 @@ class LogWriter:
             self._wake.set()
         return await self._flush_labels()
 
-    def _written(self, rows: list[tuple[object, ...]]) -> asyncio.Future[None]:
-        """Hand `rows` to the store's thread, wait for the write up to `write_wait_ms` with the
-        event loop blocked (the GIL free for the thread whenever SQLite gives it back), and the
-        rest of it asynchronously. Not waiting, the thread waited for the busy loop at each of
-        its ~4 turns with the GIL a batch (up to the 5 ms switch interval, woken for nothing at
-        each of the loop's system calls meanwhile, ~190 context switches a batch): in-process
-        (process CPU a request, alternating runs, medians) 1.126x of off without the wait,
-        1.063x with it (benchmarks/results/log_cpu.md)."""
-        future = self._executor.submit(self._store.write, rows)
+    def _in_thread(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Run `work` in the store's thread (a batch's write, the labels', a prune), waiting
+        for it up to `write_wait_ms` with the event loop blocked (the GIL free for the thread
+        whenever SQLite gives it back), and the rest of it asynchronously. Not waiting, the
+        thread waited for the busy loop at each of its turns with the GIL (up to the 5 ms switch
+        interval, woken for nothing at each of the loop's system calls meanwhile, ~190 context
+        switches a batch; a prune that connects, dozens of turns): in-process (process CPU a
+        request, alternating runs, medians) 1.126x of off without the wait, 1.063x with it
+        (benchmarks/results/log_cpu.md)."""
+        future = self._executor.submit(work, *args)
         if self._write_wait > 0:
             concurrent.futures.wait((future,), timeout=self._write_wait)
         return asyncio.wrap_future(future)
@@ -379,13 +381,12 @@ class LogWriter:
     async def _flush_labels(self) -> bool:
         """Write the queued shadow labels; False (the batch back in the queue) when the store
         failed."""
-        loop = asyncio.get_running_loop()
         labels = self._labels
         while labels:
             batch = [labels.popleft() for _ in range(min(len(labels), self._batch))]
             try:
                 rows = self._label_rows(batch)
-                await loop.run_in_executor(self._executor, self._store.write_labels, rows)
+                await self._in_thread(self._store.write_labels, rows)
             except LogStoreError as exc:
                 self._m.store_errors.inc()
                 log.warning("request log: writing shadow labels failed, retrying: %s", exc)
@@ -457,7 +458,6 @@ class LogWriter:
 
     async def _prune(self) -> None:
         s = self._s
-        loop = asyncio.get_running_loop()
 
         def prune() -> int:
             now, age = self._wall(), s.max_age_days * 86400
@@ -466,7 +466,7 @@ class LogWriter:
                                                    max_rows=s.max_labels)  # fmt: skip
 
         try:
-            gone = await loop.run_in_executor(self._executor, prune)
+            gone = await self._in_thread(prune)
         except LogStoreError as exc:
             self._m.store_errors.inc()
             log.warning("request log: pruning failed: %s", exc)
