@@ -16,7 +16,9 @@ with the columns of one value bound once.
 
 A set of modes (`Modes`) is an INSERT text of its own, compiled by SQLite once per statement
 size (store.py `chunk_sizes`) and kept by sqlite3 (its statement cache: 128 statements per
-connection). Compiling costs more than binding saves (~20 us a row of the statement), so
+connection). Compiling costs more than binding saves (~6 us a row of the statement: a batch of
+500 of the tests' rows compiled in ~3 ms, ~73 ms while every row's parameters were numbered,
+`Statement.text`), so
 `Statements.choose` keeps the sets few: the batch's own set when it was compiled already; else,
 unless none was compiled in the last `COMPILE_EVERY` batches, a compiled set that fits it
 (`fits`: binds at least what the batch needs) and binds the fewest values a row, or the set
@@ -98,20 +100,25 @@ class Statement:
 
     def text(self, size: int) -> str:
         """The statement of `size` rows: the parameters bound once are ?1 to ?k (in column
-        order), each row's follow."""
+        order), each row's follow: numbered in the first row, plain `?` after it (SQLite gives
+        a `?` the next number, the same). SQLite compiling a numbered parameter it has seen
+        before (a `?1` in every row) looks it up in the list of the numbered ones so far, one by
+        one: with every row's numbered too, compiling a batch of 500 rows was quadratic (perf:
+        `sqlite3VListNumToName`, ~12 ms of a run's CPU); with plain ones after the first row the
+        list is one row's."""
         found = self._texts.get(size)
         if found is None:
             once = {column: n for n, column in enumerate(self._once, 1)}
             bound = sorted((*self._once, *self._each))
             rows = []
             at = len(once) + 1
-            for _ in range(size):
+            for n in range(size):
                 names = []
                 for column in bound:
                     if column in once:
                         names.append(f"?{once[column]}")
                     else:
-                        names.append(f"?{at}")
+                        names.append(f"?{at}" if n == 0 else "?")
                         at += 1
                 rows.append(f"({', '.join(names)})")
             found = self._texts[size] = self._head + ", ".join(rows)

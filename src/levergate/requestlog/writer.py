@@ -1,14 +1,20 @@
 """`LogWriter`: finished requests into the log store, in batches, off the request path.
 
 On the request path (`observe`, called by the recorder on the event loop after the answer went
-out) a record costs one append to a bounded queue — the record object itself and the wall-clock
-time, nothing serialised — or, with the queue full, one counter increment: the record is
-dropped and counted (`levergate_request_log_dropped_total{reason="queue_full"}`). Bodies, where
-enabled, are taken by reference and bounded in bytes apart from the count.
+out) a record becomes its row (requestlog/row.py `row_of`: a flat tuple, its bodies and replay
+features left for the batch) appended to a bounded queue, or, with the queue full, one counter
+increment: the record is dropped and counted
+(`levergate_request_log_dropped_total{reason="queue_full"}`). Bodies, where enabled, are taken
+by reference and bounded in bytes apart from the count. The row is built there, and the queue
+holds neither the record nor the call, so that the request's objects (its context, trace,
+record) die with it: kept for the batch, 500 requests' object graphs survived the young
+generation and were freed together, cache-cold, and the in-process benchmark's CPU a request
+with the log on was 1.169x of off against 1.133x with the rows built at once (process CPU,
+alternating runs, medians; gen-0 collections 235 -> 165 over 5,300 requests).
 
 Of each record's replay features (requestlog/features.py: what `levergate analyze` needs with
 bodies off) only the deadlines are read there; the body's (the fingerprint, the prefix digests)
-are computed with the batch's rows, from the call held by reference (`Pending`): done one
+are computed with the batch's rows, from the body held by reference (`Pending`): done one
 request at a time, between other work, the same code took 3x as long (31 against 10 us for a
 small prompt, measured in the in-process benchmark: cold caches). The bodies held for that are
 bounded like captured bodies, in their bytes as received, by `bodies.max_queued_bytes` (apart
@@ -20,10 +26,10 @@ it ran for the call (~16k instructions a record not spent again).
 Off the path, a supervised background job (`run`) wakes as soon as a batch is full, and writes
 the full batches queued (the records that arrived before its turn wait for the next); or after
 `flush_seconds` without, and writes what is queued. It takes up to `batch_size` records at a
-time, turns them into rows (requestlog/row.py, bodies redacted and capped, replay features
-computed), yielding the event loop every ~0.5 ms, and hands the rows to the writer's own
-thread, where the database inserts them: a full batch in one multi-row statement, a part-batch
-in a few of a few sizes (store.py `chunk_sizes`) in one transaction. Python running in that
+time, completes their rows (bodies redacted and capped, replay features computed), yielding
+the event loop every ~0.5 ms, and hands the rows to the writer's own thread, where the
+database inserts them: a full batch in one multi-row statement, a part-batch in a few of a few
+sizes (store.py `chunk_sizes`) in one transaction. Python running in that
 thread instead would contend with the loop for the GIL (measured, that doubled the log's
 cost); and every statement there gives the GIL up and takes it back a few times, each a
 hand-over with the loop's thread when the loop is busy (`benchmarks/log_handoffs.py`), so a
@@ -40,6 +46,7 @@ enforces the age and size bounds. Closing flushes what is queued, bounded by the
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import re
@@ -49,7 +56,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -73,21 +80,23 @@ if TYPE_CHECKING:
 __all__ = ["BodyText", "LogMetrics", "LogWriter", "Pending"]
 
 log = logging.getLogger("levergate.requestlog")
+T = TypeVar("T")
 
 
-# A request's replay features still to compute, in the writer's batch: its call by reference (the
-# body, and the canonical bytes the exact cache left on it), its deadlines read when it finished
-# (`controls_of`), and the bytes it was received as (what is held; 0 when its bodies are
-# captured, holding it anyway). A plain tuple: a NamedTuple is built by a `__new__` written in
-# Python, a frame on the request path.
-Pending = tuple["Call", Mapping[str, Any], int]
+# A request's replay features still to compute, in the writer's batch: its body by reference, its
+# kind and model, its deadlines read when it finished (`controls_of`), the canonical bytes the
+# exact cache left for that body (None: none), and the bytes it was received as (what is held;
+# 0 when its bodies are captured, holding it anyway). Not the call: that kept the request's
+# whole object graph (its context, trace, reply) alive until the batch. A plain tuple: a
+# NamedTuple is built by a `__new__` written in Python, a frame on the request path.
+Pending = tuple[Mapping[str, Any], str, str, Mapping[str, Any], bytes | None, int]
 # The deadlines' features of a request with none (`controls_of` gives {} then), shared: read only.
 _NO_CONTROLS: Mapping[str, Any] = MappingProxyType({})
 
 
-# (finished at, epoch seconds; the record; its bodies, when kept; its replay features, or what
-# they are computed from)
-Item = tuple[float, "RequestRecord", Captured | None, str | Pending | None]
+# (the record's row, built when it finished, its bodies and replay features not in it yet unless
+# computed then; its bodies, when kept; its replay features, or what they are computed from)
+Item = tuple[tuple[Any, ...], Captured | None, str | Pending | None]
 RETRY_FIRST_S, RETRY_CAP_S = 1.0, 30.0
 TURN_SECONDS = 0.0005  # rows built per turn of the event loop: about this long
 # What a turn is timed by (benchmarks/instructions.py counts rows instead: a turn's rows on a
@@ -205,6 +214,7 @@ class LogWriter:
         self._body_limit = settings.bodies.max_queued_bytes
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="levergate-log")
+        self._write_wait = settings.write_wait_ms / 1000
         self._retry = RETRY_FIRST_S
         self._failing = False
         self._closed = False
@@ -213,10 +223,17 @@ class LogWriter:
     # ---- the request path ---------------------------------------------------------------------
 
     def observe(self, record: RequestRecord, call: Call, seen: Seen) -> None:
-        """Queue `record` (the recorder calls this on the event loop)."""
+        """Queue `record`'s row (the recorder calls this on the event loop)."""
         queue = self._queue
         if len(queue) >= self._max:
             self._m.dropped.labels("queue_full").inc()
+            return
+        now = self._wall()
+        try:
+            row = row_of(now, record)
+        except Exception:  # a record that cannot be a row is that record's loss alone
+            log.exception("request log: record %s not written", record.request_id)
+            self._m.dropped.labels("invalid").inc()
             return
         captured = None
         if self._body_models and (
@@ -224,7 +241,6 @@ class LogWriter:
             or record.alias in self._body_models
         ) and record.tenant not in self._private:  # fmt: skip
             captured = self._capture(call, seen)  # inline: every request passes here
-        now = self._wall()
         controls = call.ctx.controls
         if controls.deadline is None and controls.run_async is None:
             extra = _NO_CONTROLS  # most requests: no clock read, no call
@@ -237,10 +253,13 @@ class LogWriter:
         replay: str | Pending | None
         if size >= 0 and self._held_bytes + size <= self._body_limit:
             self._held_bytes += size
-            replay = (call, extra, size)
+            body = call.body
+            known = call.ctx.trace.canonical
+            canonical = known[1] if known is not None and known[0] is body else None
+            replay = (body, call.kind, call.model, extra, canonical, size)
         else:
             replay = replay_of(call, extra)
-        queue.append((now, record, captured, replay))
+        queue.append((row, captured, replay))
         if len(queue) == self._batch:
             self._wake.set()
 
@@ -317,7 +336,6 @@ class LogWriter:
         the store's thread as a batch of their own (at concurrency 16, in-process, a batch of
         a few records after every full one: two hand-offs a batch, `log_handoffs.py`). False
         when the store failed (the batch is back in the queue, as much of it as fits)."""
-        loop = asyncio.get_running_loop()
         queue = self._queue
         size = self._batch
         todo = sys.maxsize if drain else len(queue) if partial else len(queue) // size * size
@@ -334,7 +352,7 @@ class LogWriter:
             if not rows:
                 continue
             try:
-                await loop.run_in_executor(self._executor, self._store.write, rows)
+                await self._in_thread(self._store.write, rows)
             except LogStoreError as exc:
                 self._requeue(batch, exc)
                 return False
@@ -346,16 +364,29 @@ class LogWriter:
             self._wake.set()
         return await self._flush_labels()
 
+    def _in_thread(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Run `work` in the store's thread (a batch's write, the labels', a prune), waiting
+        for it up to `write_wait_ms` with the event loop blocked (the GIL free for the thread
+        whenever SQLite gives it back), and the rest of it asynchronously. Not waiting, the
+        thread waited for the busy loop at each of its turns with the GIL (up to the 5 ms switch
+        interval, woken for nothing at each of the loop's system calls meanwhile, ~190 context
+        switches a batch; a prune that connects, dozens of turns): in-process (process CPU a
+        request, alternating runs, medians) 1.126x of off without the wait, 1.063x with it
+        (benchmarks/results/log_cpu.md)."""
+        future = self._executor.submit(work, *args)
+        if self._write_wait > 0:
+            concurrent.futures.wait((future,), timeout=self._write_wait)
+        return asyncio.wrap_future(future)
+
     async def _flush_labels(self) -> bool:
         """Write the queued shadow labels; False (the batch back in the queue) when the store
         failed."""
-        loop = asyncio.get_running_loop()
         labels = self._labels
         while labels:
             batch = [labels.popleft() for _ in range(min(len(labels), self._batch))]
             try:
                 rows = self._label_rows(batch)
-                await loop.run_in_executor(self._executor, self._store.write_labels, rows)
+                await self._in_thread(self._store.write_labels, rows)
             except LogStoreError as exc:
                 self._m.store_errors.inc()
                 log.warning("request log: writing shadow labels failed, retrying: %s", exc)
@@ -366,11 +397,11 @@ class LogWriter:
     def _hold(self, items: Sequence[Item], sign: int) -> None:
         """Count (`sign` 1) or release (-1) the bodies `items` hold."""
         body = held = 0
-        for _, _, captured, replay in items:
+        for _, captured, replay in items:
             if captured is not None:
                 body += captured.size
             if isinstance(replay, tuple):  # `Pending`
-                held += replay[2]
+                held += replay[5]
         self._body_bytes += sign * body
         self._held_bytes += sign * held
 
@@ -381,20 +412,25 @@ class LogWriter:
         rows: list[tuple[object, ...]] = []
         clock = TURN_CLOCK
         turn = clock() + TURN_SECONDS
-        for at, record, captured, replay in batch:
+        for head, captured, replay in batch:
             try:
-                bodies = self._bodies.texts(captured) if captured is not None else (None, None)
                 if isinstance(replay, tuple):  # `Pending`: `replay_of`, inline (every record)
-                    call, controls, _ = replay
-                    known = call.ctx.trace.canonical
-                    canonical = known[1] if known is not None and known[0] is call.body else None
-                    text = replay_text(call.body, kind=call.kind, model=call.model,
-                                       controls=controls, canonical=canonical)  # fmt: skip
+                    body, kind, model, controls, canonical, _ = replay
+                    text = replay_text(body, kind=kind, model=model, controls=controls,
+                                       canonical=canonical)  # fmt: skip
                 else:
                     text = replay
-                rows.append(row_of(at, record, bodies, text))
+                # Joined, not unpacked (a list built, then a tuple): the row's last four are
+                # the bodies, the schema and the replay features.
+                if captured is not None:
+                    row = head[:-4] + self._bodies.texts(captured) + (head[-2], text)
+                elif text is not None:
+                    row = head[:-1] + (text,)  # noqa: RUF005
+                else:
+                    row = head
+                rows.append(row)
             except Exception:  # a record that cannot be a row is that record's loss alone
-                log.exception("request log: record %s not written", record.request_id)
+                log.exception("request log: record %s not written", head[1])
                 self._m.dropped.labels("invalid").inc()
             if clock() >= turn:
                 await asyncio.sleep(0)
@@ -422,7 +458,6 @@ class LogWriter:
 
     async def _prune(self) -> None:
         s = self._s
-        loop = asyncio.get_running_loop()
 
         def prune() -> int:
             now, age = self._wall(), s.max_age_days * 86400
@@ -431,7 +466,7 @@ class LogWriter:
                                                    max_rows=s.max_labels)  # fmt: skip
 
         try:
-            gone = await loop.run_in_executor(self._executor, prune)
+            gone = await self._in_thread(prune)
         except LogStoreError as exc:
             self._m.store_errors.inc()
             log.warning("request log: pruning failed: %s", exc)

@@ -43,7 +43,7 @@ def test_the_statement_names_the_values_bound_once_in_every_row() -> None:
     statement = Statements("t", ["a", "b", "c", "d"], limit=999).choose(
         Modes(bound=0b1011, each=0b1001)
     )
-    assert statement.text(2) == "INSERT INTO t (a, b, d) VALUES (?2, ?1, ?3), (?4, ?1, ?5)"
+    assert statement.text(2) == "INSERT INTO t (a, b, d) VALUES (?2, ?1, ?3), (?, ?1, ?)"
     once, each = statement.values([(1, 2), ("b", "b"), (None, None), (7, 8)])
     assert (once, each) == (["b"], [1, 7, 2, 8])
     assert statement.most == min(binds.MULTI_ROWS, (999 - 1) // 2)

@@ -347,3 +347,66 @@ async def test_what_the_close_cannot_write_is_counted_labels_too(tmp_path: Path)
         holder.execute("ROLLBACK")
         holder.close()
     assert sample_value(metrics.dropped, "store_error") == 5
+
+
+def _held(value: object) -> list[object]:
+    """Every object reachable from `value` through tuples, lists and dicts (what a queued item
+    holds)."""
+    found, todo = [], [value]
+    while todo:
+        item = todo.pop()
+        found.append(item)
+        if isinstance(item, tuple | list):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+    return found
+
+
+async def test_the_queue_keeps_no_record_or_call_until_the_batch(tmp_path: Path) -> None:
+    """A queued request is its row and what its replay features need (the body, its canonical
+    bytes, its deadlines), not the record and the call: those (the request's whole object graph)
+    die when the request ends instead of living on for the batch. Its row is written as if built
+    in the batch."""
+    path = tmp_path / "log.db"
+    log, _, _ = writer(path)
+    for n in range(3):
+        log.observe(record(n), call(f"{n}"), Seen())
+    kinds = {type(held) for item in log._queue for held in _held(item)}
+    assert not kinds & {Call, Context, type(record(0)), Seen}
+    assert await log.flush()
+    await log.aclose()
+    assert count(path) == 3
+
+
+@pytest.mark.parametrize("wait_ms", [0, 1, 100])
+async def test_the_loop_waits_for_a_write_at_most_write_wait_ms(
+    tmp_path: Path, wait_ms: float
+) -> None:
+    """The loop waits for a batch's write in the store's thread up to `write_wait_ms`, then
+    serves other work while the write goes on: a write held in the thread (a locked disk)
+    never holds the loop (with an unbounded wait this test would hang), and the batch is
+    written once the write is let go."""
+    path = tmp_path / "log.db"
+    log, store, _ = writer(path, batch_size=5, write_wait_ms=wait_ms)
+    writing, release = threading.Event(), threading.Event()
+    write = store.write
+
+    def held_write(rows: Sequence[tuple[Any, ...]]) -> None:
+        writing.set()
+        release.wait(30)
+        write(rows)
+
+    store.write = held_write  # type: ignore[method-assign]
+    for n in range(3):
+        log.observe(record(n), call(), Seen())
+    flushing = asyncio.ensure_future(log.flush())
+    turns = 0
+    while not writing.is_set() or turns < 3:  # the loop turns while the write is held
+        await asyncio.sleep(0)
+        turns += 1
+    assert not flushing.done()
+    release.set()
+    assert await flushing
+    await log.aclose()
+    assert count(path) == 3
