@@ -102,15 +102,15 @@ class RequestLogSettings(_Strict):
     batch_size: int = Field(500, ge=1, le=100_000)
     # The longest a record waits in the queue before its batch is written (seconds).
     flush_seconds: float = Field(1.0, gt=0, le=60)
-    # How long the event loop waits, blocked, for a batch's write (or a prune) in the log's
-    # thread before it goes on without it (milliseconds; 0: never). Waiting, the loop leaves the
-    # thread the GIL each time SQLite hands it back; not waiting, each of those times the thread
-    # waited for the busy loop to give it up (up to 5 ms, woken for nothing at each of the
-    # loop's system calls): in-process that cost more CPU a request than the log's own work.
-    # A write that takes longer (a locked or slow disk) goes on in the thread while the loop
-    # serves requests. A full batch of 500 takes ~2-3 ms there: the loop pauses that long once
-    # a batch.
-    write_wait_ms: float = Field(10.0, ge=0, le=100)
+    # How long the event loop may wait, blocked, for a batch's write (or a prune) in the log's
+    # thread before it goes on without it (milliseconds; 0, the default: never). Waiting, the
+    # loop leaves the thread the GIL each time SQLite hands it back; not waiting, each of those
+    # times the thread waits for the busy loop to give it up (woken for nothing at each of the
+    # loop's system calls): in-process that cost ~24 us a request (log_cpu.md: 1.126x -> 1.063x
+    # the CPU of log-off). The price is the pause: the loop serves nothing for a batch's write
+    # (~2-3 ms for 500 rows), or this long on a locked or slow disk, once a batch; the requests
+    # in flight then wait too. Off by default, as the log must never slow a request.
+    write_wait_ms: float = Field(0.0, ge=0, le=100)
     # `GET /admin/log`: records per page when `limit` is not given.
     page_size: int = Field(100, ge=1, le=10_000)
     # `GET /admin/log`: the largest `limit` (larger: a 400).

@@ -372,7 +372,8 @@ class LogWriter:
         interval, woken for nothing at each of the loop's system calls meanwhile, ~190 context
         switches a batch; a prune that connects, dozens of turns): in-process (process CPU a
         request, alternating runs, medians) 1.126x of off without the wait, 1.063x with it
-        (benchmarks/results/log_cpu.md)."""
+        (benchmarks/results/log_cpu.md). Off by default: the wait pauses the loop, and with it
+        every request in flight."""
         future = self._executor.submit(work, *args)
         if self._write_wait > 0:
             concurrent.futures.wait((future,), timeout=self._write_wait)
