@@ -39,7 +39,7 @@ from levergate.control_headers import (
     with_options,
 )
 from levergate.core.call import Call, Context, Kind, Trace
-from levergate.core.controls import CachePolicy, Controls, Priority
+from levergate.core.controls import ANONYMOUS, CachePolicy, Controls, Priority
 from levergate.core.interactive import Interactive
 from levergate.core.reply import Completed, Event, Reply, Stream
 from levergate.errors import BadRequest, LevergateError
@@ -211,13 +211,11 @@ class Gateway:
                                   else None, patience=self._patience)  # fmt: skip
         if options is not NO_OPTIONS:
             controls = with_options(controls, now=now, limits=limits, options=options)
-        ctx = Context(
-            request_id=request_id or request_id_for(headers),
-            controls=controls,
-            headers=headers,
-            trace=trace or Trace(),
-        )
-        return Call(kind=kind, body=body, ctx=ctx, raw=raw)
+        # Positional (request id, principal, controls, headers, trace; kind, body, ctx, raw):
+        # a class called with keywords packs them into a dict and unpacks it again by name.
+        ctx = Context(request_id or request_id_for(headers), ANONYMOUS, controls, headers,
+                      trace or Trace())  # fmt: skip
+        return Call(kind, body, ctx, raw)
 
     async def serve(self, call: Call) -> Reply:
         """Run the call through the pipeline. A stream comes back with the usage chunk removed
