@@ -39,14 +39,14 @@ from levergate.control_headers import (
     with_options,
 )
 from levergate.core.call import Call, Context, Kind, Trace
-from levergate.core.controls import CachePolicy, Controls, Priority
+from levergate.core.controls import ANONYMOUS, CachePolicy, Controls, Priority
 from levergate.core.interactive import Interactive
 from levergate.core.reply import Completed, Event, Reply, Stream
 from levergate.errors import BadRequest, LevergateError
 from levergate.fanout import OnError, Progress
 from levergate.layers.traffic.readiness import Readiness, judge
 from levergate.pipeline import Deps, Pipeline, build_pipeline
-from levergate.protocol.openai.body import check_body, is_usage_only
+from levergate.protocol.openai.body import CheckedBodies, is_usage_only
 from levergate.redact import Redactor
 from levergate.redact import install as install_redaction
 from levergate.workflow import Workflow, WorkflowTracing
@@ -82,6 +82,9 @@ class Gateway:
         for line in unknown_variables(type(self.settings)):
             log.warning("%s", line)
         self.pipeline: Pipeline = build_pipeline(self.settings, deps)
+        # The request bodies already checked under this gateway's limits, by their raw bytes
+        # (a repeated request, a cache hit above all, is not checked again).
+        self._checked = CheckedBodies(self.settings.limits)
         # The tier policy plans for the client's own timeout (config/tiers.py).
         tiers = self.settings.tiers
         self._patience = tiers.enabled and tiers.client_timeout
@@ -192,10 +195,13 @@ class Gateway:
         """Check the body and read the request's controls from its headers and metadata (the one
         parser: control_headers.py; a bad value is a 400 naming the header) and the library's
         typed `options` over them. `raw` is the JSON text the body was parsed from, if the
-        caller has it; `request_id` the id the edge already chose (`request_id_for`), else it
-        is chosen here."""
-        limits = self.settings.limits
-        body = check_body(kind, body, limits=limits)
+        caller has it (then a body whose bytes passed as this kind before is not checked
+        again: `CheckedBodies`); `request_id` the id the edge already chose
+        (`request_id_for`), else it is chosen here."""
+        checked = self._checked
+        limits = checked.limits
+        if raw is None or checked.get(raw) != kind:  # the same bytes as the same kind: passed
+            body = checked.check(kind, body, raw)
         headers = headers or {}
         metadata = body.get("metadata")
         # A deadline is on the gateway's clock, which every layer compares it with.
@@ -205,13 +211,11 @@ class Gateway:
                                   else None, patience=self._patience)  # fmt: skip
         if options is not NO_OPTIONS:
             controls = with_options(controls, now=now, limits=limits, options=options)
-        ctx = Context(
-            request_id=request_id or request_id_for(headers),
-            controls=controls,
-            headers=headers,
-            trace=trace or Trace(),
-        )
-        return Call(kind=kind, body=body, ctx=ctx, raw=raw)
+        # Positional (request id, principal, controls, headers, trace; kind, body, ctx, raw):
+        # a class called with keywords packs them into a dict and unpacks it again by name.
+        ctx = Context(request_id or request_id_for(headers), ANONYMOUS, controls, headers,
+                      trace or Trace())  # fmt: skip
+        return Call(kind, body, ctx, raw)
 
     async def serve(self, call: Call) -> Reply:
         """Run the call through the pipeline. A stream comes back with the usage chunk removed

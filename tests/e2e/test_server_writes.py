@@ -5,18 +5,27 @@ from __future__ import annotations
 import asyncio
 
 import orjson
+import pytest
 
 from levergate.simulator import SimHandle
 from tests.e2e.conftest import GatewayFactory
 from tests.e2e.raw_http import BODY, MARGIN, connect, post_head, read_error, read_response
 
 
+@pytest.mark.parametrize(
+    "expect",
+    [
+        (b"expect: 100-continue",),
+        (b"Expect: 100-Continue \t",),  # any case, trailing whitespace
+        (b"expect: 100-continue", b"expect: something-else"),  # any of them (as uvicorn)
+    ],
+)
 async def test_expect_100_continue_is_answered_before_the_body_is_sent(
-    sim: SimHandle, gateway_at: GatewayFactory
+    sim: SimHandle, gateway_at: GatewayFactory, expect: tuple[bytes, ...]
 ) -> None:
     async with gateway_at(sim.base_url) as url:
         reader, writer = await connect(url)
-        writer.write(post_head(b"expect: 100-continue"))
+        writer.write(post_head(*expect))
         interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         assert interim.startswith(b"HTTP/1.1 100 ")
         writer.write(BODY)

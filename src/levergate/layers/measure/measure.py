@@ -131,7 +131,9 @@ class Measure:
         self._finish(call, seen)
 
     def _seen(self, call: Call, reply: Completed, total: float) -> Seen:
-        seen = Seen(status=reply.status, total=total, reply=reply)
+        # Positional (outcome, status, error, usage, generated, answer, reply, ttft, inter_token,
+        # consumer_seconds, total): keywords would be packed into a dict and unpacked by name.
+        seen = Seen(OK, reply.status, None, None, [], None, reply, None, None, 0.0, total)
         cache = call.ctx.trace.cache
         # A cached answer's usage was not spent here: skip parsing it (its buckets are in the
         # cache's result; a shared one's is parsed already, and tells what coalescing saved).

@@ -102,6 +102,54 @@ def check_body(kind: Kind, body: Any, *, limits: RequestLimitsSettings) -> dict[
     return body
 
 
+# The bodies `CheckedBodies` remembers: at most this many, this many bytes of bodies in all, each
+# at most `CHECKED_BODY_BYTES` (a repeated request is small: a cached question).
+CHECKED_BODIES = 1024
+CHECKED_BYTES = 1 << 20
+CHECKED_BODY_BYTES = 8 << 10
+
+
+class CheckedBodies:
+    """The raw JSON bodies `check_body` passed, each with the kind it was checked as, under one
+    gateway's `limits` (issue 22: an exact-cache hit checked its unchanged body again every
+    time, ~10% of a hit's bytecodes).
+
+    Sound because the verdict is a function of what the key holds: `check_body` is a pure
+    function of the kind, the parsed body and the limits; the body is parsed from the raw bytes
+    (`parse_json`, deterministic: equal bytes give an equal value), so equal bytes checked as
+    the same kind under the same limits get the same verdict. Only a pass is remembered (a
+    refused body is checked, and refused, every time). The limits are this object's, fixed: a
+    configuration reload builds a new gateway, and with it a new memo. The caller must pass the
+    bytes the body was parsed from (`Call.raw`'s contract, which the upstream and the exact
+    cache rely on already). A look-up is one dict `get` (`get`, the dict's own); once full
+    (count or bytes) the memo starts over, which costs a repeated body one more check."""
+
+    __slots__ = ("_bytes", "_kinds", "get", "limits")
+
+    def __init__(self, limits: RequestLimitsSettings) -> None:
+        self.limits = limits
+        self._kinds: dict[bytes, Kind] = {}
+        self._bytes = 0
+        # The kind `raw` passed as, or None: one C call a look-up.
+        self.get = self._kinds.get
+
+    def __len__(self) -> int:
+        return len(self._kinds)
+
+    def check(self, kind: Kind, body: Any, raw: bytes | None) -> dict[str, Any]:
+        """`check_body(kind, body)`; a pass remembered under `raw`, the JSON text `body` was
+        parsed from (None: not known, nothing remembered)."""
+        checked = check_body(kind, body, limits=self.limits)
+        if raw is not None and (size := len(raw)) <= CHECKED_BODY_BYTES:
+            kinds = self._kinds
+            if len(kinds) >= CHECKED_BODIES or self._bytes + size > CHECKED_BYTES:
+                kinds.clear()
+                self._bytes = 0
+            kinds[raw] = kind
+            self._bytes += size
+        return checked
+
+
 def _check_tier(tier: Any) -> None:
     """A `service_tier` levergate can price and pass on (layers/tiers/ checks the model's)."""
     if tier is None or tier in ALLOWED_SERVICE_TIERS:

@@ -5,20 +5,24 @@ spends added at their own alias's price, the record carrying it all, and the dol
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from levergate.catalog import Catalog
 from levergate.config import AuthSettings, LedgerSettings, MetricsSettings, PriceSettings
-from levergate.core.call import Call, Context, RouteDecision, Spend
+from levergate.core.call import CacheOutcome, CacheResult, Call, Context, RouteDecision, Spend
 from levergate.core.controls import Controls
 from levergate.core.reply import Completed, Reply
 from levergate.layers.auth import Authenticate
+from levergate.layers.measure.ledger import HIT_BILLS, Ledger
 from levergate.layers.measure.measure import Measure, Telemetry
 from levergate.layers.measure.record import RequestRecord
 from levergate.layers.measure.recorder import Recorder
-from levergate.policies.pricing import Lever
+from levergate.policies.pricing import Lever, Tokens
 from levergate.policies.tiers import Tier
 
 # $ per million: "strong" 10 in / 30 out (cached 1), "cheap" 1 in / 2 out (cached 0.1).
@@ -243,3 +247,53 @@ async def test_route_and_tier_savings_add_up_without_counting_twice() -> None:
     # big at standard: $0.026; strong at standard $0.013; strong at flex $0.0065.
     assert record.savings == {Lever.ROUTE: pytest.approx(0.013), Lever.TIER: pytest.approx(0.0065)}
     assert sum(record.savings.values()) == pytest.approx(0.026 - record.cost_usd)
+
+
+_HITS = st.builds(
+    CacheResult,
+    cache=st.sampled_from(["exact", "semantic"]),
+    outcome=st.sampled_from([CacheOutcome.HIT, CacheOutcome.COALESCED]),
+    saved_input=st.integers(0, 5000),
+    saved_output=st.integers(0, 5000),
+    saved_cached=st.integers(0, 5000),
+    saved_written=st.integers(0, 5000),
+    saved_written_1h=st.integers(0, 5000),
+    alias=st.sampled_from(["", "strong", "cheap", "unpriced"]),
+    upstream_model=st.sampled_from(["", "strong", "gpt-4o-mini"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(results=st.lists(_HITS, min_size=1, max_size=4),
+       served=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["strong", "cheap", "x"])),
+                       min_size=1, max_size=20))  # fmt: skip
+def test_a_remembered_hit_bill_is_the_bill_priced_afresh(
+    results: list[CacheResult], served: list[tuple[int, str]]
+) -> None:
+    """`Ledger` keeps a hit's bill by its cache result (one object per entry): each hit, in any
+    order and whatever alias the call asked for, is billed as a fresh ledger bills it."""
+    catalog = Catalog.of_prices(PRICES)
+    ledger = Ledger(catalog)
+    for at, asked in served:
+        result = results[at % len(results)]
+        call = Call(kind="chat", body={"model": asked}, ctx=Context(request_id="r"))
+        call.ctx.trace.cache = result
+        usage = {"prompt_tokens": 3, "completion_tokens": 2}
+        fresh = Ledger(catalog).bill(call, Tokens(), usage)
+        assert ledger.bill(call, Tokens(), usage) == fresh
+        # An equal result that is another object is priced, not taken for the first.
+        twin = dataclasses.replace(result)
+        call.ctx.trace.cache = twin
+        assert ledger.bill(call, Tokens(), usage) == fresh
+
+
+def test_the_remembered_hit_bills_are_bounded() -> None:
+    ledger = Ledger(Catalog.of_prices(PRICES))
+    call = Call(kind="chat", body={"model": "strong"}, ctx=Context(request_id="r"))
+    kept = []
+    for n in range(HIT_BILLS + 5):
+        call.ctx.trace.cache = CacheResult("exact", CacheOutcome.HIT, n, 1, alias="cheap")
+        kept.append(call.ctx.trace.cache)  # alive: no id is reused
+        saved = ledger.bill(call, Tokens(), None).savings[Lever.EXACT]
+        assert saved == pytest.approx((n * 1.0 + 2.0) / 1e6)
+        assert 1 <= len(ledger._hit_bills) <= HIT_BILLS

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 
 from levergate.catalog import Catalog
 from levergate.config import ApiKeySettings, AuthSettings, MetricsSettings, PriceSettings
+from levergate.config.server import ResponseHeadersSettings
 from levergate.core.call import CacheOutcome, CacheResult, Call, Context
 from levergate.core.controls import Controls
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
@@ -26,7 +27,7 @@ from levergate.layers.auth import Authenticate
 from levergate.layers.dispatch import Dispatch
 from levergate.layers.measure.measure import Measure, Telemetry, _Watching
 from levergate.layers.measure.record import RequestRecord, Sink
-from levergate.layers.measure.recorder import Recorder
+from levergate.layers.measure.recorder import Recorder, Seen
 from levergate.layers.traffic.fallback import Fallback
 from levergate.layers.traffic.metrics import TrafficMetrics
 from levergate.protocol.openai.body import has_generated_token
@@ -346,3 +347,29 @@ def test_a_chunk_judged_on_its_bytes_is_one_the_parse_judges_generated(data: byt
     watching.each(Event(b'{"choices":[{"delta":{"content":"first"}}]}'), 1.0)
     watching.each(Event(data), 2.0)
     assert (watching._gaps == 1) == parsed
+
+
+async def test_a_whole_answer_is_seen_as_it_went_out() -> None:
+    """`Measure` builds a whole answer's `Seen` positionally (on every request): each field
+    holds its own value, as an observer (the request log) reads them."""
+    reply = Completed(data={"usage": USAGE})
+    observed: list[tuple[RequestRecord, Seen]] = []
+
+    class Watch:
+        def observe(self, record: RequestRecord, call: Call, seen: Seen) -> None:
+            observed.append((record, seen))
+
+    recorder = Recorder(Telemetry(MetricsSettings()), catalog=Catalog.of_prices({}))
+    recorder.observe(Watch())
+    measure = Measure(Answers(reply), recorder=recorder, headers=ResponseHeadersSettings())
+    assert await measure(request()) is reply
+    await asyncio.sleep(0)
+    ((record, seen),) = observed
+    assert seen.reply is reply
+    assert (seen.outcome, seen.status, seen.error) == ("ok", 200, None)
+    assert seen.total == record.timings.total
+    assert seen.total is not None
+    assert seen.total > 0
+    assert (seen.ttft, seen.inter_token, seen.consumer_seconds) == (None, None, 0.0)
+    assert (seen.generated, seen.answer, seen.usage) == ([], None, USAGE)
+    assert seen.priced is not None  # priced before it went out, for its cost headers
