@@ -214,9 +214,10 @@ def test_varint_is_protobufs(n: int) -> None:
 def test_the_bytes_are_what_the_sdks_encoder_writes_for_the_same_spans() -> None:
     """The reference: the OpenTelemetry SDK's own OTLP encoder (the exporter levergate used
     before), given the same spans as SDK spans, writes the same messages."""
-    sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
-    encoder_module = pytest.importorskip("opentelemetry.exporter.otlp.proto.common.trace_encoder")
+    # The SDK is in the test lock (the comparison's reference): imported, never skipped.
     from opentelemetry import trace as api
+    from opentelemetry.exporter.otlp.proto.common import trace_encoder as encoder_module
+    from opentelemetry.sdk import trace as sdk_trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 

@@ -49,6 +49,21 @@ def writer(path: Path, **values: object) -> tuple[LogWriter, SqliteLog, LogMetri
     return LogWriter(store, settings=settings, metrics=metrics, bodies=bodies), store, metrics
 
 
+def hold_writes(store: SqliteLog) -> tuple[threading.Event, threading.Event]:
+    """The store's writes held in its thread until `release` is set; `writing` is set as one
+    begins (a locked or slow disk, on cue)."""
+    writing, release = threading.Event(), threading.Event()
+    write = store.write
+
+    def held(rows: Sequence[tuple[Any, ...]]) -> None:
+        writing.set()
+        release.wait(30)
+        write(rows)
+
+    store.write = held  # type: ignore[method-assign]
+    return writing, release
+
+
 def count(path: Path) -> int:
     reader = SqliteLog(str(path), timeout_seconds=1)
     try:
@@ -112,15 +127,7 @@ async def test_the_job_writes_what_was_queued_when_it_began_and_leaves_later_arr
     what arrives during a write waits for a full batch or `flush_seconds`; the close drains."""
     path = tmp_path / "log.db"
     log, store, metrics = writer(path, batch_size=5)
-    writing, release = threading.Event(), threading.Event()
-    write = store.write
-
-    def held_write(rows: Sequence[tuple[Any, ...]]) -> None:
-        writing.set()
-        release.wait(10)
-        write(rows)
-
-    store.write = held_write  # type: ignore[method-assign]
+    writing, release = hold_writes(store)
     for n in range(3):
         log.observe(record(n), call(), Seen())
     flushing = asyncio.ensure_future(log.flush(drain=False))
@@ -186,16 +193,7 @@ async def test_a_queue_grown_past_a_batch_during_the_writes_wakes_the_job_again(
     batch long (what wakes the job): the job looks again when it is done."""
     path = tmp_path / "log.db"
     log, store, metrics = writer(path, batch_size=5, flush_seconds=60)
-    writing, release = threading.Event(), threading.Event()
-    write = store.write
-
-    def held_first(rows: Sequence[tuple[Any, ...]]) -> None:
-        if not release.is_set():
-            writing.set()
-            release.wait(10)
-        write(rows)
-
-    store.write = held_first  # type: ignore[method-assign]
+    writing, release = hold_writes(store)
     for n in range(12):  # two full batches queued before the job runs
         log.observe(record(n), call(), Seen())
     async with running(log.run):
@@ -389,15 +387,7 @@ async def test_the_loop_waits_for_a_write_at_most_write_wait_ms(
     written once the write is let go."""
     path = tmp_path / "log.db"
     log, store, _ = writer(path, batch_size=5, write_wait_ms=wait_ms)
-    writing, release = threading.Event(), threading.Event()
-    write = store.write
-
-    def held_write(rows: Sequence[tuple[Any, ...]]) -> None:
-        writing.set()
-        release.wait(30)
-        write(rows)
-
-    store.write = held_write  # type: ignore[method-assign]
+    writing, release = hold_writes(store)
     for n in range(3):
         log.observe(record(n), call(), Seen())
     flushing = asyncio.ensure_future(log.flush())
