@@ -214,7 +214,7 @@ class Gateway:
         # Positional (request id, principal, controls, headers, trace; kind, body, ctx, raw):
         # a class called with keywords packs them into a dict and unpacks it again by name.
         ctx = Context(request_id or request_id_for(headers), ANONYMOUS, controls, headers,
-                      trace or Trace())  # fmt: skip
+                      trace or Trace.fresh())  # fmt: skip
         return Call(kind, body, ctx, raw)
 
     async def serve(self, call: Call) -> Reply:

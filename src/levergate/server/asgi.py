@@ -101,7 +101,7 @@ class App:
             await self._lifespan(receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        trace = Trace()
+        trace = Trace.fresh()
         # ASGI servers deliver header names lower-cased already.
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         body = _Body(receive, headers)
@@ -145,7 +145,7 @@ class App:
         """One request from the gateway's own HTTP protocol: what `_http` does, without ASGI.
         A client that goes away cancels the handler from the protocol's side (`Cycle.lose`)
         rather than through a watcher of `receive`."""
-        trace = Trace()
+        trace = Trace.fresh()
         edge = self.edge  # a reload swaps it for later requests, never under this one
         cycle.edge = edge
         cycle.started = trace.started

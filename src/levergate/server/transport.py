@@ -51,7 +51,7 @@ class GatewayTransport(httpx.AsyncBaseTransport):
             watch.close()
 
     async def _handle(self, request: httpx.Request) -> httpx.Response:
-        trace = Trace()
+        trace = Trace.fresh()
         headers = {k.lower(): v for k, v in request.headers.items()}
         response = await self._edge.handle(
             request.method, request.url.path, headers, _Body(request, headers), trace=trace,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import time
 
 import pytest
 
-from levergate.core.call import Call, Context
+from levergate.core.call import Call, Context, Note, Trace
 from levergate.core.controls import Principal, Priority
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.core.service import Service, stack
@@ -167,3 +169,24 @@ def test_an_event_whose_usage_is_null_is_not_parsed_for_it() -> None:
     event = Event(b'{"choices": [{"delta": {"content": "x"}}], "usage": null}')
     assert event.usage() is None
     assert event._json is None  # the bytes alone said no: nothing was parsed
+
+
+def test_a_fresh_trace_is_a_default_trace_field_by_field() -> None:
+    default = Trace()
+    fresh = Trace.fresh()
+    for f in dataclasses.fields(Trace):
+        if f.name == "started":
+            assert default.started <= fresh.started <= time.perf_counter()
+            continue
+        assert getattr(fresh, f.name) == getattr(default, f.name), f.name
+        assert type(getattr(fresh, f.name)) is type(getattr(default, f.name)), f.name
+    # Its own containers: a fact written on one trace is on no other.
+    other = Trace.fresh()
+    fresh.notes.append(Note("layer", "text"))
+    fresh.failed_endpoints.add("e")
+    fresh.escalation_reasons.append("r")
+    assert other.notes == []
+    assert other.failed_endpoints == set()
+    assert other.escalation_reasons == []
+    assert other.side_spend == []
+    assert fresh.side_spend is not other.side_spend

@@ -43,7 +43,6 @@ from levergate.layers.measure.disclose import Disclose
 from levergate.layers.measure.prometheus import Telemetry
 from levergate.layers.measure.record import CANCELLED, OK
 from levergate.layers.measure.recorder import CLIENT_CLOSED, Recorder, Seen
-from levergate.policies.pricing import Bill
 from levergate.policies.tiers import served_tier
 from levergate.protocol.openai.body import has_generated_token
 
@@ -80,6 +79,8 @@ class Measure:
         self._recorder = recorder
         self._serving = recorder.telemetry.serving  # levergate_in_flight
         self._finish = recorder.finish
+        # The recorder's pricing, bound once (a wrapper method was one more call a request).
+        self._price = recorder.price
 
     async def __call__(self, call: Call) -> Reply:
         if not self._record_requests:
@@ -107,7 +108,7 @@ class Measure:
                 loop.call_soon(self._completed, call, reply, total)
                 return reply
             seen = self._seen(call, reply, total)
-            disclose.write(call, reply, self._priced(call, seen) if self._price_first else None)
+            disclose.write(call, reply, self._price(call, seen) if self._price_first else None)
             loop.call_soon(self._whole, call, seen)
             return reply
         if disclose is not None:
@@ -119,7 +120,7 @@ class Measure:
         if self._disclose is not None:
             bill = None
             if self._price_first and isinstance(reply, Completed):
-                bill = self._priced(call, self._seen(call, reply, 0.0))
+                bill = self._price(call, self._seen(call, reply, 0.0))
             self._disclose.write(call, reply, bill)
         return reply
 
@@ -144,9 +145,6 @@ class Measure:
             if call.kind != "embedding" and reply.status == 200:  # parsed for its usage already
                 seen.served = served_tier(reply.data)
         return seen
-
-    def _priced(self, call: Call, seen: Seen) -> Bill | None:
-        return self._recorder.price(call, seen)
 
     def stream_ended(self, call: Call, seen: Seen) -> None:
         self._serving.inc(-1)
