@@ -234,15 +234,13 @@ class Cycle:
     async def respond(self, response: Response) -> None:
         """Write `response`; a stream is closed whatever happens."""
         stream = response.stream
-        if stream is None:
-            await self._whole(response)
+        if stream is not None:
+            try:
+                await self._stream(response, stream)
+            finally:
+                await stream.aclose()
             return
-        try:
-            await self._stream(response, stream)
-        finally:
-            await stream.aclose()
-
-    async def _whole(self, response: Response) -> None:
+        # A whole answer, here rather than in a coroutine of its own (~1k instructions).
         flow = self.connection.flow
         if flow.write_paused and not self.disconnected:
             await flow.drain()

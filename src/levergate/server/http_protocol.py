@@ -288,11 +288,12 @@ class HttpProtocol(HttpToolsProtocol):
         targets = limits.targets
         target = targets.known.get(self.url)  # the usual: a target met before
         path, query = target if target is not None else targets.parse(self.url)
-        cycle = Cycle(
-            self._connection, parser.get_method().decode("ascii"), path, query,
-            # Names are lower-cased already (uvicorn's on_header).
-            {name.decode("latin-1"): value.decode("latin-1") for name, value in self.headers},
-        )  # fmt: skip
+        # Names are lower-cased already (uvicorn's on_header). A loop, not a comprehension:
+        # on CPython 3.11 that is a function made and called a request.
+        headers: dict[str, str] = {}
+        for name, value in self.headers:
+            headers[name.decode("latin-1")] = value.decode("latin-1")
+        cycle = Cycle(self._connection, parser.get_method().decode("ascii"), path, query, headers)
         if version != "1.1":
             cycle.unchunked = version == "1.0"
             cycle.keep_alive = not cycle.unchunked and parser.should_keep_alive()
