@@ -96,7 +96,21 @@ class Edge:
             if route.errors is not None:
                 shape = route.errors
             id_header = route.id_header
-            return await self._routed(route, bound.limit, request, body)
+            # `_routed` and `_whole`, inline for a route without a guard or a streamed body
+            # (the model calls): two coroutines fewer a request, ~1k instructions each.
+            if route.guard is not None or route.stream:
+                return await self._routed(route, bound.limit, request, body)
+            limit = bound.limit
+            source = BytesBody(body) if isinstance(body, bytes) else body
+            if self.large and self.large.is_large(headers):
+                declared_length(headers, limit=limit)  # a 413 waits for no slot
+                async with self.large.slot(await self._tenant(request)):
+                    return await self._whole(route, request, source, limit=limit)
+            arrived = getattr(source, "arrived", None)
+            part = arrived(limit=limit) if arrived is not None else None
+            request.body = part if part is not None else await source.read(limit=limit)
+            with self.gateway.interactive:
+                return await route.handler(self, request)
         except LevergateError as exc:
             response = shape(exc)
             response.headers.append((REQUEST_ID_HEADER, request.request_id))

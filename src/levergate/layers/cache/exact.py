@@ -53,6 +53,7 @@ from levergate.layers.cache.entries import (
 )
 from levergate.layers.cache.memo import Memo
 from levergate.layers.cache.replay import as_stream, assemble, replay, verdict, whole
+from levergate.layers.measure.hot import Adds
 from levergate.policies.cache_policy import (
     bypass_header,
     bypass_reason,
@@ -111,6 +112,8 @@ class ExactCache:
         self._decided: Memo[Decision] = Memo(
             max_items=KEYED_BODIES, max_bytes=KEYED_BYTES, max_item_bytes=KEYED_BODY_BYTES
         )
+        # The hit counters (`CacheStats.hits`), from the first hit on.
+        self._hit_counters: tuple[Adds, Adds, Adds] | None = None
 
     async def __call__(self, call: Call) -> Reply:
         if call.kind not in _KINDS:
@@ -127,9 +130,18 @@ class ExactCache:
                 if unknown is not None:  # a body that repeats: decided once from now on
                     size = len(unknown[0]) + _NAMES_BYTES
                     self._decided.put(unknown, (rule, why, key), size=size)
-                self._view.stats.lookup(NAME, "hit")
                 hit = call.ctx.trace.cache = served(NAME, entry.meta)
-                self._view.stats.saved(NAME, hit.saved_input, hit.saved_output)
+                # `stats.lookup(NAME, "hit")` and `stats.saved(...)`, through counters kept
+                # here: two calls and two keyed look-ups fewer a hit.
+                counted = self._hit_counters
+                if counted is None:
+                    counted = self._hit_counters = self._view.stats.hits(NAME)
+                looked_up, saved_input, saved_output = counted
+                looked_up.inc(1)
+                if hit.saved_input:
+                    saved_input.inc(hit.saved_input)
+                if hit.saved_output:
+                    saved_output.inc(hit.saved_output)
                 headers = hit_headers("hit", entry, now)
                 return replay(entry, kind=call.kind, stream=call.stream, headers=headers)
         ttl = asked.ttl or rule.ttl_seconds

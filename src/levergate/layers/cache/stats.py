@@ -66,13 +66,28 @@ class CacheStats:
         child.inc()
 
     def saved(self, cache: str, prompt: int, completion: int) -> None:
+        pair = self._saved_pair(cache)
+        if prompt:
+            pair[0].inc(prompt)
+        if completion:
+            pair[1].inc(completion)
+
+    def _saved_pair(self, cache: str) -> tuple[Any, Any]:
         pair = self._saved.get(cache)
         if pair is None:
             tokens = self.saved_tokens
             pair = (hot.counter(tokens.labels(cache, "input")),
                     hot.counter(tokens.labels(cache, "output")))  # fmt: skip
             self._saved[cache] = pair
-        if prompt:
-            pair[0].inc(prompt)
-        if completion:
-            pair[1].inc(completion)
+        return pair
+
+    def hits(self, cache: str) -> tuple[hot.Adds, hot.Adds, hot.Adds]:
+        """A cache's hit counters, for a layer to keep: its lookups with outcome "hit", and the
+        input and output tokens its hits saved (the very children `lookup` and `saved` add to).
+        Asked for at a layer's first hit, so the series appear when they count something."""
+        child = self._children.get((cache, "hit"))
+        if child is None:
+            child = self.lookups.labels(cache, "hit")
+            child = self._children[(cache, "hit")] = hot.counter(child)
+        saved_in, saved_out = self._saved_pair(cache)
+        return child, saved_in, saved_out

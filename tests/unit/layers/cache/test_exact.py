@@ -357,3 +357,25 @@ async def test_an_entry_written_before_the_origin_was_kept_is_served_as_before()
         hit = chat()
         assert (await cache(hit)).headers[CACHE_HEADER] == "hit"
         assert hit.ctx.trace.cache == CacheResult("exact", CacheOutcome.HIT, 7, 4)
+
+
+async def test_hits_are_counted_on_the_children_every_other_way_counts_them() -> None:
+    """The layer keeps its hit counters (`CacheStats.hits`) from its first hit: they are the
+    children `lookup` and `saved` add to, so the lookups by outcome and the saved tokens are
+    one series each however they were counted."""
+    cache, stats = exact_cache(FakeUpstream())
+    await cache(chat())
+    assert sample_value(stats.lookups, "exact", "hit") == 0
+    hits = [chat() for _ in range(3)]
+    for call in hits:
+        await cache(call)
+    stats.lookup("exact", "hit")
+    stats.saved("exact", 1, 2)
+    result = hits[0].ctx.trace.cache
+    assert result is not None
+    assert result.saved_input > 0
+    assert result.saved_output > 0
+    assert sample_value(stats.lookups, "exact", "hit") == 4
+    assert sample_value(stats.saved_tokens, "exact", "input") == 3 * result.saved_input + 1
+    assert sample_value(stats.saved_tokens, "exact", "output") == 3 * result.saved_output + 2
+    assert stats.hits("exact") == stats.hits("exact")  # the same children every time
