@@ -35,7 +35,7 @@ NOTHING = Bill(0.0, 0.0, (), NO_SAVINGS)
 # Read once here: an enum member read from its class goes through the metaclass's
 # `__getattr__` hook on CPython 3.11 (~800 instructions), and a lever made from its value
 # through the class's call; both on every cache hit.
-_HIT = CacheOutcome.HIT
+_HIT, _MISS = CacheOutcome.HIT, CacheOutcome.MISS
 _REPORTED = TokenSource.REPORTED
 _FLEX, _PRIORITY = Tier.FLEX, Tier.PRIORITY
 _LEVERS = {lever.value: lever for lever in Lever}
@@ -63,7 +63,7 @@ class Ledger:
         service tier that served it (flex and priority at their own rates, when priced)."""
         trace = call.ctx.trace
         cache = trace.cache
-        if cache is not None and cache.free:
+        if cache is not None and cache.outcome is not _MISS:  # `cache.free`, without its call
             return self._served(call, cache, usage)
         side = tuple(self.price(s) for s in trace.side_spend) if trace.side_spend else ()
         route = trace.route

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from levergate.catalog import Catalog
-from levergate.core.call import Call
+from levergate.core.call import CacheOutcome, Call
 from levergate.core.reply import Completed, Event
 from levergate.core.tokenizer import Tokenizer, TokenSource
 from levergate.errors import LevergateError
@@ -45,7 +45,9 @@ log = logging.getLogger("levergate.measure")
 
 CLIENT_CLOSED = 499  # nginx's status for a request its client abandoned
 # Read once: a member read from its class costs ~900 instructions on CPython 3.11 (callgrind).
-_NONE, _BATCH = TokenSource.NONE, Tier.BATCH
+_NONE, _BATCH, _MISS = TokenSource.NONE, Tier.BATCH, CacheOutcome.MISS
+# A `Timings` made at once, as `RequestRecord.of` makes its record (layers/measure/record.py).
+_new = tuple.__new__
 # What a request served by a cache (or shared with another in flight) spent: one immutable value.
 _NOTHING_SPENT = Tokens()
 
@@ -86,8 +88,9 @@ class Seen:
     inter_token: float | None = None
     consumer_seconds: float = 0.0
     total: float | None = None
-    # Priced before a whole answer went out (its cost headers): the record reuses it.
-    priced: tuple[Tokens, Bill] | None = None
+    # Priced before a whole answer went out (its cost headers): the record reuses it, and the
+    # tier it was priced at and whether that was assumed (`served_at`'s answer).
+    priced: tuple[Tokens, Bill, Tier | None, bool] | None = None
     # The service tier the answer says served it (its `service_tier`; None: it said none).
     served: Tier | None = None
 
@@ -175,13 +178,15 @@ class Recorder:
         trace = call.ctx.trace
         total = trace.elapsed() if seen.total is None else seen.total
         overhead = max(0.0, total - trace.upstream_seconds - seen.consumer_seconds)
-        tier, assumed = served_at(call, seen)
         if seen.priced is not None:
-            tokens, bill = seen.priced
+            tokens, bill, tier, assumed = seen.priced
         else:
+            tier, assumed = served_at(call, seen)
             tokens = self.tokens(call, seen, trace.alias or call.model)
             bill = self._ledger.bill(call, tokens, seen.usage, tier=tier)
-        timings = Timings(total, trace.upstream_seconds, overhead, seen.ttft, seen.inter_token)
+        # `Timings(...)` without its generated `__new__` (a frame a request), fields in order.
+        timings = _new(Timings, (total, trace.upstream_seconds, overhead, seen.ttft,
+                                 seen.inter_token))  # fmt: skip
         return RequestRecord.of(call, outcome=seen.outcome, status=seen.status,
                                 error=seen.error, timings=timings, tokens=tokens,
                                 bill=bill, tier=tier, tier_assumed=assumed)  # fmt: skip
@@ -192,15 +197,16 @@ class Recorder:
         then logs and counts it)."""
         try:
             tokens = self.tokens(call, seen, call.ctx.trace.alias or call.model)
-            tier, _ = served_at(call, seen)
-            seen.priced = tokens, self._ledger.bill(call, tokens, seen.usage, tier=tier)
+            tier, assumed = served_at(call, seen)
+            bill = self._ledger.bill(call, tokens, seen.usage, tier=tier)
+            seen.priced = tokens, bill, tier, assumed
         except Exception:
             return None
-        return seen.priced[1]
+        return bill
 
     def tokens(self, call: Call, seen: Seen, answered: str) -> Tokens:
         cache = call.ctx.trace.cache
-        if cache is not None and cache.free:
+        if cache is not None and cache.outcome is not _MISS:  # `cache.free`, without its call
             # Served by a cache or shared with an identical request in flight: nothing spent
             # here (the cache layers count what it saved), so nothing is counted twice.
             return _NOTHING_SPENT

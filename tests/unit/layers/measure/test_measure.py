@@ -11,6 +11,8 @@ from typing import cast
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from pydantic import SecretStr
 
@@ -30,6 +32,7 @@ from levergate.layers.measure.record import RequestRecord, Sink
 from levergate.layers.measure.recorder import Recorder, Seen
 from levergate.layers.traffic.fallback import Fallback
 from levergate.layers.traffic.metrics import TrafficMetrics
+from levergate.policies.tiers import Tier
 from levergate.protocol.openai.body import has_generated_token
 
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 500}
@@ -373,3 +376,33 @@ async def test_a_whole_answer_is_seen_as_it_went_out() -> None:
     assert (seen.ttft, seen.inter_token, seen.consumer_seconds) == (None, None, 0.0)
     assert (seen.generated, seen.answer, seen.usage) == ([], None, USAGE)
     assert seen.priced is not None  # priced before it went out, for its cost headers
+
+
+@given(
+    served=st.sampled_from([None, *Tier]),
+    asked=st.sampled_from([None, *Tier]),
+    batch=st.booleans(),
+    outcome=st.sampled_from(["ok", "cancelled", "upstream_error"]),
+    hit=st.booleans(),
+)
+def test_a_record_priced_before_the_answer_went_out_is_the_one_priced_after(
+    served: Tier | None, asked: Tier | None, batch: bool, outcome: str, hit: bool
+) -> None:
+    """A whole answer is priced before it goes out (its cost headers: `Recorder.price`) and its
+    record reuses that pricing, the tier and whether it was assumed included: the record is
+    the one the recorder builds from the same `Seen` unpriced, whatever the tiers said."""
+    recorder = Recorder(Telemetry(MetricsSettings()), catalog=Catalog.of_prices({}))
+    call = request()
+    trace = call.ctx.trace
+    trace.tier, trace.batch, trace.alias, trace.upstream_model = asked, batch, "big", "big"
+    if hit:
+        trace.cache = CacheResult("exact", CacheOutcome.HIT, 10, 5, alias="big")
+
+    def seen() -> Seen:
+        return Seen(outcome, usage=USAGE, served=served, total=1.0)
+
+    first = seen()
+    assert recorder.price(call, first) is not None
+    assert first.priced is not None
+    priced, unpriced = recorder.record(call, first), recorder.record(call, seen())
+    assert priced == unpriced
