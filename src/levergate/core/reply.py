@@ -79,7 +79,10 @@ class Completed:
 
     @property
     def size(self) -> int:
-        return len(self.raw) if self._parts is None else sum(map(len, self._parts))
+        # Without parts the bytes are `_raw` already (a whole answer's `size` is read on every
+        # request: `raw`'s property is a call more).
+        parts = self._parts
+        return len(self._raw or b"") if parts is None else sum(map(len, parts))
 
     @property
     def data(self) -> dict[str, Any]:

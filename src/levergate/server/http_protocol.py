@@ -332,7 +332,8 @@ class HttpProtocol(HttpToolsProtocol):
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self.flow.resume_reading()
+        if self.flow.read_paused:  # `resume_reading` does nothing else
+            self.flow.resume_reading()
         if self._queued:
             self._idle_since = None
             self._start(self._queued.pop())

@@ -122,7 +122,9 @@ class ExactCache:
         if why is not None:
             self._view.stats.lookup(NAME, "bypass")
             return _marked(await self._inner(call), bypass_header(why))
-        asked = clamped(call.ctx.controls.cache, max_ttl=self._max_ttl)
+        asked = call.ctx.controls.cache
+        if asked.ttl is not None and asked.ttl > self._max_ttl:  # else `clamped` is itself
+            asked = clamped(asked, max_ttl=self._max_ttl)
         if asked.lookup:
             entry = await self._view.entries.load(key)
             now = self._view.entries.wall()

@@ -313,11 +313,16 @@ class PrometheusSink:
         total, _, overhead, ttft, inter_token = timings
         uncached, cached, written, output, source, _ = tokens
         t = self._t
+        # `Telemetry.series` and `Series.outcome` looked up here first (two calls a request
+        # fewer); the methods decide, and remember, what is not found.
         if tenant is not None:
-            series = t.series(route=kind, model=model, upstream=upstream, feature=feature)
+            series = t._admitted.get((kind, model, upstream, feature))
+            if series is None:
+                series = t.series(route=kind, model=model, upstream=upstream, feature=feature)
         else:
             series = t.series_of((kind, "", upstream, ""))
-        requests, durations = series.outcome(result)
+        pair = series._outcomes.get(result)
+        requests, durations = pair if pair is not None else series.outcome(result)
         requests.inc(1)
         durations.observe(total)
         series.overhead.observe(overhead)
