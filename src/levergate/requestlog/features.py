@@ -65,7 +65,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import xxhash
+from xxhash import xxh3_64_intdigest, xxh3_128_hexdigest
 
 from levergate.config.prompt_cache import BreakpointsSettings
 from levergate.layers.prompt_cache.breakpoints import (
@@ -132,41 +132,43 @@ def features_of_body(
     serialised once, for the prompt's bytes and the breakpoint layer's whole-prompt digest
     alike (`whole_digest`'s bytes); a prompt of one message, short, has no breakpoint
     features to look for (it continues no other)."""
-    messages, tools = body.get("messages"), body.get("tools")
+    get = body.get
+    messages, tools = get("messages"), get("tools")
     whole: int | None = None
     turns = 0
     if isinstance(messages, list):
         turns = len(messages)
-        listed = orjson.dumps(messages)
-        head = _NULL if tools is None else orjson.dumps(tools)  # most prompts: no call
-        prompt = head + listed
-        whole = xxhash.xxh3_64_intdigest(prompt)
-        if not tools:
-            prompt = listed
+        prompt = orjson.dumps(messages)
+        if tools is None:  # most prompts: no call
+            whole = xxh3_64_intdigest(_NULL + prompt)
+        else:
+            head = orjson.dumps(tools)
+            whole = xxh3_64_intdigest(head + prompt)
+            if tools:
+                prompt = head + prompt
     else:
         prompt = prompt_bytes(body)
     if canonical is None:
         canonical = canonical_body_bytes(body)
-    data = head_bytes(kind, model, "") + canonical
-    seed, n, pb = body.get("seed"), body.get("n"), len(prompt)
+    pb = len(prompt)
     tools_digest = None
-    if tools or body.get("response_format"):
-        tools_digest = _digest({k: body[k] for k in ("tools", "response_format") if body.get(k)})
+    if tools or get("response_format"):
+        tools_digest = _digest({k: body[k] for k in ("tools", "response_format") if get(k)})
+    seed, n = get("seed"), get("n")
     found: dict[str, Any] = {
         "v": REPLAY_VERSION,
-        "fp": xxhash.xxh3_128_hexdigest(data),
-        "det": body.get("temperature") == 0 or (isinstance(seed, int)
-                                                and not isinstance(seed, bool)),
+        "fp": xxh3_128_hexdigest(head_bytes(kind, model, "") + canonical),
+        "det": get("temperature") == 0 or (isinstance(seed, int) and not isinstance(seed, bool)),
         "n": n if isinstance(n, int) and not isinstance(n, bool) else 1,
         "blocks": encode_blocks(block_digests(prompt, block_bytes=BLOCK_BYTES,
                                               max_blocks=MAX_BLOCKS))
         if pb >= BLOCK_BYTES else "",
         "pb": pb,
         "tools": tools_digest,
-        "stream": body.get("stream") is True,
+        "stream": get("stream") is True,
     }  # fmt: skip
-    key = body.get("prompt_cache_key")
-    if isinstance(key, str):
+    key = get("prompt_cache_key")
+    if key is not None and isinstance(key, str):
         found["pck"] = _digest(key)
     if whole is not None:
         found["whole"] = whole
@@ -231,7 +233,8 @@ def replay_text(
         found = features_of_body(body, kind=kind, model=model, canonical=canonical)
     except TypeError:
         return None
-    found.update(controls)
+    if controls:
+        found.update(controls)
     return orjson.dumps(found).decode()
 
 
