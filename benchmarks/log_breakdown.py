@@ -174,7 +174,7 @@ async def count_parts(writer: Any, seen: list[tuple[Any, ...]], folder: Path, ma
     if not all(isinstance(p, tuple) for p in pending):
         raise RuntimeError("a record's features were computed at once, not in the batch")
     canonicals = [canonical_body_bytes(p[0]) for p in pending]
-    found = [features.features_of_body(p[0], kind=p[1], model=p[2]) for p in pending]
+    found = [features.features_of_body(p[0], kind=p[1], model=p[0]["model"]) for p in pending]
     rows = await writer._rows(items)
     stores = {}
     for name, drop in (("both", ()), ("no_ts", ("ts",)), ("no_request", ("request",)),
@@ -215,21 +215,24 @@ async def count_parts(writer: Any, seen: list[tuple[Any, ...]], folder: Path, ma
     each(
         "replay_text",
         lambda: [
-            features.replay_text(p[0], kind=p[1], model=p[2], controls=p[3], canonical=p[4])
+            features.replay_text(
+                p[0], kind=p[1], model=p[0]["model"], controls=p[2], canonical=p[3]
+            )
             for p in pending
         ],
     )
     each(
         "features_of_body",
         lambda: [
-            features.features_of_body(p[0], kind=p[1], model=p[2], canonical=p[4]) for p in pending
+            features.features_of_body(p[0], kind=p[1], model=p[0]["model"], canonical=p[3])
+            for p in pending
         ],
     )
     each("canonical_body_bytes", lambda: [canonical_body_bytes(p[0]) for p in pending])
     each(
         "fingerprint",
         lambda: [
-            xxhash.xxh3_128_hexdigest(head_bytes(p[1], p[2], "") + c)
+            xxhash.xxh3_128_hexdigest(head_bytes(p[1], p[0]["model"], "") + c)
             for p, c in zip(pending, canonicals, strict=True)
         ],
     )
@@ -255,7 +258,7 @@ async def count_parts(writer: Any, seen: list[tuple[Any, ...]], folder: Path, ma
     )
     each("features_json", lambda: [orjson.dumps(f).decode() for f in found])
     for _, _, replay in items:
-        writer._held_bytes += replay[5]  # as observe counted them
+        writer._held_bytes += replay[-1]  # as observe counted them
     with marks.part("_rows"):
         await writer._rows(items)
     writer._hold(items, -1)
