@@ -1,6 +1,6 @@
 """Where the request log's instructions a record go (issue 23 §1), counted by callgrind part by
-part: `benchmarks/instructions.py` counts the whole (the log on against off, ~87.6k a record on
-`inprocess_cpu.py`'s workload); this splits it.
+part: `benchmarks/instructions.py` counts the whole (the log on against off, 90.7k a record on
+`inprocess_cpu.py`'s workload, main dc8b6b2); this splits it.
 
 One process under callgrind (instrumentation off until the parts): `inprocess_cpu.py`'s
 workload (the httpx client over `GatewayTransport`, the simulator in the process, the same
@@ -353,9 +353,18 @@ def breakdown(found: dict[str, Any]) -> tuple[list[tuple[str, float]], float]:
         ("      fingerprint (head bytes + XXH3-128)", p["fingerprint"]),
         ("      messages serialised + whole-prompt XXH3", p["messages_whole"]),
         ("      the rest (the body's fields read, the dict)", replay_rest),
-        ("    the features' JSON (orjson + decode)", p["features_json"]),
         (
-            "    the rest of `replay_text` (the call, the controls)",
+            (
+                "    the features' dict as JSON by orjson (+ decode; since bf671d6 `replay_text` "
+                "writes the common record's text itself)"
+            ),
+            p["features_json"],
+        ),
+        (
+            (
+                "    the rest of `replay_text` (the call, the controls; since bf671d6 less "
+                "than none: its text and `features_of_body`'s dict against the dict and orjson)"
+            ),
             p["replay_text"] - p["features_of_body"] - p["features_json"],
         ),
         ("  `_rows` around the features (the row joined, turns)", rows_rest),
@@ -391,7 +400,8 @@ def markdown(data: dict[str, Any]) -> str:
         __doc__.split("    python ")[0].strip(),  # the method
         "",
         (f"{data['records']} records after {data['warmup']} warm-up requests; the store held "
-         f"{data['warmup'] + data['records']} rows before the counted insert."),
+         f"{data['warmup'] + data['records']} rows before the counted insert."
+         + (f" Code: {data['code']}." if data.get("code") else "")),
         "",
         "| part | instructions a record |",
         "|---|---:|",
