@@ -5,12 +5,15 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
 from levergate.core.call import Call, Context
 from levergate.policies.fingerprint import (
     NON_SHAPING,
+    ORDERED,
+    canonical_body,
     canonical_body_bytes,
     canonical_bytes,
     fingerprint,
@@ -182,3 +185,50 @@ def test_the_key_of_a_known_body_stays_what_stored_entries_were_written_under() 
                        exclude=frozenset({"messages"})) == (
         "9f9249d170793ccfb9ea1b44971a8b56dfc79d85f410ddd031ccc4aa3708482f"
     )  # fmt: skip
+
+
+def _reference_body_bytes(body: dict[str, Any], exclude: frozenset[str] = frozenset()) -> bytes:
+    """`canonical_body_bytes` as it was written before its loop was fused (2026-12-04): the
+    canonical body, its ordered fields popped in `ORDERED`'s order, `exclude` dropped from the
+    rest, the rest sorted."""
+    canonical = canonical_body(body)
+    ordered = [(name, canonical.pop(name)) for name in ORDERED if name in canonical]
+    for name in exclude:
+        canonical.pop(name, None)
+    parts = [orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)]
+    for name, value in ordered:
+        parts += (b"\x00" + name.encode() + b"\x00",
+                  orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))  # fmt: skip
+    return b"".join(parts)
+
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"b": 1}}}
+ORDERED_VALUES = st.sampled_from([None, [], {}, [TOOL], {"type": "json_schema", "s": {"b": 1}}])
+
+
+# Fields `canonical_body` spells anew, besides the ordered ones, and a message of text parts.
+OTHER_VALUES = {
+    "stop": st.sampled_from(["x", ["x"], [], None]),
+    "n": st.sampled_from([1, 2, True, None]),
+    "user": st.just("u"),
+    "logit_bias": st.sampled_from([{}, {"1": 2}]),
+    "messages": st.just([{"role": "user", "content": [{"type": "text", "text": "hi"}]}, "odd"]),
+}
+
+
+@given(BODY, st.fixed_dictionaries({}, optional={**dict.fromkeys(ORDERED, ORDERED_VALUES),
+                                                 **OTHER_VALUES}),
+       st.sets(st.sampled_from(["messages", "temperature", "tools", "stop", "seed"])),
+       st.randoms(use_true_random=False))  # fmt: skip
+def test_the_fused_body_bytes_are_the_reference_ones(
+    body: dict[str, Any], extra: dict[str, Any], exclude: set[str], rng: random.Random
+) -> None:
+    """The fused loop (fewer instructions) writes the bytes the reference composition does, for
+    any body, ordered and respelled fields in any order, and any `exclude`."""
+    items = [*{**body, **extra}.items()]
+    rng.shuffle(items)
+    mixed = dict(items)
+    for excluded in (frozenset(), frozenset(exclude)):
+        assert canonical_body_bytes(mixed, exclude=excluded) == _reference_body_bytes(
+            mixed, excluded
+        )

@@ -116,25 +116,63 @@ def canonical_bytes(
     return head_bytes(kind, resolved_model, namespace) + canonical_body_bytes(body, exclude=exclude)
 
 
+# The fields `canonical_body_bytes` does more with than copy: `_SPECIAL` and the ordered ones.
+_NOT_COPIED = _SPECIAL | frozenset(ORDERED)
+_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
 def canonical_body_bytes(
     body: Mapping[str, Any], *, exclude: frozenset[str] = frozenset()
 ) -> bytes:
-    """The canonical body's part of `canonical_bytes`: the body with its keys sorted, then each
-    ordered field with its keys as given. The same for every kind, model and namespace, so one
-    computation serves the exact cache's key and the request log's replay fingerprint
-    (`Call.canonical_bytes`)."""
-    body = canonical_body(body)
-    ordered = []
-    for name in ORDERED:  # a loop, not a comprehension: no frame of its own (3.11)
-        if name in body:
-            ordered.append((name, body.pop(name)))  # noqa: PERF401
-    for name in exclude:
-        body.pop(name, None)
-    parts = [orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)]
-    for name, value in ordered:
-        parts += (b"\x00" + name.encode() + b"\x00",
-                  orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))  # fmt: skip
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    """The canonical body's part of `canonical_bytes`: the body (`canonical_body`) with its keys
+    sorted, then each ordered field with its keys as given. The same for every kind, model and
+    namespace, so one computation serves the exact cache's key and the request log's replay
+    fingerprint (`Call.canonical_bytes`).
+
+    `canonical_body`'s loop, fused with the ordered fields' split and written for the common
+    body (plain fields, messages of text kept as the list they came in): the same bytes (a
+    property test compares the two). Counted (callgrind, `inprocess_cpu.py`'s one-message body
+    with `stream`): 14.3k instructions a call as `canonical_body`, then the ordered fields popped
+    from its dict, `exclude`'s loop and the parts joined; 10.6k fused."""
+    out: dict[str, Any] = {}
+    ordered: list[tuple[str, Any]] | None = None
+    for name, value in body.items():
+        if value is None or name in NON_SHAPING:
+            continue
+        if name not in _NOT_COPIED:
+            out[name] = value
+        elif name == "messages" and isinstance(value, list):
+            # The list itself when every message is kept as it is (the common one): no copy.
+            messages = value
+            for message in value:
+                if type(message) is not dict or type(message.get("content")) is not str:
+                    messages = [_canonical_message(m) for m in value]
+                    break
+            out[name] = messages
+        elif (name in _EMPTY_IS_ABSENT and not value) or (
+            name == "n" and value == 1 and not isinstance(value, bool)
+        ):
+            continue
+        elif name in ORDERED:
+            if ordered is None:
+                ordered = []
+            ordered.append((name, value))
+        elif name == "stop" and isinstance(value, str):
+            out[name] = [value]
+        else:
+            out[name] = value
+    if exclude:
+        for name in exclude:
+            out.pop(name, None)
+    if ordered is None:
+        return orjson.dumps(out, option=_SORTED)
+    parts = [orjson.dumps(out, option=_SORTED)]
+    for name in ORDERED:  # in this order, whatever the body's
+        for field, value in ordered:
+            if field == name:
+                parts += (b"\x00" + name.encode() + b"\x00",
+                          orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))  # fmt: skip
+    return b"".join(parts)
 
 
 @functools.lru_cache(maxsize=1024)

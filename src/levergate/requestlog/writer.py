@@ -84,12 +84,14 @@ T = TypeVar("T")
 
 
 # A request's replay features still to compute, in the writer's batch: its body by reference, its
-# kind and model, its deadlines read when it finished (`controls_of`), the canonical bytes the
-# exact cache left for that body (None: none), and the bytes it was received as (what is held;
-# 0 when its bodies are captured, holding it anyway). Not the call: that kept the request's
-# whole object graph (its context, trace, reply) alive until the batch. A plain tuple: a
-# NamedTuple is built by a `__new__` written in Python, a frame on the request path.
-Pending = tuple[Mapping[str, Any], str, str, Mapping[str, Any], bytes | None, int]
+# kind, its deadlines read when it finished (`controls_of`), the canonical bytes the exact cache
+# left for that body (None: none), and the bytes it was received as (what is held; 0 when its
+# bodies are captured, holding it anyway). Not the model: the batch reads it from the body as
+# `Call.model` does (a property, a Python frame on the request path: ~770 instructions). Not
+# the call: that kept the request's whole object graph (its context, trace, reply) alive until
+# the batch. A plain tuple: a NamedTuple is built by a `__new__` written in Python, a frame on
+# the request path.
+Pending = tuple[Mapping[str, Any], str, Mapping[str, Any], bytes | None, int]
 # The deadlines' features of a request with none (`controls_of` gives {} then), shared: read only.
 _NO_CONTROLS: Mapping[str, Any] = MappingProxyType({})
 
@@ -256,7 +258,7 @@ class LogWriter:
             body = call.body
             known = call.ctx.trace.canonical
             canonical = known[1] if known is not None and known[0] is body else None
-            replay = (body, call.kind, call.model, extra, canonical, size)
+            replay = (body, call.kind, extra, canonical, size)
         else:
             replay = replay_of(call, extra)
         queue.append((row, captured, replay))
@@ -402,7 +404,7 @@ class LogWriter:
             if captured is not None:
                 body += captured.size
             if isinstance(replay, tuple):  # `Pending`
-                held += replay[5]
+                held += replay[4]
         self._body_bytes += sign * body
         self._held_bytes += sign * held
 
@@ -416,9 +418,10 @@ class LogWriter:
         for head, captured, replay in batch:
             try:
                 if isinstance(replay, tuple):  # `Pending`: `replay_of`, inline (every record)
-                    body, kind, model, controls, canonical, _ = replay
-                    text = replay_text(body, kind=kind, model=model, controls=controls,
-                                       canonical=canonical)  # fmt: skip
+                    body, kind, controls, canonical, _ = replay
+                    model = body.get("model")  # `Call.model`
+                    text = replay_text(body, kind=kind, controls=controls, canonical=canonical,
+                                       model=model if isinstance(model, str) else "")  # fmt: skip
                 else:
                     text = replay
                 # Joined, not unpacked (a list built, then a tuple): the row's last four are

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -135,3 +136,33 @@ async def test_a_logged_request_keeps_its_features_with_bodies_off(tmp_path: Pat
     replay = got["replay"]
     assert replay["fp"] == features_of_body(body, kind="chat", model="m")["fp"]
     assert len(decode_blocks(replay["blocks"])) == replay["pb"] // BLOCK_BYTES
+
+
+MESSAGES = st.lists(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]),
+                           "content": st.text(max_size=3000)}),
+    min_size=1, max_size=3,
+)  # fmt: skip
+EXTRAS = {
+    "tools": st.sampled_from([[], [{"type": "function", "function": {"name": "f"}}]]),
+    "response_format": st.just({"type": "json_object"}),
+    "n": st.sampled_from([1, 2, True, "3"]),
+    "seed": st.sampled_from([7, True]),
+    "temperature": st.sampled_from([0, 1]),
+    "stream": st.booleans(),
+    "prompt_cache_key": st.sampled_from(["k", 5]),
+}
+CONTROLS = st.sampled_from([{}, {"timeout_s": 1.5}, {"not_after_s": 60.0, "defer": True}])
+
+
+@given(MESSAGES, st.fixed_dictionaries({}, optional=EXTRAS), CONTROLS)
+def test_the_replay_text_is_the_features_json(
+    messages: list[dict[str, str]], extra: dict[str, object], controls: dict[str, object]
+) -> None:
+    """`replay_text` writes the common record's text without a dict: the same text as orjson
+    writes of `features_of_body` and the controls, for every shape of body (tools, choices,
+    seeds, a prompt cache key, long and multi-turn prompts with breakpoint features)."""
+    body = {"model": "m", "messages": messages, **extra}
+    found = {**features_of_body(body, kind="chat", model="m"), **controls}
+    text = replay_text(body, kind="chat", model="m", controls=controls)
+    assert text == orjson.dumps(found).decode()
