@@ -155,7 +155,9 @@ def markdown(data: dict[str, Any]) -> str:
          "(the simulator in the process, the same request each time). Sides: off (no log, no "
          "tracing), otel (every request traced and exported over OTLP/HTTP to a receiver in "
          "the benchmark's process, which checked every span arrived), log (the request log on, "
-         "SQLite), log+otel. Issue 22's target: log+otel / off <= 1.1x. "
+         "SQLite), log+otel. Issue 22's target: log+otel / off <= 1.1x. The start-up heap is "
+         "frozen before counting (instructions.py): the full collections a side's survivors "
+         "start are not in these counts (otel_where.md counts the collections). "
          f"Load average {data['load_average']} at the end."), "",
     ]  # fmt: skip
     head = "| path | " + " | ".join(f"{label} instr/req" for label in labels)

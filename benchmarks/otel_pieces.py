@@ -7,7 +7,8 @@ got, then, with callgrind's instrumentation switched on, repeats one piece R tim
 
 - `path`: the request path's tracing work, as the gateway does it for a request: the trace
   context (`Spans.begin`), the attempt (`Spans.attempt`), the upstream's `traceparent` and its
-  header dict, the attempt's end, the exporter's `export` (the queue's append);
+  header dict, the attempt's end, the exporter's `export` (since 2026-12-04 the spans' encoding,
+  before it the queue's append of the record);
 - `encode`: `SpanEncoder.request`, the request's span and its attempt's, OTLP bytes;
 - `export`: one POST of 512 encoded spans (`SpanExporter._send`) to a receiver in another
   process (HTTP/1.0: a connection each export), per export.
@@ -114,12 +115,16 @@ async def _repeat(piece: str, reps: int, kept: list[tuple[Any, Any]], tracer: An
                     attempt.end()
                 tracer.export(record, spans)
             tracer._queue.clear()
-            tracer._queued = 0
+            if hasattr(tracer, "_queued"):  # the tree before: records queued, not spans
+                tracer._queued = 0
         elif piece == "encode":
             for record, spans in kept:
                 encoder.request(record, spans, base_ns)
         else:
-            tracer._encoded[:] = batch
+            if hasattr(tracer, "_encoded"):  # the tree before
+                tracer._encoded[:] = batch
+            else:
+                tracer._sending = list(batch)
             await tracer._send(None)
 
 

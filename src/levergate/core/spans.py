@@ -85,7 +85,7 @@ class Spans:
     """A traced request's context: its trace, the client's span it continues (`parent_id`),
     whether it is sampled, when its span started and its attempts. Made on the request path,
     so it holds only what the upstream's `traceparent` needs: the request's own span id is
-    drawn when first needed (`own_span_id`: by the exporter's job, off the path, or for an
+    drawn when first needed (`own_span_id`: by the exporter, after the answer went out, or for an
     attempt beyond the bound); `span_id` 0 until then."""
 
     __slots__ = ("attempts", "parent_id", "remote", "sampled", "span_id", "started", "trace_id")

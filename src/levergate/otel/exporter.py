@@ -1,25 +1,32 @@
-"""`SpanExporter`: finished requests' spans to an OTLP/HTTP collector, off the request path.
+"""`SpanExporter`: finished requests' spans to an OTLP/HTTP collector, in batches off the path.
 
-On the request path (`export`, the recorder's tracer, called on the event loop after the answer
-went out) a traced request costs one append to a bounded queue — its record and its trace
-context, both already built, nothing encoded — or, with the queue full (`otel.max_queue`
-spans: the request's and one per attempt), one counter increment: its spans are dropped and
-counted (`levergate_otel_spans_dropped_total{reason="queue_full"}`).
+`export` (the recorder's tracer) is called on the event loop after the answer went out (the
+recorder's `finish` runs a loop turn later). It writes the request's spans as OTLP `Span` bytes
+at once (otel/spans.py, otel/otlp.py, ~10 us) and queues the bytes; with the queue full
+(`otel.max_queue` spans: the request's and one per attempt) it writes nothing and counts them
+dropped (`levergate_otel_spans_dropped_total{reason="queue_full"}`).
 
-Off the path, a supervised background job (`run`) wakes every `otel.export_interval_seconds`
-(or as soon as a batch of 512 spans waits), turns the queued requests into OTLP `Span` bytes
-(otel/spans.py, otel/otlp.py) on the event loop, yielding it every `TURN_ITEMS` requests, and
-POSTs each batch as one `ExportTraceServiceRequest` (protobuf, `<endpoint>/v1/traces`, the
-configured headers) over a kept-alive connection (levergate's HTTP/1.1 client; aiohttp for an
-https:// collector). As the OpenTelemetry SDK's exporter does, an export that
-fails on the way (no connection, a timeout, 429, 502, 503, 504) is tried again after 1 s, 2 s,
-4 s ... while it fits in `otel.timeout_seconds`; then, or on any other answer, the batch is
-dropped and counted (`reason="export_failed"`): a collector that is down costs the gateway a
-bounded queue and a retry now and then, never a request. Closing exports what is queued (a batch
-whose POST the job's cancellation interrupted included), within `otel.timeout_seconds`.
+Why at once rather than by the job (as until 2026-12-04): a queued record kept its request's
+objects alive (the record, its timings, tokens, trace context and attempts: ~10 objects the
+garbage collector tracks, ~2,500 with 256 requests waiting for a batch), so the young
+collections found them alive and moved them into the old generation, and every ~20,000 objects
+moved there start a full collection, which walks the gateway's whole heap (~80,000 objects,
+~15M instructions, 10-40 ms). Tracing had 1.25x the young collections of tracing off and
+twice the full ones (0.2 against 0.1 per 1,000 whole requests; benchmarks/results/
+otel_where.md), which callgrind's counts, taken with the start-up heap frozen, did not show.
+Bytes are not tracked by the collector: the queue now costs it nothing (the same collections
+as tracing off), and the spans are written from a record still in the CPU's caches.
 
-Encoding runs on the event loop rather than a thread: it is Python work, which in a thread
-contends with the loop for the GIL (the request log measured its cost doubling so).
+A supervised background job (`run`) wakes every `otel.export_interval_seconds` (or as soon as a
+batch of 512 spans waits) and POSTs each batch as one `ExportTraceServiceRequest` (protobuf,
+`<endpoint>/v1/traces`, the configured headers) over a kept-alive connection (levergate's
+HTTP/1.1 client; aiohttp for an https:// collector). As the OpenTelemetry SDK's exporter does,
+an export that fails on the way (no connection, a timeout, 429, 502, 503, 504) is tried again
+after 1 s, 2 s, 4 s ... while it fits in `otel.timeout_seconds`; then, or on any other answer,
+the batch is dropped and counted (`reason="export_failed"`): a collector that is down costs the
+gateway a bounded queue and a retry now and then, never a request. Closing exports what is
+queued (a batch whose POST the job's cancellation interrupted included), within
+`otel.timeout_seconds`.
 """
 
 from __future__ import annotations
@@ -27,9 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -52,25 +57,13 @@ __all__ = ["OtelMetrics", "SpanExporter"]
 log = logging.getLogger("levergate.otel")
 
 BATCH_SPANS = 512  # spans per export at most (the SDK's batch processor's default)
-TURN_ITEMS = 32  # requests encoded per turn of the event loop (~10 us each)
 RETRY_FIRST_S = 1.0
 RETRYABLE = frozenset({429, 502, 503, 504})  # as the SDK's OTLP/HTTP exporter
 
 
-@dataclass(frozen=True, slots=True)
-class _Internal:
-    """Queued spans of levergate's own work, timed on the gateway's clock, which read `now`
-    at the wall clock's `now_ns`."""
-
-    now_ns: int
-    now: float
-    spans: tuple[Internal, ...]
-
-    def wall(self, at: float) -> int:
-        return self.now_ns - int((self.now - at) * 1e9)
-
-
-Item = tuple["RequestRecord", "Spans"] | _Internal  # a finished request, or levergate's own
+def _base_ns() -> int:
+    """The wall clock (Unix ns) when `time.perf_counter()` read 0."""
+    return time.time_ns() - int(time.perf_counter() * 1e9)
 
 
 class OtelMetrics:
@@ -108,12 +101,14 @@ class SpanExporter:
         self._timeout = otel.timeout_seconds
         self._retry_first = retry_first
         self._m = metrics
-        self._queue: deque[Item] = deque()
-        self._queued = 0  # spans in `_queue`
+        self._queue: list[bytes] = []  # spans encoded, waiting for a batch
         self._max = otel.max_queue
         self._batch = min(BATCH_SPANS, otel.max_queue)
-        # Spans encoded and not yet exported: survives the job's cancellation, for the close.
-        self._encoded: list[bytes] = []
+        # The batch being exported: survives the job's cancellation, for the close.
+        self._sending: list[bytes] = []
+        # The wall clock (Unix ns) when `time.perf_counter()` read 0: the spans' times are
+        # perf_counter's. Read again at each of the job's wakes (the wall clock may be set).
+        self._base_ns = _base_ns()
         self._wake = asyncio.Event()
         # levergate's own HTTP/1.1 keep-alive client for an http:// collector (aiohttp's POST of
         # a batch cost ~1.6M instructions, most of it its request and response machinery),
@@ -123,31 +118,45 @@ class SpanExporter:
         self._client: HttpClient | None = None
         self._closed = False
         self._warned = False
-        metrics.queued.set_function(lambda: self._queued + len(self._encoded))
+        metrics.queued.set_function(lambda: len(self._queue) + len(self._sending))
 
     # ---- the request path (the recorder's `Tracer`) -------------------------------------------
 
     def export(self, record: RequestRecord, spans: Spans) -> None:
         if not spans.sampled:
             return
-        size = 1 + len(spans.attempts)
-        if self._queued + size > self._max:
-            self._m.dropped.labels("queue_full").inc(size)
+        queue = self._queue
+        if len(queue) + 1 + len(spans.attempts) > self._max:
+            self._m.dropped.labels("queue_full").inc(1 + len(spans.attempts))
             return
-        self._queue.append((record, spans))
-        self._queued += size
-        if self._queued >= self._batch:
+        try:
+            queue += self._encoder.request(record, spans, self._base_ns)
+        except Exception:  # one request's spans that cannot be encoded are its loss alone
+            log.exception("otel: spans of one request not exported")
+            self._m.dropped.labels("invalid").inc()
+            return
+        if len(queue) >= self._batch:
             self._wake.set()
 
     def export_internal(self, spans: Sequence[Internal], *, now: float) -> None:
         """Spans of levergate's own work, times on the clock that reads `now`."""
-        size = len(spans)
-        if self._queued + size > self._max:
-            self._m.dropped.labels("queue_full").inc(size)
+        queue = self._queue
+        if len(queue) + len(spans) > self._max:
+            self._m.dropped.labels("queue_full").inc(len(spans))
             return
-        self._queue.append(_Internal(time.time_ns(), now, tuple(spans)))
-        self._queued += size
-        if self._queued >= self._batch:
+        now_ns = time.time_ns()
+
+        def wall(at: float) -> int:
+            return now_ns - int((now - at) * 1e9)
+
+        try:
+            found = [self._encoder.internal(span, wall) for span in spans]
+        except Exception:
+            log.exception("otel: spans of levergate's own work not exported")
+            self._m.dropped.labels("invalid").inc()
+            return
+        queue += found
+        if len(queue) >= self._batch:
             self._wake.set()
 
     # ---- the background job ------------------------------------------------------------------
@@ -158,20 +167,20 @@ class SpanExporter:
         theirs, so a busy gateway sends full batches, not one per loop turn)."""
         due = time.monotonic() + self._interval
         while True:
-            if self._queued < self._batch:
+            if len(self._queue) < self._batch:
                 try:
                     async with asyncio.timeout(max(0.0, due - time.monotonic())):
                         await self._wake.wait()
                 except TimeoutError:
                     pass
                 self._wake.clear()
+            self._base_ns = _base_ns()
             late = time.monotonic() >= due
-            if late or self._queued >= self._batch:
+            if late or len(self._queue) >= self._batch:
                 # With a full batch queued at the top the job did not wait: the wake-up that
                 # batch set is this one, not a reason to wake again after it.
                 self._wake.clear()
-                await self._encode_batch()
-                if self._encoded:
+                if self._queue or self._sending:
                     await self._send(None)
             if late:
                 due = time.monotonic() + self._interval
@@ -179,40 +188,18 @@ class SpanExporter:
     async def flush(self, *, deadline: float | None = None) -> None:
         """Export everything queued, batch by batch; each export's retries end at `deadline`
         (`time.monotonic()`) when given, else `timeout_seconds` after it started."""
-        while self._queue or self._encoded:
-            await self._encode_batch()
-            if self._encoded:
-                await self._send(deadline)
-
-    async def _encode_batch(self) -> None:
-        """Encode queued requests into `_encoded` up to a batch's spans, yielding the loop
-        every `TURN_ITEMS` of them; each item leaves the queue only as its bytes join
-        `_encoded`, so a cancellation loses nothing."""
-        encoder, queue, encoded = self._encoder, self._queue, self._encoded
-        base_ns = time.time_ns() - int(time.perf_counter() * 1e9)  # the spans' clock's zero
-        turn = 0
-        while queue and len(encoded) < self._batch:
-            item = queue.popleft()
-            try:
-                if isinstance(item, _Internal):
-                    self._queued -= len(item.spans)
-                    encoded.extend(encoder.internal(span, item.wall) for span in item.spans)
-                else:
-                    record, spans = item
-                    self._queued -= 1 + len(spans.attempts)
-                    encoded.extend(encoder.request(record, spans, base_ns))
-            except Exception:  # one request's spans that cannot be encoded are its loss alone
-                log.exception("otel: spans of one request not exported")
-                self._m.dropped.labels("invalid").inc()
-            turn += 1
-            if turn == TURN_ITEMS:
-                turn = 0
-                await asyncio.sleep(0)
+        while self._queue or self._sending:
+            await self._send(deadline)
 
     async def _send(self, deadline: float | None) -> None:
-        """POST `_encoded` as one request, retrying what may pass later until `deadline`;
-        `_encoded` is emptied once it was exported or given up on."""
-        encoder, spans = self._encoder, self._encoded
+        """POST a batch (the one a cancellation interrupted, else the queue's first spans) as
+        one request, retrying what may pass later until `deadline`; the batch is let go once
+        it was exported or given up on."""
+        if not self._sending:
+            queue, size = self._queue, self._batch
+            self._sending = queue[:size]
+            del queue[:size]
+        encoder, spans = self._encoder, self._sending
         body = otlp.export_request(encoder.resource, encoder.scope, SCHEMA_URL, spans)
         started = time.monotonic()
         end = started + self._timeout if deadline is None else deadline
@@ -233,7 +220,7 @@ class SpanExporter:
                 break
             await asyncio.sleep(wait)
             wait *= 2
-        spans.clear()
+        self._sending = []
 
     async def _post(self, body: bytes, seconds: float) -> tuple[bool, str] | None:
         """None when the collector took `body`, else (whether to retry, why not)."""
@@ -265,10 +252,10 @@ class SpanExporter:
         try:
             await self.flush(deadline=time.monotonic() + self._timeout)
         finally:
-            if lost := self._queued + len(self._encoded):
+            if lost := len(self._queue) + len(self._sending):
                 self._m.dropped.labels("export_failed").inc(lost)
             self._queue.clear()
-            self._encoded.clear()
-            self._queued = self._max = 0
+            self._sending = []
+            self._max = 0
             if self._client is not None:
                 await self._client.aclose()

@@ -29,6 +29,7 @@ the request path: there a traced request costs one append to a bounded queue.
 
 from __future__ import annotations
 
+import random
 import struct
 from collections.abc import Callable, Mapping
 from operator import itemgetter
@@ -36,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 from levergate.layers.measure.record import OK, RequestRecord
 from levergate.otel import otlp
-from levergate.otel.otlp import pack_double as _pack_double
 from levergate.version import __version__
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ OPERATIONS = {"chat": "chat", "completion": "text_completion", "embedding": "emb
 PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "local": "levergate.local"}
 
 _KEPT = 512  # encoded attribute blocks kept by their key, each kind
+_getrandbits = random.getrandbits  # a request's own span id (core/spans.py draws the same way)
 Wall = Callable[[float], int]  # a time on the clock the spans were timed by -> Unix nanoseconds
 
 
@@ -211,13 +212,18 @@ class SpanEncoder:
         packer = struct.Struct(f"<BBBH16sH8sBQBQ{len(self._cost)}sd{len(self._queued)}sd")
         self._fixed = packer.pack
         self._fixed_size = packer.size - 3  # the span's bytes it writes
+        # The same with the time to the first chunk (a stream's) after the queue wait.
+        packer = struct.Struct(f"{packer.format}{len(self._ttft)}sd")
+        self._fixed_ttft = packer.pack
+        self._fixed_ttft_size = packer.size - 3
 
     def request(self, record: RequestRecord, spans: Spans, base_ns: int) -> list[bytes]:
         """The request's span (kind SERVER, under the client's span when it sent one) and a
         child per attempt (kind CLIENT, with the span id sent upstream), as fields of their
         `ScopeSpans`; `base_ns`: the wall clock (Unix ns) when `time.perf_counter()` read 0.
         Written inline (a call or a `bytes` built less is ~1% of a span's cost): the ids, the
-        times and the doubles packed in two calls, the rest kept encoded but the request id."""
+        times and the doubles packed in one call a span, the rest kept encoded but the request
+        id, joined once."""
         request_id, timings, tokens, cost_usd, queued_seconds = _own_of(record)
         total, ttft_s = timings[0], timings[3]
         started = base_ns + int(spans.started * 1e9)
@@ -227,25 +233,33 @@ class SpanEncoder:
         kept = self._requests if parent_id is None else self._remote
         # Each kept value is a non-empty `bytes`: `or` writes it when it is not kept yet.
         constant = kept.get(key) or self._request_constant(record, kept, key, parent_id)
-        more = self._tokens.get(tokens) or self._usage(record)
+        usage = self._tokens.get(tokens) or self._usage(record)
         data = request_id.encode()
-        more += (self._request_ids.get(len(data)) or self._request_id_prefix(len(data))) + data
+        more = (self._request_ids.get(len(data)) or self._request_id_prefix(len(data))) + data
         if parent_id is not None:
             more += b"\x22\x08" + parent_id.to_bytes(8, "big")  # Span.parent_span_id
-        if ttft_s is not None:
-            more += self._ttft + _pack_double(ttft_s)
         if any(_levers_of(record)):
             more += self._attributes(_levers(record))
         trace = spans.trace_id.to_bytes(16, "big")
-        span = (spans.span_id or spans.own_span_id()).to_bytes(8, "big")
-        size = self._fixed_size + len(more) + len(constant)
-        # The field's length in two varint bytes; else (0, 0), replaced by the head it takes.
-        low, high = ((size & 0x7F) | 0x80, size >> 7) if 128 <= size < 16384 else (0, 0)
-        fixed = self._fixed(0x12, low, high, _TRACE, trace, _SPAN, span, 0x39, started, 0x41,
-                            ended, self._cost, cost_usd, self._queued, queued_seconds)  # fmt: skip
+        # The request's own span id, drawn here unless an attempt beyond the bound drew it.
+        span = (spans.span_id or _getrandbits(64) or 1).to_bytes(8, "big")
+        size = len(usage) + len(more) + len(constant)
+        if ttft_s is None:
+            size += self._fixed_size
+            # The field's length in two varint bytes; else (0, 0), replaced by the head it takes.
+            low, high = ((size & 0x7F) | 0x80, size >> 7) if 128 <= size < 16384 else (0, 0)
+            fixed = self._fixed(0x12, low, high, _TRACE, trace, _SPAN, span, 0x39, started,
+                                0x41, ended, self._cost, cost_usd, self._queued,
+                                queued_seconds)  # fmt: skip
+        else:
+            size += self._fixed_ttft_size
+            low, high = ((size & 0x7F) | 0x80, size >> 7) if 128 <= size < 16384 else (0, 0)
+            fixed = self._fixed_ttft(0x12, low, high, _TRACE, trace, _SPAN, span, 0x39, started,
+                                     0x41, ended, self._cost, cost_usd, self._queued,
+                                     queued_seconds, self._ttft, ttft_s)  # fmt: skip
         if not high:
             fixed = otlp.head(size) + fixed[3:]
-        found = [fixed + more + constant]
+        found = [b"".join((fixed, usage, more, constant))]
         for attempt in spans.attempts:
             end = ended
             if attempt.ended is not None:

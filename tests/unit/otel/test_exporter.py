@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -187,3 +188,37 @@ async def test_an_export_the_cancellation_interrupted_is_sent_at_the_close(
     assert got.posts == 2
     assert len(got.spans) == 4
     assert metric("exported") == 4
+
+
+async def test_a_traced_request_leaves_nothing_behind_but_its_spans_bytes(
+    receiver: tuple[Receiver, str],
+) -> None:
+    """The queue holds encoded spans, not the request's objects: a queued record kept its
+    objects alive until the export, for the garbage collector to walk and move into its old
+    generation (the exporter's docstring)."""
+    got, endpoint = receiver
+    spans, metric = exporter(endpoint)
+    found, context = record(1), traced(1)
+    held = sys.getrefcount(found), sys.getrefcount(context)
+    spans.export(found, context)
+    assert (sys.getrefcount(found), sys.getrefcount(context)) == held
+    internal = Internal("workflow w", 5, 6, None, 1.0, 2.0, {"levergate.workflow": "w"})
+    held = sys.getrefcount(internal)
+    spans.export_internal([internal], now=3.0)
+    assert sys.getrefcount(internal) == held
+    await spans.aclose()
+    assert metric("exported") == 3
+    assert sorted(s.name for s in got.spans) == ["attempt sim", "chat fast", "workflow w"]
+
+
+async def test_spans_that_cannot_be_encoded_are_that_requests_loss_alone(
+    receiver: tuple[Receiver, str],
+) -> None:
+    got, endpoint = receiver
+    spans, metric = exporter(endpoint)
+    spans.export(record(1, request_id=None), traced(1))  # no id to write: refused at export
+    spans.export(record(2), traced(2))
+    assert metric("invalid") == 1
+    await spans.aclose()
+    assert metric("exported") == 2
+    assert {s.trace_id for s in got.spans} == {(1002).to_bytes(16, "big")}

@@ -1,0 +1,230 @@
+"""Where does tracing's CPU go that callgrind's instructions do not show? Issue 22 §3 (log + OTel
+<= 1.1x the CPU of log-off): callgrind counted tracing at ~3.5-4% of a request's instructions
+(otel_instructions.md) while process CPU measured it at ~9.6% (otel_ab.md). Instructions miss
+what the kernel does for the process (page faults, the export's socket, wake-ups) and what an
+instruction costs (a cache miss: the garbage collector walking objects held for the export).
+
+Each side runs `otel_ab.py`'s path (httpx over `GatewayTransport`, the gateway, the simulator in
+one process; tracing exports to a receiver in another process) in its own child process, off and
+otel alternating, and counts per request, between the end of the warm-up and the gateway's
+close (its export of what is queued included):
+
+- the garbage collector's collections by generation and the objects they freed (`gc.callbacks`),
+  the thread CPU spent in them (`time.thread_time` around each: indicative), and the objects
+  it tracks at the end (what a full collection walks);
+- `getrusage`: user and system CPU, minor page faults, voluntary and involuntary context switches;
+- with `--tracemalloc` (a separate run: it slows everything): the peak of traced memory.
+
+The counts of collections, faults and switches do not move much with the machine's load; the
+CPU figures do (indicative only on a shared host: the load average is written beside them).
+
+    python benchmarks/otel_where.py [--rounds 3] [--requests 3000] [--sides off,otel]
+        [--tracemalloc] [--src OTHER_TREE/src --src-name NAME]   # its otel side too
+    python benchmarks/otel_where.py --smoke
+
+Writes benchmarks/results/otel_where.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness import Output, add_output_options, free_port, stamp, stop, wait_port
+
+HERE = Path(__file__).resolve().parent
+KINDS = ("whole", "stream")
+FIELDS = (  # (key, what it is), per request
+    ("cpu_us", "process CPU us"),
+    ("user_us", "user CPU us"),
+    ("sys_us", "system CPU us"),
+    ("gc_us", "CPU us in gc"),
+    ("gc0_us", "CPU us in gen0 collections"),
+    ("gc1_us", "CPU us in gen1 collections"),
+    ("gc2_us", "CPU us in gen2 collections"),
+    ("gc0", "gen0 collections /1k req"),
+    ("gc1", "gen1 collections /1k req"),
+    ("gc2", "gen2 collections /1k req"),
+    ("collected", "objects freed by gc"),
+    ("tracked", "objects tracked by gc at the end"),
+    ("minflt", "minor faults"),
+    ("nvcsw", "voluntary switches"),
+    ("nivcsw", "involuntary switches"),
+)
+
+
+class GcCount:
+    """Collections by generation, the objects they freed, and the thread CPU inside them,
+    from `gc.callbacks`."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.collected = 0
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.collections[info["generation"]] += 1
+            self._started = time.thread_time()
+        else:
+            self.seconds[info["generation"]] += time.thread_time() - self._started
+            self.collected += info["collected"]
+
+
+async def measure(requests: int, *, stream: bool, endpoint: str | None,
+                  tracemalloc_on: bool) -> dict[str, float]:  # fmt: skip
+    import httpx
+    from inprocess_cpu import BODY
+
+    from levergate.app import build_gateway
+    from levergate.config import Settings
+    from levergate.server.transport import GatewayTransport
+    from levergate.simulator import SimSettings, run_simulator
+
+    async with run_simulator(SimSettings(port=0)) as sim:
+        values: dict[str, Any] = {"otel": {"endpoint": endpoint} if endpoint else {}}
+        gateway = build_gateway(Settings.for_upstream(sim.base_url, **values))
+        count = GcCount()
+        async with gateway, httpx.AsyncClient(
+            transport=GatewayTransport(gateway), base_url="http://levergate/v1"
+        ) as http:  # fmt: skip
+            body = {**BODY, "stream": stream}
+            for _ in range(min(300, requests)):  # warm-up
+                await (await http.post("/chat/completions", json=body)).aread()
+            if tracemalloc_on:
+                import tracemalloc
+
+                tracemalloc.start()
+            gc.callbacks.append(count)
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            started = time.process_time()
+            for _ in range(requests):
+                await (await http.post("/chat/completions", json=body)).aread()
+        cpu = time.process_time() - started  # the close's export included
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        gc.callbacks.remove(count)
+        found = {
+            "cpu_us": cpu * 1e6 / requests,
+            "user_us": (after.ru_utime - before.ru_utime) * 1e6 / requests,
+            "sys_us": (after.ru_stime - before.ru_stime) * 1e6 / requests,
+            "gc_us": sum(count.seconds) * 1e6 / requests,
+            "collected": count.collected / requests,
+            "tracked": len(gc.get_objects()),
+            "minflt": (after.ru_minflt - before.ru_minflt) / requests,
+            "nvcsw": (after.ru_nvcsw - before.ru_nvcsw) / requests,
+            "nivcsw": (after.ru_nivcsw - before.ru_nivcsw) / requests,
+        }
+        found.update((f"gc{g}", count.collections[g] * 1000 / requests) for g in range(3))
+        found.update((f"gc{g}_us", count.seconds[g] * 1e6 / requests) for g in range(3))
+        if tracemalloc_on:
+            import tracemalloc
+
+            found["peak_kib"] = tracemalloc.get_traced_memory()[1] / 1024
+            tracemalloc.stop()
+        return found
+
+
+def child(requests: int, endpoint: str | None, tracemalloc_on: bool) -> None:
+    result = {kind: asyncio.run(measure(requests, stream=kind == "stream", endpoint=endpoint,
+                                        tracemalloc_on=tracemalloc_on))
+              for kind in KINDS}  # fmt: skip
+    print(json.dumps(result))
+
+
+def run_child(requests: int, endpoint: str | None, tracemalloc_on: bool,
+              src: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    argv = [sys.executable, __file__, "--child", "--requests", str(requests)]
+    if endpoint:
+        argv += ["--endpoint", endpoint]
+    if tracemalloc_on:
+        argv.append("--tracemalloc")
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src), str(HERE)])
+    out = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--sides", default="off,otel")
+    parser.add_argument("--tracemalloc", action="store_true", help="the peak of traced memory")
+    parser.add_argument("--note", default="", help="a sentence for the results' head")
+    parser.add_argument("--src", type=Path, help="another tree's src/: its otel side too")
+    parser.add_argument("--src-name", default="before")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--endpoint", default=None, help=argparse.SUPPRESS)
+    add_output_options(parser)
+    args = parser.parse_args()
+    if args.child:
+        child(args.requests, args.endpoint, args.tracemalloc)
+        return
+    out = Output.of(args)
+    if args.smoke:
+        args.rounds, args.requests = 1, 50
+    sides = args.sides.split(",")
+    trees: dict[str, Path | None] = dict.fromkeys(sides)
+    if args.src is not None:
+        trees[f"{args.src_name}: otel"] = args.src.resolve()
+    sides = list(trees)
+    port = free_port()
+    receiver = subprocess.Popen([sys.executable, str(HERE / "otel_ab.py"), "--receiver",
+                                 str(port)])  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    try:
+        wait_port(port)
+        for _ in range(args.rounds):
+            for side, src in trees.items():
+                runs[side].append(run_child(args.requests, endpoint if side != "off" else None,
+                                            args.tracemalloc, src))  # fmt: skip
+    finally:
+        stop(receiver)
+    report(runs, sides, args, out)
+
+
+def report(runs: dict[str, list[dict[str, Any]]], sides: list[str], args: argparse.Namespace,
+           out: Output) -> None:  # fmt: skip
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    data: dict[str, Any] = {**stamp(), "rounds": args.rounds, "requests": args.requests,
+                            "load_average": load, "runs": runs}  # fmt: skip
+    fields = list(FIELDS) + ([("peak_kib", "traced peak KiB")] if args.tracemalloc else [])
+    lines = [
+        f"# Where tracing's CPU goes ({data['date']}, {data['machine']})", "",
+        (f"`benchmarks/otel_where.py --rounds {args.rounds} --requests {args.requests}"
+         f"{' --tracemalloc' if args.tracemalloc else ''}`: the in-process path (httpx, "
+         "gateway, simulator in one process; tracing exports to a receiver in another "
+         "process), sides alternating, each in its own process; medians of the rounds, per "
+         "request (collections per 1,000 requests) from the warm-up's end to the gateway's "
+         "close. CPU figures indicative (a shared host). "
+         f"Load average {load} at the end. {args.note}").rstrip(), "",
+        "| kind | measure | " + " | ".join(sides) + " | " + " | ".join(
+            f"{side} - {sides[0]}" for side in sides[1:]) + " |",
+        "|---|---|" + "---:|" * (2 * len(sides) - 1),
+    ]  # fmt: skip
+    for kind in KINDS:
+        data[kind] = {}
+        for key, what in fields:
+            median = {s: statistics.median(r[kind][key] for r in runs[s]) for s in sides}
+            data[kind][key] = median
+            cells = [f"{median[s]:,.2f}" for s in sides]
+            cells += [f"{median[s] - median[sides[0]]:+,.2f}" for s in sides[1:]]
+            lines.append(f"| {kind} | {what} | " + " | ".join(cells) + " |")
+    out.write("otel_where", data, "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
