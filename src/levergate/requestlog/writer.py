@@ -33,7 +33,15 @@ sizes (store.py `chunk_sizes`) in one transaction. Python running in that
 thread instead would contend with the loop for the GIL (measured, that doubled the log's
 cost); and every statement there gives the GIL up and takes it back a few times, each a
 hand-over with the loop's thread when the loop is busy (`benchmarks/log_handoffs.py`), so a
-batch is handed over once and runs as few statements as it can.
+batch is handed over once and runs as few statements as it can. A writer process instead of the
+thread (the store in a child fed pickled batches through a pipe, tried 2026-12-04 on an AMD
+EPYC host) took the hand-overs away (the gateway's voluntary context switches 0.066-0.131 ->
+0.015 a request) but cost more than they did: pickling a row both ways ~10k instructions, the
+log 92.4k -> 110.3k instructions a record in all, and in `log_ab.py` (the child's CPU counted)
+in-process whole answers 1.235x of off against the thread's 1.131x in the same quiet minutes,
+through the proxy (two runs each, interleaved) the gateway's and the child's CPU 1.10-1.20x /
+1.24-1.31x of off (c=1 / c=16) against the thread's 1.17-1.19x / 1.04-1.07x; so the thread
+stays.
 
 A store that fails (locked past its timeout, disk full, PostgreSQL down or
 restarted) fails the batch, not a request: the batch goes back to the front of the queue, what
