@@ -19,6 +19,7 @@ The counts of collections, faults and switches do not move much with the machine
 CPU figures do (indicative only on a shared host: the load average is written beside them).
 
     python benchmarks/otel_where.py [--rounds 3] [--requests 3000] [--sides off,otel]
+        [--sides off,log --name log_where]   # the request log's: the same counts
         [--tracemalloc] [--src OTHER_TREE/src --src-name NAME]   # its otel side too
     python benchmarks/otel_where.py --smoke
 
@@ -36,6 +37,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -83,7 +85,7 @@ class GcCount:
 
 
 async def measure(requests: int, *, stream: bool, endpoint: str | None,
-                  tracemalloc_on: bool) -> dict[str, float]:  # fmt: skip
+                  tracemalloc_on: bool, log: str | None = None) -> dict[str, float]:  # fmt: skip
     import httpx
     from inprocess_cpu import BODY
 
@@ -94,6 +96,8 @@ async def measure(requests: int, *, stream: bool, endpoint: str | None,
 
     async with run_simulator(SimSettings(port=0)) as sim:
         values: dict[str, Any] = {"otel": {"endpoint": endpoint} if endpoint else {}}
+        if log is not None:  # the request log on, into this SQLite file
+            values["request_log"] = {"enabled": True, "store": {"sqlite_path": log}}
         gateway = build_gateway(Settings.for_upstream(sim.base_url, **values))
         count = GcCount()
         async with gateway, httpx.AsyncClient(
@@ -135,18 +139,22 @@ async def measure(requests: int, *, stream: bool, endpoint: str | None,
         return found
 
 
-def child(requests: int, endpoint: str | None, tracemalloc_on: bool) -> None:
-    result = {kind: asyncio.run(measure(requests, stream=kind == "stream", endpoint=endpoint,
-                                        tracemalloc_on=tracemalloc_on))
-              for kind in KINDS}  # fmt: skip
+def child(requests: int, endpoint: str | None, tracemalloc_on: bool, log: bool) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        result = {kind: asyncio.run(measure(
+            requests, stream=kind == "stream", endpoint=endpoint, tracemalloc_on=tracemalloc_on,
+            log=str(Path(folder) / f"{kind}.sqlite") if log else None,
+        )) for kind in KINDS}  # fmt: skip
     print(json.dumps(result))
 
 
 def run_child(requests: int, endpoint: str | None, tracemalloc_on: bool,
-              src: Path | None = None) -> dict[str, Any]:  # fmt: skip
+              src: Path | None = None, log: bool = False) -> dict[str, Any]:  # fmt: skip
     argv = [sys.executable, __file__, "--child", "--requests", str(requests)]
     if endpoint:
         argv += ["--endpoint", endpoint]
+    if log:
+        argv.append("--log")
     if tracemalloc_on:
         argv.append("--tracemalloc")
     env = dict(os.environ)
@@ -160,17 +168,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--sides", default="off,otel")
+    parser.add_argument(
+        "--sides", default="off,otel",
+        help="of off, otel, log, log+otel (the request log on, in SQLite)",
+    )  # fmt: skip
+    parser.add_argument("--name", default="otel_where", help="the results' file name")
     parser.add_argument("--tracemalloc", action="store_true", help="the peak of traced memory")
     parser.add_argument("--note", default="", help="a sentence for the results' head")
     parser.add_argument("--src", type=Path, help="another tree's src/: its otel side too")
     parser.add_argument("--src-name", default="before")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--log", action="store_true", help=argparse.SUPPRESS)
     add_output_options(parser)
     args = parser.parse_args()
     if args.child:
-        child(args.requests, args.endpoint, args.tracemalloc)
+        child(args.requests, args.endpoint, args.tracemalloc, args.log)
         return
     out = Output.of(args)
     if args.smoke:
@@ -189,8 +202,8 @@ def main() -> None:
         wait_port(port)
         for _ in range(args.rounds):
             for side, src in trees.items():
-                runs[side].append(run_child(args.requests, endpoint if side != "off" else None,
-                                            args.tracemalloc, src))  # fmt: skip
+                runs[side].append(run_child(args.requests, endpoint if "otel" in side else None,
+                                            args.tracemalloc, src, log="log" in side))  # fmt: skip
     finally:
         stop(receiver)
     report(runs, sides, args, out)
@@ -203,11 +216,13 @@ def report(runs: dict[str, list[dict[str, Any]]], sides: list[str], args: argpar
                             "load_average": load, "runs": runs}  # fmt: skip
     fields = list(FIELDS) + ([("peak_kib", "traced peak KiB")] if args.tracemalloc else [])
     lines = [
-        f"# Where tracing's CPU goes ({data['date']}, {data['machine']})", "",
+        f"# Where tracing's and the request log's CPU goes ({data['date']}, {data['machine']})",
+        "",
         (f"`benchmarks/otel_where.py --rounds {args.rounds} --requests {args.requests}"
-         f"{' --tracemalloc' if args.tracemalloc else ''}`: the in-process path (httpx, "
-         "gateway, simulator in one process; tracing exports to a receiver in another "
-         "process), sides alternating, each in its own process; medians of the rounds, per "
+         f" --sides {args.sides}{' --tracemalloc' if args.tracemalloc else ''}`: the "
+         "in-process path (httpx, gateway, simulator in one process; tracing exports to a "
+         "receiver in another process, the request log writes to SQLite), sides "
+         "alternating, each in its own process; medians of the rounds, per "
          "request (collections per 1,000 requests) from the warm-up's end to the gateway's "
          "close. CPU figures indicative (a shared host). "
          f"Load average {load} at the end. {args.note}").rstrip(), "",
@@ -223,7 +238,7 @@ def report(runs: dict[str, list[dict[str, Any]]], sides: list[str], args: argpar
             cells = [f"{median[s]:,.2f}" for s in sides]
             cells += [f"{median[s] - median[sides[0]]:+,.2f}" for s in sides[1:]]
             lines.append(f"| {kind} | {what} | " + " | ".join(cells) + " |")
-    out.write("otel_where", data, "\n".join(lines) + "\n")
+    out.write(args.name, data, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
