@@ -14,7 +14,7 @@ alternating runs, medians; gen-0 collections 235 -> 165 over 5,300 requests).
 
 Of each record's replay features (requestlog/features.py: what `levergate analyze` needs with
 bodies off) only the deadlines are read there; the body's (the fingerprint, the prefix digests)
-are computed with the batch's rows, from the body held by reference (`Pending`): done one
+are computed with the batch's rows, from the bytes the body was parsed from (`Pending`): done one
 request at a time, between other work, the same code took 3x as long (31 against 10 us for a
 small prompt, measured in the in-process benchmark: cold caches). The bodies held for that are
 bounded like captured bodies, in their bytes as received, by `bodies.max_queued_bytes` (apart
@@ -91,15 +91,18 @@ log = logging.getLogger("levergate.requestlog")
 T = TypeVar("T")
 
 
-# A request's replay features still to compute, in the writer's batch: its body by reference, its
-# kind, its deadlines read when it finished (`controls_of`), the canonical bytes the exact cache
-# left for that body (None: none), and the bytes it was received as (what is held; 0 when its
-# bodies are captured, holding it anyway). Not the model: the batch reads it from the body as
-# `Call.model` does (a property, a Python frame on the request path: ~770 instructions). Not
-# the call: that kept the request's whole object graph (its context, trace, reply) alive until
-# the batch. A plain tuple: a NamedTuple is built by a `__new__` written in Python, a frame on
-# the request path.
-Pending = tuple[Mapping[str, Any], str, Mapping[str, Any], bytes | None, int]
+# A request's replay features still to compute, in the writer's batch: the JSON bytes its body
+# was parsed from (`Call.raw`; the body by reference when there are none), its kind, its
+# deadlines read when it finished (`controls_of`), the canonical bytes the exact cache left for
+# that body (None: none), and the bytes it was received as (what is held; 0 when its bodies are
+# captured, holding it anyway). Not the model: the batch reads it from the body as `Call.model`
+# does (a property, a Python frame on the request path: ~770 instructions). Not the call: that
+# kept the request's whole object graph (its context, trace, reply) alive until the batch. Not
+# the body when its bytes are there: its dicts and lists, alive until the batch, were ~4 more
+# objects a request for the young collections to find alive and move on (bytes are not
+# tracked; parsing them again in the batch is ~1k instructions). A plain tuple: a NamedTuple is
+# built by a `__new__` written in Python, a frame on the request path.
+Pending = tuple[bytes | Mapping[str, Any], str, Mapping[str, Any], bytes | None, int]
 # The deadlines' features of a request with none (`controls_of` gives {} then), shared: read only.
 _NO_CONTROLS: Mapping[str, Any] = MappingProxyType({})
 
@@ -266,7 +269,7 @@ class LogWriter:
             body = call.body
             known = call.ctx.trace.canonical
             canonical = known[1] if known is not None and known[0] is body else None
-            replay = (body, call.kind, extra, canonical, size)
+            replay = (body if raw is None else raw, call.kind, extra, canonical, size)
         else:
             replay = replay_of(call, extra)
         queue.append((row, captured, replay))
@@ -426,7 +429,9 @@ class LogWriter:
         for head, captured, replay in batch:
             try:
                 if isinstance(replay, tuple):  # `Pending`: `replay_of`, inline (every record)
-                    body, kind, controls, canonical, _ = replay
+                    source, kind, controls, canonical, _ = replay
+                    # The bytes parsed again (they were parsed as this request's body).
+                    body = orjson.loads(source) if type(source) is bytes else source
                     model = body.get("model")  # `Call.model`
                     text = replay_text(body, kind=kind, controls=controls, canonical=canonical,
                                        model=model if isinstance(model, str) else "")  # fmt: skip
