@@ -362,16 +362,16 @@ def _held(value: object) -> list[object]:
 
 
 async def test_the_queue_keeps_no_record_or_call_until_the_batch(tmp_path: Path) -> None:
-    """A queued request is its row and what its replay features need (the body, its canonical
-    bytes, its deadlines), not the record and the call: those (the request's whole object graph)
-    die when the request ends instead of living on for the batch. Its row is written as if built
-    in the batch."""
+    """A queued request is its row and what its replay features need (the bytes its body was
+    parsed from, its canonical bytes, its deadlines), not the record, the call or the body's
+    dicts and lists: those (the request's whole object graph) die when the request ends instead
+    of living on for the batch. Its row is written as if built in the batch."""
     path = tmp_path / "log.db"
     log, _, _ = writer(path)
     for n in range(3):
         log.observe(record(n), call(f"{n}"), Seen())
     kinds = {type(held) for item in log._queue for held in _held(item)}
-    assert not kinds & {Call, Context, type(record(0)), Seen}
+    assert not kinds & {Call, Context, type(record(0)), Seen, dict, list}
     assert await log.flush()
     await log.aclose()
     assert count(path) == 3
