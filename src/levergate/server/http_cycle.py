@@ -181,9 +181,11 @@ class Cycle:
     def arrived(self, *, limit: int) -> bytes | None:
         """The whole body if all of it has arrived (a small request comes in one read), held to
         `limit` as `read` holds it; None while more is due (then `read`). The edge takes it
-        without a coroutine."""
-        declared_length(self.headers, limit=limit)
+        without a coroutine. The declared content-length is checked only while more is due
+        (a 413 before the rest arrives): a body all there is held by its own length, which its
+        framing made the declared one (~700 instructions a request fewer)."""
         if self.more_body:
+            declared_length(self.headers, limit=limit)
             return None
         body, self.body = self.body, b""
         if len(body) > limit:

@@ -187,6 +187,25 @@ async def test_a_body_over_the_limit_is_413_as_it_arrives() -> None:
         await declared.read(limit=4)
 
 
+async def test_a_body_all_there_is_held_to_the_limit_by_its_length() -> None:
+    """`arrived` checks the declared content-length only while more is due; a body all there
+    (its framing made it the declared length) is refused by its own length, as before."""
+    wire = Wire()
+    whole = wire.cycle(headers={"content-length": "5"})
+    whole.received(b"abcde")
+    whole.ended_body()
+    with pytest.raises(PayloadTooLarge):
+        whole.arrived(limit=4)
+    fits = wire.cycle(headers={"content-length": "4"})
+    fits.received(b"abcd")
+    fits.ended_body()
+    assert fits.arrived(limit=4) == b"abcd"
+    due = wire.cycle(headers={"content-length": "5"})
+    due.received(b"ab")  # more is due: the declared length is refused before it arrives
+    with pytest.raises(PayloadTooLarge):
+        due.arrived(limit=4)
+
+
 async def test_a_body_cut_by_the_client_going_away_is_incomplete() -> None:
     wire = Wire()
     cycle = wire.cycle()
