@@ -177,6 +177,9 @@ class App:
         finally:
             cycle.over = True
             self._running.discard(cycle)
+            handler = cycle.handler
+            if handler is not None:  # out of the server's running tasks (http_protocol._start)
+                cycle.connection.tasks.discard(handler)
             if edge is not self.edge:
                 self.ended.set()
             if self._access_log:

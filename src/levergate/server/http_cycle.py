@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import orjson
@@ -79,12 +79,15 @@ def encode_head(status: int, headers: list[tuple[str, str]], framing: str) -> by
 @dataclass(frozen=True, slots=True)
 class Connection:
     """What the requests of one connection share: its writes, its flow control, the protocol's
-    callback for an answer written in whole, and the peer's address (for the access log)."""
+    callback for an answer written in whole, the peer's address (for the access log), and the
+    server's set of running request tasks (a graceful shutdown waits for it to empty), which
+    `App.serve` leaves itself as it ends."""
 
     writes: Coalescing
     flow: FlowControl
     on_response: Callable[[], None]
     client: tuple[str, int] | None
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 class Cycle:
