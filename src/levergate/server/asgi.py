@@ -146,6 +146,7 @@ class App:
         A client that goes away cancels the handler from the protocol's side (`Cycle.lose`)
         rather than through a watcher of `receive`."""
         trace = Trace.fresh()
+        trace.loop = cycle.connection.loop  # Measure's, for the record (core/call.py)
         edge = self.edge  # a reload swaps it for later requests, never under this one
         cycle.edge = edge
         cycle.started = trace.started

@@ -88,6 +88,8 @@ class Connection:
     on_response: Callable[[], None]
     client: tuple[str, int] | None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # The loop the connection is served on (None: unknown; then asked of asyncio).
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 class Cycle:

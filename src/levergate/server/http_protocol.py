@@ -181,7 +181,7 @@ class HttpProtocol(HttpToolsProtocol):
         self._writes = Coalescing(transport, close=lambda: self._close(transport))
         super().connection_made(self._writes)  # type: ignore[arg-type]
         self._connection = Connection(self._writes, self.flow, self.on_response_complete,
-                                      self.client, self.tasks)  # fmt: skip
+                                      self.client, self.tasks, self.loop)  # fmt: skip
         limits = self.limits
         peer = transport.get_extra_info("peername")
         self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
