@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 import random
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -40,6 +39,7 @@ from levergate.control_headers import (
 )
 from levergate.core.call import Call, Context, Kind, Trace
 from levergate.core.controls import ANONYMOUS, CachePolicy, Controls, Priority
+from levergate.core.ids import IDS
 from levergate.core.interactive import Interactive
 from levergate.core.reply import Completed, Event, Reply, Stream
 from levergate.errors import BadRequest, LevergateError
@@ -494,4 +494,6 @@ def request_id_for(headers: Mapping[str, str]) -> str:
     asked = headers.get(REQUEST_ID_HEADER)
     if asked is not None and _CLIENT_REQUEST_ID.fullmatch(asked) is not None:
         return asked
-    return os.urandom(12).hex()
+    # 96 random bits, drawn in batches (core/ids.py), here without a call of its own.
+    fresh = next(IDS.ids, None)
+    return fresh if fresh is not None else IDS.refill()

@@ -31,6 +31,8 @@ from levergate.policies.fingerprint import canonical_body_bytes
 _new_object = object.__new__
 
 if TYPE_CHECKING:
+    import asyncio
+
     from levergate.core.spans import Spans
     from levergate.policies.tiers import Tier, TierDecision
     from levergate.stores.keys import KeyRecord
@@ -186,6 +188,11 @@ class Trace:
     # A body and its canonical bytes, the last `Call.canonical_bytes` computed (the body held:
     # a call reads them only for that very object, which a body's immutability makes right).
     canonical: tuple[Mapping[str, Any], bytes] | None = None
+    # Not a fact: the event loop the request is served on, when the edge knows it (`levergate
+    # serve`'s connection). Measure defers the record to it without asking asyncio, whose
+    # `get_running_loop()` is a `getpid` system call on CPython 3.11 (`hit_syscalls.md`).
+    # None: Measure asks.
+    loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def fresh(cls) -> Trace:
@@ -206,7 +213,7 @@ class Trace:
         trace.notes = []
         trace.quota = trace.budget_left = trace.cache = trace.fallback = trace.route = None
         trace.trimmed_how = trace.tier = trace.tier_decision = trace.microbatch = None
-        trace.spans = trace.canonical = None
+        trace.spans = trace.canonical = trace.loop = None
         trace.cascade_fallback = trace.batch = False
         trace.origin = "request"
         return trace

@@ -146,6 +146,7 @@ class App:
         A client that goes away cancels the handler from the protocol's side (`Cycle.lose`)
         rather than through a watcher of `receive`."""
         trace = Trace.fresh()
+        trace.loop = cycle.connection.loop  # Measure's, for the record (core/call.py)
         edge = self.edge  # a reload swaps it for later requests, never under this one
         cycle.edge = edge
         cycle.started = trace.started
@@ -177,6 +178,9 @@ class App:
         finally:
             cycle.over = True
             self._running.discard(cycle)
+            handler = cycle.handler
+            if handler is not None:  # out of the server's running tasks (http_protocol._start)
+                cycle.connection.tasks.discard(handler)
             if edge is not self.edge:
                 self.ended.set()
             if self._access_log:

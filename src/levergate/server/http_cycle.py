@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import orjson
@@ -79,12 +79,17 @@ def encode_head(status: int, headers: list[tuple[str, str]], framing: str) -> by
 @dataclass(frozen=True, slots=True)
 class Connection:
     """What the requests of one connection share: its writes, its flow control, the protocol's
-    callback for an answer written in whole, and the peer's address (for the access log)."""
+    callback for an answer written in whole, the peer's address (for the access log), and the
+    server's set of running request tasks (a graceful shutdown waits for it to empty), which
+    `App.serve` leaves itself as it ends."""
 
     writes: Coalescing
     flow: FlowControl
     on_response: Callable[[], None]
     client: tuple[str, int] | None
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # The loop the connection is served on (None: unknown; then asked of asyncio).
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 class Cycle:
@@ -181,9 +186,11 @@ class Cycle:
     def arrived(self, *, limit: int) -> bytes | None:
         """The whole body if all of it has arrived (a small request comes in one read), held to
         `limit` as `read` holds it; None while more is due (then `read`). The edge takes it
-        without a coroutine."""
-        declared_length(self.headers, limit=limit)
+        without a coroutine. The declared content-length is checked only while more is due
+        (a 413 before the rest arrives): a body all there is held by its own length, which its
+        framing made the declared one (~700 instructions a request fewer)."""
         if self.more_body:
+            declared_length(self.headers, limit=limit)
             return None
         body, self.body = self.body, b""
         if len(body) > limit:

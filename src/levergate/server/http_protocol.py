@@ -181,7 +181,7 @@ class HttpProtocol(HttpToolsProtocol):
         self._writes = Coalescing(transport, close=lambda: self._close(transport))
         super().connection_made(self._writes)  # type: ignore[arg-type]
         self._connection = Connection(self._writes, self.flow, self.on_response_complete,
-                                      self.client)  # fmt: skip
+                                      self.client, self.tasks, self.loop)  # fmt: skip
         limits = self.limits
         peer = transport.get_extra_info("peername")
         self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
@@ -323,9 +323,12 @@ class HttpProtocol(HttpToolsProtocol):
             self._timer = None
 
     def _start(self, cycle: Cycle) -> None:
+        # The task leaves the server's set itself, as `App.serve` ends (the graceful shutdown
+        # waits for the set to empty), not by a done callback: that was one more callback
+        # scheduled and run a request. A task cancelled before it ever ran (uvicorn's, once
+        # the graceful shutdown's time is over, when nothing waits for the set any more) stays.
         task = self.loop.create_task(self.served.serve(cycle))
         cycle.handler = task
-        task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
     def on_response_complete(self) -> None:

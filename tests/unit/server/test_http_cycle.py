@@ -13,7 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from uvicorn.protocols.http.flow_control import FlowControl
 
+from levergate.config import Settings
 from levergate.errors import BadRequest, PayloadTooLarge
+from levergate.gateway import Gateway
+from levergate.server.asgi import App
 from levergate.server.exchange import Response
 from levergate.server.http_cycle import Connection, Cycle, UnsafeHeader, encode_head
 from levergate.server.http_writes import Coalescing
@@ -187,6 +190,25 @@ async def test_a_body_over_the_limit_is_413_as_it_arrives() -> None:
         await declared.read(limit=4)
 
 
+async def test_a_body_all_there_is_held_to_the_limit_by_its_length() -> None:
+    """`arrived` checks the declared content-length only while more is due; a body all there
+    (its framing made it the declared length) is refused by its own length, as before."""
+    wire = Wire()
+    whole = wire.cycle(headers={"content-length": "5"})
+    whole.received(b"abcde")
+    whole.ended_body()
+    with pytest.raises(PayloadTooLarge):
+        whole.arrived(limit=4)
+    fits = wire.cycle(headers={"content-length": "4"})
+    fits.received(b"abcd")
+    fits.ended_body()
+    assert fits.arrived(limit=4) == b"abcd"
+    due = wire.cycle(headers={"content-length": "5"})
+    due.received(b"ab")  # more is due: the declared length is refused before it arrives
+    with pytest.raises(PayloadTooLarge):
+        due.arrived(limit=4)
+
+
 async def test_a_body_cut_by_the_client_going_away_is_incomplete() -> None:
     wire = Wire()
     cycle = wire.cycle()
@@ -217,3 +239,21 @@ async def test_a_lost_client_cancels_a_handler_that_has_run_long_enough() -> Non
     with pytest.raises(asyncio.CancelledError):
         await cycle.handler
     assert cycle.cut_short
+
+
+async def test_a_request_task_leaves_the_servers_set_as_it_ends() -> None:
+    """`App.serve` takes its own task out of the server's running set (which a graceful
+    shutdown waits to empty) as it ends, with no done callback: answered or failed."""
+    wire = Wire()
+    app = App(Gateway(Settings.for_upstream("http://127.0.0.1:9/v1")))
+    for path in ("/nope", "/v1/chat/completions"):  # a 404, a 400 (no body)
+        cycle = Cycle(wire.connection, "POST", path, "", {})
+        cycle.ended_body()
+        task = asyncio.get_running_loop().create_task(app.serve(cycle))
+        cycle.handler = task
+        wire.connection.tasks.add(task)
+        await task
+        assert not wire.connection.tasks
+    assert wire.completed == 2
+    assert wire.sent.startswith(b"HTTP/1.1 404")
+    assert b"HTTP/1.1 400" in wire.sent

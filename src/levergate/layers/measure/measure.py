@@ -103,7 +103,10 @@ class Measure:
         reply.headers[OVERHEAD_HEADER] = f"{overhead * 1000:.3f}"
         disclose = self._disclose
         if isinstance(reply, Completed):
-            loop = asyncio.get_running_loop()
+            # The edge's loop when it told it (a system call fewer: core/call.py's `loop`).
+            loop = trace.loop
+            if loop is None:
+                loop = asyncio.get_running_loop()
             if disclose is None:
                 loop.call_soon(self._completed, call, reply, total)
                 return reply

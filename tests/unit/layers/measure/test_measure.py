@@ -137,6 +137,32 @@ async def test_the_record_says_what_answered_and_what_it_cost() -> None:
     assert record.timings.total >= record.timings.overhead >= 0
 
 
+async def test_the_record_is_built_on_the_loop_the_edge_named() -> None:
+    """The server names its connection's loop on the trace (`Trace.loop`): the record is
+    deferred to it without asking asyncio for the running loop (a getpid system call on
+    CPython 3.11); a trace naming none falls back to the running loop."""
+    loop = asyncio.get_running_loop()
+    asked: list[object] = []
+
+    class Named:
+        def call_soon(self, callback: object, *args: object) -> None:
+            asked.append(callback)
+            loop.call_soon(callback, *args)  # type: ignore[arg-type]
+
+    records = Records()
+    service = measured(Answers(), Telemetry(MetricsSettings()), sinks=[records])
+    call = request("big")
+    call.ctx.trace.loop = cast("asyncio.AbstractEventLoop", Named())
+    await service(call)
+    assert len(asked) == 1
+    await asyncio.sleep(0)
+    assert len(records.seen) == 1
+    await service(request("big"))  # no loop named: the running one
+    await asyncio.sleep(0)
+    assert len(asked) == 1
+    assert len(records.seen) == 2
+
+
 async def test_a_cache_hit_spends_nothing_and_saves_what_the_answer_cost() -> None:
     class Hit:
         async def __call__(self, call: Call) -> Reply:
