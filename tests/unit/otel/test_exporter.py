@@ -203,9 +203,9 @@ async def test_a_traced_request_leaves_nothing_behind_but_its_spans_bytes(
     spans.export(found, context)
     assert (sys.getrefcount(found), sys.getrefcount(context)) == held
     internal = Internal("workflow w", 5, 6, None, 1.0, 2.0, {"levergate.workflow": "w"})
-    held = sys.getrefcount(internal)
+    internal_held = sys.getrefcount(internal)
     spans.export_internal([internal], now=3.0)
-    assert sys.getrefcount(internal) == held
+    assert sys.getrefcount(internal) == internal_held
     await spans.aclose()
     assert metric("exported") == 3
     assert sorted(s.name for s in got.spans) == ["attempt sim", "chat fast", "workflow w"]
