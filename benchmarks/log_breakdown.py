@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 from harness import Output, add_output_options, need_tool, stamp
 
 HERE = Path(__file__).resolve().parent
@@ -147,55 +148,26 @@ async def serve_and_count(args: argparse.Namespace) -> None:
 
 
 async def count_parts(writer: Any, seen: list[tuple[Any, ...]], folder: Path, marks: Marks) -> None:
-    import orjson
-    import xxhash
-
-    from levergate.policies.affinity import block_digests
-    from levergate.policies.fingerprint import canonical_body_bytes, head_bytes
-    from levergate.requestlog import features
     from levergate.requestlog.row import row_of
-    from levergate.requestlog.store import SqliteLog
-
-    queue = writer._queue
-    wall = writer._wall
 
     def queued() -> list[Any]:
-        items = list(queue)
-        queue.clear()
+        items = list(writer._queue)
+        writer._queue.clear()
         writer._hold(items, -1)
         return items
 
     # Everything each part needs, made before counting: the items `observe` queues, their
-    # `Pending` replay inputs, the features' dicts, the rows.
+    # `Pending` replay inputs (the body's bytes, parsed here as the batch parses them), the
+    # rows, the stores.
     for record, call, about in seen:
         writer.observe(record, call, about)
     items = queued()
     pending = [replay for _, _, replay in items]
     if not all(isinstance(p, tuple) for p in pending):
         raise RuntimeError("a record's features were computed at once, not in the batch")
-    canonicals = [canonical_body_bytes(p[0]) for p in pending]
-    found = [features.features_of_body(p[0], kind=p[1], model=p[0]["model"]) for p in pending]
+    bodies = [orjson.loads(p[0]) if isinstance(p[0], bytes) else p[0] for p in pending]
     rows = await writer._rows(items)
-    stores = {}
-    for name, drop in (("both", ()), ("no_ts", ("ts",)), ("no_request", ("request",)),
-                       ("none", ("ts", "request"))):  # fmt: skip
-        path = folder / f"{name}.db"
-        with contextlib.closing(sqlite3.connect(folder / "log.db")) as conn:
-            conn.execute(f"VACUUM INTO '{path}'")  # the warm-up's rows and the kept ones
-        with contextlib.closing(sqlite3.connect(path)) as conn:
-            for index in drop:
-                conn.execute(f"DROP INDEX lg_requests_{index}")
-        store = SqliteLog(str(path), timeout_seconds=600, batch_size=len(rows))
-        made = store.schema()
-        store.schema = lambda made=made, drop=drop: [  # type: ignore[method-assign]
-            s for s in made if not any(f"lg_requests_{i} ON" in s for i in drop)
-        ]
-        # The statement compiled (and sqlite3's cache holding it) before the count: written
-        # once and rolled back.
-        store._with(lambda conn: conn.execute("BEGIN IMMEDIATE"))
-        store.write(rows)
-        store._conn.execute("ROLLBACK")
-        stores[name] = store
+    stores = _stores(rows, folder)
     gc.collect()
     gc.freeze()
     marks.on()
@@ -211,61 +183,86 @@ async def count_parts(writer: Any, seen: list[tuple[Any, ...]], folder: Path, ma
             for record, call, about in seen:
                 writer.observe(record, call, about)
         queued()
-    each("row_of", lambda: [row_of(wall(), r) for r, _, _ in seen])
-    each(
-        "replay_text",
-        lambda: [
-            features.replay_text(
-                p[0], kind=p[1], model=p[0]["model"], controls=p[2], canonical=p[3]
-            )
-            for p in pending
-        ],
-    )
-    each(
-        "features_of_body",
-        lambda: [
-            features.features_of_body(p[0], kind=p[1], model=p[0]["model"], canonical=p[3])
-            for p in pending
-        ],
-    )
-    each("canonical_body_bytes", lambda: [canonical_body_bytes(p[0]) for p in pending])
-    each(
-        "fingerprint",
-        lambda: [
-            xxhash.xxh3_128_hexdigest(head_bytes(p[1], p[0]["model"], "") + c)
-            for p, c in zip(pending, canonicals, strict=True)
-        ],
-    )
-    each(
-        "messages_whole",
-        lambda: [
-            xxhash.xxh3_64_intdigest(features._NULL + orjson.dumps(p[0]["messages"]))
-            for p in pending
-        ],
-    )
-    each(
-        "blocks",
-        lambda: [
-            features.encode_blocks(
-                block_digests(
-                    orjson.dumps(p[0]["messages"]),
-                    block_bytes=features.BLOCK_BYTES,
-                    max_blocks=features.MAX_BLOCKS,
-                )
-            )
-            for p in pending
-        ],
-    )
-    each("features_json", lambda: [orjson.dumps(f).decode() for f in found])
+    each("row_of", lambda: [row_of(writer._wall(), r) for r, _, _ in seen])
+    _count_features(each, pending, bodies)
     for _, _, replay in items:
         writer._held_bytes += replay[-1]  # as observe counted them
     with marks.part("_rows"):
         await writer._rows(items)
     writer._hold(items, -1)
+    _count_store(each, stores, rows)
 
+
+def _stores(rows: list[tuple[Any, ...]], folder: Path) -> dict[str, Any]:
+    """Copies of the log (the warm-up's rows and the kept ones) with both indexes, one, or
+    none, each with the batch's statement compiled (written once and rolled back)."""
+    from levergate.requestlog.store import SqliteLog
+
+    stores = {}
+    for name, drop in (("both", ()), ("no_ts", ("ts",)), ("no_request", ("request",)),
+                       ("none", ("ts", "request"))):  # fmt: skip
+        path = folder / f"{name}.db"
+        with contextlib.closing(sqlite3.connect(folder / "log.db")) as conn:
+            conn.execute(f"VACUUM INTO '{path}'")
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            for index in drop:
+                conn.execute(f"DROP INDEX lg_requests_{index}")
+        store = SqliteLog(str(path), timeout_seconds=600, batch_size=len(rows))
+        made = store.schema()
+        store.schema = lambda made=made, drop=drop: [  # type: ignore[method-assign]
+            s for s in made if not any(f"lg_requests_{i} ON" in s for i in drop)
+        ]
+        store._with(lambda conn: conn.execute("BEGIN IMMEDIATE"))
+        store.write(rows)
+        store._conn.execute("ROLLBACK")
+        stores[name] = store
+    return stores
+
+
+Each = Callable[..., None]
+
+
+def _count_features(each: Each, pending: list[Any], bodies: list[Any]) -> None:
+    """The replay features' parts, each over every kept record."""
+    import xxhash
+
+    from levergate.policies.affinity import block_digests
+    from levergate.policies.fingerprint import canonical_body_bytes, head_bytes
+    from levergate.requestlog import features
+
+    both = list(zip(pending, bodies, strict=True))
+    canonicals = [canonical_body_bytes(b) for b in bodies]
+    found = [features.features_of_body(b, kind=p[1], model=b["model"]) for p, b in both]
+    each("replay_text", lambda: [
+        features.replay_text(b, kind=p[1], model=b["model"], controls=p[2], canonical=p[3])
+        for p, b in both
+    ])  # fmt: skip
+    each("features_of_body", lambda: [
+        features.features_of_body(b, kind=p[1], model=b["model"], canonical=p[3])
+        for p, b in both
+    ])  # fmt: skip
+    each("canonical_body_bytes", lambda: [canonical_body_bytes(b) for b in bodies])
+    each("fingerprint", lambda: [
+        xxhash.xxh3_128_hexdigest(head_bytes(p[1], b["model"], "") + c)
+        for (p, b), c in zip(both, canonicals, strict=True)
+    ])  # fmt: skip
+    each("messages_whole", lambda: [
+        xxhash.xxh3_64_intdigest(features._NULL + orjson.dumps(b["messages"])) for b in bodies
+    ])  # fmt: skip
+    each("blocks", lambda: [
+        features.encode_blocks(block_digests(orjson.dumps(b["messages"]),
+                                             block_bytes=features.BLOCK_BYTES,
+                                             max_blocks=features.MAX_BLOCKS))
+        for b in bodies
+    ])  # fmt: skip
+    each("features_json", lambda: [orjson.dumps(f).decode() for f in found])
+
+
+def _count_store(each: Each, stores: dict[str, Any], rows: list[tuple[Any, ...]]) -> None:
+    """The store's parts: the statement's Python, then each copy's insert and commit."""
     from levergate.requestlog.binds import modes_of
 
-    def python_part(store: SqliteLog) -> None:
+    def python_part(store: Any) -> None:
         columns = list(zip(*rows, strict=True))
         statement = store._statements.choose(modes_of(columns, store._defaults))
         statement.values(columns)
