@@ -431,7 +431,7 @@ class LogWriter:
                 if isinstance(replay, tuple):  # `Pending`: `replay_of`, inline (every record)
                     source, kind, controls, canonical, _ = replay
                     # The bytes parsed again (they were parsed as this request's body).
-                    body = orjson.loads(source) if isinstance(source, bytes) else source
+                    body = parse_json(source) if isinstance(source, bytes) else source
                     model = body.get("model")  # `Call.model`
                     text = replay_text(body, kind=kind, controls=controls, canonical=canonical,
                                        model=model if isinstance(model, str) else "")  # fmt: skip
