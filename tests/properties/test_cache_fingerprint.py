@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from levergate.core.call import Call, Context
 from levergate.policies.fingerprint import (
+    _EMPTY_IS_ABSENT,
     NON_SHAPING,
     ORDERED,
-    canonical_body,
+    _canonical_message,
     canonical_body_bytes,
     canonical_bytes,
     fingerprint,
@@ -187,11 +188,35 @@ def test_the_key_of_a_known_body_stays_what_stored_entries_were_written_under() 
     )  # fmt: skip
 
 
+def _reference_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The canonical body as `canonical_body` (policies/fingerprint.py) wrote it before its loop
+    was fused into `canonical_body_bytes` (2026-12-04): the output-shaping part of a body, with
+    equivalent spellings merged."""
+    special = _EMPTY_IS_ABSENT | {"n", "messages"}
+    out: dict[str, Any] = {}
+    for name, value in body.items():
+        if value is None or name in NON_SHAPING:
+            continue
+        if name not in special:
+            out[name] = value
+        elif name == "messages" and isinstance(value, list):
+            out[name] = [_canonical_message(m) for m in value]
+        elif (name in _EMPTY_IS_ABSENT and not value) or (
+            name == "n" and value == 1 and not isinstance(value, bool)
+        ):
+            continue
+        elif name == "stop" and isinstance(value, str):
+            out[name] = [value]
+        else:
+            out[name] = value
+    return out
+
+
 def _reference_body_bytes(body: dict[str, Any], exclude: frozenset[str] = frozenset()) -> bytes:
     """`canonical_body_bytes` as it was written before its loop was fused (2026-12-04): the
     canonical body, its ordered fields popped in `ORDERED`'s order, `exclude` dropped from the
     rest, the rest sorted."""
-    canonical = canonical_body(body)
+    canonical = _reference_body(body)
     ordered = [(name, canonical.pop(name)) for name in ORDERED if name in canonical]
     for name in exclude:
         canonical.pop(name, None)
@@ -206,7 +231,7 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {"b": 1}}}
 ORDERED_VALUES = st.sampled_from([None, [], {}, [TOOL], {"type": "json_schema", "s": {"b": 1}}])
 
 
-# Fields `canonical_body` spells anew, besides the ordered ones, and a message of text parts.
+# Fields the canonical body spells anew, besides the ordered ones, and a message of text parts.
 OTHER_VALUES = {
     "stop": st.sampled_from(["x", ["x"], [], None]),
     "n": st.sampled_from([1, 2, True, None]),

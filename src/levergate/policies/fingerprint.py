@@ -52,38 +52,9 @@ ORDERED: tuple[str, ...] = ("tools", "functions", "response_format")
 _EMPTY_IS_ABSENT = frozenset({"stop", "tools", "functions", "logit_bias"})
 
 
-# The fields `canonical_body` does more with than copy (every other one is copied when not null).
-_SPECIAL = _EMPTY_IS_ABSENT | {"n", "messages"}
-
-
-def canonical_body(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The output-shaping part of a body, with equivalent spellings merged. A field is checked
-    against the special ones once (one set lookup), and a message with text content is kept
-    as it is without a call: the fingerprint's share of a logged request was ~20k
-    instructions (callgrind), most of it this loop."""
-    out: dict[str, Any] = {}
-    for name, value in body.items():
-        if value is None or name in NON_SHAPING:
-            continue
-        if name not in _SPECIAL:
-            out[name] = value
-        elif name == "messages" and isinstance(value, list):
-            messages = []
-            for message in value:
-                if type(message) is dict and type(message.get("content")) is str:
-                    messages.append(message)
-                else:
-                    messages.append(_canonical_message(message))
-            out[name] = messages
-        elif (name in _EMPTY_IS_ABSENT and not value) or (
-            name == "n" and value == 1 and not isinstance(value, bool)
-        ):
-            continue
-        elif name == "stop" and isinstance(value, str):
-            out[name] = [value]
-        else:
-            out[name] = value
-    return out
+# The fields `canonical_body_bytes` does more with than copy (every other one is copied when not
+# null): the ones whose empty value is no value, `n`, the messages, and the ordered ones.
+_NOT_COPIED = _EMPTY_IS_ABSENT | {"n", "messages"} | frozenset(ORDERED)
 
 
 def _canonical_message(message: Any) -> Any:
@@ -116,24 +87,24 @@ def canonical_bytes(
     return head_bytes(kind, resolved_model, namespace) + canonical_body_bytes(body, exclude=exclude)
 
 
-# The fields `canonical_body_bytes` does more with than copy: `_SPECIAL` and the ordered ones.
-_NOT_COPIED = _SPECIAL | frozenset(ORDERED)
 _SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
 def canonical_body_bytes(
     body: Mapping[str, Any], *, exclude: frozenset[str] = frozenset()
 ) -> bytes:
-    """The canonical body's part of `canonical_bytes`: the body (`canonical_body`) with its keys
-    sorted, then each ordered field with its keys as given. The same for every kind, model and
+    """The canonical body's part of `canonical_bytes`: the body's output-shaping fields, with
+    equivalent spellings merged (a null, an empty `stop`/`tools`/`logit_bias`, `n` 1 as absent; a
+    `stop` text as a list of one; a message of one text part as its text), keys sorted, then
+    each ordered field with its keys as given. The same for every kind, model and
     namespace, so one computation serves the exact cache's key and the request log's replay
     fingerprint (`Call.canonical_bytes`).
 
-    `canonical_body`'s loop, fused with the ordered fields' split and written for the common
-    body (plain fields, messages of text kept as the list they came in): the same bytes (a
-    property test compares the two). Counted (callgrind, `inprocess_cpu.py`'s one-message body
-    with `stream`): 14.3k instructions a call as `canonical_body`, then the ordered fields popped
-    from its dict, `exclude`'s loop and the parts joined; 10.6k fused."""
+    One loop, written for the common body (plain fields, messages of text kept as the list they
+    came in), for the bytes it was until 2026-12-04: the canonical body's dict built, its ordered
+    fields popped, `exclude`'s loop, the parts joined (a property test compares the two).
+    Counted (callgrind, `inprocess_cpu.py`'s one-message body with `stream`): 14.3k instructions
+    a call as that composition, 10.6k fused."""
     out: dict[str, Any] = {}
     ordered: list[tuple[str, Any]] | None = None
     for name, value in body.items():
