@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -122,6 +123,23 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One 200 answer with a content-length off a keep-alive socket: its head (up to the blank
+    line) and its body."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += sock.recv(65536)
+    head, _, body = received.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"answered {head.splitlines()[0]!r}")
+    found = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+    if found is None:
+        raise RuntimeError("an answer without content-length")
+    while len(body) < int(found.group(1)):
+        body += sock.recv(65536)
+    return head, body
 
 
 def wait_port(

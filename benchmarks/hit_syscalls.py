@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -31,7 +30,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import Output, add_output_options, free_port, need_tool, stamp, wait_port
+from harness import (
+    Output,
+    add_output_options,
+    free_port,
+    need_tool,
+    read_response,
+    stamp,
+    wait_port,
+)  # fmt: skip
 
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 SAME = {"model": "sim-small", "max_tokens": 16, "temperature": 0,
@@ -48,17 +55,7 @@ def ask(port: int, requests: int) -> tuple[bytes, bytes]:
     with socket.create_connection(("127.0.0.1", port)) as sock:
         for _ in range(requests):
             sock.sendall(request)
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += sock.recv(65536)
-            head, _, rest = data.partition(b"\r\n\r\n")
-            if not head.startswith(b"HTTP/1.1 200"):
-                raise RuntimeError(f"answered {head.splitlines()[0]!r}")
-            size = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
-            if size is None:
-                raise RuntimeError("an answer without content-length")
-            while len(rest) < int(size.group(1)):
-                rest += sock.recv(65536)
+            head, rest = read_response(sock)
     return head + b"\r\n\r\n", rest
 
 

@@ -51,6 +51,7 @@ from harness import (
     cpu_seconds,
     free_port,
     need_tool,
+    read_response,
     stamp,
     stop,
     wait_port,
@@ -122,23 +123,9 @@ def round_trips(port: int, *, requests: int, same: dict[str, Any] | None = None)
                        % (len(raw), raw))  # fmt: skip
             started_at = time.perf_counter()
             sock.sendall(request)
-            _read_response(sock)
+            read_response(sock)
             times.append(1000 * (time.perf_counter() - started_at))
     return statistics.median(times[requests // 10 :])
-
-
-def _read_response(sock: socket.socket) -> None:
-    received = b""
-    while b"\r\n\r\n" not in received:
-        received += sock.recv(65536)
-    head, _, body = received.partition(b"\r\n\r\n")
-    if not head.startswith(b"HTTP/1.1 200"):
-        raise RuntimeError(f"answered {head.splitlines()[0]!r}")
-    found = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
-    if found is None:
-        raise RuntimeError("no content-length")
-    while len(body) < int(found.group(1)):
-        body += sock.recv(65536)
 
 
 def placements() -> dict[str, tuple[int, int]]:
