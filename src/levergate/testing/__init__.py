@@ -92,11 +92,10 @@ _REAL_WAIT_SECONDS = 2.0
 
 class _JumpingSelector(selectors.DefaultSelector):
     """The selector under a `VirtualTimeLoop`: it never blocks while a timer is scheduled; a wait
-    of `timeout` seconds (the
-    time to the loop's next timer) is taken as that much virtual time passing — unless I/O is
-    ready already (a loopback peer in the same loop wrote to it), which costs no time: a
-    request to a server on the same loop takes the time its server says, not the time to the
-    next timer."""
+    of `timeout` seconds (the time to the loop's next timer) is taken as that much virtual time
+    passing — unless I/O is ready already (a loopback peer in the same loop wrote to it), which
+    costs no time: a request to a server on the same loop takes the time its server says, not
+    the time to the next timer."""
 
     def __init__(self) -> None:
         super().__init__()
