@@ -102,8 +102,10 @@ class RequestLogSettings(_Strict):
     batch_size: int = Field(500, ge=1, le=100_000)
     # The longest a record waits in the queue before its batch is written (seconds).
     flush_seconds: float = Field(1.0, gt=0, le=60)
-    # How long the event loop may wait, blocked, for a batch's write (or a prune) in the log's
-    # thread before it goes on without it (milliseconds; 0, the default: never). Waiting, the
+    # How long the event loop may wait, blocked, for the log's thread's work (PostgreSQL's
+    # writes; SQLite's checkpoints, prunes, and its writes while another process holds the file
+    # locked: SQLite's other writes run on the loop itself) before it goes on without it
+    # (milliseconds; 0, the default: never). Waiting, the
     # loop leaves the thread the GIL each time SQLite hands it back; not waiting, each of those
     # times the thread waits for the busy loop to give it up (woken for nothing at each of the
     # loop's system calls): in-process that cost ~24 us a request (log_cpu.md: 1.126x -> 1.063x

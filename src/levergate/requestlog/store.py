@@ -1,9 +1,10 @@
 """Where the request log lives: one table, `lg_requests`, in SQLite (one machine, the default)
 or PostgreSQL (replicas sharing one log), behind one synchronous class per engine.
 
-Synchronous on purpose: the writer calls `write` from its own thread (requestlog/writer.py) and
-the readers (`GET /admin/log`, the CLI, reports) call the rest from a thread of their own or
-from the CLI's, each on a store of its own (a connection belongs to one thread). Every failure
+Synchronous on purpose: the writer calls `write` from its own thread (requestlog/writer.py), or
+SQLite's `writing`, which never waits for a lock, from its event loop, and the readers (`GET
+/admin/log`, the CLI, reports) call the rest from a thread of their own or from the CLI's,
+each on a store of its own (one connection is used by one thread at a time). Every failure
 — a locked or full disk, a dead or restarted server, a corrupt file — becomes `LogStoreError`;
 the connection is dropped and opened again at the next call, which is how a restarted
 PostgreSQL is reconnected to.
@@ -29,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from itertools import chain
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -47,7 +48,15 @@ from levergate.requestlog.query import Cursor, LogFilter, encode_cursor
 from levergate.requestlog.row import COLUMNS, LEVERS, NAMES, ZERO_DEFAULT, as_dict, saved_column
 from levergate.stores.sqlite_worker import connect
 
-__all__ = ["LogStore", "LogStoreError", "Page", "PostgresLog", "SqliteLog", "open_store"]
+__all__ = [
+    "LogStore",
+    "LogStoreBusy",
+    "LogStoreError",
+    "Page",
+    "PostgresLog",
+    "SqliteLog",
+    "open_store",
+]
 
 TABLE = "lg_requests"
 # The indexes of older levergates (module docstring), dropped where they are found.
@@ -75,6 +84,10 @@ sqlite3.register_adapter(type(None), _NULL.get)
 
 class LogStoreError(Exception):
     """The log store could not do what was asked (down, locked, full, corrupt)."""
+
+
+class LogStoreBusy(LogStoreError):
+    """The store cannot write without waiting (`SqliteLog.writing`): write in the thread."""
 
 
 class Page(NamedTuple):
@@ -406,11 +419,14 @@ class SqliteLog(_Sql):
         self._whole = batch_size
         self._busy_ms = max(1, int(timeout_seconds * 1000))
         self._defaults: tuple[object, ...] = ()  # each column's default, `COLUMNS` order
+        self._manual = False  # the connection's automatic checkpoints off (`writing`)
         # SQLite's least bound on parameters (999, before 3.32) until connected.
         self._statements = Statements(TABLE, NAMES, limit=999)
 
     def _connect(self) -> sqlite3.Connection:
-        conn = connect(self.path, busy_ms=self._busy_ms)
+        # made in the writer's thread and written on its event loop too (`writing`)
+        conn = connect(self.path, busy_ms=self._busy_ms, any_thread=True)
+        self._manual = False  # SQLite's automatic checkpoints on (`writing` turns them off)
         for statement in self.schema():
             conn.execute(statement)
         present = [row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})")]
@@ -447,11 +463,7 @@ class SqliteLog(_Sql):
         (requestlog/binds.py)."""
 
         def insert(conn: sqlite3.Connection) -> None:
-            if set(map(len, rows)) != {len(NAMES)}:  # in C: the thread holds the GIL here
-                raise sqlite3.ProgrammingError(f"rows of {len(NAMES)} values expected")
-            columns = list(zip(*rows, strict=True))
-            statement = self._statements.choose(modes_of(columns, self._defaults))
-            once, values = statement.values(columns)
+            statement, once, values = self._prepared(rows)
             sizes = chunk_sizes(len(rows), statement.most, whole=self._whole)
             if len(sizes) > 1 and not conn.in_transaction:
                 with self._transaction(conn):
@@ -461,6 +473,72 @@ class SqliteLog(_Sql):
 
         if rows:
             self._with(insert)
+
+    def writing(self, rows: Sequence[tuple[Any, ...]], *, at_once: int) -> Generator[None]:
+        """Insert `rows` on the caller's thread (the writer's event loop), in one transaction
+        of statements of `at_once` rows (the rest in powers of two), yielding after each so
+        that the caller lets other work run between them. It never waits: SQLite's busy
+        timeout is 0 meanwhile, so a database another process holds locked raises
+        `LogStoreBusy` at BEGIN, as does a store not connected yet (connecting runs the schema,
+        which may wait): the caller writes through `write`, in its thread, then. And it never
+        syncs the disk: in WAL mode with `synchronous = NORMAL` a commit appends to the WAL
+        and only a checkpoint syncs, so this connection's automatic checkpoints are off from
+        its first such write and the caller runs `checkpoint` in its thread instead. Closed
+        before its end (the caller cancelled), the transaction is rolled back. Any other
+        failure: `LogStoreError`, the connection dropped, as `write`'s."""
+        conn = self._conn
+        if conn is None:
+            raise LogStoreBusy("request log: not connected yet")
+        done = False
+        try:
+            statement, once, values = self._prepared(rows)
+            width = statement.width
+            self._begin_now(conn)
+            at = 0
+            for size in chunk_sizes(len(rows), statement.most, whole=at_once):
+                conn.executemany(statement.text(size), [once + values[at : at + size * width]])
+                at += size * width
+                yield
+            conn.execute("COMMIT")
+            done = True
+        except (sqlite3.Error, OSError) as exc:
+            self._drop()
+            raise LogStoreError(f"request log: {exc}") from exc
+        finally:
+            if self._conn is conn:
+                with contextlib.suppress(sqlite3.Error):
+                    if not done and conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+
+    def _begin_now(self, conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA busy_timeout = 0")
+        if not self._manual:
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+            self._manual = True
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+                raise
+            raise LogStoreBusy(f"request log: {exc}") from None
+
+    def checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database file and sync it (PASSIVE: never
+        waiting for a reader or a writer), for a writer whose `writing` turned SQLite's own
+        checkpoints off; a no-op when not connected."""
+        if self._conn is not None:
+            self._with(lambda conn: conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
+
+    def _prepared(self, rows: Sequence[tuple[Any, ...]]) -> tuple[Statement, list[Any], list[Any]]:
+        """The statement for `rows` (its columns left out, bound once or in every row:
+        binds.py) and its values, those bound once and the rest flattened."""
+        if set(map(len, rows)) != {len(NAMES)}:  # in C: the thread holds the GIL here
+            raise sqlite3.ProgrammingError(f"rows of {len(NAMES)} values expected")
+        columns = list(zip(*rows, strict=True))
+        statement = self._statements.choose(modes_of(columns, self._defaults))
+        once, values = statement.values(columns)
+        return statement, once, values
 
     @staticmethod
     def _execute(

@@ -27,21 +27,27 @@ Off the path, a supervised background job (`run`) wakes as soon as a batch is fu
 the full batches queued (the records that arrived before its turn wait for the next); or after
 `flush_seconds` without, and writes what is queued. It takes up to `batch_size` records at a
 time, completes their rows (bodies redacted and capped, replay features computed), yielding
-the event loop every ~0.5 ms, and hands the rows to the writer's own thread, where the
-database inserts them: a full batch in one multi-row statement, a part-batch in a few of a few
-sizes (store.py `chunk_sizes`) in one transaction. Python running in that
-thread instead would contend with the loop for the GIL (measured, that doubled the log's
-cost); and every statement there gives the GIL up and takes it back a few times, each a
-hand-over with the loop's thread when the loop is busy (`benchmarks/log_handoffs.py`), so a
-batch is handed over once and runs as few statements as it can. A writer process instead of the
-thread (the store in a child fed pickled batches through a pipe, tried 2026-12-04 on an AMD
-EPYC host) took the hand-overs away (the gateway's voluntary context switches 0.066-0.131 ->
-0.015 a request) but cost more than they did: pickling a row both ways ~10k instructions, the
-log 92.4k -> 110.3k instructions a record in all, and in `log_ab.py` (the child's CPU counted)
-in-process whole answers 1.235x of off against the thread's 1.131x in the same quiet minutes,
-through the proxy (two runs each, interleaved) the gateway's and the child's CPU 1.10-1.20x /
-1.24-1.31x of off (c=1 / c=16) against the thread's 1.17-1.19x / 1.04-1.07x; so the thread
-stays.
+the event loop every ~0.5 ms, and inserts them. SQLite's inserts run on the event loop too, a
+statement of `LOOP_ROWS` rows a turn, all in one transaction (`_write_now`, store.py
+`SqliteLog.writing`): never waiting (a database another process holds locked, or a store not
+connected yet, goes to the thread instead) and never syncing the disk (WAL, `synchronous =
+NORMAL`: a commit appends to the WAL; the checkpoints, which sync, run in the writer's own
+thread every `CHECKPOINT_ROWS` rows). Before 2026-12-05 the thread inserted every batch, in as
+few statements as it could; but every statement there gives the GIL up and takes it back a few
+times (~5 an `execute`), each a hand-over with the loop's thread when the loop is busy: the
+thread waited for the loop to give the GIL back, woken for nothing at each of the loop's own
+system calls meanwhile (`benchmarks/log_handoffs.py`), ~1 voluntary context switch a request
+in-process on a quiet 2-CPU Xeon and ~16 us a request of system time. PostgreSQL's inserts
+(a network round trip) stay in the thread, as do the labels', the prunes and the checkpoints.
+Python running in that thread would contend with the loop for the GIL (measured, that doubled
+the log's cost). A writer process instead of the thread (the store in a child fed pickled
+batches through a pipe, tried 2026-12-04 on an AMD EPYC host) took the hand-overs away (the
+gateway's voluntary context switches 0.066-0.131 -> 0.015 a request) but cost more than they
+did: pickling a row both ways ~10k instructions, the log 92.4k -> 110.3k instructions a record
+in all, and in `log_ab.py` (the child's CPU counted) in-process whole answers 1.235x of off
+against the thread's 1.131x in the same quiet minutes, through the proxy (two runs each,
+interleaved) the gateway's and the child's CPU 1.10-1.20x / 1.24-1.31x of off (c=1 / c=16)
+against the thread's 1.17-1.19x / 1.04-1.07x.
 
 A store that fails (locked past its timeout, disk full, PostgreSQL down or
 restarted) fails the batch, not a request: the batch goes back to the front of the queue, what
@@ -76,7 +82,7 @@ from levergate.redact import REDACTED, Redactor
 from levergate.requestlog.features import controls_of, replay_of, replay_text
 from levergate.requestlog.labels import label_row
 from levergate.requestlog.row import Captured, row_of
-from levergate.requestlog.store import LogStore, LogStoreError
+from levergate.requestlog.store import LogStore, LogStoreBusy, LogStoreError, SqliteLog
 
 if TYPE_CHECKING:
     from levergate.config.request_log import RequestLogBodiesSettings, RequestLogSettings
@@ -112,6 +118,10 @@ _NO_CONTROLS: Mapping[str, Any] = MappingProxyType({})
 Item = tuple[tuple[Any, ...], Captured | None, str | Pending | None]
 RETRY_FIRST_S, RETRY_CAP_S = 1.0, 30.0
 TURN_SECONDS = 0.0005  # rows built per turn of the event loop: about this long
+# Rows inserted a turn of the loop (`_write_now`): ~7 us a row of SQLite's and sqlite3's work,
+# so a turn about as long as a turn of `_rows`; and rows written between two checkpoints
+# (a few MB of WAL at most, as SQLite's own 1,000 pages).
+LOOP_ROWS, CHECKPOINT_ROWS = 64, 2000
 # What a turn is timed by (benchmarks/instructions.py counts rows instead: a turn's rows on a
 # wall clock vary with the machine's load, and each turn costs an event-loop iteration).
 TURN_CLOCK: Callable[[], float] = time.perf_counter
@@ -228,6 +238,8 @@ class LogWriter:
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="levergate-log")
         self._write_wait = settings.write_wait_ms / 1000
+        self._thread_work: concurrent.futures.Future[Any] | None = None  # the last submitted
+        self._unchecked = 0  # rows written on the loop since the last checkpoint
         self._retry = RETRY_FIRST_S
         self._failing = False
         self._closed = False
@@ -365,7 +377,8 @@ class LogWriter:
             if not rows:
                 continue
             try:
-                await self._in_thread(self._store.write, rows)
+                if not await self._write_now(rows, batch):
+                    await self._in_thread(self._store.write, rows)
             except LogStoreError as exc:
                 self._requeue(batch, exc)
                 return False
@@ -377,6 +390,41 @@ class LogWriter:
             self._wake.set()
         return await self._flush_labels()
 
+    async def _write_now(self, rows: list[tuple[object, ...]], batch: list[Item]) -> bool:
+        """Write `rows` on the event loop, `LOOP_ROWS` a statement and a turn, when the store
+        can without waiting (`SqliteLog.writing`) and its thread is idle (a write it was still
+        running when the job was cancelled, say; the connection is one); False when not, for
+        the thread to write them. On the loop because in the thread each of a statement's
+        releases of the GIL (~5 an `execute`) is a hand-over with the busy loop: the thread
+        waits for it to be handed back, woken for nothing at each of the loop's own releases
+        (each system call) meanwhile, and pays a context switch each time, ~1 a request
+        in-process on a quiet 2-CPU Xeon (`otel_where.py`, 2026-12-04). Cancelled meanwhile,
+        the rows are rolled back and the batch goes back to the queue, `aclose` writing it.
+        Every `CHECKPOINT_ROWS` rows so written, SQLite's checkpoint runs in the thread."""
+        store = self._store
+        busy = self._thread_work is not None and not self._thread_work.done()
+        if not isinstance(store, SqliteLog) or busy:
+            return False
+        try:
+            with contextlib.closing(store.writing(rows, at_once=LOOP_ROWS)) as turns:
+                for _ in turns:
+                    await asyncio.sleep(0)
+        except LogStoreBusy:
+            return False
+        except asyncio.CancelledError:
+            if lost := self._put_back(batch):
+                self._m.dropped.labels("queue_full").inc(lost)
+            raise
+        self._unchecked += len(rows)
+        if self._unchecked >= CHECKPOINT_ROWS:
+            self._unchecked = 0
+            try:
+                await self._in_thread(store.checkpoint)
+            except LogStoreError as exc:  # the next one copies what this one did not
+                self._m.store_errors.inc()
+                log.warning("request log: checkpoint failed: %s", exc)
+        return True
+
     def _in_thread(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run `work` in the store's thread (a batch's write, the labels', a prune), waiting
         for it up to `write_wait_ms` with the event loop blocked (the GIL free for the thread
@@ -387,7 +435,7 @@ class LogWriter:
         request, alternating runs, medians) 1.126x of off without the wait, 1.063x with it
         (benchmarks/results/log_cpu.md). Off by default: the wait pauses the loop, and with it
         every request in flight."""
-        future = self._executor.submit(work, *args)
+        future = self._thread_work = self._executor.submit(work, *args)
         if self._write_wait > 0:
             concurrent.futures.wait((future,), timeout=self._write_wait)
         return asyncio.wrap_future(future)

@@ -23,14 +23,18 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def connect(path: str, *, busy_ms: int, synchronous: str = "NORMAL") -> sqlite3.Connection:
+def connect(
+    path: str, *, busy_ms: int, synchronous: str = "NORMAL", any_thread: bool = False
+) -> sqlite3.Connection:
     """A WAL connection to `path` (its folder made), statements waiting up to `busy_ms` on a
-    lock held elsewhere. Switching a new file to WAL takes an exclusive lock for which SQLite
-    does not call its busy handler: two processes opening one new file at once saw "database
-    is locked" at once (9 runs in 40 of a two-process test), so the switch is retried until
-    the same deadline."""
+    lock held elsewhere; with `any_thread`, usable from a thread other than the one that made
+    it (the caller keeps two from using it at once). Switching a new file to WAL takes an
+    exclusive lock for which SQLite does not call its busy handler: two processes opening one
+    new file at once saw "database is locked" at once (9 runs in 40 of a two-process test), so
+    the switch is retried until the same deadline."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None)
+    conn = sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None,
+                           check_same_thread=not any_thread)  # fmt: skip
     try:
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
         deadline = time.monotonic() + busy_ms / 1000

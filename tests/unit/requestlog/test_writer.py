@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from levergate.requestlog import writer as writer_module
 from levergate.requestlog.features import features_of_body
 from levergate.requestlog.query import LogFilter
 from levergate.requestlog.row import Captured
-from levergate.requestlog.store import SqliteLog
+from levergate.requestlog.store import LogStoreBusy, SqliteLog
 from levergate.requestlog.writer import BodyText, LogMetrics, LogWriter
 from levergate.testing.metrics import sample_value
 from tests.unit.requestlog.records import record
@@ -61,7 +61,14 @@ def hold_writes(store: SqliteLog) -> tuple[threading.Event, threading.Event]:
         write(rows)
 
     store.write = held  # type: ignore[method-assign]
+    store.writing = busy  # type: ignore[method-assign]
     return writing, release
+
+
+def busy(rows: Sequence[tuple[Any, ...]], *, at_once: int) -> Generator[None]:
+    """`SqliteLog.writing` as when another process holds the database's write lock."""
+    raise LogStoreBusy("database is locked")
+    yield
 
 
 def count(path: Path) -> int:
@@ -143,15 +150,21 @@ async def test_the_job_writes_what_was_queued_when_it_began_and_leaves_later_arr
 
 
 def sized_writes(store: SqliteLog) -> list[int]:
-    """The rows of each `write` the store is given, in order (the real write still runs)."""
+    """The rows of each write the store is given, in order, in its thread (`write`) or on the
+    event loop (`writing`; the real write still runs)."""
     sizes: list[int] = []
-    write = store.write
+    write, writing = store.write, store.writing
 
     def counted(rows: Sequence[tuple[Any, ...]]) -> None:
         sizes.append(len(rows))
         write(rows)
 
+    def counted_now(rows: Sequence[tuple[Any, ...]], *, at_once: int) -> Generator[None]:
+        yield from writing(rows, at_once=at_once)  # `LogStoreBusy`: `write` gets them
+        sizes.append(len(rows))
+
     store.write = counted  # type: ignore[method-assign]
+    store.writing = counted_now  # type: ignore[method-assign]
     return sizes
 
 
@@ -400,3 +413,112 @@ async def test_the_loop_waits_for_a_write_at_most_write_wait_ms(
     assert await flushing
     await log.aclose()
     assert count(path) == 3
+
+
+async def connected(log: LogWriter, path: Path) -> None:
+    """A first record written: the store's thread connects (the schema), as the job's first
+    batch does."""
+    log.observe(record(1000), call(), Seen())
+    assert await log.flush()
+    assert count(path) == 1
+
+
+async def test_once_connected_batches_are_written_on_the_loop_not_in_the_thread(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "log.db"
+    log, store, metrics = writer(path, batch_size=5)
+    await connected(log, path)
+    in_thread = sized_writes(store)
+    store.write = lambda rows: pytest.fail("written in the thread")  # type: ignore[method-assign]
+    for n in range(12):
+        log.observe(record(n), call(), Seen())
+    assert await log.flush()
+    assert in_thread == [5, 5, 2]  # each batch through `writing`
+    assert count(path) == 13
+    assert sample_value(metrics.written) == 13
+    await log.aclose()
+
+
+async def test_a_database_locked_elsewhere_is_written_by_the_thread_once_free(
+    tmp_path: Path,
+) -> None:
+    """The loop never waits for a lock: `writing` gives up at once (busy timeout 0), and the
+    thread writes the batch, waiting for the lock up to the store's timeout."""
+    path = tmp_path / "log.db"
+    log, store, _ = writer(path, batch_size=5)
+    await connected(log, path)
+    store._busy_ms = 30_000  # the thread's wait outlasts the holder's
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process writing the file
+    try:
+        for n in range(3):
+            log.observe(record(n), call(), Seen())
+        flushing = asyncio.ensure_future(log.flush())
+        await until(lambda: log._thread_work is not None and not log._thread_work.done())
+        assert not flushing.done()  # the thread waits on the lock; the loop goes on
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    assert await flushing
+    assert count(path) == 4
+    await log.aclose()
+
+
+async def test_a_write_cancelled_on_the_loop_is_rolled_back_and_written_once_on_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer_module, "LOOP_ROWS", 1)  # a statement and a turn a row
+    path = tmp_path / "log.db"
+    log, store, metrics = writer(path, batch_size=5)
+    await connected(log, path)
+    for n in range(5):
+        log.observe(record(n), call(), Seen())
+    job = asyncio.ensure_future(log.flush())
+    while not (store._conn is not None and store._conn.in_transaction):
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)  # a row or two inserted, not committed
+    job.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await job
+    assert not store._conn.in_transaction
+    assert count(path) == 1  # rolled back
+    assert sample_value(metrics.queued) == 5  # and back in the queue
+    await log.aclose()
+    reader = sqlite3.connect(path)
+    try:
+        ids = [row[0] for row in reader.execute("SELECT request_id FROM lg_requests")]
+    finally:
+        reader.close()
+    assert len(ids) == len(set(ids)) == 6
+
+
+def in_database_file(path: Path) -> int:
+    """The records the database file holds, its WAL left out (what checkpoints copied)."""
+    reader = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+    try:
+        return int(reader.execute("SELECT count(*) FROM lg_requests").fetchone()[0])
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("every", [5, 10_000])
+async def test_loop_writes_are_checkpointed_in_the_thread_every_checkpoint_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int
+) -> None:
+    """Writing on the loop turns SQLite's automatic checkpoints off (a checkpoint syncs the
+    disk): the writer runs them in its thread every `CHECKPOINT_ROWS` rows."""
+    monkeypatch.setattr(writer_module, "CHECKPOINT_ROWS", every)
+    path = tmp_path / "log.db"
+    log, store, _ = writer(path, batch_size=5)
+    await connected(log, path)
+    assert store._conn is not None
+    store._conn.execute("PRAGMA wal_autocheckpoint = 1")  # SQLite's: at every commit, if on
+    store.checkpoint()
+    before = in_database_file(path)
+    for n in range(5):
+        log.observe(record(n), call(), Seen())
+    assert await log.flush()
+    assert in_database_file(path) == (before + 5 if every == 5 else before)
+    assert count(path) == 6
+    await log.aclose()
