@@ -26,7 +26,8 @@ class OtelSettings(_Strict):
     # Spans kept waiting for export; beyond it new spans are dropped and counted
     # (levergate_otel_spans_dropped_total{reason="queue_full"}).
     max_queue: int = Field(2048, ge=1, le=1_000_000)
-    # Seconds between exports (sooner when 512 spans wait).
+    # Seconds between exports (sooner when a batch waits: 1,024 spans, or half of `max_queue`
+    # when that is less, not below 512 unless `max_queue` is).
     export_interval_seconds: float = Field(1.0, gt=0, le=600)
     # Seconds an export may take, its retries included (as the OpenTelemetry SDK's exporter);
     # then its spans are dropped and counted (reason="export_failed").

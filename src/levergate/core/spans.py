@@ -11,20 +11,62 @@ themselves are built after the request finished, from its record and these ids
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Attempt", "Internal", "Spans", "new_span_id", "new_trace_id"]
+__all__ = ["SPAN_IDS", "TRACE_IDS", "Attempt", "Internal", "RandomIds", "Spans", "new_span_id",
+           "new_trace_id"]  # fmt: skip
 
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _MAX_ATTEMPTS = 64  # a request's attempts kept for spans (retries and fallbacks are bounded)
 _HEADER = "00-%032x-%016x-%s"
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16  # W3C's invalid ids
 
 
-_getrandbits = random.getrandbits  # ids: `_getrandbits(n) or 1` (never zero: W3C's invalid id)
+_getrandbits = random.getrandbits  # workflows' ids (`new_trace_id`, `new_span_id`)
+_new = object.__new__
+
+
+class RandomIds:
+    """Trace or span ids of `size` random bytes from `os.urandom`, `batch` at a time, as
+    core/ids.py draws request ids (and for its reasons: one system call a batch, never a seeded
+    generator): a batch is cut into ids by one `struct` call (~180 instructions an id) and an
+    id is the next item of its tuple, drawn inline where it is hot:
+    `next(ids.ids, None) or ids.refill()` (~400 instructions in all, where
+    `random.getrandbits(128)` was ~900 and the encoder's `to_bytes` ~800 more). W3C forbids an
+    all-zero id: a batch holding `size` zero bytes anywhere is drawn again."""
+
+    __slots__ = ("_cut", "_size", "_zero", "ids")
+
+    def __init__(self, size: int, batch: int = 256) -> None:
+        self._size = size * batch
+        self._cut = struct.Struct(f"{size}s" * batch).unpack
+        self._zero = bytes(size)
+        self.ids: Iterator[bytes] = iter(())
+
+    def refill(self) -> bytes:
+        """A new batch (the last one is spent); returns its first id."""
+        data = os.urandom(self._size)
+        while self._zero in data:  # an all-zero id, or zeros across two ids: drawn again
+            data = os.urandom(self._size)
+        found: tuple[bytes, ...] = self._cut(data)
+        self.ids = ids = iter(found)
+        return next(ids)
+
+    def forget(self) -> None:
+        """Drop the ids not yet handed out (a forked child: they are its parent's too)."""
+        self.ids = iter(())
+
+
+# The process's ids, as core/ids.py's `IDS` (reset in a forked child).
+TRACE_IDS, SPAN_IDS = RandomIds(16), RandomIds(8)
+os.register_at_fork(after_in_child=TRACE_IDS.forget)
+os.register_at_fork(after_in_child=SPAN_IDS.forget)
 
 
 def _nonzero(bits: int) -> int:
@@ -61,18 +103,23 @@ class Internal:
 
 class Attempt:
     """One upstream call. Times are `time.perf_counter()` seconds; `ended` None: still open
-    when the request finished (a stream's attempt ends with the request). A plain class with
+    when the request finished (a stream's attempt ends with the request). Its span id is kept
+    as the 8 bytes OTLP writes (`span`; `span_id` reads it as a number). A plain class with
     slots: made on the request path, where a dataclass's `__init__` costs twice as much."""
 
-    __slots__ = ("ended", "error", "model", "span_id", "started", "upstream")
+    __slots__ = ("ended", "error", "model", "span", "started", "upstream")
 
-    def __init__(self, upstream: str, model: str, span_id: int, started: float) -> None:
+    def __init__(self, upstream: str, model: str, span: bytes, started: float) -> None:
         self.upstream = upstream
         self.model = model
-        self.span_id = span_id
+        self.span = span
         self.started = started
         self.ended: float | None = None
         self.error: str | None = None  # the exception's class name when the attempt failed
+
+    @property
+    def span_id(self) -> int:
+        return int.from_bytes(self.span, "big")
 
     def end(self, error: BaseException | None = None) -> None:
         if self.ended is None:
@@ -82,15 +129,20 @@ class Attempt:
 
 
 class Spans:
-    """A traced request's context: its trace, the client's span it continues (`parent_id`),
+    """A traced request's context: its trace, the client's span it continues (`parent`),
     whether it is sampled, when its span started and its attempts. Made on the request path,
     so it holds only what the upstream's `traceparent` needs: the request's own span id is
-    drawn when first needed (`own_span_id`: by the exporter, after the answer went out, or for an
-    attempt beyond the bound); `span_id` 0 until then."""
+    drawn when first needed (`own_span_id`: by the exporter, after the answer went out, or for
+    an attempt beyond the bound); `span` is empty until then.
 
-    __slots__ = ("attempts", "parent_id", "remote", "sampled", "span_id", "started", "trace_id")
+    The ids are kept as the bytes OTLP writes (`trace` 16, `span` and `parent` 8: W3C's
+    big-endian order), drawn from `TRACE_IDS` and `SPAN_IDS` and put in hex for an upstream's
+    `traceparent` (`bytes.hex`: a 128-bit int's `%032x` was ~1,800 instructions); `trace_id`,
+    `span_id` and `parent_id` read them as numbers, and the constructor takes numbers."""
 
-    def __init__(  # noqa: PLR0917 (made on the request path: positional arguments cost less)
+    __slots__ = ("attempts", "parent", "remote", "sampled", "span", "started", "trace")
+
+    def __init__(  # noqa: PLR0917
         self,
         trace_id: int,
         span_id: int = 0,  # the request's span; 0: not drawn yet
@@ -99,19 +151,36 @@ class Spans:
         remote: bool = False,  # continues a client's trace
         started: float | None = None,  # the request's span starts (None: now)
     ) -> None:
-        self.trace_id = trace_id
-        self.span_id = span_id
-        self.parent_id = parent_id
+        self.trace = trace_id.to_bytes(16, "big")
+        self.span = span_id.to_bytes(8, "big") if span_id else b""
+        self.parent = None if parent_id is None else parent_id.to_bytes(8, "big")
         self.sampled = sampled
         self.remote = remote
         self.started = time.perf_counter() if started is None else started
         self.attempts: list[Attempt] = []
 
+    @property
+    def trace_id(self) -> int:
+        return int.from_bytes(self.trace, "big")
+
+    @property
+    def span_id(self) -> int:
+        """The request's span id; 0 until drawn."""
+        return int.from_bytes(self.span, "big")
+
+    @property
+    def parent_id(self) -> int | None:
+        return None if self.parent is None else int.from_bytes(self.parent, "big")
+
     def own_span_id(self) -> int:
         """The request's span id, drawn on first need."""
-        if not self.span_id:
-            self.span_id = _getrandbits(64) or 1
-        return self.span_id
+        return int.from_bytes(self.own_span(), "big")
+
+    def own_span(self) -> bytes:
+        """The request's span id's bytes, drawn on first need."""
+        if not self.span:
+            self.span = next(SPAN_IDS.ids, None) or SPAN_IDS.refill()
+        return self.span
 
     @classmethod
     def begin(
@@ -130,15 +199,19 @@ class Spans:
             if len(value) <= 128:
                 found = _TRACEPARENT.fullmatch(value.strip().lower())
                 if found is not None:
-                    trace_id, parent_id = int(found[1], 16), int(found[2], 16)
-                    if trace_id and parent_id:
+                    trace, parent_span = found[1], found[2]
+                    if trace != _ZERO_TRACE and parent_span != _ZERO_SPAN:
                         sampled = bool(int(found[3], 16) & 1)
-                        return cls(trace_id, 0, parent_id, sampled, True, started)  # noqa: FBT003
+                        parent_id = bytes.fromhex(parent_span)
+                        trace_id = bytes.fromhex(trace)
+                        return _made(cls, trace_id, parent_id, sampled, True, started)  # noqa: FBT003
         elif ratio >= 1.0:  # the default: every request traced, nothing to draw for it
-            return cls(_getrandbits(128) or 1, 0, None, True, False, started)  # noqa: FBT003
+            trace_id = next(TRACE_IDS.ids, None) or TRACE_IDS.refill()
+            return _made(cls, trace_id, None, True, False, started)  # noqa: FBT003
         # random() < 1.0 always: the default ratio draws nothing.
         sampled = ratio >= 1.0 or random.random() < ratio  # noqa: S311 (sampling, not secrecy)
-        return cls(_getrandbits(128) or 1, 0, None, sampled, False, started)  # noqa: FBT003
+        trace_id = next(TRACE_IDS.ids, None) or TRACE_IDS.refill()
+        return _made(cls, trace_id, None, sampled, False, started)  # noqa: FBT003
 
     def attempt(self, upstream: str, model: str, started: float | None = None) -> Attempt | None:
         """A new attempt's record, started at `started` (None: now); None beyond the bound (it
@@ -146,13 +219,35 @@ class Spans:
         attempts = self.attempts
         if len(attempts) >= _MAX_ATTEMPTS:
             return None
-        attempt = Attempt(upstream, model, _getrandbits(64) or 1,
-                          time.perf_counter() if started is None else started)  # fmt: skip
+        span = next(SPAN_IDS.ids, None) or SPAN_IDS.refill()
+        attempt = Attempt(
+            upstream, model, span, time.perf_counter() if started is None else started
+        )
         attempts.append(attempt)
         return attempt
 
     def traceparent(self, attempt: Attempt | None) -> str:
         """The header an upstream gets: this trace, the attempt's span (the request's when the
-        attempt was not kept). %-formatting: an f-string's format specs cost ~1.5x more."""
-        span = attempt.span_id if attempt is not None else self.own_span_id()
-        return _HEADER % (self.trace_id, span, "01" if self.sampled else "00")
+        attempt was not kept)."""
+        span = attempt.span if attempt is not None else self.own_span()
+        return f"00-{self.trace.hex()}-{span.hex()}-{'01' if self.sampled else '00'}"
+
+
+def _made(  # noqa: PLR0917 (on the request path: positional arguments cost less)
+    cls: type[Spans],
+    trace: bytes,
+    parent: bytes | None,
+    sampled: bool,
+    remote: bool,
+    started: float | None,
+) -> Spans:
+    """A `Spans` from its ids' bytes, without `__init__`'s frame and conversions."""
+    spans = _new(cls)
+    spans.trace = trace
+    spans.span = b""
+    spans.parent = parent
+    spans.sampled = sampled
+    spans.remote = remote
+    spans.started = time.perf_counter() if started is None else started
+    spans.attempts = []
+    return spans

@@ -3,10 +3,13 @@ oversized, all-zero ids, another version) starts a new trace, never an error."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from levergate.core.spans import Spans
+from levergate.core.spans import RandomIds, Spans
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -52,3 +55,29 @@ def test_bad_values_are_ignored() -> None:
                 VALID + "-extra", VALID + " " * 200, "garbage"):  # fmt: skip
         assert not Spans.begin({"traceparent": bad}).remote
     assert not Spans.begin({}, ratio=0.0).sampled
+
+
+def test_ids_are_drawn_in_batches_of_non_zero_distinct_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`RandomIds`: ids of its size, never all zero (W3C's invalid id: a batch holding one is
+    drawn again), distinct, and a forked child's batch starts afresh (`forget`)."""
+    draws = iter([bytes(64), b"\x01" * 4 + bytes(8) + b"\x01" * 52, b"\x05" * 64])
+    monkeypatch.setattr(os, "urandom", lambda n: next(draws)[:n])
+    ids = RandomIds(8, batch=8)
+    assert ids.refill() == b"\x05" * 8  # both batches with 8 zero bytes in a row were redrawn
+    assert list(ids.ids) == [b"\x05" * 8] * 7
+    monkeypatch.undo()
+    found = [next(ids.ids, None) or ids.refill() for _ in range(1000)]
+    assert all(len(i) == 8 and i != bytes(8) for i in found)
+    assert len(set(found)) == 1000
+    ids.forget()
+    assert next(ids.ids, None) is None
+
+
+def test_a_new_trace_and_its_attempts_carry_drawn_ids() -> None:
+    spans = Spans.begin({}, started=1.0)
+    first, second = spans.attempt("up", "m"), spans.attempt("up", "m")
+    assert first is not None
+    assert second is not None
+    assert len({spans.trace_id, first.span_id, second.span_id}) == 3
+    assert spans.traceparent(first) == f"00-{spans.trace_id:032x}-{first.span_id:016x}-01"
+    assert (spans.span_id, spans.parent_id) == (0, None)  # the request's own: not drawn yet
