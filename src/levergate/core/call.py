@@ -296,15 +296,20 @@ class Call:
         options = self.body.get("stream_options")  # a parsed JSON body: a dict, if anything
         return isinstance(options, dict) and options.get("include_usage") is True
 
+    # `dataclasses.replace(self, ...)` each, through `new_call` and `_context_with` (below):
+    # replace's walk of the fields and the generated `__init__`s (callgrind, a derived call in
+    # a loop of them: `with_body` 19.8k -> 7.4k instructions, `with_ctx` 46.0k -> 18.9k). A new
+    # call's `model` is read afresh, as replace's would be.
     def with_body(self, **changes: Any) -> Call:
-        return dataclasses.replace(self, body={**self.body, **changes}, raw=None)
+        return new_call(self.kind, {**self.body, **changes}, self.ctx, None)
 
     def with_ctx(self, **changes: Any) -> Call:
-        return dataclasses.replace(self, ctx=dataclasses.replace(self.ctx, **changes))
+        return new_call(self.kind, self.body, _context_with(self.ctx, changes), self.raw)
 
     def with_controls(self, **changes: Any) -> Call:
         controls = dataclasses.replace(self.ctx.controls, **changes)
-        return dataclasses.replace(self, ctx=dataclasses.replace(self.ctx, controls=controls))
+        ctx = _context_with(self.ctx, {"controls": controls})
+        return new_call(self.kind, self.body, ctx, self.raw)
 
 
 # A request's `Context` and `Call`, built on every request (`Gateway.make_call`) without the
@@ -333,6 +338,24 @@ def new_context(request_id: str, principal: Principal, controls: Controls,
     _set_key(ctx, None)
     _set_extensions(ctx, _NO_EXTENSIONS)
     return ctx
+
+
+_CONTEXT_FIELDS = tuple(
+    (f.name, setter)
+    for f, setter in zip(dataclasses.fields(Context), _CONTEXT_SETTERS, strict=True)
+)
+_CONTEXT_NAMES = frozenset(name for name, _ in _CONTEXT_FIELDS)
+
+
+def _context_with(ctx: Context, changes: Mapping[str, Any]) -> Context:
+    """`dataclasses.replace(ctx, **changes)`: a `TypeError` for a name that is no field."""
+    if not changes.keys() <= _CONTEXT_NAMES:
+        unknown = sorted(changes.keys() - _CONTEXT_NAMES)
+        raise TypeError(f"Context has no field(s) {', '.join(unknown)}")
+    made = _new_object(Context)
+    for name, put in _CONTEXT_FIELDS:
+        put(made, changes[name] if name in changes else getattr(ctx, name))
+    return made
 
 
 def new_call(kind: Kind, body: Mapping[str, Any], ctx: Context, raw: bytes | None, /) -> Call:

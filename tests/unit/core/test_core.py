@@ -208,3 +208,31 @@ def test_the_fast_context_and_call_are_their_constructors_field_by_field() -> No
     assert fast_call.model == "m" == call.model
     with pytest.raises(dataclasses.FrozenInstanceError):  # still a frozen value
         fast_call.raw = None  # type: ignore[misc]
+
+
+def test_a_derived_call_is_what_replace_makes() -> None:
+    """`with_body`, `with_ctx` and `with_controls` build through `new_call`: the same value
+    `dataclasses.replace` made, its model read afresh."""
+    call = Call("chat", {"model": "m", "messages": []}, Context("r1"), b"{}")
+    assert call.model == "m"
+    body = call.with_body(model="n")
+    assert body == dataclasses.replace(call, body={**call.body, "model": "n"}, raw=None)
+    assert body.model == "n"
+    assert body.raw is None
+    assert body.ctx is call.ctx
+    principal = Principal(tenant="t")
+    ctx = call.with_ctx(principal=principal)
+    assert ctx == dataclasses.replace(call, ctx=dataclasses.replace(call.ctx, principal=principal))
+    assert ctx.raw == b"{}"
+    assert ctx.body is call.body
+    assert ctx.ctx.trace is call.ctx.trace
+    controls = call.with_controls(priority=Priority.BATCH)
+    assert controls.ctx.controls.priority is Priority.BATCH
+    assert controls.raw == b"{}"
+    assert controls.ctx.request_id == "r1"
+
+
+def test_a_derived_context_refuses_a_name_that_is_no_field() -> None:
+    call = Call("chat", {"model": "m"}, Context("r1"))
+    with pytest.raises(TypeError, match="no field"):
+        call.with_ctx(tenant="t")
