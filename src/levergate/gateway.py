@@ -37,7 +37,7 @@ from levergate.control_headers import (
     priority_of,
     with_options,
 )
-from levergate.core.call import Call, Context, Kind, Trace
+from levergate.core.call import Call, Kind, Trace, new_call, new_context
 from levergate.core.controls import ANONYMOUS, CachePolicy, Controls, Priority
 from levergate.core.ids import IDS
 from levergate.core.interactive import Interactive
@@ -82,6 +82,8 @@ class Gateway:
         for line in unknown_variables(type(self.settings)):
             log.warning("%s", line)
         self.pipeline: Pipeline = build_pipeline(self.settings, deps)
+        # `clock`, read by `make_call` without the property's call (a frame a request).
+        self._clock = self.pipeline.shared.clock
         # The request bodies already checked under this gateway's limits, by their raw bytes
         # (a repeated request, a cache hit above all, is not checked again).
         self._checked = CheckedBodies(self.settings.limits)
@@ -205,17 +207,16 @@ class Gateway:
         headers = headers or {}
         metadata = body.get("metadata")
         # A deadline is on the gateway's clock, which every layer compares it with.
-        now = self.clock.now()
+        now = self._clock.now()
         controls = parse_controls(headers, now=now, limits=limits,
                                   body_feature=metadata.get("feature") if isinstance(metadata, dict)
                                   else None, patience=self._patience)  # fmt: skip
         if options is not NO_OPTIONS:
             controls = with_options(controls, now=now, limits=limits, options=options)
-        # Positional (request id, principal, controls, headers, trace; kind, body, ctx, raw):
-        # a class called with keywords packs them into a dict and unpacks it again by name.
-        ctx = Context(request_id or request_id_for(headers), ANONYMOUS, controls, headers,
-                      trace or Trace.fresh())  # fmt: skip
-        return Call(kind, body, ctx, raw)
+        # `Context(...)` and `Call(...)` without their frozen `__init__`s (core/call.py).
+        ctx = new_context(request_id or request_id_for(headers), ANONYMOUS, controls, headers,
+                          trace or Trace.fresh())  # fmt: skip
+        return new_call(kind, body, ctx, raw)
 
     async def serve(self, call: Call) -> Reply:
         """Run the call through the pipeline. A stream comes back with the usage chunk removed

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from levergate.core.call import Call, Context, Note, Trace
-from levergate.core.controls import Principal, Priority
+from levergate.core.call import Call, Context, Note, Trace, new_call, new_context
+from levergate.core.controls import DEFAULT_CONTROLS, Principal, Priority
 from levergate.core.reply import Completed, Event, EventSource, Reply, Stream
 from levergate.core.service import Service, stack
 
@@ -190,3 +190,49 @@ def test_a_fresh_trace_is_a_default_trace_field_by_field() -> None:
     assert other.escalation_reasons == []
     assert other.side_spend == []
     assert fresh.side_spend is not other.side_spend
+
+
+def test_the_fast_context_and_call_are_their_constructors_field_by_field() -> None:
+    """`new_context` and `new_call` set the slots themselves (core/call.py): a field added to
+    `Context` or `Call` and not there fails here."""
+    trace, headers, principal = Trace.fresh(), {"x-request-id": "r1"}, Principal(tenant="t")
+    made = Context("r1", principal, DEFAULT_CONTROLS, headers, trace)
+    fast = new_context("r1", principal, DEFAULT_CONTROLS, headers, trace)
+    for f in dataclasses.fields(Context):
+        assert getattr(fast, f.name) is getattr(made, f.name), f.name
+    body = {"model": "m", "messages": []}
+    call, fast_call = Call("chat", body, made, b"{}"), new_call("chat", body, made, b"{}")
+    for f in dataclasses.fields(Call):
+        assert getattr(fast_call, f.name) is getattr(call, f.name), f.name
+    assert fast_call == call
+    assert fast_call.model == "m" == call.model
+    with pytest.raises(dataclasses.FrozenInstanceError):  # still a frozen value
+        fast_call.raw = None  # type: ignore[misc]
+
+
+def test_a_derived_call_is_what_replace_makes() -> None:
+    """`with_body`, `with_ctx` and `with_controls` build through `new_call`: the same value
+    `dataclasses.replace` made, its model read afresh."""
+    call = Call("chat", {"model": "m", "messages": []}, Context("r1"), b"{}")
+    assert call.model == "m"
+    body = call.with_body(model="n")
+    assert body == dataclasses.replace(call, body={**call.body, "model": "n"}, raw=None)
+    assert body.model == "n"
+    assert body.raw is None
+    assert body.ctx is call.ctx
+    principal = Principal(tenant="t")
+    ctx = call.with_ctx(principal=principal)
+    assert ctx == dataclasses.replace(call, ctx=dataclasses.replace(call.ctx, principal=principal))
+    assert ctx.raw == b"{}"
+    assert ctx.body is call.body
+    assert ctx.ctx.trace is call.ctx.trace
+    controls = call.with_controls(priority=Priority.BATCH)
+    assert controls.ctx.controls.priority is Priority.BATCH
+    assert controls.raw == b"{}"
+    assert controls.ctx.request_id == "r1"
+
+
+def test_a_derived_context_refuses_a_name_that_is_no_field() -> None:
+    call = Call("chat", {"model": "m"}, Context("r1"))
+    with pytest.raises(TypeError, match="no field"):
+        call.with_ctx(tenant="t")
