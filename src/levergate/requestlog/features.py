@@ -150,6 +150,12 @@ def _as_dict(values: _Features) -> dict[str, Any]:
 _Features = tuple[str, bool, int, str, int, str | None, bool, int | None, dict[str, Any] | None]
 
 
+# The fields that change a feature from the common chat body's (`tools` and `whole`: tools,
+# response_format; `n`; `det`: seed; `pck`: prompt_cache_key): a body with none of them takes
+# `_body_features`' short way, one test for all five.
+_UNCOMMON = frozenset(("tools", "response_format", "n", "seed", "prompt_cache_key"))
+
+
 def _body_features(
     body: Mapping[str, Any], kind: str, model: str, canonical: bytes | None
 ) -> _Features:
@@ -157,7 +163,35 @@ def _body_features(
     text without a dict (`replay_text`). A chat prompt's messages are serialised once, for the
     prompt's bytes and the breakpoint layer's whole-prompt digest alike (`whole_digest`'s
     bytes); a prompt of one message, short, has no breakpoint features to look for (it
-    continues no other)."""
+    continues no other).
+
+    A chat body with none of `_UNCOMMON`'s fields (most) has its values written here, where
+    `_any_body_features` reads each of those fields and tests it: the same values (a property
+    test holds the two equal), ~2k fewer instructions a record (callgrind)."""
+    messages = body.get("messages")
+    if type(messages) is not list or not _UNCOMMON.isdisjoint(body):
+        return _any_body_features(body, kind, model, canonical)
+    prompt = orjson.dumps(messages)
+    if canonical is None:
+        canonical = canonical_body_bytes(body)
+    pb = len(prompt)
+    more = None
+    if len(messages) > 1 or pb >= BOUNDARY_MIN_BYTES:  # one message: no other
+        more = _breakpoint_features(body, long=pb >= BOUNDARY_MIN_BYTES)
+    return (
+        xxh3_128_hexdigest(head_bytes(kind, model, "") + canonical),
+        body.get("temperature") == 0 or False,
+        1,
+        encode_blocks(block_digests(prompt, block_bytes=BLOCK_BYTES, max_blocks=MAX_BLOCKS))
+        if pb >= BLOCK_BYTES else "",
+        pb, None, body.get("stream") is True, xxh3_64_intdigest(_NULL + prompt), more,
+    )  # fmt: skip
+
+
+def _any_body_features(
+    body: Mapping[str, Any], kind: str, model: str, canonical: bytes | None
+) -> _Features:
+    """`_body_features` of any body."""
     get = body.get
     messages, tools = get("messages"), get("tools")
     whole: int | None = None
