@@ -50,7 +50,12 @@ so an upper bound); the blocks are bounded by `MAX_BLOCKS` whatever the prompt's
 (callgrind, a one-message chat prompt): 80k instructions a record with SHA-256 and the messages
 serialised twice (for the prompt's bytes and for `whole`), 47k with XXH3 and once, 34k with
 the canonical body's loop trimmed (policies/fingerprint.py: ~21k of it there, 16k after) and
-the breakpoint features not looked for in a short one-message prompt (the same bytes out).
+the breakpoint features not looked for in a short one-message prompt (the same bytes out);
+`replay_text` 27.0k -> 23.6k with `_body_features`' short way for the common chat body and the
+canonical bytes sorted without `OPT_NON_STR_KEYS` (benchmarks/results/logfeat.md). What is left
+is near what Python costs for it: the canonical body's loop and its sorted serialisation ~9.4k,
+the text's f-string ~3.2k (a 20-digit `whole` alone ~1k; `%`-formatting it was ~1.4k more, a
+dict and orjson ~3k more), the messages serialised and digested ~3k, the fingerprint ~2.8k.
 Nothing is reused from the layers: the exact cache's key is in the tenant's namespace under the
 resolved model (and off by default), affinity's and the prompt cache's digests are of other
 block sizes (settings; 2 KB), and the prompt cache's of the body as sent.
