@@ -255,7 +255,8 @@ class LogWriter:
             or record.alias in self._body_models
         ) and record.tenant not in self._private:  # fmt: skip
             captured = self._capture(call, seen)  # inline: every request passes here
-        controls = call.ctx.controls
+        ctx = call.ctx
+        controls = ctx.controls
         if controls.deadline is None and controls.run_async is None:
             extra = _NO_CONTROLS  # most requests: no clock read, no call
         else:
@@ -264,11 +265,12 @@ class LogWriter:
         # bodies or with no bytes to count them by, computed now (inline: a call less a request).
         raw = call.raw
         size = 0 if captured is not None else -1 if raw is None else len(raw)
+        held = self._held_bytes + size
         replay: str | Pending | None
-        if size >= 0 and self._held_bytes + size <= self._body_limit:
-            self._held_bytes += size
+        if size >= 0 and held <= self._body_limit:
+            self._held_bytes = held
             body = call.body
-            known = call.ctx.trace.canonical
+            known = ctx.trace.canonical
             canonical = known[1] if known is not None and known[0] is body else None
             replay = (body if raw is None else raw, call.kind, extra, canonical, size)
         else:
