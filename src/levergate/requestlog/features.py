@@ -51,9 +51,9 @@ so an upper bound); the blocks are bounded by `MAX_BLOCKS` whatever the prompt's
 serialised twice (for the prompt's bytes and for `whole`), 47k with XXH3 and once, 34k with
 the canonical body's loop trimmed (policies/fingerprint.py: ~21k of it there, 16k after) and
 the breakpoint features not looked for in a short one-message prompt (the same bytes out);
-`replay_text` 27.0k -> 23.6k with `_body_features`' short way for the common chat body and the
-canonical bytes sorted without `OPT_NON_STR_KEYS` (benchmarks/results/logfeat.md). What is left
-is near what Python costs for it: the canonical body's loop and its sorted serialisation ~9.4k,
+`replay_text` 27.0k -> 23.6-24.1k (two runs) with `_body_features`' short way for the common
+chat body and the canonical bytes sorted without `OPT_NON_STR_KEYS` (results/logfeat.md). The
+rest is near what Python costs for it: the canonical body's loop and its sorted output ~9.4k,
 the text's f-string ~3.2k (a 20-digit `whole` alone ~1k; `%`-formatting it was ~1.4k more, a
 dict and orjson ~3k more), the messages serialised and digested ~3k, the fingerprint ~2.8k.
 Nothing is reused from the layers: the exact cache's key is in the tenant's namespace under the
@@ -172,7 +172,8 @@ def _body_features(
 
     A chat body with none of `_UNCOMMON`'s fields (most) has its values written here, where
     `_any_body_features` reads each of those fields and tests it: the same values (a property
-    test holds the two equal), ~2k fewer instructions a record (callgrind)."""
+    test holds the two equal), ~2.8k fewer instructions a record (callgrind, `inprocess_cpu.py`'s
+    body)."""
     messages = body.get("messages")
     if type(messages) is not list or not _UNCOMMON.isdisjoint(body):
         return _any_body_features(body, kind, model, canonical)
