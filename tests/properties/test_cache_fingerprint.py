@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -257,3 +258,22 @@ def test_the_fused_body_bytes_are_the_reference_ones(
         assert canonical_body_bytes(mixed, exclude=excluded) == _reference_body_bytes(
             mixed, excluded
         )
+
+
+class _Key(str):
+    """A key that is text but not `str` itself (orjson sorts it only with OPT_NON_STR_KEYS)."""
+
+    __slots__ = ()
+
+
+@given(BODY, st.sampled_from([{1: "a"}, {_Key("k"): 1}, {"k": {2: [1], "1": 0}}, {"k": {}}]))
+def test_keys_that_are_not_text_are_written_as_before(
+    body: dict[str, Any], extra: dict[Any, Any]
+) -> None:
+    """Keys are sorted without `OPT_NON_STR_KEYS` first (a parsed body's are text): a body
+    with other keys, anywhere, is written with the option, as it always was; a value that is
+    not JSON still raises TypeError."""
+    mixed = {**body, "extra": extra}
+    assert canonical_body_bytes(mixed) == _reference_body_bytes(mixed)
+    with pytest.raises(TypeError):
+        canonical_body_bytes({**body, "extra": object()})

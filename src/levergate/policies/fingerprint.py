@@ -136,7 +136,10 @@ def canonical_body_bytes(
         for name in exclude:
             out.pop(name, None)
     if ordered is None:
-        return orjson.dumps(out, option=_SORTED)
+        try:  # a parsed body's keys are text: sorted without `OPT_NON_STR_KEYS` (~1k fewer)
+            return orjson.dumps(out, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # a key that is not text (or a value that is not JSON: raises again)
+            return orjson.dumps(out, option=_SORTED)
     parts = [orjson.dumps(out, option=_SORTED)]
     for name in ORDERED:  # in this order, whatever the body's
         for field, value in ordered:

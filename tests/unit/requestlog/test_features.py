@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import orjson
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -17,9 +18,12 @@ from levergate.config.request_log import RequestLogSettings
 from levergate.core.call import Call, Context
 from levergate.core.controls import AsyncAsk, Controls
 from levergate.layers.measure.recorder import Seen
+from levergate.policies.fingerprint import canonical_body_bytes
 from levergate.redact import Redactor
 from levergate.requestlog.features import (
     BLOCK_BYTES,
+    _any_body_features,
+    _body_features,
     decode_blocks,
     encode_blocks,
     features,
@@ -166,3 +170,40 @@ def test_the_replay_text_is_the_features_json(
     found = {**features_of_body(body, kind="chat", model="m"), **controls}
     text = replay_text(body, kind="chat", model="m", controls=controls)
     assert text == orjson.dumps(found).decode()
+
+
+CHAT_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "temperature": st.sampled_from([0, 0.0, 1, None, False]),
+    "max_tokens": st.integers(1, 100),
+    "stream": st.booleans(),
+    "user": st.just("u"),
+    "stop": st.sampled_from(["x", [], None]),
+}
+# None, one or several of the fields that take a body off the short way.
+ONE_UNCOMMON = {k: v for k, v in EXTRAS.items() if k != "stream"}
+UNCOMMON: st.SearchStrategy[dict[str, Any]] = st.one_of(
+    st.just({}),
+    st.sampled_from(sorted(ONE_UNCOMMON)).flatmap(
+        lambda k: st.fixed_dictionaries({k: ONE_UNCOMMON[k]})
+    ),
+    st.fixed_dictionaries({}, optional=EXTRAS),
+    st.fixed_dictionaries({"messages": st.sampled_from([None, "odd", []])}),
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(MESSAGES, min_size=1, max_size=3).map(lambda m: [x for t in m for x in t]),
+       st.fixed_dictionaries({}, optional=CHAT_FIELDS), UNCOMMON, st.booleans())  # fmt: skip
+def test_the_common_bodys_short_way_gives_the_general_values(
+    messages: list[dict[str, str]], extra: dict[str, object], uncommon: dict[str, object],
+    known: bool,
+) -> None:  # fmt: skip
+    """`_body_features`' short way for a chat body without tools, choices, a seed or a prompt
+    cache key gives the values the general reading of every field does (`_any_body_features`,
+    the code before the short way), for bodies on both ways (multi-turn and long prompts with
+    breakpoint features among them) and with the canonical bytes given or not."""
+    body = {"model": "m", "messages": messages, **extra, **uncommon}
+    canonical = canonical_body_bytes(body) if known else None
+    assert _body_features(body, "chat", "m", canonical) == _any_body_features(
+        body, "chat", "m", canonical
+    )
