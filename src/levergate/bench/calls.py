@@ -27,6 +27,7 @@ import orjson
 
 from levergate.app import extensions_for
 from levergate.config import Settings
+from levergate.core.ids import IDS
 from levergate.core.json_bound import parse_json
 from levergate.gateway import Gateway
 from levergate.pipeline import Deps
@@ -160,6 +161,10 @@ async def serve_requests(
         async with send as one:
             for index in range(warmup):
                 await one(HIT_BODY if hit else _body(index, stream))
+            # A fresh batch of request ids (core/ids.py draws 256 at a time): where a batch ran
+            # out within the count depended on the requests served before (a refill inside one
+            # count and not the next was 4 calls apart).
+            IDS.refill()
             with during:
                 for index in range(warmup, warmup + requests):
                     await one(HIT_BODY if hit else _body(index, stream))
