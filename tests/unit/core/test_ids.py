@@ -4,11 +4,14 @@ between a forked child and its parent."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from levergate.core.ids import RandomIds, fresh_id
 from levergate.gateway import request_id_for
@@ -87,3 +90,28 @@ def test_a_forked_child_never_hands_out_its_parents_ids() -> None:
     parent = {fresh_id() for _ in range(300)}
     assert len(child) == 300
     assert not parent & child
+
+
+@given(
+    batch=st.integers(min_value=1, max_value=8),
+    steps=st.lists(st.integers(min_value=0, max_value=10**6), min_size=1, max_size=40),
+)
+def test_an_id_begins_with_its_batchs_time_and_ids_never_go_back(
+    batch: int, steps: list[int]
+) -> None:
+    """Whatever the batch and however the clock advances (never back): each id's first 12 hex
+    characters are the clock at its batch's draw, and ids drawn later sort after (or level
+    with, in one batch, before their random part) the earlier ones."""
+    times = iter(itertools.accumulate(steps, initial=1_796_000_000_000))
+    read: list[int] = []
+
+    def clock() -> int:
+        read.append(next(times))
+        return read[-1]
+
+    source = RandomIds(batch=batch, now_ms=clock)
+    drawn = [source.fresh() for _ in range(min(len(steps), 10) * batch)]
+    heads = [int(i[:12], 16) for i in drawn]
+    assert heads == [read[n // batch] for n in range(len(drawn))]
+    assert heads == sorted(heads)
+    assert all(HEX32.fullmatch(i) for i in drawn)
