@@ -63,7 +63,20 @@ FIELDS = (  # (key, what it is), per request
     ("minflt", "minor faults"),
     ("nvcsw", "voluntary switches"),
     ("nivcsw", "involuntary switches"),
+    ("wchar", "bytes passed to write calls"),
+    ("syscw", "write calls"),
+    ("rchar", "bytes passed to read calls"),
 )
+
+
+def process_io() -> dict[str, int]:
+    """The process's I/O counts (`/proc/self/io`: bytes passed to read and write calls, the
+    calls; 0 where there is none)."""
+    path = Path("/proc/self/io")
+    if not path.exists():
+        return {"wchar": 0, "syscw": 0, "rchar": 0}
+    pairs = (line.partition(":") for line in path.read_text().splitlines())
+    return {key: int(value) for key, _, value in pairs}
 
 
 class GcCount:
@@ -113,11 +126,13 @@ async def measure(requests: int, *, stream: bool, endpoint: str | None,
                 tracemalloc.start()
             gc.callbacks.append(count)
             before = resource.getrusage(resource.RUSAGE_SELF)
+            io_before = process_io()
             started = time.process_time()
             for _ in range(requests):
                 await (await http.post("/chat/completions", json=body)).aread()
         cpu = time.process_time() - started  # the close's export included
         after = resource.getrusage(resource.RUSAGE_SELF)
+        io_after = process_io()
         gc.callbacks.remove(count)
         found = {
             "cpu_us": cpu * 1e6 / requests,
@@ -129,6 +144,7 @@ async def measure(requests: int, *, stream: bool, endpoint: str | None,
             "minflt": (after.ru_minflt - before.ru_minflt) / requests,
             "nvcsw": (after.ru_nvcsw - before.ru_nvcsw) / requests,
             "nivcsw": (after.ru_nivcsw - before.ru_nivcsw) / requests,
+            **{k: (io_after[k] - io_before[k]) / requests for k in ("wchar", "syscw", "rchar")},
         }
         found.update((f"gc{g}", count.collections[g] * 1000 / requests) for g in range(3))
         found.update((f"gc{g}_us", count.seconds[g] * 1e6 / requests) for g in range(3))
