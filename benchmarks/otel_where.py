@@ -20,7 +20,8 @@ CPU figures do (indicative only on a shared host: the load average is written be
 
     python benchmarks/otel_where.py [--rounds 3] [--requests 3000] [--sides off,otel]
         [--sides off,log --name log_where]   # the request log's: the same counts
-        [--tracemalloc] [--src OTHER_TREE/src --src-name NAME]   # its otel side too
+        [--tracemalloc] [--src OTHER_TREE/src --src-name NAME [--src-side log]]  # its otel
+                                                           # (or log) side too
     python benchmarks/otel_where.py --smoke
 
 Writes benchmarks/results/otel_where.{json,md}.
@@ -62,7 +63,20 @@ FIELDS = (  # (key, what it is), per request
     ("minflt", "minor faults"),
     ("nvcsw", "voluntary switches"),
     ("nivcsw", "involuntary switches"),
+    ("wchar", "bytes passed to write calls"),
+    ("syscw", "write calls"),
+    ("rchar", "bytes passed to read calls"),
 )
+
+
+def process_io() -> dict[str, int]:
+    """The process's I/O counts (`/proc/self/io`: bytes passed to read and write calls, the
+    calls; 0 where there is none)."""
+    path = Path("/proc/self/io")
+    if not path.exists():
+        return {"wchar": 0, "syscw": 0, "rchar": 0}
+    pairs = (line.partition(":") for line in path.read_text().splitlines())
+    return {key: int(value) for key, _, value in pairs}
 
 
 class GcCount:
@@ -112,11 +126,13 @@ async def measure(requests: int, *, stream: bool, endpoint: str | None,
                 tracemalloc.start()
             gc.callbacks.append(count)
             before = resource.getrusage(resource.RUSAGE_SELF)
+            io_before = process_io()
             started = time.process_time()
             for _ in range(requests):
                 await (await http.post("/chat/completions", json=body)).aread()
         cpu = time.process_time() - started  # the close's export included
         after = resource.getrusage(resource.RUSAGE_SELF)
+        io_after = process_io()
         gc.callbacks.remove(count)
         found = {
             "cpu_us": cpu * 1e6 / requests,
@@ -128,6 +144,7 @@ async def measure(requests: int, *, stream: bool, endpoint: str | None,
             "minflt": (after.ru_minflt - before.ru_minflt) / requests,
             "nvcsw": (after.ru_nvcsw - before.ru_nvcsw) / requests,
             "nivcsw": (after.ru_nivcsw - before.ru_nivcsw) / requests,
+            **{k: (io_after[k] - io_before[k]) / requests for k in ("wchar", "syscw", "rchar")},
         }
         found.update((f"gc{g}", count.collections[g] * 1000 / requests) for g in range(3))
         found.update((f"gc{g}_us", count.seconds[g] * 1e6 / requests) for g in range(3))
@@ -139,18 +156,48 @@ async def measure(requests: int, *, stream: bool, endpoint: str | None,
         return found
 
 
-def child(requests: int, endpoint: str | None, tracemalloc_on: bool, log: bool) -> None:
+def fill_log(path: str, records: int) -> None:
+    """A log grown to `records` records before the run, ids drawn as this tree's gateway draws
+    them (core/ids.py): what a gateway's log holds after a while (the default bound, 1 GiB,
+    holds millions), where each new record's index entries land matters."""
+    from levergate.core.ids import fresh_id
+    from levergate.layers.measure.record import RequestRecord, Timings, Tokens
+    from levergate.requestlog.row import row_of
+    from levergate.requestlog.store import SqliteLog
+
+    template = RequestRecord(
+        request_id="", kind="chat", tenant=None, feature="default", model="fast", alias="fast",
+        upstream="sim", upstream_model="fast-1", outcome="ok", status=200, error=None,
+        timings=Timings(total=0.02, upstream=0.018, overhead=0.001, ttft=None),
+        tokens=Tokens(120, 0, 0, 30), cost_usd=0.0001,
+    )  # fmt: skip
+    store = SqliteLog(path, timeout_seconds=5.0, batch_size=500)
+    start = time.time() - records * 0.01
+    for at in range(0, records, 500):
+        store.write([row_of(start + n * 0.01, template._replace(request_id=fresh_id()))
+                     for n in range(at, min(records, at + 500))])  # fmt: skip
+    store.close()
+
+
+def child(requests: int, endpoint: str | None, tracemalloc_on: bool, log: bool,
+          log_fill: int = 0) -> None:  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
-        result = {kind: asyncio.run(measure(
-            requests, stream=kind == "stream", endpoint=endpoint, tracemalloc_on=tracemalloc_on,
-            log=str(Path(folder) / f"{kind}.sqlite") if log else None,
-        )) for kind in KINDS}  # fmt: skip
+        result = {}
+        for kind in KINDS:
+            path = str(Path(folder) / f"{kind}.sqlite")
+            if log and log_fill:
+                fill_log(path, log_fill)
+            result[kind] = asyncio.run(measure(
+                requests, stream=kind == "stream", endpoint=endpoint,
+                tracemalloc_on=tracemalloc_on, log=path if log else None,
+            ))  # fmt: skip
     print(json.dumps(result))
 
 
-def run_child(requests: int, endpoint: str | None, tracemalloc_on: bool,
-              src: Path | None = None, log: bool = False) -> dict[str, Any]:  # fmt: skip
-    argv = [sys.executable, __file__, "--child", "--requests", str(requests)]
+def run_child(requests: int, endpoint: str | None, tracemalloc_on: bool, src: Path | None = None,
+              *, log: bool = False, log_fill: int = 0) -> dict[str, Any]:  # fmt: skip
+    argv = [sys.executable, __file__, "--child", "--requests", str(requests),
+            "--log-fill", str(log_fill)]  # fmt: skip
     if endpoint:
         argv += ["--endpoint", endpoint]
     if log:
@@ -177,13 +224,17 @@ def main() -> None:
     parser.add_argument("--note", default="", help="a sentence for the results' head")
     parser.add_argument("--src", type=Path, help="another tree's src/: its otel side too")
     parser.add_argument("--src-name", default="before")
+    parser.add_argument("--src-side", choices=("otel", "log"), default="otel",
+                        help="which side runs on --src's tree too")  # fmt: skip
+    parser.add_argument("--log-fill", type=int, default=0,
+                        help="records in a log before its run")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--log", action="store_true", help=argparse.SUPPRESS)
     add_output_options(parser)
     args = parser.parse_args()
     if args.child:
-        child(args.requests, args.endpoint, args.tracemalloc, args.log)
+        child(args.requests, args.endpoint, args.tracemalloc, args.log, args.log_fill)
         return
     out = Output.of(args)
     if args.smoke:
@@ -191,7 +242,7 @@ def main() -> None:
     sides = args.sides.split(",")
     trees: dict[str, Path | None] = dict.fromkeys(sides)
     if args.src is not None:
-        trees[f"{args.src_name}: otel"] = args.src.resolve()
+        trees[f"{args.src_name}: {args.src_side}"] = args.src.resolve()
     sides = list(trees)
     port = free_port()
     receiver = subprocess.Popen([sys.executable, str(HERE / "otel_ab.py"), "--receiver",
@@ -203,7 +254,8 @@ def main() -> None:
         for _ in range(args.rounds):
             for side, src in trees.items():
                 runs[side].append(run_child(args.requests, endpoint if "otel" in side else None,
-                                            args.tracemalloc, src, log="log" in side))  # fmt: skip
+                                            args.tracemalloc, src, log="log" in side,
+                                            log_fill=args.log_fill))  # fmt: skip
     finally:
         stop(receiver)
     report(runs, sides, args, out)

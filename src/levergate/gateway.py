@@ -495,6 +495,6 @@ def request_id_for(headers: Mapping[str, str]) -> str:
     asked = headers.get(REQUEST_ID_HEADER)
     if asked is not None and _CLIENT_REQUEST_ID.fullmatch(asked) is not None:
         return asked
-    # 96 random bits, drawn in batches (core/ids.py), here without a call of its own.
+    # Time-ordered, 80 random bits, drawn in batches (core/ids.py), without a call of its own.
     fresh = next(IDS.ids, None)
     return fresh if fresh is not None else IDS.refill()

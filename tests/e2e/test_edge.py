@@ -27,7 +27,7 @@ from levergate.simulator import SimHandle
 from tests.e2e.conftest import USER, GatewayFactory
 
 CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
-FRESH_ID = re.compile(r"[0-9a-f]{24}")
+FRESH_ID = re.compile(r"[0-9a-f]{32}")
 AUTH = {"enabled": True, "keys": [{"key": "lg-good", "tenant": "team-a"}]}
 
 

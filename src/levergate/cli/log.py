@@ -138,10 +138,12 @@ HEAD = ("time (UTC)", "request", "model", "answered", "outcome", "total ms", "tt
 
 
 def _cells(r: dict[str, Any]) -> list[str]:
+    # The id's last 12 characters: levergate's ids begin with their batch's time (core/ids.py),
+    # which 256 requests in a row share; a client's own id is shown from its end too.
     when = datetime.fromtimestamp(r["ts"], UTC).strftime("%Y-%m-%d %H:%M:%S")
     ttft = "-" if r.get("ttft_ms") is None else f"{r['ttft_ms']:.1f}"
     prompt = r["input_tokens"] + r["cached_tokens"] + r["cache_write_tokens"]
-    return [when, r["request_id"][:12], r["model"], r["alias"] or (r["cache"] or "-"),
+    return [when, r["request_id"][-12:], r["model"], r["alias"] or (r["cache"] or "-"),
             r["outcome"], f"{r['total_ms']:.1f}", ttft, str(prompt), str(r["output_tokens"]),
             f"{r['cost_usd']:.6f}", f"{r['saved_usd']:.6f}"]  # fmt: skip
 

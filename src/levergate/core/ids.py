@@ -1,12 +1,29 @@
-"""Fresh request ids: 96 random bits as 24 hex characters, from the operating system's CSPRNG
+"""Fresh request ids: 128 bits as 32 hex characters, the first 48 the wall clock in
+milliseconds when the id's batch was drawn, the other 80 from the operating system's CSPRNG
 (`os.urandom`), drawn 256 ids at a time.
+
+Why the time first: the request log indexes its records by request id (requestlog/store.py),
+and a random id lands on a random leaf of that b-tree. On a grown log (millions of records,
+the default bound is 1 GiB) a batch of 500 records then dirtied ~500 index pages, each a WAL
+frame of a page written and later copied back into the file, and read those out of SQLite's
+cache from the kernel first; ids that grow with time append to the index's last pages
+instead (`benchmarks/log_store_io.py`: the bytes written a record, random against
+time-ordered ids, in benchmarks/results/logstore.md). The same layout as a UUIDv7's
+(RFC 9562) without its version bits: 80 random bits, not 74. Until 2026-12 an id was 96
+random bits in 24 hex characters.
+
+What the time tells: when the batch was drawn, to the millisecond, not when the request came
+(a batch lasts 256 requests), and nothing a client does not know already. An id may name a
+request's result to its client, so it must not be guessable from another's: the 80 random
+bits are the kernel's CSPRNG, never a seeded generator, and ids of one batch share only their
+time.
 
 Why in batches: `os.urandom(12)` a request was a `getrandom` system call for every request
 (`strace -c` on `levergate serve`: 5 system calls an exact-cache hit against the simulator's 3
-an answer, this one of the two extra) and ~660 instructions (callgrind). A batch is one call
-and one hex encoding for 256 ids; an id is then the next item of a list, drawn in C. The ids
-are the same bits as before (the kernel's CSPRNG, never a seeded generator: a request id may
-name a request's result to its client, so it must not be guessable from another's).
+an answer, this one of the two extra) and ~660 instructions (callgrind). A batch is one call,
+its bytes laid out in a `bytearray` by 16 strided slice assignments (6 of the time's bytes,
+10 of the random ones'), and one hex encoding for 256 ids; an id is then the next item of a
+list, drawn in C.
 
 The batch is the process's, as the kernel's random source is: a child made by `fork` (server
 workers) drops what it inherited before it draws (`os.register_at_fork`), so no two processes
@@ -17,23 +34,32 @@ atomic under the GIL, and two threads that both find the batch spent each make t
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 __all__ = ["IDS", "RandomIds", "fresh_id"]
 
-BYTES = 12  # 96 bits an id
+TIME_BYTES = 6  # 48 bits of milliseconds since the epoch: until the year 10889
+RANDOM_BYTES = 10  # 80 bits an id
+BYTES = TIME_BYTES + RANDOM_BYTES
 WIDTH = 2 * BYTES  # its hex characters
 
 
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class RandomIds:
-    """Ids from `os.urandom`, `batch` at a time: a batch is one hex text, and `ids` cuts it
-    into ids as they are drawn (a `map` of its slices, in C: ~200 instructions an id, where a
-    list built by a comprehension was ~400 an id, amortised)."""
+    """Ids `batch` at a time: a batch is one hex text, and `ids` cuts it into ids as they are
+    drawn (a `map` of its slices, in C: ~200 instructions an id, where a list built by a
+    comprehension was ~400 an id, amortised). `now_ms`: the wall clock in ms (tests pass
+    their own)."""
 
-    __slots__ = ("_cuts", "batch", "ids")
+    __slots__ = ("_cuts", "_now_ms", "batch", "ids")
 
-    def __init__(self, batch: int = 256) -> None:
+    def __init__(self, batch: int = 256, *, now_ms: Callable[[], int] = wall_ms) -> None:
         self.batch = batch
+        self._now_ms = now_ms
         self._cuts = tuple(slice(at, at + WIDTH) for at in range(0, WIDTH * batch, WIDTH))
         self.ids: Iterator[str] = iter(())
 
@@ -43,7 +69,15 @@ class RandomIds:
 
     def refill(self) -> str:
         """A new batch (the last one is spent); returns its first id."""
-        text = os.urandom(BYTES * self.batch).hex()
+        n = self.batch
+        laid = bytearray(BYTES * n)
+        head = self._now_ms().to_bytes(TIME_BYTES, "big")
+        for at in range(TIME_BYTES):  # byte `at` of every id: the time's
+            laid[at::BYTES] = head[at : at + 1] * n
+        drawn = os.urandom(RANDOM_BYTES * n)
+        for at in range(RANDOM_BYTES):
+            laid[TIME_BYTES + at :: BYTES] = drawn[at * n : (at + 1) * n]
+        text = laid.hex()
         self.ids = ids = map(text.__getitem__, self._cuts)
         return next(ids)
 

@@ -165,6 +165,11 @@ _PRIORITY = {p: p.name.lower() for p in Priority}
 _SOURCE = {s: s.value for s in TokenSource}
 _OUTCOME = {o: o.value for o in CacheOutcome}
 _NO_SAVINGS = (0.0,) * len(LEVERS)
+# The savings' names in `row_of`, in `LEVERS` order: a lever added is a name added there.
+_SAVED_NAMES = ("exact", "semantic", "embeddings", "coalesced", "route", "trim", "prompt_cache",
+                "batch", "tier")  # fmt: skip
+if tuple(map(str, LEVERS)) != _SAVED_NAMES:
+    raise RuntimeError("row_of unpacks each lever's savings by name: add the new lever there")
 
 
 def row_of(
@@ -176,12 +181,14 @@ def row_of(
     """The row of `record`, finished at `at` (epoch seconds), in `COLUMNS` order, with its
     replay features (`replay`, requestlog/features.py). The record and its timings and tokens
     are unpacked once: a `NamedTuple`'s field read is not specialised by CPython 3.11 (a
-    descriptor call, ~100 instructions), unpacking is an iteration in C. The row is three
-    tuples joined: a display with a starred part in its middle appends each item after the
-    star one bytecode at a time, and one of more than 30 items is compiled as a list appended
-    to item by item (CPython's `STACK_USE_GUIDELINE`): one display of the 51 values, the
-    savings unpacked into it, counted 12.6k instructions a record against 10.9k joined
-    (callgrind, inprocess_cpu.py's records)."""
+    descriptor call, ~100 instructions), unpacking is an iteration in C. The row is two
+    displays joined, each under 30 items: one of more than 30 items, or with a starred part,
+    is compiled as a list appended to item by item (CPython's `STACK_USE_GUIDELINE`): one
+    display of the 51 values counted 12.6k instructions a record against 10.9k for three
+    tuples joined (the savings between, callgrind, inprocess_cpu.py's records), and two
+    joined (the savings unpacked into names, `_SAVED_NAMES`) 9.74k against three's 10.22k (a
+    plain record of the tests', benchmarks/results/logstore.md). Slicing the record into a
+    plain tuple first (`record[:]`, whose unpacking CPython specialises) counted the same."""
     (
         request_id, kind, tenant, feature, model, alias, upstream, upstream_model, outcome,
         status, error, timings, tokens, cost_usd, cache, attempts, retries, fallback, failed,
@@ -192,10 +199,11 @@ def row_of(
     total, upstream_s, overhead, ttft, gap = timings
     uncached, cached, written, output, source, written_1h = tokens
     if savings:
-        saved = tuple([savings.get(lever, 0.0) for lever in LEVERS])
+        saved = tuple(map(savings.get, LEVERS, _NO_SAVINGS))  # each lever's, 0.0 when none
         saved_usd = sum(saved)
     else:
         saved, saved_usd = _NO_SAVINGS, 0.0
+    exact, semantic, embeddings, coalesced, route, trim, prompt_cache, batch, tier_usd = saved
     plain = not (decision or reasons or failed or side or notes or microbatch or written_1h
                  or tier_decision or tier_assumed)  # fmt: skip
     request_body, answer_body = bodies
@@ -205,7 +213,8 @@ def row_of(
         None if ttft is None else ttft * 1000.0, upstream_s * 1000.0, overhead * 1000.0,
         queued * 1000.0, None if gap is None else gap * 1000.0, uncached, cached, written,
         output, _SOURCE[source], cost_usd, saved_usd,
-    ) + saved + (
+    ) + (
+        exact, semantic, embeddings, coalesced, route, trim, prompt_cache, batch, tier_usd,
         None if cache is None else f"{cache.cache}:{_OUTCOME[cache.outcome]}", attempts,
         retries, fallback, escalations, _PRIORITY[priority], tier, trimmed, expected_cached,
         None if plain else _detail(record), request_body, answer_body, schema, replay,
