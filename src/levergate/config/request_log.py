@@ -102,17 +102,19 @@ class RequestLogSettings(_Strict):
     batch_size: int = Field(500, ge=1, le=100_000)
     # The longest a record waits in the queue before its batch is written (seconds).
     flush_seconds: float = Field(1.0, gt=0, le=60)
-    # How long the event loop may wait, blocked, for the log's thread's work (PostgreSQL's
-    # writes; SQLite's checkpoints, prunes, and its writes while another process holds the file
-    # locked: SQLite's other writes run on the loop itself) before it goes on without it
-    # (milliseconds; 0, the default: never). Waiting, the
-    # loop leaves the thread the GIL each time SQLite hands it back; not waiting, each of those
-    # times the thread waits for the busy loop to give it up (woken for nothing at each of the
-    # loop's system calls): in-process that cost ~24 us a request (log_cpu.md: 1.126x -> 1.063x
-    # the CPU of log-off). The price is the pause: the loop serves nothing for a batch's write
-    # (~2-3 ms for 500 rows), or this long on a locked or slow disk, once a batch; the requests
-    # in flight then wait too. Off by default, as the log must never slow a request.
-    write_wait_ms: float = Field(0.0, ge=0, le=100)
+    # How long the event loop may wait, blocked, for the log's thread's work before it goes on
+    # without it (milliseconds; 0: never; unset: 10 with SQLite, 0 with PostgreSQL). SQLite's
+    # inserts run on the loop itself; its thread runs the checkpoints (one every 2,000 rows,
+    # ~3 ms with the disk's sync), the prunes, the labels, the first connection and the writes
+    # while another process holds the file locked; PostgreSQL's thread runs its writes too.
+    # Waiting, the loop leaves the thread the GIL each time SQLite hands it back; not waiting,
+    # the thread waits for a busy loop to give it up, woken for nothing at each of the loop's
+    # system calls, until the loop is idle (in-process, where it never is, the thread's next
+    # turn came at the end: SQLite's writes went back to the thread, ~1 context switch a
+    # request, 1.18x the CPU of log-off against 1.07x waiting, 2026-12-04). The price is the
+    # pause: the loop serves nothing meanwhile (a checkpoint, or this long on a slow disk),
+    # and the requests in flight wait too.
+    write_wait_ms: float | None = Field(None, ge=0, le=100)
     # `GET /admin/log`: records per page when `limit` is not given.
     page_size: int = Field(100, ge=1, le=10_000)
     # `GET /admin/log`: the largest `limit` (larger: a 400).

@@ -91,7 +91,7 @@ if TYPE_CHECKING:
     from levergate.layers.measure.recorder import Seen
     from levergate.layers.measure.shadow_labels import ShadowLabel
 
-__all__ = ["BodyText", "LogMetrics", "LogWriter", "Pending"]
+__all__ = ["BodyText", "LogMetrics", "LogWriter", "Pending", "wait_seconds"]
 
 log = logging.getLogger("levergate.requestlog")
 T = TypeVar("T")
@@ -123,6 +123,7 @@ TURN_SECONDS = 0.0005  # rows built per turn of the event loop: about this long
 # so a turn about as long as a turn of `_rows`; and rows written between two checkpoints
 # (a few MB of WAL at most, as SQLite's own 1,000 pages).
 LOOP_ROWS, CHECKPOINT_ROWS = 64, 2000
+SQLITE_WAIT_MS = 10.0  # `write_wait_ms` unset with SQLite (config/request_log.py)
 # What a turn is timed by (benchmarks/instructions.py counts rows instead: a turn's rows on a
 # wall clock vary with the machine's load, and each turn costs an event-loop iteration).
 TURN_CLOCK: Callable[[], float] = time.perf_counter
@@ -206,6 +207,14 @@ def _answer(captured: Captured, most: int) -> tuple[str, int]:
     return "".join(parts), size
 
 
+def wait_seconds(write_wait_ms: float | None, store: LogStore) -> float:
+    """How long the loop waits for the store's thread (`write_wait_ms`; unset: a local
+    disk's work is waited for, a server's round trips are not)."""
+    if write_wait_ms is None:
+        return SQLITE_WAIT_MS / 1000 if isinstance(store, SqliteLog) else 0.0
+    return write_wait_ms / 1000
+
+
 class LogWriter:
     def __init__(
         self,
@@ -238,7 +247,7 @@ class LogWriter:
         self._body_limit = settings.bodies.max_queued_bytes
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="levergate-log")
-        self._write_wait = settings.write_wait_ms / 1000
+        self._write_wait = wait_seconds(settings.write_wait_ms, store)
         self._thread_work: concurrent.futures.Future[Any] | None = None  # the last submitted
         self._unchecked = 0  # rows written on the loop since the last checkpoint
         self._retry = RETRY_FIRST_S
@@ -429,15 +438,19 @@ class LogWriter:
         return True
 
     def _in_thread(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        """Run `work` in the store's thread (a batch's write, the labels', a prune), waiting
-        for it up to `write_wait_ms` with the event loop blocked (the GIL free for the thread
-        whenever SQLite gives it back), and the rest of it asynchronously. Not waiting, the
-        thread waited for the busy loop at each of its turns with the GIL (up to the 5 ms switch
-        interval, woken for nothing at each of the loop's system calls meanwhile, ~190 context
-        switches a batch; a prune that connects, dozens of turns): in-process (process CPU a
-        request, alternating runs, medians) 1.126x of off without the wait, 1.063x with it
-        (benchmarks/results/log_cpu.md). Off by default: the wait pauses the loop, and with it
-        every request in flight."""
+        """Run `work` in the store's thread (PostgreSQL's writes, SQLite's checkpoints and
+        writes while locked elsewhere, the labels', the prunes), waiting for it up to
+        `write_wait_ms` with the event loop blocked (the GIL free for the thread whenever the
+        database gives it back), and the rest of it asynchronously. Not waiting, the thread
+        waits for the busy loop at each of its turns with the GIL, woken for nothing at each of
+        the loop's system calls meanwhile, until the loop is idle: ~190 context switches a
+        batch when the thread wrote them (log_cpu.md: in-process 1.126x of off without the
+        wait, 1.063x with it); with the loop never idle (in-process), a checkpoint's turn came
+        at the run's end and SQLite's writes meanwhile went to the thread (`_write_now` does
+        not write on the loop while the thread works): 1.18x against 1.07x waiting
+        (2026-12-04, a 2-CPU Xeon). Waited for by default with SQLite (a local disk), not with
+        PostgreSQL (a server's round trips): the wait pauses the loop, and with it every
+        request in flight."""
         future = self._thread_work = self._executor.submit(work, *args)
         if self._write_wait > 0:
             concurrent.futures.wait((future,), timeout=self._write_wait)

@@ -25,8 +25,8 @@ from levergate.requestlog import writer as writer_module
 from levergate.requestlog.features import features_of_body
 from levergate.requestlog.query import LogFilter
 from levergate.requestlog.row import Captured
-from levergate.requestlog.store import LogStoreBusy, SqliteLog
-from levergate.requestlog.writer import BodyText, LogMetrics, LogWriter
+from levergate.requestlog.store import LogStoreBusy, PostgresLog, SqliteLog
+from levergate.requestlog.writer import BodyText, LogMetrics, LogWriter, wait_seconds
 from levergate.testing.metrics import sample_value
 from tests.unit.requestlog.records import record
 from tests.waiting import running, until
@@ -522,3 +522,12 @@ async def test_loop_writes_are_checkpointed_in_the_thread_every_checkpoint_rows(
     assert in_database_file(path) == (before + 5 if every == 5 else before)
     assert count(path) == 6
     await log.aclose()
+
+
+def test_the_loop_waits_for_sqlites_thread_by_default_not_for_postgresqls() -> None:
+    sqlite = SqliteLog("unused.db", timeout_seconds=1)
+    postgres = PostgresLog("postgresql://127.0.0.1:1/none", timeout_seconds=1)
+    assert wait_seconds(None, sqlite) == writer_module.SQLITE_WAIT_MS / 1000 > 0
+    assert wait_seconds(None, postgres) == 0
+    assert wait_seconds(0, sqlite) == 0  # set: as set, whatever the store
+    assert wait_seconds(25, postgres) == 0.025
