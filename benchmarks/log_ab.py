@@ -111,6 +111,7 @@ def _loaded(port: int, pid: int, concurrency: int, seconds: float) -> dict[str, 
     used = cpu_seconds(pid) - before
     return {
         "p50_ms": result["total_ms"].get("p50", float("nan")),
+        "p99_ms": result["total_ms"].get("p99", float("nan")),
         "rps": result["throughput_rps"] or 0.0,
         "cpu_us_per_request": 1e6 * used / max(1, result["completed"]),
     }
@@ -173,17 +174,21 @@ def _inprocess(runs: dict[str, list[dict[str, float]]]) -> list[str]:
 def _proxy(rows: list[dict[str, Any]], concurrency: tuple[int, ...]) -> list[str]:
     lines = ["", ("Through the proxy: `levergate serve` with the log off and on, side by side in "
              "front of one `levergate sim` (0 ms), closed loop, whole answers; the gateway "
-             "process's CPU per request from /proc."), "",
-             ("| concurrency | p50 ms off | p50 ms on | on / off | CPU us/req off | CPU us/req on "
-             "| on / off |"), "|---|---|---|---|---|---|---|"]  # fmt: skip
+             "process's CPU per request from /proc; p99 shows the loop's pauses for the log "
+             "(a batch's turns, a checkpoint)."), "",
+             ("| concurrency | p50 ms off | p50 ms on | on / off | p99 ms off | p99 ms on "
+             "| on / off | CPU us/req off | CPU us/req on | on / off |"),
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    keys, digits = ("p50_ms", "p99_ms", "cpu_us_per_request"), (3, 3, 1)
     for c in concurrency:
         med = {s: {k: statistics.median(r[k] for r in rows
                                         if r["side"] == s and r["concurrency"] == c)
-                   for k in ("p50_ms", "cpu_us_per_request")} for s in ("off", "on")}  # fmt: skip
-        p_off, p_on = med["off"]["p50_ms"], med["on"]["p50_ms"]
-        c_off, c_on = med["off"]["cpu_us_per_request"], med["on"]["cpu_us_per_request"]
-        lines.append(f"| {c} | {p_off:.3f} | {p_on:.3f} | {p_on / p_off:.3f} | {c_off:.1f} | "
-                     f"{c_on:.1f} | {c_on / c_off:.3f} |")  # fmt: skip
+                   for k in keys} for s in ("off", "on")}  # fmt: skip
+        cells = [
+            f"{med['off'][k]:.{n}f} | {med['on'][k]:.{n}f} | {med['on'][k] / med['off'][k]:.3f}"
+            for k, n in zip(keys, digits, strict=True)
+        ]
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
     return lines
 
 
