@@ -537,7 +537,7 @@ class SqliteLog(_Sql):
     def _prepared(self, rows: Sequence[tuple[Any, ...]]) -> tuple[Statement, list[Any], list[Any]]:
         """The statement for `rows` (its columns left out, bound once or in every row:
         binds.py) and its values, those bound once and the rest flattened."""
-        if set(map(len, rows)) != {len(NAMES)}:  # in C: the thread holds the GIL here
+        if set(map(len, rows)) != {len(NAMES)}:  # in C
             raise sqlite3.ProgrammingError(f"rows of {len(NAMES)} values expected")
         columns = list(zip(*rows, strict=True))
         statement = self._statements.choose(modes_of(columns, self._defaults))

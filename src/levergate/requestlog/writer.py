@@ -32,7 +32,7 @@ statement of `LOOP_ROWS` rows a turn, all in one transaction (`_write_now`, stor
 `SqliteLog.writing`): never waiting (a database another process holds locked, or a store not
 connected yet, goes to the thread instead) and never syncing the disk (WAL, `synchronous =
 NORMAL`: a commit appends to the WAL; the checkpoints, which sync, run in the writer's own
-thread every `CHECKPOINT_ROWS` rows). Before 2026-12-05 the thread inserted every batch, in as
+thread every `CHECKPOINT_ROWS` rows). Until 2026-12-04 the thread inserted every batch, in as
 few statements as it could; but every statement there gives the GIL up and takes it back a few
 times (~5 an `execute`), each a hand-over with the loop's thread when the loop is busy: the
 thread waited for the loop to give the GIL back, woken for nothing at each of the loop's own
@@ -249,7 +249,7 @@ class LogWriter:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="levergate-log")
         self._write_wait = wait_seconds(settings.write_wait_ms, store)
         self._thread_work: concurrent.futures.Future[Any] | None = None  # the last submitted
-        self._unchecked = 0  # rows written on the loop since the last checkpoint
+        self._unchecked = 0  # rows written to SQLite since the last checkpoint
         self._retry = RETRY_FIRST_S
         self._failing = False
         self._closed = False
@@ -395,6 +395,7 @@ class LogWriter:
                 self._requeue(batch, exc)
                 return False
             self._m.written.inc(len(rows))
+            await self._checkpoint(len(rows))
             if self._failing:
                 self._failing = False
                 log.warning("request log: the store is writable again")
@@ -412,7 +413,8 @@ class LogWriter:
         (each system call) meanwhile, and pays a context switch each time, ~1 a request
         in-process on a quiet 2-CPU Xeon (`otel_where.py`, 2026-12-04). Cancelled meanwhile,
         the rows are rolled back and the batch goes back to the queue, `aclose` writing it.
-        Every `CHECKPOINT_ROWS` rows so written, SQLite's checkpoint runs in the thread."""
+        Every `CHECKPOINT_ROWS` rows written, SQLite's checkpoint runs in the thread
+        (`_checkpoint`)."""
         store = self._store
         busy = self._thread_work is not None and not self._thread_work.done()
         if not isinstance(store, SqliteLog) or busy:
@@ -427,15 +429,24 @@ class LogWriter:
             if lost := self._put_back(batch):
                 self._m.dropped.labels("queue_full").inc(lost)
             raise
-        self._unchecked += len(rows)
-        if self._unchecked >= CHECKPOINT_ROWS:
-            self._unchecked = 0
-            try:
-                await self._in_thread(store.checkpoint)
-            except LogStoreError as exc:  # the next one copies what this one did not
-                self._m.store_errors.inc()
-                log.warning("request log: checkpoint failed: %s", exc)
         return True
+
+    async def _checkpoint(self, written: int) -> None:
+        """Every `CHECKPOINT_ROWS` rows written to SQLite (on the loop or, while locked
+        elsewhere, in the thread: the connection's automatic checkpoints are off for both once
+        `writing` ran), its checkpoint, in the thread."""
+        store = self._store
+        if not isinstance(store, SqliteLog):
+            return
+        self._unchecked += written
+        if self._unchecked < CHECKPOINT_ROWS:
+            return
+        self._unchecked = 0
+        try:
+            await self._in_thread(store.checkpoint)
+        except LogStoreError as exc:  # the next one copies what this one did not
+            self._m.store_errors.inc()
+            log.warning("request log: checkpoint failed: %s", exc)
 
     def _in_thread(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run `work` in the store's thread (PostgreSQL's writes, SQLite's checkpoints and

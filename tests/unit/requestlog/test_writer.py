@@ -531,3 +531,25 @@ def test_the_loop_waits_for_sqlites_thread_by_default_not_for_postgresqls() -> N
     assert wait_seconds(None, postgres) == 0
     assert wait_seconds(0, sqlite) == 0  # set: as set, whatever the store
     assert wait_seconds(25, postgres) == 0.025
+
+
+async def test_rows_the_thread_writes_count_toward_the_checkpoint_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once `writing` turned SQLite's automatic checkpoints off, the thread's writes (the file
+    locked elsewhere meanwhile: another worker's writer) would otherwise grow the WAL unseen."""
+    monkeypatch.setattr(writer_module, "CHECKPOINT_ROWS", 10)
+    path = tmp_path / "log.db"
+    log, store, _ = writer(path, batch_size=5)
+    await connected(log, path)  # 1 row, in the thread
+    store.checkpoint()  # the schema and that row in the file
+    for n in range(5):  # on the loop: 6 rows, no checkpoint yet
+        log.observe(record(n), call(), Seen())
+    assert await log.flush()
+    assert in_database_file(path) == 1
+    store.writing = busy  # type: ignore[method-assign]  # locked: the thread writes the next
+    for n in range(5, 10):
+        log.observe(record(n), call(), Seen())
+    assert await log.flush()  # 11 rows: the checkpoint
+    assert in_database_file(path) == 11
+    await log.aclose()
