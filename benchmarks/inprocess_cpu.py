@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 
@@ -36,23 +39,40 @@ def settings(base_url: str, api_key: str | None, request_log: str | None = None)
                          models=[{"name": "*", "upstream": "sim"}], request_log=log)  # fmt: skip
 
 
+@contextlib.asynccontextmanager
+async def served(
+    make: Callable[[str], Settings], *, stream: bool, warmup: int = 300
+) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """The in-process path: the simulator, a gateway on it with the settings `make` gives for
+    its base URL, httpx over `GatewayTransport`; `warmup` requests served first, then yields
+    what serves one more (`BODY`, streamed or not). Leaving closes the gateway (the request
+    log writes what is still queued, the exporter exports): time across it to count that."""
+    async with run_simulator(SimSettings(port=0)) as sim:
+        gateway = build_gateway(make(sim.base_url))
+        async with gateway, httpx.AsyncClient(
+            transport=GatewayTransport(gateway), base_url="http://levergate/v1"
+        ) as http:  # fmt: skip
+            body = {**BODY, "stream": stream}
+
+            async def one() -> None:
+                await (await http.post("/chat/completions", json=body)).aread()
+
+            for _ in range(warmup):
+                await one()
+            yield one
+
+
 async def cpu_per_request(
     requests: int, *, stream: bool, api_key: str | None = None, request_log: str | None = None
 ) -> float:
     """Microseconds of this process's CPU per request (gateway + simulator + client), the
     gateway's close included (with the request log on, it writes what is still queued)."""
-    async with run_simulator(SimSettings(port=0)) as sim:
-        gateway = build_gateway(settings(sim.base_url, api_key, request_log))
-        async with gateway, httpx.AsyncClient(
-            transport=GatewayTransport(gateway), base_url="http://levergate/v1"
-        ) as http:  # fmt: skip
-            body = {**BODY, "stream": stream}
-            for _ in range(min(300, requests)):  # warm-up
-                await (await http.post("/chat/completions", json=body)).aread()
-            started = time.process_time()
-            for _ in range(requests):
-                await (await http.post("/chat/completions", json=body)).aread()
-        return (time.process_time() - started) / requests * 1e6
+    make = functools.partial(settings, api_key=api_key, request_log=request_log)
+    async with served(make, stream=stream, warmup=min(300, requests)) as one:
+        started = time.process_time()
+        for _ in range(requests):
+            await one()
+    return (time.process_time() - started) / requests * 1e6
 
 
 def main() -> None:

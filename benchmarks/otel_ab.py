@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import statistics
@@ -28,11 +29,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import httpx
 from harness import Output, add_output_options, free_port, stamp, stop, wait_port
 
 SIDES = ("off", "otel", "log", "log+otel")
-BODY = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 16}
 
 
 async def cpu_per_request(
@@ -40,27 +39,24 @@ async def cpu_per_request(
 ) -> float:
     """Microseconds of this process's CPU per request (client + gateway + simulator + export
     + log)."""
-    from levergate.app import build_gateway
-    from levergate.config import Settings
-    from levergate.server.transport import GatewayTransport
-    from levergate.simulator import SimSettings, run_simulator
+    from inprocess_cpu import served
 
-    async with run_simulator(SimSettings(port=0)) as sim:
-        values: dict[str, Any] = {"otel": {"endpoint": endpoint} if endpoint else {}}
-        if log:
-            values["request_log"] = {"enabled": True, "store": {"sqlite_path": log}}
-        settings = Settings.for_upstream(sim.base_url, **values)
-        gateway = build_gateway(settings)
-        async with gateway, httpx.AsyncClient(
-            transport=GatewayTransport(gateway), base_url="http://levergate/v1"
-        ) as http:  # fmt: skip
-            body = {**BODY, "stream": stream}
-            for _ in range(min(300, requests)):  # warm-up
-                await (await http.post("/chat/completions", json=body)).aread()
-            started = time.process_time()
-            for _ in range(requests):
-                await (await http.post("/chat/completions", json=body)).aread()
-        return (time.process_time() - started) / requests * 1e6  # the close's flush included
+    async with served(functools.partial(side_settings, endpoint=endpoint, log=log),
+                      stream=stream, warmup=min(300, requests)) as one:  # fmt: skip
+        started = time.process_time()
+        for _ in range(requests):
+            await one()
+    return (time.process_time() - started) / requests * 1e6  # the close's flush included
+
+
+def side_settings(base_url: str, *, endpoint: str | None, log: str | None) -> Any:
+    """A side's settings: tracing to `endpoint`, the request log into the SQLite file `log`."""
+    from levergate.config import Settings
+
+    values: dict[str, Any] = {"otel": {"endpoint": endpoint} if endpoint else {}}
+    if log:
+        values["request_log"] = {"enabled": True, "store": {"sqlite_path": log}}
+    return Settings.for_upstream(base_url, **values)
 
 
 class _Drop(BaseHTTPRequestHandler):

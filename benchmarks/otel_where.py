@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import json
 import os
@@ -100,60 +101,46 @@ class GcCount:
 
 async def measure(requests: int, *, stream: bool, endpoint: str | None,
                   tracemalloc_on: bool, log: str | None = None) -> dict[str, float]:  # fmt: skip
-    import httpx
-    from inprocess_cpu import BODY
+    from inprocess_cpu import served
+    from otel_ab import side_settings
 
-    from levergate.app import build_gateway
-    from levergate.config import Settings
-    from levergate.server.transport import GatewayTransport
-    from levergate.simulator import SimSettings, run_simulator
-
-    async with run_simulator(SimSettings(port=0)) as sim:
-        values: dict[str, Any] = {"otel": {"endpoint": endpoint} if endpoint else {}}
-        if log is not None:  # the request log on, into this SQLite file
-            values["request_log"] = {"enabled": True, "store": {"sqlite_path": log}}
-        gateway = build_gateway(Settings.for_upstream(sim.base_url, **values))
-        count = GcCount()
-        async with gateway, httpx.AsyncClient(
-            transport=GatewayTransport(gateway), base_url="http://levergate/v1"
-        ) as http:  # fmt: skip
-            body = {**BODY, "stream": stream}
-            for _ in range(min(300, requests)):  # warm-up
-                await (await http.post("/chat/completions", json=body)).aread()
-            if tracemalloc_on:
-                import tracemalloc
-
-                tracemalloc.start()
-            gc.callbacks.append(count)
-            before = resource.getrusage(resource.RUSAGE_SELF)
-            io_before = process_io()
-            started = time.process_time()
-            for _ in range(requests):
-                await (await http.post("/chat/completions", json=body)).aread()
-        cpu = time.process_time() - started  # the close's export included
-        after = resource.getrusage(resource.RUSAGE_SELF)
-        io_after = process_io()
-        gc.callbacks.remove(count)
-        found = {
-            "cpu_us": cpu * 1e6 / requests,
-            "user_us": (after.ru_utime - before.ru_utime) * 1e6 / requests,
-            "sys_us": (after.ru_stime - before.ru_stime) * 1e6 / requests,
-            "gc_us": sum(count.seconds) * 1e6 / requests,
-            "collected": count.collected / requests,
-            "tracked": len(gc.get_objects()),
-            "minflt": (after.ru_minflt - before.ru_minflt) / requests,
-            "nvcsw": (after.ru_nvcsw - before.ru_nvcsw) / requests,
-            "nivcsw": (after.ru_nivcsw - before.ru_nivcsw) / requests,
-            **{k: (io_after[k] - io_before[k]) / requests for k in ("wchar", "syscw", "rchar")},
-        }
-        found.update((f"gc{g}", count.collections[g] * 1000 / requests) for g in range(3))
-        found.update((f"gc{g}_us", count.seconds[g] * 1e6 / requests) for g in range(3))
+    count = GcCount()
+    make = functools.partial(side_settings, endpoint=endpoint, log=log)
+    async with served(make, stream=stream, warmup=min(300, requests)) as one:
         if tracemalloc_on:
             import tracemalloc
 
-            found["peak_kib"] = tracemalloc.get_traced_memory()[1] / 1024
-            tracemalloc.stop()
-        return found
+            tracemalloc.start()
+        gc.callbacks.append(count)
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        io_before = process_io()
+        started = time.process_time()
+        for _ in range(requests):
+            await one()
+    cpu = time.process_time() - started  # the close's export included
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    io_after = process_io()
+    gc.callbacks.remove(count)
+    found = {
+        "cpu_us": cpu * 1e6 / requests,
+        "user_us": (after.ru_utime - before.ru_utime) * 1e6 / requests,
+        "sys_us": (after.ru_stime - before.ru_stime) * 1e6 / requests,
+        "gc_us": sum(count.seconds) * 1e6 / requests,
+        "collected": count.collected / requests,
+        "tracked": len(gc.get_objects()),
+        "minflt": (after.ru_minflt - before.ru_minflt) / requests,
+        "nvcsw": (after.ru_nvcsw - before.ru_nvcsw) / requests,
+        "nivcsw": (after.ru_nivcsw - before.ru_nivcsw) / requests,
+        **{k: (io_after[k] - io_before[k]) / requests for k in ("wchar", "syscw", "rchar")},
+    }
+    found.update((f"gc{g}", count.collections[g] * 1000 / requests) for g in range(3))
+    found.update((f"gc{g}_us", count.seconds[g] * 1e6 / requests) for g in range(3))
+    if tracemalloc_on:
+        import tracemalloc
+
+        found["peak_kib"] = tracemalloc.get_traced_memory()[1] / 1024
+        tracemalloc.stop()
+    return found
 
 
 def fill_log(path: str, records: int) -> None:
