@@ -19,7 +19,8 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
 import httpx
 
@@ -41,18 +42,17 @@ def settings(base_url: str, api_key: str | None, request_log: str | None = None)
 
 @contextlib.asynccontextmanager
 async def served(
-    make: Callable[[str], Settings], *, stream: bool, warmup: int = 300
+    make: Callable[[str], Settings], body: Mapping[str, Any], *, warmup: int = 300
 ) -> AsyncIterator[Callable[[], Awaitable[None]]]:
     """The in-process path: the simulator, a gateway on it with the settings `make` gives for
-    its base URL, httpx over `GatewayTransport`; `warmup` requests served first, then yields
-    what serves one more (`BODY`, streamed or not). Leaving closes the gateway (the request
-    log writes what is still queued, the exporter exports): time across it to count that."""
+    its base URL, httpx over `GatewayTransport`; `warmup` requests of `body` served first, then
+    yields what serves one more. Leaving closes the gateway (the request log writes what is
+    still queued, the exporter exports): time across it to count that."""
     async with run_simulator(SimSettings(port=0)) as sim:
         gateway = build_gateway(make(sim.base_url))
         async with gateway, httpx.AsyncClient(
             transport=GatewayTransport(gateway), base_url="http://levergate/v1"
         ) as http:  # fmt: skip
-            body = {**BODY, "stream": stream}
 
             async def one() -> None:
                 await (await http.post("/chat/completions", json=body)).aread()
@@ -68,7 +68,7 @@ async def cpu_per_request(
     """Microseconds of this process's CPU per request (gateway + simulator + client), the
     gateway's close included (with the request log on, it writes what is still queued)."""
     make = functools.partial(settings, api_key=api_key, request_log=request_log)
-    async with served(make, stream=stream, warmup=min(300, requests)) as one:
+    async with served(make, {**BODY, "stream": stream}, warmup=min(300, requests)) as one:
         started = time.process_time()
         for _ in range(requests):
             await one()

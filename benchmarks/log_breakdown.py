@@ -46,6 +46,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -109,14 +110,10 @@ def child(args: argparse.Namespace) -> None:
 
 
 async def serve_and_count(args: argparse.Namespace) -> None:
-    import httpx
-    from inprocess_cpu import BODY
+    from inprocess_cpu import BODY, served
 
     from levergate import Settings
-    from levergate.app import build_gateway
     from levergate.requestlog import writer as writer_module
-    from levergate.server.transport import GatewayTransport
-    from levergate.simulator import SimSettings, run_simulator
 
     folder = Path(args.folder)
     seen: list[tuple[Any, ...]] = []
@@ -135,16 +132,14 @@ async def serve_and_count(args: argparse.Namespace) -> None:
     values = {"prompt_cache": {"lint": {"enabled": False}},
               "request_log": {"enabled": True, "store": {"sqlite_path": str(folder / "log.db"),
                                                          "timeout_seconds": 600}}}  # fmt: skip
-    async with run_simulator(SimSettings(port=0)) as sim:
-        gateway = build_gateway(Settings.for_upstream(sim.base_url, **values))
-        transport = GatewayTransport(gateway)
-        async with gateway, httpx.AsyncClient(transport=transport, base_url="http://lg/v1") as http:
-            for n in range(args.warmup + args.records):
-                keeping = n >= args.warmup
-                await (await http.post("/chat/completions", json=BODY)).aread()
-            writer_module.LogWriter.observe = observe  # type: ignore[method-assign]
-            await writers[0].flush()
-            await count_parts(writers[0], seen, folder, Marks(Path(args.marks)))
+    make = functools.partial(Settings.for_upstream, **values)
+    async with served(make, BODY, warmup=args.warmup) as one:
+        keeping = True
+        for _ in range(args.records):
+            await one()
+        writer_module.LogWriter.observe = observe  # type: ignore[method-assign]
+        await writers[0].flush()
+        await count_parts(writers[0], seen, folder, Marks(Path(args.marks)))
 
 
 async def count_parts(writer: Any, seen: list[tuple[Any, ...]], folder: Path, marks: Marks) -> None:

@@ -39,10 +39,10 @@ async def cpu_per_request(
 ) -> float:
     """Microseconds of this process's CPU per request (client + gateway + simulator + export
     + log)."""
-    from inprocess_cpu import served
+    from inprocess_cpu import BODY, served
 
-    async with served(functools.partial(side_settings, endpoint=endpoint, log=log),
-                      stream=stream, warmup=min(300, requests)) as one:  # fmt: skip
+    make = functools.partial(side_settings, endpoint=endpoint, log=log)
+    async with served(make, {**BODY, "stream": stream}, warmup=min(300, requests)) as one:
         started = time.process_time()
         for _ in range(requests):
             await one()

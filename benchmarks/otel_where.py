@@ -101,12 +101,12 @@ class GcCount:
 
 async def measure(requests: int, *, stream: bool, endpoint: str | None,
                   tracemalloc_on: bool, log: str | None = None) -> dict[str, float]:  # fmt: skip
-    from inprocess_cpu import served
+    from inprocess_cpu import BODY, served
     from otel_ab import side_settings
 
     count = GcCount()
     make = functools.partial(side_settings, endpoint=endpoint, log=log)
-    async with served(make, stream=stream, warmup=min(300, requests)) as one:
+    async with served(make, {**BODY, "stream": stream}, warmup=min(300, requests)) as one:
         if tracemalloc_on:
             import tracemalloc
 
