@@ -36,7 +36,8 @@ HELPERS = {
     "traffic_shared_limit.py's logged simulator",
     "relay.py": "the null proxy overhead.py runs beside the gateway",
     "bare_relay.py": "the bare HTTP relay relay_side_by_side.py runs beside the gateway",
-    "inprocess_cpu.py": "run by anthropic_inbound.py and imported by ledger_ab.py",
+    "inprocess_cpu.py": "run by anthropic_inbound.py and log_ab.py, imported by ledger_ab.py; its "
+    "`served` harness by otel_ab.py, otel_where.py and log_breakdown.py",
     "analyze_workloads.py": "imported by analyze_accuracy.py",
 }
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name not in HELPERS)
