@@ -36,8 +36,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
-__all__ = ["IDS", "RandomIds", "fresh_id"]
+__all__ = ["IDS", "Batched", "RandomIds", "fresh_id", "process_wide"]
+
+T = TypeVar("T")
+B = TypeVar("B", bound="Batched[Any]")
 
 TIME_BYTES = 6  # 48 bits of milliseconds since the epoch: until the year 10889
 RANDOM_BYTES = 10  # 80 bits an id
@@ -49,23 +53,47 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class RandomIds:
+class Batched(Generic[T]):
+    """Values drawn a batch at a time: `ids` hands out the batch's, `refill` draws the next
+    batch once it is spent (returning its first value). A hot path reads `next(x.ids, None)`
+    itself, without `fresh`'s frame. Request ids here, trace and span ids (core/spans.py)."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self) -> None:
+        self.ids: Iterator[T] = iter(())
+
+    def fresh(self) -> T:
+        found = next(self.ids, None)
+        return found if found is not None else self.refill()
+
+    def refill(self) -> T:
+        raise NotImplementedError
+
+    def forget(self) -> None:
+        """Drop the values not yet handed out (a forked child: they are its parent's too)."""
+        self.ids = iter(())
+
+
+def process_wide(source: B) -> B:
+    """`source` as the process's: a child made by `fork` drops the batch it inherited."""
+    os.register_at_fork(after_in_child=source.forget)
+    return source
+
+
+class RandomIds(Batched[str]):
     """Ids `batch` at a time: a batch is one hex text, and `ids` cuts it into ids as they are
     drawn (a `map` of its slices, in C: ~200 instructions an id, where a list built by a
     comprehension was ~400 an id, amortised). `now_ms`: the wall clock in ms (tests pass
     their own)."""
 
-    __slots__ = ("_cuts", "_now_ms", "batch", "ids")
+    __slots__ = ("_cuts", "_now_ms", "batch")
 
     def __init__(self, batch: int = 256, *, now_ms: Callable[[], int] = wall_ms) -> None:
+        super().__init__()
         self.batch = batch
         self._now_ms = now_ms
         self._cuts = tuple(slice(at, at + WIDTH) for at in range(0, WIDTH * batch, WIDTH))
-        self.ids: Iterator[str] = iter(())
-
-    def fresh(self) -> str:
-        found = next(self.ids, None)
-        return found if found is not None else self.refill()
 
     def refill(self) -> str:
         """A new batch (the last one is spent); returns its first id."""
@@ -81,13 +109,8 @@ class RandomIds:
         self.ids = ids = map(text.__getitem__, self._cuts)
         return next(ids)
 
-    def forget(self) -> None:
-        """Drop the ids not yet handed out (a forked child: they are its parent's too)."""
-        self.ids = iter(())
-
 
 # The process's ids (module docstring: reset in a forked child). `gateway.request_id_for`
 # draws from `IDS.ids` itself, without `fresh`'s frame (~400 instructions a request).
-IDS = RandomIds()
-os.register_at_fork(after_in_child=IDS.forget)
+IDS = process_wide(RandomIds())
 fresh_id = IDS.fresh

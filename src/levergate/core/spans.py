@@ -16,11 +16,21 @@ import random
 import re
 import struct
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["SPAN_IDS", "TRACE_IDS", "Attempt", "Internal", "RandomIds", "Spans", "new_span_id",
-           "new_trace_id"]  # fmt: skip
+from levergate.core.ids import Batched, process_wide
+
+__all__ = [
+    "SPAN_IDS",
+    "TRACE_IDS",
+    "Attempt",
+    "IdBytes",
+    "Internal",
+    "Spans",
+    "new_span_id",
+    "new_trace_id",
+]  # fmt: skip
 
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _MAX_ATTEMPTS = 64  # a request's attempts kept for spans (retries and fallbacks are bounded)
@@ -32,7 +42,7 @@ _getrandbits = random.getrandbits  # workflows' ids (`new_trace_id`, `new_span_i
 _new = object.__new__
 
 
-class RandomIds:
+class IdBytes(Batched[bytes]):
     """Trace or span ids of `size` random bytes from `os.urandom`, `batch` at a time, as
     core/ids.py draws request ids (and for its reasons: one system call a batch, never a seeded
     generator): a batch is cut into ids by one `struct` call (~180 instructions an id) and an
@@ -41,13 +51,13 @@ class RandomIds:
     `random.getrandbits(128)` was ~900 and the encoder's `to_bytes` ~800 more). W3C forbids an
     all-zero id: a batch holding `size` zero bytes anywhere is drawn again."""
 
-    __slots__ = ("_cut", "_size", "_zero", "ids")
+    __slots__ = ("_cut", "_size", "_zero")
 
     def __init__(self, size: int, batch: int = 256) -> None:
+        super().__init__()
         self._size = size * batch
         self._cut = struct.Struct(f"{size}s" * batch).unpack
         self._zero = bytes(size)
-        self.ids: Iterator[bytes] = iter(())
 
     def refill(self) -> bytes:
         """A new batch (the last one is spent); returns its first id."""
@@ -58,15 +68,9 @@ class RandomIds:
         self.ids = ids = iter(found)
         return next(ids)
 
-    def forget(self) -> None:
-        """Drop the ids not yet handed out (a forked child: they are its parent's too)."""
-        self.ids = iter(())
-
 
 # The process's ids, as core/ids.py's `IDS` (reset in a forked child).
-TRACE_IDS, SPAN_IDS = RandomIds(16), RandomIds(8)
-os.register_at_fork(after_in_child=TRACE_IDS.forget)
-os.register_at_fork(after_in_child=SPAN_IDS.forget)
+TRACE_IDS, SPAN_IDS = process_wide(IdBytes(16)), process_wide(IdBytes(8))
 
 
 def _nonzero(bits: int) -> int:

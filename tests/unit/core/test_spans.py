@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from levergate.core.spans import RandomIds, Spans
+from levergate.core.spans import IdBytes, Spans
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -58,11 +58,11 @@ def test_bad_values_are_ignored() -> None:
 
 
 def test_ids_are_drawn_in_batches_of_non_zero_distinct_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`RandomIds`: ids of its size, never all zero (W3C's invalid id: a batch holding one is
+    """`IdBytes`: ids of its size, never all zero (W3C's invalid id: a batch holding one is
     drawn again), distinct, and a forked child's batch starts afresh (`forget`)."""
     draws = iter([bytes(64), b"\x01" * 4 + bytes(8) + b"\x01" * 52, b"\x05" * 64])
     monkeypatch.setattr(os, "urandom", lambda n: next(draws)[:n])
-    ids = RandomIds(8, batch=8)
+    ids = IdBytes(8, batch=8)
     assert ids.refill() == b"\x05" * 8  # both batches with 8 zero bytes in a row were redrawn
     assert list(ids.ids) == [b"\x05" * 8] * 7
     monkeypatch.undo()
