@@ -383,8 +383,7 @@ class LogWriter:
             try:
                 rows = await self._rows(batch)
             except asyncio.CancelledError:  # the job stopped (closing): `aclose` writes them
-                if lost := self._put_back(batch):
-                    self._m.dropped.labels("queue_full").inc(lost)
+                self._give_back(batch)
                 raise
             if not rows:
                 continue
@@ -426,8 +425,7 @@ class LogWriter:
         except LogStoreBusy:
             return False
         except asyncio.CancelledError:
-            if lost := self._put_back(batch):
-                self._m.dropped.labels("queue_full").inc(lost)
+            self._give_back(batch)
             raise
         return True
 
@@ -538,6 +536,12 @@ class LogWriter:
         lost = self._put_back(batch)
         if lost:
             self._m.dropped.labels("store_error").inc(lost)
+
+    def _give_back(self, batch: list[Item]) -> None:
+        """A batch the stopped job held, back to the queue for `aclose` to write; what no
+        longer fits is dropped and counted."""
+        if lost := self._put_back(batch):
+            self._m.dropped.labels("queue_full").inc(lost)
 
     def _put_back(self, batch: list[Item]) -> int:
         """Return `batch` to the front of the queue, as much of its end as fits the queue's
