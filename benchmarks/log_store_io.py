@@ -13,10 +13,11 @@ the ones out of SQLite's cache from the kernel's; ids whose first bytes are the 
 Each variant runs in a process of its own: a new log filled with `--fill` records (rows of the
 request log's tests, `tests/unit/requestlog/records.py`, a replay text of the usual size, ids
 of the variant, one request every `--gap-ms` of a virtual clock), through `SqliteLog.write` in
-full batches, then `--batches` more batches measured: the process's `/proc/self/io` (wchar:
-bytes passed to write calls; syscw, syscr) and `getrusage` (system, user CPU) before and after,
-per record. The store runs in the main thread (the gateway's runs in its writer's thread; the
-counts are the same calls).
+full batches, a checkpoint every `CHECKPOINT_ROWS` rows as the writer runs them (SQLite's own
+off, as `writing` turns them off), then `--batches` more batches measured: the process's
+`/proc/self/io` (wchar: bytes passed to write calls; syscw, syscr) and `getrusage` (system,
+user CPU) before and after, per record. The store runs in the main thread (the gateway's runs
+in its writer's thread and on its event loop; the counts are the same calls).
 
     python benchmarks/log_store_io.py [--fill 200000] [--batches 100] [--variants ...]
 
@@ -41,14 +42,18 @@ BATCH = 500
 # A replay text of the usual size (requestlog/features.py's JSON for a one-message chat).
 REPLAY = json.dumps({"v": 4, "fp": "f" * 32, "model": "fast", "msgs": 1, "prompt_bytes": 812,
                      "whole": "a" * 32, "blocks": [], "tools": 0, "max_tokens": 256})  # fmt: skip
-# name -> (ids, PRAGMAs run after the store connects)
-VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "random ids (24 hex, before)": ("random", ()),
-    "random ids (32 hex)": ("random32", ()),
-    "time-ordered ids": ("ordered", ()),
-    "random ids (24 hex), cache 16 MiB": ("random", ("cache_size = -16384",)),
-    "time-ordered ids, cache 16 MiB": ("ordered", ("cache_size = -16384",)),
-    "time-ordered ids, checkpoint 4000 pages": ("ordered", ("wal_autocheckpoint = 4000",)),
+# name -> (ids, PRAGMAs run after the store connects, the new file's page size: 0 the store's
+# `PAGE_SIZE`)
+VARIANTS: dict[str, tuple[str, tuple[str, ...], int]] = {
+    "random ids (24 hex, before)": ("random", (), 0),
+    "random ids (32 hex)": ("random32", (), 0),
+    "time-ordered ids": ("ordered", (), 0),
+    "random ids (24 hex), cache 16 MiB": ("random", ("cache_size = -16384",), 0),
+    "time-ordered ids, cache 16 MiB": ("ordered", ("cache_size = -16384",), 0),
+    "time-ordered ids, checkpoint 4000 pages": ("ordered", ("wal_autocheckpoint = 4000",), 0),
+    "time-ordered ids, 4 KiB pages": ("ordered", (), 4096),
+    "time-ordered ids, 8 KiB pages": ("ordered", (), 8192),
+    "time-ordered ids, 16 KiB pages": ("ordered", (), 16384),
 }
 
 
@@ -88,10 +93,14 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "tests" / "unit" / "requestlog"))
     from records import record  # the request log's tests' records
 
+    from levergate.requestlog import store as store_module
     from levergate.requestlog.row import row_of
     from levergate.requestlog.store import SqliteLog
+    from levergate.requestlog.writer import CHECKPOINT_ROWS
 
-    ids_kind, pragmas = VARIANTS[args.variant]
+    ids_kind, pragmas, page_size = VARIANTS[args.variant]
+    if page_size:
+        store_module.PAGE_SIZE = page_size  # this process's stores: the variant's only
     ids = Ids(ids_kind)
     templates = [row_of(0.0, record(n)) for n in range(50)]
     folder = Path(tempfile.mkdtemp(prefix="lg-store-io-"))
@@ -112,12 +121,23 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
             n += 1
         return rows
 
+    store._conn.execute("PRAGMA wal_autocheckpoint = 0")  # the writer's own, as `write`:
+    unchecked = 0
+
+    def write(rows: list[tuple[Any, ...]]) -> None:
+        nonlocal unchecked
+        store.write(rows)
+        unchecked += len(rows)
+        if unchecked >= CHECKPOINT_ROWS:
+            unchecked = 0
+            store.checkpoint()
+
     for _ in range(args.fill // BATCH):
-        store.write(batch())
+        write(batch())
     ready = [batch() for _ in range(args.batches)]
     before = counters()
     for rows in ready:
-        store.write(rows)
+        write(rows)
     after = counters()
     size = store._used_bytes(0)  # the pages in use, the WAL's not yet copied back included
     store.close()

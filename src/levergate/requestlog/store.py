@@ -9,8 +9,9 @@ each on a store of its own (one connection is used by one thread at a time). Eve
 the connection is dropped and opened again at the next call, which is how a restarted
 PostgreSQL is reconnected to.
 
-Two indexes, each one a reader cannot do without; every index costs the writer ~4,800
-instructions a record (SQLite and the libc under it, callgrind: benchmarks/instructions.py):
+Two indexes, each one a reader cannot do without; each costs the writer instructions a record
+(SQLite and the libc under it, callgrind: the store's write less without it, 8 KiB pages,
+`benchmarks/log_breakdown.py`: ~1,100 the time's, ~2,900 the request id's):
 - `(ts, seq)`: every time range (the dashboard's charts and pages always have one, `since` /
   `until`, `levergate report`), the pages newest first and their cursors (ORDER BY ts DESC,
   seq DESC), and the age bound's prune;
@@ -69,6 +70,16 @@ GROUPS = frozenset({"model", "alias", "tenant", "key_id", "feature", "workflow",
 INDEX_ENTRY_BYTES = 40  # a b-tree entry of one indexed column and the time, roughly
 _SUMS = ("cost_usd", "saved_usd", "input_tokens", "cached_tokens", "cache_write_tokens",
          "output_tokens", "expected_cached")  # fmt: skip
+# A new SQLite log's page size, bytes (a file in WAL mode keeps the size it was made with: an
+# older log keeps SQLite's 4 KiB). SQLite writes a WAL frame as two `pwrite`s (its header, its
+# page) and a checkpoint copies a page as a `pread` and a `pwrite`, so a page twice as large
+# halves the system calls a record: 0.41 -> 0.24 writes and 0.13 -> 0.06 reads a request
+# in-process (`otel_where.py --sides off,log`), for 7-13% more bytes (each commit rewrites the
+# partly filled last page of the table and of each index whole); and a b-tree of larger pages
+# splits less: the store's write 19.9k -> 18.7k instructions a record (`log_breakdown.py`).
+# 16 KiB: 0.14 writes, but 26% more bytes than 4 KiB and more instructions than 8 KiB
+# (benchmarks/results/logsql.md).
+PAGE_SIZE = 8192
 # The most latency samples `latencies` returns: a range with more records is sampled evenly.
 MAX_SAMPLES = 20_000
 
@@ -429,7 +440,7 @@ class SqliteLog(_Sql):
 
     def _connect(self) -> sqlite3.Connection:
         # made in the writer's thread and written on its event loop too (`writing`)
-        conn = connect(self.path, busy_ms=self._busy_ms, any_thread=True)
+        conn = connect(self.path, busy_ms=self._busy_ms, any_thread=True, page_size=PAGE_SIZE)
         self._manual = False  # SQLite's automatic checkpoints on (`writing` turns them off)
         for statement in self.schema():
             conn.execute(statement)

@@ -24,19 +24,24 @@ T = TypeVar("T")
 
 
 def connect(
-    path: str, *, busy_ms: int, synchronous: str = "NORMAL", any_thread: bool = False
-) -> sqlite3.Connection:
+    path: str, *, busy_ms: int, synchronous: str = "NORMAL", any_thread: bool = False,
+    page_size: int = 0,
+) -> sqlite3.Connection:  # fmt: skip
     """A WAL connection to `path` (its folder made), statements waiting up to `busy_ms` on a
     lock held elsewhere; with `any_thread`, usable from a thread other than the one that made
     it (the caller keeps two from using it at once). Switching a new file to WAL takes an
     exclusive lock for which SQLite does not call its busy handler: two processes opening one
     new file at once saw "database is locked" at once (9 runs in 40 of a two-process test), so
-    the switch is retried until the same deadline."""
+    the switch is retried until the same deadline. `page_size` (bytes, a power of two from 512
+    to 65536; 0: SQLite's, 4096) is a new file's: once a file is in WAL mode its pages keep
+    their size."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None,
                            check_same_thread=not any_thread)  # fmt: skip
     try:
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        if page_size:  # before the switch to WAL, which writes a new file's first page
+            conn.execute(f"PRAGMA page_size = {int(page_size)}")
         deadline = time.monotonic() + busy_ms / 1000
         while True:
             try:

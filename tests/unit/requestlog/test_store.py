@@ -19,12 +19,14 @@ from levergate.policies.tiers import Tier, TierDecision
 from levergate.requestlog.query import LogFilter, decode_cursor
 from levergate.requestlog.row import COLUMNS, LEVERS, NAMES, row_of
 from levergate.requestlog.store import (
+    PAGE_SIZE,
     LogStore,
     LogStoreError,
     PostgresLog,
     SqliteLog,
     chunk_sizes,
 )
+from levergate.stores.sqlite_worker import connect
 from tests.postgres_required import postgres_database
 from tests.unit.requestlog.records import record, rich_record, rows
 
@@ -287,3 +289,35 @@ def test_a_table_from_before_the_zero_defaults_binds_its_zeros(tmp_path: Path) -
     store.write(written)
     store.close()
     assert _stored(path) == written
+
+
+def _page_size(path: Path) -> int:
+    with closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+
+def test_a_new_sqlite_log_has_its_page_size_and_an_older_one_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    """A new file gets `PAGE_SIZE` pages; a log an older levergate made with SQLite's 4 KiB
+    pages (in WAL mode, where a file's pages keep their size) is written and read as before,
+    its pages unchanged."""
+    new = SqliteLog(str(tmp_path / "new.db"), timeout_seconds=5)
+    new.write(rows(3))
+    new.close()
+    assert _page_size(tmp_path / "new.db") == PAGE_SIZE != 4096
+    path = tmp_path / "old.db"
+    with closing(connect(str(path), busy_ms=5000)) as conn:  # as levergate made it before
+        for statement in SqliteLog(str(path), timeout_seconds=5).schema():
+            conn.execute(statement)
+        conn.execute(f"INSERT INTO lg_requests ({', '.join(NAMES)}) "  # noqa: S608 - our names
+                     f"VALUES ({', '.join('?' * len(NAMES))})", rows(1)[0])  # fmt: skip
+    assert _page_size(path) == 4096
+    old = SqliteLog(str(path), timeout_seconds=5)
+    old.write(rows(500, start=START + 10))
+    found = all_pages(old, LogFilter(), limit=100)
+    old.prune(now=START + 600, max_age_seconds=3600, max_bytes=10**9)
+    old.close()
+    assert len(found) == 501
+    assert _page_size(path) == 4096
+    assert _stored(path) == [*rows(1), *(tuple(r) for r in rows(500, start=START + 10))]
