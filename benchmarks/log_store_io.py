@@ -148,12 +148,15 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def markdown(results: list[dict[str, Any]], args: argparse.Namespace, when: dict[str, str]) -> str:
+    from levergate.requestlog.writer import CHECKPOINT_ROWS
+
     head = (f"# The SQLite request log's I/O a record on a grown log ({when['date']}, "
             f"{when['machine']})")  # fmt: skip
     method = (
         f"`benchmarks/log_store_io.py --fill {args.fill} --batches {args.batches} "
         f"--gap-ms {args.gap_ms}`: a log filled with {args.fill:,} records, then "
-        f"{args.batches * BATCH:,} more written in batches of {BATCH} (`SqliteLog.write`), "
+        f"{args.batches * BATCH:,} more written in batches of {BATCH} (`SqliteLog.write`, a "
+        f"checkpoint every {CHECKPOINT_ROWS:,} rows as the writer's), "
         "counted per record. wchar/rchar: bytes passed to write/read calls (the WAL frames, "
         "the checkpoints' copies); syscw/syscr: those calls; log MB: its pages in use at the "
         "end. Counts; the CPU times are indicative (a shared host)."
