@@ -73,12 +73,14 @@ _SUMS = ("cost_usd", "saved_usd", "input_tokens", "cached_tokens", "cache_write_
 # A new SQLite log's page size, bytes (a file in WAL mode keeps the size it was made with: an
 # older log keeps SQLite's 4 KiB). SQLite writes a WAL frame as two `pwrite`s (its header, its
 # page) and a checkpoint copies a page as a `pread` and a `pwrite`, so a page twice as large
-# halves the system calls a record: 0.41 -> 0.24 writes and 0.13 -> 0.06 reads a request
-# in-process (`otel_where.py --sides off,log`), for 7-13% more bytes (each commit rewrites the
-# partly filled last page of the table and of each index whole); and a b-tree of larger pages
-# splits less: the store's write 19.9k -> 18.7k instructions a record (`log_breakdown.py`).
-# 16 KiB: 0.14 writes, but 26% more bytes than 4 KiB and more instructions than 8 KiB
-# (benchmarks/results/logsql.md).
+# halves the system calls a record: 0.41 -> 0.24 writes a request in-process (`otel_where.py
+# --sides off,log`), 0.13 -> 0.06 reads a record on a grown log (`log_store_io.py`), for 7-13%
+# more bytes (each commit rewrites the partly filled last page of the table and of each index
+# whole); and a b-tree of larger pages splits less: the store's write 19.7-19.9k -> 18.7-19.7k
+# instructions a record (`log_breakdown.py`, three runs).
+# Under light traffic (small commits) the bytes grow more and the calls fall less (20 rows a
+# commit: +53% bytes, -21% calls). 16 KiB: 0.14 writes, but 26% more bytes than 4 KiB and more
+# instructions than 8 KiB (benchmarks/results/logsql.md).
 PAGE_SIZE = 8192
 # The most latency samples `latencies` returns: a range with more records is sampled evenly.
 MAX_SAMPLES = 20_000
