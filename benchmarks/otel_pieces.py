@@ -6,9 +6,10 @@ the simulator in the process and tracing on, keeps the (record, trace context) p
 got, then, with callgrind's instrumentation switched on, repeats one piece R times over them:
 
 - `path`: the request path's tracing work, as the gateway does it for a request: the trace
-  context (`Spans.begin`), the attempt (`Spans.attempt`), the upstream's `traceparent` and its
-  header dict, the attempt's end, the exporter's `export` (since 2026-12-04 the spans' encoding,
-  before it the queue's append of the record);
+  context (`Spans.begin`; since 2026-12-05 `begin`), the attempt (`Spans.attempt`), the
+  upstream's `traceparent` and its header dict (since 2026-12-05 both from `Spans.sent`), the
+  attempt's end, the exporter's `export` (since 2026-12-04 the spans' encoding, before it the
+  queue's append of the record);
 - `encode`: `SpanEncoder.request`, the request's span and its attempt's, OTLP bytes;
 - `export`: one POST of 512 encoded spans (`SpanExporter._send`) to a receiver in another
   process (HTTP/1.0: a connection each export), per export.
