@@ -19,10 +19,11 @@ the fingerprint's canonical bytes the exact cache's when it computed them for th
 (`Trace.canonical`: ~9.5k instructions a record not spent again). From 2026-12-03 they waited for
 the batch instead (the body's bytes as received held, bounded by `bodies.max_queued_bytes`, and
 parsed again there), for warm caches: the same code took 31 us a small prompt one request at a
-time, between other work, against 10 us in the batch (timed in the in-process benchmark). Counted,
-that way cost ~15.5k instructions a record more (the work around `row_of` and the features in
-`observe` and `_rows`, 17.5k -> 2.0k: the held bytes parsed again ~6k, the `Pending` tuple, the row
-joined with its features, the batch's loop and turns; the parts 72.5k -> 56.9k, callgrind,
+time, between other work, against 10 us in the batch (timed in the in-process benchmark; not timed
+again for this way: a wall-clock A/B on a quiet host decides). Counted, that way cost ~15.5k
+instructions a record more (the work around `row_of` and the features in `observe` and `_rows`,
+17.5k -> 2.0k: the held bytes parsed again ~6k, the `Pending` tuple, the row joined with its
+features, the batch's loop and turns; the parts 72.5k -> 56.9k, callgrind,
 `benchmarks/results/loginline_breakdown.md`).
 
 Off the path, a supervised background job (`run`) wakes as soon as a batch is full, and writes the
