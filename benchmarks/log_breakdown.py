@@ -13,13 +13,14 @@ divided by their number (the client requests' own cost, ~100 instructions, sprea
 
 - `observe`: `LogWriter.observe` (into the gateway's own writer, its queue emptied after), and
   `row_of` alone (its share);
-- the replay features (requestlog/features.py `replay_text`, what `_rows` computes for a
-  record whose body it held), and by part: the canonical body bytes
-  (`canonical_body_bytes`: the exact cache computes them only for a request it may cache, and
-  this workload's has no temperature), the fingerprint over them (`head_bytes` + XXH3-128),
-  the messages serialised and their whole-prompt XXH3, the prefix blocks (none: the prompt is
-  under `BLOCK_BYTES`), the features' JSON;
-- `_rows`: the batch's rows (the replay features included), as the job builds them;
+- the replay features (requestlog/features.py `replay_text`, what `observe` computes from the
+  parsed body; until h/loginline `_rows`, from the body's bytes it held), and by part: the
+  canonical body bytes (`canonical_body_bytes`: the exact cache computes them only for a request it
+  may cache, and this workload's has no temperature), the fingerprint over them (`head_bytes` +
+  XXH3-128), the messages serialised and their whole-prompt XXH3, the prefix blocks (none: the
+  prompt is under `BLOCK_BYTES`), the features' JSON;
+- `_rows`: the batch's rows, as the job builds them (until h/loginline the replay features
+  included; since, with no bodies logged, the batch as queued);
 - the store's write of those rows (`SqliteLog.write`: the batch is one statement of
   `--records` rows, as a full batch is), into a store already holding the warm-up's rows: its
   Python part (columns, `modes_of`, the statement's values), then the statement within a
@@ -151,16 +152,17 @@ async def count_parts(writer: Any, seen: list[tuple[Any, ...]], folder: Path, ma
         writer._hold(items, -1)
         return items
 
-    # Everything each part needs, made before counting: the items `observe` queues, their
-    # `Pending` replay inputs (the body's bytes, parsed here as the batch parses them), the
-    # rows, the stores.
+    # Everything each part needs, made before counting: the items `observe` queues (complete
+    # rows since h/loginline: no bodies are logged), the replay features' inputs (each call's
+    # body, kind and canonical bytes when the exact cache left them), the rows, the stores.
     for record, call, about in seen:
         writer.observe(record, call, about)
     items = queued()
-    pending = [replay for _, _, replay in items]
-    if not all(isinstance(p, tuple) for p in pending):
-        raise RuntimeError("a record's features were computed at once, not in the batch")
-    bodies = [orjson.loads(p[0]) if isinstance(p[0], bytes) else p[0] for p in pending]
+    inputs = []
+    for _, call, _ in seen:
+        known = call.ctx.trace.canonical
+        canonical = known[1] if known is not None and known[0] is call.body else None
+        inputs.append((call.body, call.kind, {}, canonical))
     rows = await writer._rows(items)
     stores = _stores(rows, folder)
     gc.collect()
@@ -179,9 +181,7 @@ async def count_parts(writer: Any, seen: list[tuple[Any, ...]], folder: Path, ma
                 writer.observe(record, call, about)
         queued()
     each("row_of", lambda: [row_of(writer._wall(), r) for r, _, _ in seen])
-    _count_features(each, pending, bodies)
-    for _, _, replay in items:
-        writer._held_bytes += replay[-1]  # as observe counted them
+    _count_features(each, inputs)
     with marks.part("_rows"):
         await writer._rows(items)
     writer._hold(items, -1)
@@ -217,29 +217,30 @@ def _stores(rows: list[tuple[Any, ...]], folder: Path) -> dict[str, Any]:
 Each = Callable[..., None]
 
 
-def _count_features(each: Each, pending: list[Any], bodies: list[Any]) -> None:
-    """The replay features' parts, each over every kept record."""
+def _count_features(each: Each, inputs: list[tuple[Any, ...]]) -> None:
+    """The replay features' parts, each over every kept record (`inputs`: body, kind,
+    controls, canonical bytes)."""
     import xxhash
 
     from levergate.policies.affinity import block_digests
     from levergate.policies.fingerprint import canonical_body_bytes, head_bytes
     from levergate.requestlog import features
 
-    both = list(zip(pending, bodies, strict=True))
+    bodies = [b for b, _, _, _ in inputs]
     canonicals = [canonical_body_bytes(b) for b in bodies]
-    found = [features.features_of_body(b, kind=p[1], model=b["model"]) for p, b in both]
+    found = [features.features_of_body(b, kind=k, model=b["model"]) for b, k, _, _ in inputs]
     each("replay_text", lambda: [
-        features.replay_text(b, kind=p[1], model=b["model"], controls=p[2], canonical=p[3])
-        for p, b in both
+        features.replay_text(b, kind=k, model=b["model"], controls=c, canonical=known)
+        for b, k, c, known in inputs
     ])  # fmt: skip
     each("features_of_body", lambda: [
-        features.features_of_body(b, kind=p[1], model=b["model"], canonical=p[3])
-        for p, b in both
+        features.features_of_body(b, kind=k, model=b["model"], canonical=known)
+        for b, k, _, known in inputs
     ])  # fmt: skip
     each("canonical_body_bytes", lambda: [canonical_body_bytes(b) for b in bodies])
     each("fingerprint", lambda: [
-        xxhash.xxh3_128_hexdigest(head_bytes(p[1], b["model"], "") + c)
-        for (p, b), c in zip(both, canonicals, strict=True)
+        xxhash.xxh3_128_hexdigest(head_bytes(k, b["model"], "") + c)
+        for (b, k, _, _), c in zip(inputs, canonicals, strict=True)
     ])  # fmt: skip
     each("messages_whole", lambda: [
         xxhash.xxh3_64_intdigest(features._NULL + orjson.dumps(b["messages"])) for b in bodies
@@ -330,36 +331,41 @@ def breakdown(found: dict[str, Any]) -> tuple[list[tuple[str, float]], float]:
     replay_rest = p["features_of_body"] - sum(
         p[k] for k in ("canonical_body_bytes", "fingerprint", "messages_whole")
     )
-    rows_rest = p["_rows"] - p["replay_text"]
+    around = p["observe"] + p["_rows"] - p["row_of"] - p["replay_text"]
     insert = p["insert_both"]
     ts_index = p["insert_both"] - p["insert_no_ts"]
     request_index = p["insert_both"] - p["insert_no_request"]
     table = [
-        ("on the loop: `observe` (all)", p["observe"]),
-        ("  of it `row_of`", p["row_of"]),
-        ("  the rest (queueing, the `Pending` tuple, the controls)", p["observe"] - p["row_of"]),
-        ("the batch: `_rows` (all)", p["_rows"]),
-        ("  replay features: `replay_text` (all)", p["replay_text"]),
-        ("    `features_of_body` (all)", p["features_of_body"]),
-        ("      canonical body bytes", p["canonical_body_bytes"]),
-        ("      fingerprint (head bytes + XXH3-128)", p["fingerprint"]),
-        ("      messages serialised + whole-prompt XXH3", p["messages_whole"]),
-        ("      the rest (the body's fields read, the dict)", replay_rest),
+        ("on the loop: `observe` (all; since h/loginline the replay features in it)", p["observe"]),
+        ("the batch: `_rows` (all; until h/loginline the replay features in it)", p["_rows"]),
+        ("`row_of` (the record's values)", p["row_of"]),
+        ("replay features: `replay_text` (all)", p["replay_text"]),
+        ("  `features_of_body` (all)", p["features_of_body"]),
+        ("    canonical body bytes", p["canonical_body_bytes"]),
+        ("    fingerprint (head bytes + XXH3-128)", p["fingerprint"]),
+        ("    messages serialised + whole-prompt XXH3", p["messages_whole"]),
+        ("    the rest (the body's fields read, the dict)", replay_rest),
         (
             (
-                "    the features' dict as JSON by orjson (+ decode; since bf671d6 `replay_text` "
+                "  the features' dict as JSON by orjson (+ decode; since bf671d6 `replay_text` "
                 "writes the common record's text itself)"
             ),
             p["features_json"],
         ),
         (
             (
-                "    the rest of `replay_text` (the call, the controls; since bf671d6 less "
+                "  the rest of `replay_text` (the call, the controls; since bf671d6 less "
                 "than none: its text and `features_of_body`'s dict against the dict and orjson)"
             ),
             p["replay_text"] - p["features_of_body"] - p["features_json"],
         ),
-        ("  `_rows` around the features (the row joined, turns)", rows_rest),
+        (
+            (
+                "around them in `observe` and `_rows` (queueing, the controls; until h/loginline "
+                "the `Pending` tuple, the held body parsed again, the row joined, turns)"
+            ),
+            around,
+        ),
         ("the store's `write` (all, in a transaction)", insert),
         ("  Python (columns, `modes_of`, the values)", p["store_python"]),
         ("  sqlite3 binding the values (`bind_param`)", f.get("bind_param", 0.0)),

@@ -6,9 +6,10 @@ the simulator in the process and tracing on, keeps the (record, trace context) p
 got, then, with callgrind's instrumentation switched on, repeats one piece R times over them:
 
 - `path`: the request path's tracing work, as the gateway does it for a request: the trace
-  context (`Spans.begin`), the attempt (`Spans.attempt`), the upstream's `traceparent` and its
-  header dict, the attempt's end, the exporter's `export` (since 2026-12-04 the spans' encoding,
-  before it the queue's append of the record);
+  context (`Spans.begin`; since 2026-12-05 `begin`), the attempt (`Spans.attempt`), the
+  upstream's `traceparent` and its header dict (since 2026-12-05 both from `Spans.sent`), the
+  attempt's end, the exporter's `export` (since 2026-12-04 the spans' encoding, before it the
+  queue's append of the record);
 - `encode`: `SpanEncoder.request`, the request's span and its attempt's, OTLP bytes;
 - `export`: one POST of 512 encoded spans (`SpanExporter._send`) to a receiver in another
   process (HTTP/1.0: a connection each export), per export.
@@ -88,6 +89,7 @@ async def _child(piece: str, reps: int, endpoint: str) -> None:
 
 async def _repeat(piece: str, reps: int, kept: list[tuple[Any, Any]], tracer: Any) -> None:
     """`piece` `reps` times over the `kept` records, counted (the instrumentation on)."""
+    from levergate.core import spans as core_spans
     from levergate.core.spans import Spans
 
     encoder, base_ns = tracer._encoder, time.time_ns()
@@ -100,11 +102,25 @@ async def _repeat(piece: str, reps: int, kept: list[tuple[Any, Any]], tracer: An
     begin = inspect.signature(Spans.begin).parameters
     more = {"started": 1.0} if "started" in begin else {}
     timed = "started" in inspect.signature(Spans.attempt).parameters
+    # Since 2026-12-05 the request path calls `begin` and `Spans.sent`, attempts are lists
+    # ended by `end`, the upstream's headers a copy with the traceparent set.
+    lists = hasattr(Spans, "sent")
     gc.collect()
     gc.freeze()
     _count_from_here()
     for _ in range(reps):
-        if piece == "path":
+        if piece == "path" and lists:
+            begin, end = core_spans.begin, core_spans.end  # type: ignore[attr-defined]
+            for record, _ in kept:
+                spans = begin(headers, 1.0, None, 1.0)
+                sent = upstream.copy()
+                attempt, sent["traceparent"] = spans.sent("sim", "sim-small", 1.0)
+                del sent
+                if attempt is not None:
+                    end(attempt)
+                tracer.export(record, spans)
+            tracer._queue.clear()
+        elif piece == "path":
             for record, _ in kept:
                 spans = Spans.begin(headers, ratio=1.0, parent=None, **more)
                 attempt = spans.attempt("sim", "sim-small", 1.0) if timed else (

@@ -18,18 +18,28 @@ import struct
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from levergate.core.ids import Batched, process_wide
 
 __all__ = [
+    "ENDED",
+    "ERROR",
+    "MODEL",
+    "SPAN",
     "SPAN_IDS",
+    "STARTED",
     "TRACE_IDS",
+    "UPSTREAM",
     "Attempt",
     "IdBytes",
     "Internal",
     "Spans",
+    "begin",
+    "end",
     "new_span_id",
     "new_trace_id",
+    "span_id",
 ]  # fmt: skip
 
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
@@ -105,31 +115,28 @@ class Internal:
     error: str | None = None  # the exception's class name when it failed
 
 
-class Attempt:
-    """One upstream call. Times are `time.perf_counter()` seconds; `ended` None: still open
-    when the request finished (a stream's attempt ends with the request). Its span id is kept
-    as the 8 bytes OTLP writes (`span`; `span_id` reads it as a number). A plain class with
-    slots: made on the request path, where a dataclass's `__init__` costs twice as much."""
+# An upstream attempt: a list, made on the request path, where a slotted object (`__init__`
+# or `object.__new__` and six slot writes) was ~2,000 instructions and a list display ~500
+# (callgrind, benchmarks/results/otel3.md). Its items, by these indexes: the upstream's name,
+# the model sent, the span id (the 8 bytes OTLP writes; `span_id` reads it as a number), when
+# it started and ended (`time.perf_counter()` seconds; `ended` None: still open when the
+# request finished, as a stream's attempt is until the request ends) and the exception's
+# class name when it failed (`end`).
+UPSTREAM, MODEL, SPAN, STARTED, ENDED, ERROR = range(6)
+Attempt = list[Any]
 
-    __slots__ = ("ended", "error", "model", "span", "started", "upstream")
 
-    def __init__(self, upstream: str, model: str, span: bytes, started: float) -> None:
-        self.upstream = upstream
-        self.model = model
-        self.span = span
-        self.started = started
-        self.ended: float | None = None
-        self.error: str | None = None  # the exception's class name when the attempt failed
+def end(attempt: Attempt, error: BaseException | None = None) -> None:
+    """The attempt ended (now), failing with `error` when given; once only."""
+    if attempt[ENDED] is None:
+        attempt[ENDED] = time.perf_counter()
+        if error is not None:
+            attempt[ERROR] = type(error).__name__
 
-    @property
-    def span_id(self) -> int:
-        return int.from_bytes(self.span, "big")
 
-    def end(self, error: BaseException | None = None) -> None:
-        if self.ended is None:
-            self.ended = time.perf_counter()
-            if error is not None:
-                self.error = type(error).__name__
+def span_id(attempt: Attempt) -> int:
+    """The attempt's span id as a number."""
+    return int.from_bytes(attempt[SPAN], "big")
 
 
 class Spans:
@@ -195,27 +202,8 @@ class Spans:
         parent: str | None = None,
         started: float | None = None,
     ) -> Spans:
-        """Continue the client's `traceparent` (lower-cased header names, as `Context.headers`
-        holds them), else `parent` (a library call's `Controls.trace`), when valid, else a new
-        trace sampled at `ratio`; `started`: when the request's span starts (None: now)."""
-        value = headers.get("traceparent") or parent
-        if value:
-            if len(value) <= 128:
-                found = _TRACEPARENT.fullmatch(value.strip().lower())
-                if found is not None:
-                    trace, parent_span = found[1], found[2]
-                    if trace != _ZERO_TRACE and parent_span != _ZERO_SPAN:
-                        sampled = bool(int(found[3], 16) & 1)
-                        parent_id = bytes.fromhex(parent_span)
-                        trace_id = bytes.fromhex(trace)
-                        return _made(cls, trace_id, parent_id, sampled, True, started)  # noqa: FBT003
-        elif ratio >= 1.0:  # the default: every request traced, nothing to draw for it
-            trace_id = next(TRACE_IDS.ids, None) or TRACE_IDS.refill()
-            return _made(cls, trace_id, None, True, False, started)  # noqa: FBT003
-        # random() < 1.0 always: the default ratio draws nothing.
-        sampled = ratio >= 1.0 or random.random() < ratio  # noqa: S311 (sampling, not secrecy)
-        trace_id = next(TRACE_IDS.ids, None) or TRACE_IDS.refill()
-        return _made(cls, trace_id, None, sampled, False, started)  # noqa: FBT003
+        """`begin` (the module's function, which the request path calls positionally)."""
+        return begin(headers, ratio, parent, started)
 
     def attempt(self, upstream: str, model: str, started: float | None = None) -> Attempt | None:
         """A new attempt's record, started at `started` (None: now); None beyond the bound (it
@@ -224,34 +212,55 @@ class Spans:
         if len(attempts) >= _MAX_ATTEMPTS:
             return None
         span = next(SPAN_IDS.ids, None) or SPAN_IDS.refill()
-        attempt = Attempt(
-            upstream, model, span, time.perf_counter() if started is None else started
-        )
+        attempt = [upstream, model, span, time.perf_counter() if started is None else started,
+                   None, None]  # fmt: skip
         attempts.append(attempt)
         return attempt
+
+    def sent(self, upstream: str, model: str, started: float) -> tuple[Attempt | None, str]:
+        """`attempt` and its `traceparent` in one call, as an upstream makes them (a method
+        call fewer: ~450 instructions)."""
+        attempts = self.attempts
+        if len(attempts) >= _MAX_ATTEMPTS:
+            return None, self.traceparent(None)
+        span = next(SPAN_IDS.ids, None) or SPAN_IDS.refill()
+        attempt = [upstream, model, span, started, None, None]
+        attempts.append(attempt)
+        return attempt, f"00-{self.trace.hex()}-{span.hex()}-{'01' if self.sampled else '00'}"
 
     def traceparent(self, attempt: Attempt | None) -> str:
         """The header an upstream gets: this trace, the attempt's span (the request's when the
         attempt was not kept)."""
-        span = attempt.span if attempt is not None else self.own_span()
+        span = attempt[SPAN] if attempt is not None else self.own_span()
         return f"00-{self.trace.hex()}-{span.hex()}-{'01' if self.sampled else '00'}"
 
 
-def _made(  # noqa: PLR0917 (on the request path: positional arguments cost less)
-    cls: type[Spans],
-    trace: bytes,
-    parent: bytes | None,
-    sampled: bool,
-    remote: bool,
-    started: float | None,
+def begin(
+    headers: Mapping[str, str], ratio: float, parent: str | None, started: float | None
 ) -> Spans:
-    """A `Spans` from its ids' bytes, without `__init__`'s frame and conversions."""
-    spans = _new(cls)
-    spans.trace = trace
+    """A request's trace context: it continues the client's `traceparent` (lower-cased header
+    names, as `Context.headers` holds them), else `parent` (a library call's `Controls.trace`),
+    when valid, else starts a new trace sampled at `ratio`; `started`: when the request's span
+    starts (None: now). A function called positionally, the object made inline: the
+    classmethod with keywords and a helper's frame were ~1,600 instructions a request more."""
+    value = headers.get("traceparent") or parent
+    spans = _new(Spans)
+    spans.remote = False
+    if value and len(value) <= 128:
+        found = _TRACEPARENT.fullmatch(value.strip().lower())
+        if found is not None:
+            trace, parent_span = found[1], found[2]
+            if trace != _ZERO_TRACE and parent_span != _ZERO_SPAN:
+                spans.trace = bytes.fromhex(trace)
+                spans.parent = bytes.fromhex(parent_span)
+                spans.sampled = bool(int(found[3], 16) & 1)
+                spans.remote = True
+    if not spans.remote:  # none sent, or not valid: a new trace
+        spans.trace = next(TRACE_IDS.ids, None) or TRACE_IDS.refill()
+        spans.parent = None
+        # random() < 1.0 always: the default ratio draws nothing.
+        spans.sampled = ratio >= 1.0 or random.random() < ratio  # noqa: S311 (sampling)
     spans.span = b""
-    spans.parent = parent
-    spans.sampled = sampled
-    spans.remote = remote
     spans.started = time.perf_counter() if started is None else started
     spans.attempts = []
     return spans

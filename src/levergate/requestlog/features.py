@@ -40,25 +40,26 @@ Which lever needs what (the analyzer says what it could not evaluate and why):
     semantic cache, routing,    the prompt's text: only with bodies logged (request_body)
       trimming, cascade
 
-Computed once per logged request, on the event loop with the writer's batch (requestlog/
-writer.py: the deadlines when the request finishes, `controls_of`; the body's with the rows):
-9 us for a small prompt, ~200 us for a 48 KB one (timeit, on the shared 2-core machine: the
-fingerprint's serialisation and SHA-256 ~55 us, the prompt's serialisation ~15 us and its XXH3
-blocks ~30 us, the rest serialising the features); the breakpoint boundaries and continuation
-digests add ~6 us to a small chat prompt and ~45 us to a 48 KB one (timeit at load average ~9,
-so an upper bound); the blocks are bounded by `MAX_BLOCKS` whatever the prompt's size. Counted
-(callgrind, a one-message chat prompt): 80k instructions a record with SHA-256 and the messages
-serialised twice (for the prompt's bytes and for `whole`), 47k with XXH3 and once, 34k with
-the canonical body's loop trimmed (policies/fingerprint.py: ~21k of it there, 16k after) and
-the breakpoint features not looked for in a short one-message prompt (the same bytes out);
-`replay_text` 27.0k -> 23.6-24.1k (two runs) with `_body_features`' short way for the common
-chat body and the canonical bytes sorted without `OPT_NON_STR_KEYS` (results/logfeat.md). The
-rest is near what Python costs for it: the canonical body's loop and its sorted output ~9.4k,
-the text's f-string ~3.2k (a 20-digit `whole` alone ~1k; `%`-formatting it was ~1.4k more, a
-dict and orjson ~3k more), the messages serialised and digested ~3k, the fingerprint ~2.8k.
-Nothing is reused from the layers: the exact cache's key is in the tenant's namespace under the
-resolved model (and off by default), affinity's and the prompt cache's digests are of other
-block sizes (settings; 2 KB), and the prompt cache's of the body as sent.
+Computed once per logged request, on the event loop when the request finishes, from its parsed body
+(requestlog/writer.py `observe`, after the answer went out; until h/loginline the body's part
+waited for the writer's batch, its bytes held and parsed again there): 9 us for a small prompt,
+~200 us for a 48 KB one (timeit, on the shared 2-core machine: the fingerprint's serialisation and
+SHA-256 ~55 us, the prompt's serialisation ~15 us and its XXH3 blocks ~30 us, the rest serialising
+the features); the breakpoint boundaries and continuation digests add ~6 us to a small chat prompt
+and ~45 us to a 48 KB one (timeit at load average ~9, so an upper bound); the blocks are bounded by
+`MAX_BLOCKS` whatever the prompt's size. Counted (callgrind, a one-message chat prompt): 80k
+instructions a record with SHA-256 and the messages serialised twice (for the prompt's bytes and
+for `whole`), 47k with XXH3 and once, 34k with the canonical body's loop trimmed
+(policies/fingerprint.py: ~21k of it there, 16k after) and the breakpoint features not looked for
+in a short one-message prompt (the same bytes out); `replay_text` 27.0k -> 23.6-24.1k (two runs)
+with `_body_features`' short way for the common chat body and the canonical bytes sorted without
+`OPT_NON_STR_KEYS` (results/logfeat.md). The rest is near what Python costs for it: the canonical
+body's loop and its sorted output ~9.4k, the text's f-string ~3.2k (a 20-digit `whole` alone ~1k;
+`%`-formatting it was ~1.4k more, a dict and orjson ~3k more), the messages serialised and digested
+~3k, the fingerprint ~2.8k. Of the layers' work only the exact cache's canonical body bytes are
+reused, when it computed them for this very body (`replay_of`): its key is in the tenant's
+namespace under the resolved model (and off by default), affinity's and the prompt cache's digests
+are of other block sizes (settings; 2 KB), and the prompt cache's of the body as sent.
 """
 
 from __future__ import annotations
@@ -269,7 +270,7 @@ def _digest(value: Any) -> str | None:
 def controls_of(call: Call, *, now: float, wall: float, total: float) -> dict[str, Any]:
     """The features of a finished `call`'s deadlines, read when it finishes (`now`: the
     gateway's clock, `wall`: epoch seconds, both at the finish; `total`: its seconds): a few
-    attribute reads, where the clocks are; the body's part can wait for the writer's batch."""
+    attribute reads, where the clocks are."""
     found: dict[str, Any] = {}
     controls = call.ctx.controls
     if controls.deadline is not None:

@@ -1,53 +1,55 @@
 """`LogWriter`: finished requests into the log store, in batches, off the request path.
 
 On the request path (`observe`, called by the recorder on the event loop after the answer went
-out) a record becomes its row (requestlog/row.py `row_of`: a flat tuple, its bodies and replay
-features left for the batch) appended to a bounded queue, or, with the queue full, one counter
-increment: the record is dropped and counted
-(`levergate_request_log_dropped_total{reason="queue_full"}`). Bodies, where enabled, are taken
-by reference and bounded in bytes apart from the count. The row is built there, and the queue
-holds neither the record nor the call, so that the request's objects (its context, trace,
-record) die with it: kept for the batch, 500 requests' object graphs survived the young
-generation and were freed together, cache-cold, and the in-process benchmark's CPU a request
-with the log on was 1.169x of off against 1.133x with the rows built at once (process CPU,
-alternating runs, medians; gen-0 collections 235 -> 165 over 5,300 requests).
+out: Measure defers the recorder's `finish` to a later turn) a record becomes its complete row
+(requestlog/row.py `row_of`: a flat tuple, its replay features the last value) appended to a
+bounded queue, or, with the queue full, one counter increment: the record is dropped and
+counted (`levergate_request_log_dropped_total{reason="queue_full"}`). Bodies, where enabled,
+are taken by reference and bounded in bytes apart from the count; they alone are left for the
+batch to turn into text. The row is built there, and the queue holds neither the record nor the
+call, so that the request's objects (its context, trace, record, body) die with it: kept for the
+batch, 500 requests' object graphs survived the young generation and were freed together,
+cache-cold, and the in-process benchmark's CPU a request with the log on was 1.169x of off
+against 1.133x with the rows built at once (process CPU, alternating runs, medians; gen-0
+collections 235 -> 165 over 5,300 requests).
 
-Of each record's replay features (requestlog/features.py: what `levergate analyze` needs with
-bodies off) only the deadlines are read there; the body's (the fingerprint, the prefix digests)
-are computed with the batch's rows, from the bytes the body was parsed from (`Pending`): done one
-request at a time, between other work, the same code took 3x as long (31 against 10 us for a
-small prompt, measured in the in-process benchmark: cold caches). The bodies held for that are
-bounded like captured bodies, in their bytes as received, by `bodies.max_queued_bytes` (apart
-from the captured ones, which hold the same body anyway); past the bound, or for a library
-caller's call (no bytes to count), the features are computed at once, as before. The
-fingerprint's canonical bytes are the call's (`Call.canonical_bytes`): the exact cache's, when
-it ran for the call (~16k instructions a record not spent again).
+The replay features (requestlog/features.py: what `levergate analyze` needs with bodies off) are
+computed there too, from the parsed body still in hand, the deadlines with them (`controls_of`),
+the fingerprint's canonical bytes the exact cache's when it computed them for this very body
+(`Trace.canonical`: ~9.5k instructions a record not spent again). From 2026-12-03 they waited for
+the batch instead (the body's bytes as received held, bounded by `bodies.max_queued_bytes`, and
+parsed again there), for warm caches: the same code took 31 us a small prompt one request at a
+time, between other work, against 10 us in the batch (timed in the in-process benchmark; not timed
+again for this way: a wall-clock A/B on a quiet host decides). Counted, that way cost ~15.5k
+instructions a record more (the work around `row_of` and the features in `observe` and `_rows`,
+17.5k -> 2.0k: the held bytes parsed again ~6k, the `Pending` tuple, the row joined with its
+features, the batch's loop and turns; the parts 72.5k -> 56.9k, callgrind,
+`benchmarks/results/loginline_breakdown.md`).
 
-Off the path, a supervised background job (`run`) wakes as soon as a batch is full, and writes
-the full batches queued (the records that arrived before its turn wait for the next); or after
-`flush_seconds` without, and writes what is queued. It takes up to `batch_size` records at a
-time, completes their rows (bodies redacted and capped, replay features computed), yielding
-the event loop every ~0.5 ms, and inserts them. SQLite's inserts run on the event loop too, a
-statement of `LOOP_ROWS` rows a turn, all in one transaction (`_write_now`, store.py
-`SqliteLog.writing`): never waiting (a database another process holds locked, or a store not
-connected yet, goes to the thread instead) and never syncing the disk (WAL, `synchronous =
-NORMAL`: a commit appends to the WAL; the checkpoints, which sync, run in the writer's own
-thread every `CHECKPOINT_ROWS` rows). Until 2026-12-04 the thread inserted every batch, in as
-few statements as it could; but every statement there gives the GIL up and takes it back a few
-times (~5 an `execute`), each a hand-over with the loop's thread when the loop is busy: the
-thread waited for the loop to give the GIL back, woken for nothing at each of the loop's own
-system calls meanwhile (`benchmarks/log_handoffs.py`), ~1 voluntary context switch a request
-in-process on a quiet 2-CPU Xeon and ~16 us a request of system time. PostgreSQL's inserts
-(a network round trip) stay in the thread, as do the labels', the prunes and the checkpoints.
-Python running in that thread would contend with the loop for the GIL (measured, that doubled
-the log's cost). A writer process instead of the thread (the store in a child fed pickled
-batches through a pipe, tried 2026-12-04 on an AMD EPYC host) took the hand-overs away (the
-gateway's voluntary context switches 0.066-0.131 -> 0.015 a request) but cost more than they
-did: pickling a row both ways ~10k instructions, the log 92.4k -> 110.3k instructions a record
-in all, and in `log_ab.py` (the child's CPU counted) in-process whole answers 1.235x of off
-against the thread's 1.131x in the same quiet minutes, through the proxy (two runs each,
-interleaved) the gateway's and the child's CPU 1.10-1.20x / 1.24-1.31x of off (c=1 / c=16)
-against the thread's 1.17-1.19x / 1.04-1.07x.
+Off the path, a supervised background job (`run`) wakes as soon as a batch is full, and writes the
+full batches queued (the records that arrived before its turn wait for the next); or after
+`flush_seconds` without, and writes what is queued. It takes up to `batch_size` records at a time,
+turns the logged bodies among them into text (redacted and capped), yielding the event loop every
+~0.5 ms, and inserts them. SQLite's inserts run on the event loop too, a statement of `LOOP_ROWS`
+rows a turn, all in one transaction (`_write_now`, store.py `SqliteLog.writing`): never waiting (a
+database another process holds locked, or a store not connected yet, goes to the thread instead)
+and never syncing the disk (WAL, `synchronous = NORMAL`: a commit appends to the WAL; the
+checkpoints, which sync, run in the writer's own thread every `CHECKPOINT_ROWS` rows). Until
+2026-12-04 the thread inserted every batch, in as few statements as it could; but every statement
+there gives the GIL up and takes it back a few times (~5 an `execute`), each a hand-over with the
+loop's thread when the loop is busy: the thread waited for the loop to give the GIL back, woken for
+nothing at each of the loop's own system calls meanwhile (`benchmarks/log_handoffs.py`), ~1
+voluntary context switch a request in-process on a quiet 2-CPU Xeon and ~16 us a request of system
+time. PostgreSQL's inserts (a network round trip) stay in the thread, as do the labels', the prunes
+and the checkpoints. Python running in that thread would contend with the loop for the GIL
+(measured, that doubled the log's cost). A writer process instead of the thread (the store in a
+child fed pickled batches through a pipe, tried 2026-12-04 on an AMD EPYC host) took the hand-overs
+away (the gateway's voluntary context switches 0.066-0.131 -> 0.015 a request) but cost more than
+they did: pickling a row both ways ~10k instructions, the log 92.4k -> 110.3k instructions a record
+in all, and in `log_ab.py` (the child's CPU counted) in-process whole answers 1.235x of off against
+the thread's 1.131x in the same quiet minutes, through the proxy (two runs each, interleaved) the
+gateway's and the child's CPU 1.10-1.20x / 1.24-1.31x of off (c=1 / c=16) against the thread's
+1.17-1.19x / 1.04-1.07x.
 
 A store that fails (locked past its timeout, disk full, PostgreSQL down or
 restarted) fails the batch, not a request: the batch goes back to the front of the queue, what
@@ -70,7 +72,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -79,7 +81,7 @@ from levergate.core.clock import Clock, SystemClock
 from levergate.core.json_bound import parse_json
 from levergate.protocol.openai.body import generated_text
 from levergate.redact import REDACTED, Redactor
-from levergate.requestlog.features import controls_of, replay_of, replay_text
+from levergate.requestlog.features import controls_of, replay_text
 from levergate.requestlog.labels import label_row
 from levergate.requestlog.row import Captured, row_of
 from levergate.requestlog.store import LogStore, LogStoreBusy, LogStoreError, SqliteLog
@@ -91,32 +93,29 @@ if TYPE_CHECKING:
     from levergate.layers.measure.recorder import Seen
     from levergate.layers.measure.shadow_labels import ShadowLabel
 
-__all__ = ["BodyText", "LogMetrics", "LogWriter", "Pending", "wait_seconds"]
+__all__ = ["Bodies", "BodyText", "LogMetrics", "LogWriter", "wait_seconds"]
 
 log = logging.getLogger("levergate.requestlog")
 T = TypeVar("T")
 
 
-# A request's replay features still to compute, in the writer's batch: the JSON bytes its body
-# was parsed from (`Call.raw`; the body by reference when there are none), its kind, its
-# deadlines read when it finished (`controls_of`), the canonical bytes the exact cache left for
-# that body (None: none), and the bytes it was received as (what is held; 0 when its bodies are
-# captured, holding it anyway). Not the model: the batch reads it from the body as `Call.model`
-# does (a property, a Python frame on the request path: ~770 instructions). Not the call: that
-# kept the request's whole object graph (its context, trace, reply) alive until the batch. Not
-# the body when its bytes are there: its dicts and lists, alive until the batch, were ~4 more
-# objects a request for the young collections to find alive and move on (bytes are not
-# tracked; parsing them again in the batch, `parse_json` and freeing what it made, is ~6k
-# instructions for `inprocess_cpu.py`'s 80-byte body, callgrind). A plain tuple: a NamedTuple is
-# built by a `__new__` written in Python, a frame on the request path.
-Pending = tuple[bytes | Mapping[str, Any], str, Mapping[str, Any], bytes | None, int]
 # The deadlines' features of a request with none (`controls_of` gives {} then), shared: read only.
 _NO_CONTROLS: Mapping[str, Any] = MappingProxyType({})
+_NO_BODIES = (None, None)
 
 
-# (the record's row, built when it finished, its bodies and replay features not in it yet unless
-# computed then; its bodies, when kept; its replay features, or what they are computed from)
-Item = tuple[tuple[Any, ...], Captured | None, str | Pending | None]
+class Bodies(NamedTuple):
+    """A queued record whose bodies are logged: its row, complete but for the body columns
+    (None), and the bodies taken by reference, turned into capped, redacted text in the batch.
+    Every other record is queued as its row alone (no pair a record, nothing left for the
+    batch: `_rows` passes it on)."""
+
+    row: tuple[Any, ...]
+    captured: Captured
+
+
+# What the queue holds: a record's complete row, or its row and bodies (`Bodies`).
+Item = tuple[Any, ...]
 RETRY_FIRST_S, RETRY_CAP_S = 1.0, 30.0
 TURN_SECONDS = 0.0005  # rows built per turn of the event loop: about this long
 # Rows inserted a turn of the loop (`_write_now`): ~7 us a row of SQLite's and sqlite3's work,
@@ -243,7 +242,6 @@ class LogWriter:
         self._private = frozenset(settings.bodies.private_tenants)
         self._labels: deque[tuple[float, ShadowLabel]] = deque()
         self._body_bytes = 0
-        self._held_bytes = 0  # of the bodies `Pending` holds (bounded by the same limit)
         self._body_limit = settings.bodies.max_queued_bytes
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="levergate-log")
@@ -258,45 +256,45 @@ class LogWriter:
     # ---- the request path ---------------------------------------------------------------------
 
     def observe(self, record: RequestRecord, call: Call, seen: Seen) -> None:
-        """Queue `record`'s row (the recorder calls this on the event loop)."""
+        """Queue `record`'s row, complete (the recorder calls this on the event loop, after the
+        answer went out): its replay features from the parsed body, still in hand."""
         queue = self._queue
         if len(queue) >= self._max:
             self._m.dropped.labels("queue_full").inc()
             return
         now = self._wall()
+        ctx = call.ctx
+        body = call.body
         try:
-            row = row_of(now, record)
+            controls = ctx.controls
+            if controls.deadline is None and controls.run_async is None:
+                extra = _NO_CONTROLS  # most requests: no clock read, no call
+            else:
+                total = record.timings.total
+                extra = controls_of(call, now=self._clock.now(), wall=now, total=total)
+            # `replay_of`, inline (every record): the model read as `Call.model` reads it (a
+            # property, a Python frame), the exact cache's canonical bytes when it computed
+            # them for this very body.
+            model = body.get("model")
+            known = ctx.trace.canonical
+            replay = replay_text(
+                body, kind=call.kind, model=model if isinstance(model, str) else "",
+                controls=extra,
+                canonical=known[1] if known is not None and known[0] is body else None,
+            )  # fmt: skip
+            row = row_of(now, record, _NO_BODIES, replay)
         except Exception:  # a record that cannot be a row is that record's loss alone
             log.exception("request log: record %s not written", record.request_id)
             self._m.dropped.labels("invalid").inc()
             return
-        captured = None
         if self._body_models and (
             self._all_bodies or record.model in self._body_models
             or record.alias in self._body_models
         ) and record.tenant not in self._private:  # fmt: skip
             captured = self._capture(call, seen)  # inline: every request passes here
-        ctx = call.ctx
-        controls = ctx.controls
-        if controls.deadline is None and controls.run_async is None:
-            extra = _NO_CONTROLS  # most requests: no clock read, no call
-        else:
-            extra = controls_of(call, now=self._clock.now(), wall=now, total=record.timings.total)
-        # The replay features to compute in the batch (`Pending`), or, past the bound on held
-        # bodies or with no bytes to count them by, computed now (inline: a call less a request).
-        raw = call.raw
-        size = 0 if captured is not None else -1 if raw is None else len(raw)
-        held = self._held_bytes + size
-        replay: str | Pending | None
-        if size >= 0 and held <= self._body_limit:
-            self._held_bytes = held
-            body = call.body
-            known = ctx.trace.canonical
-            canonical = known[1] if known is not None and known[0] is body else None
-            replay = (body if raw is None else raw, call.kind, extra, canonical, size)
-        else:
-            replay = replay_of(call, extra)
-        queue.append((row, captured, replay))
+            if captured is not None:
+                row = Bodies(row, captured)
+        queue.append(row)
         if len(queue) == self._batch:
             self._wake.set()
 
@@ -483,44 +481,34 @@ class LogWriter:
 
     def _hold(self, items: Sequence[Item], sign: int) -> None:
         """Count (`sign` 1) or release (-1) the bodies `items` hold."""
-        body = held = 0
-        for _, captured, replay in items:
-            if captured is not None:
-                body += captured.size
-            if isinstance(replay, tuple):  # `Pending`
-                held += replay[4]
-        self._body_bytes += sign * body
-        self._held_bytes += sign * held
+        if not self._body_models:  # none captured
+            return
+        held = 0
+        for item in items:
+            if type(item) is Bodies:
+                held += item.captured.size
+        self._body_bytes += sign * held
 
-    async def _rows(self, batch: Sequence[Item]) -> list[tuple[object, ...]]:
-        """The batch's rows, built on the event loop about `TURN_SECONDS` at a time: Python
-        work in the writer's thread would contend with the loop for the GIL (measured: the
-        log's cost doubled), while the database's own work there holds none."""
+    async def _rows(self, batch: list[Item]) -> list[tuple[object, ...]]:
+        """The batch's rows: each record's as queued (the batch itself when no bodies are
+        logged), but for the bodies of a record whose bodies are logged, turned into text
+        here, on the event loop about `TURN_SECONDS` at a time: Python work in the writer's
+        thread would contend with the loop for the GIL (measured: the log's cost doubled),
+        while the database's own work there holds none."""
+        if not self._body_models:
+            return batch
         rows: list[tuple[object, ...]] = []
         clock = TURN_CLOCK
         turn = clock() + TURN_SECONDS
-        for head, captured, replay in batch:
-            try:
-                if isinstance(replay, tuple):  # `Pending`: `replay_of`, inline (every record)
-                    source, kind, controls, canonical, _ = replay
-                    # The bytes parsed again (they were parsed as this request's body).
-                    body = parse_json(source) if isinstance(source, bytes) else source
-                    model = body.get("model")  # `Call.model`
-                    text = replay_text(body, kind=kind, controls=controls, canonical=canonical,
-                                       model=model if isinstance(model, str) else "")  # fmt: skip
-                else:
-                    text = replay
-                # Joined, not unpacked (a list built, then a tuple): the row's last four are
-                # the bodies, the schema and the replay features.
-                if captured is not None:
-                    row = head[:-4] + self._bodies.texts(captured) + (head[-2], text)
-                elif text is not None:
-                    row = head[:-1] + (text,)  # noqa: RUF005
-                else:
-                    row = head
-                rows.append(row)
+        for item in batch:
+            if type(item) is not Bodies:
+                rows.append(item)
+                continue
+            row, captured = item
+            try:  # the row's last four: the bodies, the schema, the replay features
+                rows.append(row[:-4] + self._bodies.texts(captured) + row[-2:])
             except Exception:  # a record that cannot be a row is that record's loss alone
-                log.exception("request log: record %s not written", head[1])
+                log.exception("request log: record %s not written", row[1])
                 self._m.dropped.labels("invalid").inc()
             if clock() >= turn:
                 await asyncio.sleep(0)

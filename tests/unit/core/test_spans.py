@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from levergate.core.spans import IdBytes, Spans
+from levergate.core.spans import ERROR, SPAN, STARTED, IdBytes, Spans, begin, end, span_id
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -24,7 +24,7 @@ def test_a_valid_traceparent_is_continued() -> None:
     assert spans.remote
     assert spans.own_span_id() not in (0, spans.parent_id)  # drawn when first needed
     attempt = spans.attempt("up", "m")
-    assert spans.traceparent(attempt) == f"00-{VALID[3:35]}-{attempt.span_id:016x}-01"  # type: ignore[union-attr]
+    assert spans.traceparent(attempt) == f"00-{VALID[3:35]}-{span_id(attempt):016x}-01"  # type: ignore[arg-type]
 
 
 def test_the_clients_unsampled_flag_is_followed() -> None:
@@ -78,6 +78,23 @@ def test_a_new_trace_and_its_attempts_carry_drawn_ids() -> None:
     first, second = spans.attempt("up", "m"), spans.attempt("up", "m")
     assert first is not None
     assert second is not None
-    assert len({spans.trace_id, first.span_id, second.span_id}) == 3
-    assert spans.traceparent(first) == f"00-{spans.trace_id:032x}-{first.span_id:016x}-01"
+    assert len({spans.trace_id, span_id(first), span_id(second)}) == 3
+    assert spans.traceparent(first) == f"00-{spans.trace_id:032x}-{span_id(first):016x}-01"
     assert (spans.span_id, spans.parent_id) == (0, None)  # the request's own: not drawn yet
+
+
+def test_sent_is_an_attempt_and_its_traceparent_and_ends_once() -> None:
+    """`Spans.sent`, what an upstream calls: the attempt kept and the header naming its span;
+    beyond the bound no attempt and the request's own span. `end` keeps the first end."""
+    spans = begin({"traceparent": VALID}, 1.0, None, 1.0)
+    attempt, header = spans.sent("up", "m", 2.0)
+    assert attempt is not None
+    assert attempt[: STARTED + 1] == ["up", "m", attempt[SPAN], 2.0]
+    assert header == spans.traceparent(attempt) == f"00-{VALID[3:35]}-{attempt[SPAN].hex()}-01"
+    end(attempt, TimeoutError())
+    end(attempt)
+    assert attempt[ERROR] == "TimeoutError"
+    for _ in range(63):
+        spans.sent("up", "m", 2.0)
+    assert spans.sent("up", "m", 2.0) == (None, f"00-{VALID[3:35]}-{spans.own_span().hex()}-01")
+    assert len(spans.attempts) == 64

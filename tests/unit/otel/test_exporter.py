@@ -19,7 +19,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from prometheus_client import CollectorRegistry
 
 from levergate.config import Settings
-from levergate.core.spans import Internal, Spans
+from levergate.core.spans import Internal, Spans, end
 from levergate.otel.exporter import OtelMetrics, SpanExporter
 from tests.unit.requestlog.records import record
 
@@ -86,7 +86,7 @@ def traced(n: int) -> Spans:
     spans = Spans(trace_id=1000 + n, span_id=2000 + n)
     attempt = spans.attempt("sim", "fast-1")
     assert attempt is not None
-    attempt.end()
+    end(attempt)
     return spans
 
 

@@ -15,9 +15,10 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span, Status
 
 from levergate.config import Settings
-from levergate.core.spans import Internal, Spans
+from levergate.core.controls import Priority
+from levergate.core.spans import SPAN, STARTED, Internal, Spans, span_id
 from levergate.otel import otlp
-from levergate.otel.spans import SCHEMA_URL, SpanEncoder, attributes
+from levergate.otel.spans import _KEPT, SCHEMA_URL, SpanEncoder, attributes
 from levergate.version import __version__
 from tests.unit.requestlog.records import record, rich_record
 
@@ -66,8 +67,8 @@ def test_a_request_and_its_attempts_decode_as_the_spec_says() -> None:
     second = traced.attempt("sim", "fast-1")
     assert first is not None
     assert second is not None
-    first.started, first.ended, first.error = 10.001, 10.002, "TransportFailed"
-    second.started = 10.003  # still open when the request ended: it ends with the request
+    first[STARTED:] = 10.001, 10.002, "TransportFailed"
+    second[STARTED] = 10.003  # still open when the request ended: it ends with the request
     rich = rich_record()._replace(upstream="sim", timings=rich_record().timings._replace(total=0.5))
     message, spans = decoded(encoder, encoder.request(rich, traced, T0))
 
@@ -97,7 +98,7 @@ def test_a_request_and_its_attempts_decode_as_the_spec_says() -> None:
     assert [s.kind for s in (failed, open_)] == [Span.SPAN_KIND_CLIENT] * 2
     assert {s.trace_id for s in spans} == {server.trace_id}
     assert failed.parent_span_id == open_.parent_span_id == server.span_id
-    assert failed.span_id == first.span_id.to_bytes(8, "big")
+    assert failed.span_id == first[SPAN]
     assert failed.name == "attempt claude"
     assert (failed.start_time_unix_nano, failed.end_time_unix_nano) == (wall(10.001),
                                                                         wall(10.002))  # fmt: skip
@@ -167,7 +168,7 @@ def test_many_spans_and_long_values_take_multi_byte_lengths() -> None:
     assert attrs(decoded_spans[-2].attributes)["levergate.feature"] == "f" * 70_000
     assert attrs(decoded_spans[-1].attributes)["gen_ai.request.model"] == "m" * 20_000
     assert decoded_spans[-1].parent_span_id == (2).to_bytes(8, "big")
-    assert decoded_spans[-1].span_id == attempt.span_id.to_bytes(8, "big")
+    assert decoded_spans[-1].span_id == attempt[SPAN]
 
 
 scalars = (
@@ -225,7 +226,7 @@ def test_the_bytes_are_what_the_sdks_encoder_writes_for_the_same_spans() -> None
     traced = Spans(trace_id=0xABC, span_id=0xDEF, parent_id=0x123, remote=True, started=5.0)
     attempt = traced.attempt("sim", "fast-1")
     assert attempt is not None
-    attempt.started, attempt.ended, attempt.error = 5.001, 5.002, "TransportFailed"
+    attempt[STARTED:] = 5.001, 5.002, "TransportFailed"
     failed = record(5)
     ours = decoded(encoder, encoder.request(failed, traced, T0))[0]
 
@@ -244,7 +245,7 @@ def test_the_bytes_are_what_the_sdks_encoder_writes_for_the_same_spans() -> None
             instrumentation_scope=scope),
         sdk_trace.ReadableSpan(
             "attempt sim", parent=request, resource=resource, kind=api.SpanKind.CLIENT,
-            context=api.SpanContext(0xABC, attempt.span_id, is_remote=False,
+            context=api.SpanContext(0xABC, span_id(attempt), is_remote=False,
                                     trace_flags=sampled),
             attributes={"gen_ai.provider.name": "openai", "gen_ai.request.model": "fast-1",
                         "levergate.upstream": "sim", "error.type": "TransportFailed"},
@@ -263,3 +264,80 @@ def test_the_bytes_are_what_the_sdks_encoder_writes_for_the_same_spans() -> None
         assert span.flags & otlp.SAMPLED
         span.flags &= ~otlp.SAMPLED
     assert ours == theirs
+
+
+SHARED = {  # a shared field of the record -> values it takes (few: kept blocks are reused)
+    "kind": st.sampled_from(["chat", "completion", "embedding"]),
+    "model": st.sampled_from(["fast", "auto"]),
+    "feature": st.sampled_from(["f0", "f1"]),
+    "status": st.sampled_from([200, 429]),
+    "attempts": st.integers(1, 2),
+    "retries": st.integers(0, 1),
+    "tier": st.sampled_from(["standard", "flex"]),
+    "priority": st.sampled_from(list(Priority)),
+    "origin": st.sampled_from(["request", "batch"]),
+    "upstream_model": st.sampled_from(["fast-1", ""]),
+    "alias": st.sampled_from(["fast", ""]),
+    "tenant": st.sampled_from([None, "t1"]),
+    "upstream": st.sampled_from(["sim", "claude"]),
+    "fallback": st.sampled_from([None, "slow"]),
+    "workflow": st.sampled_from([None, "w"]),
+}
+ATTEMPTS = st.lists(st.tuples(st.sampled_from(["sim", "claude"]), st.sampled_from(["m", "n"]),
+                              st.sampled_from([None, "TransportFailed"])), max_size=2)  # fmt: skip
+
+
+CHANGES = st.dictionaries(st.sampled_from(sorted(SHARED)), st.just(None), max_size=2).flatmap(
+    lambda fields: st.fixed_dictionaries({name: SHARED[name] for name in fields})
+)
+
+
+@given(st.lists(st.tuples(CHANGES, st.booleans(), ATTEMPTS), min_size=2, max_size=12))
+def test_a_kept_block_is_only_ever_written_for_its_own_key(
+    requests: list[tuple[dict[str, Any], bool, list[tuple[str, str, str | None]]]],
+) -> None:
+    """One encoder, one request after another, each with one or two of its shared fields
+    changed from one record's (the request span's constant part is kept by them, an attempt's
+    by its upstream, model and error), under a client's span or not: every span decodes to
+    its own request's attributes, parent, status and its attempts' own."""
+    encoder = SpanEncoder(settings())
+    providers = {"sim": "openai", "claude": "anthropic"}
+    for n, (changes, remote, tried) in enumerate(requests):
+        changed = record(1, request_id=f"req-{n}", **changes)
+        if changed.status == 429:
+            changed = changed._replace(outcome="rate_limited", error="RateLimited")
+        traced = Spans(trace_id=n + 1, span_id=n + 2, parent_id=n + 3 if remote else None,
+                       remote=remote, started=1.0)  # fmt: skip
+        for upstream, model, error in tried:
+            attempt = traced.attempt(upstream, model)
+            assert attempt is not None
+            attempt[STARTED:] = 1.001, 1.002, error
+        server, *children = decoded(encoder, encoder.request(changed, traced, T0))[1]
+        assert attrs(server.attributes) == attributes(changed, providers[changed.upstream])
+        assert server.parent_span_id == ((n + 3).to_bytes(8, "big") if remote else b"")
+        assert server.flags == (0x301 if remote else 0x101)
+        assert server.status.message == (changed.error or "")
+        assert len(children) == len(tried)
+        for child, (upstream, model, error) in zip(children, tried, strict=True):
+            assert child.name == f"attempt {upstream}"
+            assert attrs(child.attributes) == {
+                "gen_ai.provider.name": providers[upstream], "gen_ai.request.model": model,
+                "levergate.upstream": upstream, **({"error.type": error} if error else {}),
+            }  # fmt: skip
+            assert child.status.message == (error or "")
+
+
+def test_the_kept_blocks_are_bounded() -> None:
+    """Beyond `_KEPT` keys the oldest half is forgotten: a gateway seeing ever new models,
+    tenants or token counts keeps a bounded encoder, and the spans stay right."""
+    encoder = SpanEncoder(settings())
+    for n in range(3 * _KEPT):
+        changed = record(1, model=f"model-{n}", tokens=record(1).tokens._replace(input_uncached=n))
+        traced = Spans(trace_id=1, span_id=2, started=1.0)
+        attempt = traced.attempt("sim", f"model-{n}")
+        assert attempt is not None
+        server, child = decoded(encoder, encoder.request(changed, traced, T0))[1]
+        assert attrs(server.attributes) == attributes(changed, "openai")
+        assert attrs(child.attributes)["gen_ai.request.model"] == f"model-{n}"
+    kept = (encoder._requests, encoder._attempts, encoder._tokens)
+    assert all(0 < len(found) <= _KEPT for found in kept)

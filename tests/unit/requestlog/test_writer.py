@@ -22,7 +22,7 @@ from levergate.layers.measure.recorder import Seen
 from levergate.layers.measure.shadow_labels import ShadowLabel
 from levergate.redact import Redactor
 from levergate.requestlog import writer as writer_module
-from levergate.requestlog.features import features_of_body
+from levergate.requestlog.features import features_of_body, replay_text
 from levergate.requestlog.query import LogFilter
 from levergate.requestlog.row import Captured
 from levergate.requestlog.store import LogStoreBusy, PostgresLog, SqliteLog
@@ -242,6 +242,13 @@ async def test_bodies_are_logged_where_enabled_redacted_and_capped(tmp_path: Pat
     capped = records["req-3"]["request_body"]
     assert capped.endswith("bytes]")
     assert len(capped.encode()) < 256 + 40
+    # The bodies' rows are the others' but for the bodies: the schema and the replay features
+    # where they were.
+    for n, text in ((1, f"card 1234-5678 key {SECRET}"), (2, "not logged"), (3, long_text)):
+        assert records[f"req-{n}"]["schema"] == record(n).schema
+        assert records[f"req-{n}"]["replay"] == features_of_body(
+            call(text).body, kind="chat", model="fast"
+        )
     await log.aclose()
 
 
@@ -252,14 +259,21 @@ def test_a_stream_answer_is_its_generated_text() -> None:
     assert (request, answer) == ('{"model":"m"}', "ab")
 
 
-async def test_features_held_for_the_batch_or_past_their_bound_computed_at_once_are_equal(
-    tmp_path: Path,
-) -> None:
-    """Bodies with their bytes as received wait for the batch, up to bodies.max_queued_bytes
-    (1 KB: the first); the rest are computed on the spot; a batch that fails and is retried
-    keeps them. Every row's replay is the body's features either way."""
+def replays(path: Path) -> dict[str, Any]:
+    reader = SqliteLog(str(path), timeout_seconds=1)
+    try:
+        page = reader.page(LogFilter(), cursor=None, limit=50)
+        return {r["request_id"]: r["replay"] for r in page.records}
+    finally:
+        reader.close()
+
+
+async def test_the_features_computed_when_queued_survive_a_failed_batch(tmp_path: Path) -> None:
+    """Each record's replay features are in its row when it is queued (nothing of its body is
+    held for the batch); a batch that fails and is retried keeps them. Every row's replay is
+    its body's features."""
     path = tmp_path / "log.db"
-    log, _, _ = writer(path, bodies={"max_queued_bytes": 1024})
+    log, _, _ = writer(path)
     calls = [call(f"{n} " + "x" * 600) for n in range(3)]
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("PRAGMA journal_mode = WAL")
@@ -267,31 +281,79 @@ async def test_features_held_for_the_batch_or_past_their_bound_computed_at_once_
     try:
         for n, c in enumerate(calls):
             log.observe(record(n), c, Seen())
-        held = len(calls[0].raw or b"")
-        assert log._held_bytes == held
         assert not await log.flush()
-        assert log._held_bytes == held  # the batch is back in the queue, its body held again
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    log.observe(record(3), calls[0], Seen())
+    assert len(log._queue) == 3  # back in the queue
     assert await log.flush()
-    assert log._held_bytes == 0
-    reader = SqliteLog(str(path), timeout_seconds=1)
-    got = {
-        r["request_id"]: r["replay"] for r in reader.page(LogFilter(), cursor=None, limit=9).records
-    }
-    reader.close()
+    got = replays(path)
     await log.aclose()
-    for n, c in enumerate([*calls, calls[0]]):
+    for n, c in enumerate(calls):
         assert got[f"req-{n}"] == features_of_body(c.body, kind="chat", model="fast")
+
+
+async def test_a_body_that_cannot_be_featured_is_that_records_loss_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body whose features fail (a bug, a body no one foresaw) drops its record, counted as
+    `invalid`, and nothing else; one that is not JSON (a library caller's objects) is logged
+    without replay features (not replayable)."""
+    path = tmp_path / "log.db"
+    log, _, metrics = writer(path)
+    broken = call("broken")
+
+    def failing(body: Any, **kw: Any) -> str | None:
+        if body is broken.body:
+            raise ValueError("a feature failed")
+        return replay_text(body, **kw)
+
+    monkeypatch.setattr(writer_module, "replay_text", failing)
+    opaque = Call(kind="chat", body={**call("opaque").body, "top_p": object()},  # not JSON
+                  ctx=Context(request_id="r"))  # fmt: skip
+    log.observe(record(0), call("before"), Seen())
+    log.observe(record(1), broken, Seen())
+    log.observe(record(2), opaque, Seen())
+    log.observe(record(3), call("after"), Seen())
+    assert await log.flush()
+    got = replays(path)
+    await log.aclose()
+    assert sample_value(metrics.dropped, "invalid") == 1
+    assert set(got) == {"req-0", "req-2", "req-3"}
+    assert got["req-2"] is None
+    assert got["req-3"] == features_of_body(call("after").body, kind="chat", model="fast")
+
+
+async def test_the_fingerprint_reuses_the_exact_caches_bytes_of_the_very_body(
+    tmp_path: Path,
+) -> None:
+    """The canonical bytes the exact cache left on the trace (`Trace.canonical`) make the
+    logged fingerprint when they are of the body logged (not computed again); of an equal but
+    other body, they are not used."""
+    path = tmp_path / "log.db"
+    log, _, _ = writer(path)
+    cached, other = call("hi"), call("hi")
+    cached.ctx.trace.canonical = (cached.body, b"planted")
+    other.ctx.trace.canonical = (dict(other.body), b"planted")
+    log.observe(record(0), cached, Seen())
+    log.observe(record(1), other, Seen())
+    assert await log.flush()
+    got = replays(path)
+    await log.aclose()
+    fresh = features_of_body(cached.body, kind="chat", model="fast")
+    assert got["req-0"] == features_of_body(
+        cached.body, kind="chat", model="fast", canonical=b"planted"
+    )
+    assert got["req-0"]["fp"] != fresh["fp"]
+    assert got["req-1"] == fresh
 
 
 def five_queued(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[LogWriter, LogMetrics]:
     """A writer with one full batch of 5 records queued, yielding to the loop after each row
-    it builds (so a batch can be caught half turned into rows)."""
+    it builds (so a batch can be caught half turned into rows: their bodies are logged, what
+    the batch turns into text)."""
     monkeypatch.setattr(writer_module, "TURN_SECONDS", 0.0)
-    log, _, metrics = writer(path, batch_size=5, flush_seconds=30)
+    log, _, metrics = writer(path, batch_size=5, flush_seconds=30, bodies={"models": ["*"]})
     for n in range(5):
         log.observe(record(n), call(), Seen())
     return log, metrics
@@ -375,10 +437,9 @@ def _held(value: object) -> list[object]:
 
 
 async def test_the_queue_keeps_no_record_or_call_until_the_batch(tmp_path: Path) -> None:
-    """A queued request is its row and what its replay features need (the bytes its body was
-    parsed from, its canonical bytes, its deadlines), not the record, the call or the body's
-    dicts and lists: those (the request's whole object graph) die when the request ends instead
-    of living on for the batch. Its row is written as if built in the batch."""
+    """A queued request is its complete row (its replay features in it), not the record, the
+    call or the body's dicts and lists: those (the request's whole object graph) die when the
+    request ends instead of living on for the batch."""
     path = tmp_path / "log.db"
     log, _, _ = writer(path)
     for n in range(3):

@@ -38,7 +38,7 @@ from levergate.config.server import ResponseHeadersSettings
 from levergate.core.call import CacheOutcome, Call
 from levergate.core.reply import Completed, Ended, Event, Reply, Watcher
 from levergate.core.service import Service
-from levergate.core.spans import Spans
+from levergate.core.spans import begin as begin_spans
 from levergate.layers.measure.disclose import Disclose
 from levergate.layers.measure.prometheus import Telemetry
 from levergate.layers.measure.record import CANCELLED, OK
@@ -88,8 +88,8 @@ class Measure:
         if self._tracing is not None:  # the request's span starts with its trace
             ctx = call.ctx
             trace = ctx.trace
-            trace.spans = Spans.begin(ctx.headers, ratio=self._tracing,
-                                      parent=ctx.controls.trace, started=trace.started)  # fmt: skip
+            trace.spans = begin_spans(ctx.headers, self._tracing, ctx.controls.trace,
+                                      trace.started)  # fmt: skip
         self._serving.inc(1)
         try:
             reply = await self._inner(call)
