@@ -19,8 +19,11 @@ the fingerprint's canonical bytes the exact cache's when it computed them for th
 (`Trace.canonical`: ~9.5k instructions a record not spent again). From 2026-12-03 they waited for
 the batch instead (the body's bytes as received held, bounded by `bodies.max_queued_bytes`, and
 parsed again there), for warm caches: the same code took 31 us a small prompt one request at a
-time, between other work, against 10 us in the batch (timed in the in-process benchmark; not timed
-again for this way: a wall-clock A/B on a quiet host decides). Counted, that way cost ~15.5k
+time, between other work, against 10 us in the batch (timed in the in-process benchmark). Timed
+again on 2026-12-05 (a quiet AMD EPYC, `log_ab.py` and 6 alternating rounds of records held 8 and
+64 at a time, then computed together): no longer so. Computed as each is queued the log cost
+1.063x / 1.053x of off (whole / stream) against the batch's 1.082x / 1.057x; held 8 at a time
+the same as at once, held 64 ~9 us a request more. Counted, the batch's way cost ~15.5k
 instructions a record more (the work around `row_of` and the features in `observe` and `_rows`,
 17.5k -> 2.0k: the held bytes parsed again ~6k, the `Pending` tuple, the row joined with its
 features, the batch's loop and turns; the parts 72.5k -> 56.9k, callgrind,
