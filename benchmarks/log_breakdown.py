@@ -324,6 +324,17 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     return {"parts": per, "functions": functions}
 
 
+# The longer rows' names (`breakdown`).
+_JSON = ("  the features' dict as JSON by orjson (+ decode; since bf671d6 `replay_text` writes the "
+         "common record's text itself)")  # fmt: skip
+_TEXT_REST = ("  the rest of `replay_text` (the call, the controls; since bf671d6 less than none: "
+              "its text and `features_of_body`'s dict against the dict and orjson)")  # fmt: skip
+_AROUND = ("around them in `observe` and `_rows` (queueing, the controls; until h/loginline the "
+           "`Pending` tuple, the held body parsed again, the row joined, turns)")  # fmt: skip
+_BLOCKS = ("(not spent here: the prefix blocks of a prompt of 1 KB or more, `block_digests` + "
+           "`encode_blocks`, as counted on this prompt's messages)")  # fmt: skip
+
+
 def breakdown(found: dict[str, Any]) -> tuple[list[tuple[str, float]], float]:
     """The table's rows (name, instructions a record) of a run, and the parts' sum."""
     p = found["parts"]
@@ -345,27 +356,9 @@ def breakdown(found: dict[str, Any]) -> tuple[list[tuple[str, float]], float]:
         ("    fingerprint (head bytes + XXH3-128)", p["fingerprint"]),
         ("    messages serialised + whole-prompt XXH3", p["messages_whole"]),
         ("    the rest (the body's fields read, the dict)", replay_rest),
-        (
-            (
-                "  the features' dict as JSON by orjson (+ decode; since bf671d6 `replay_text` "
-                "writes the common record's text itself)"
-            ),
-            p["features_json"],
-        ),
-        (
-            (
-                "  the rest of `replay_text` (the call, the controls; since bf671d6 less "
-                "than none: its text and `features_of_body`'s dict against the dict and orjson)"
-            ),
-            p["replay_text"] - p["features_of_body"] - p["features_json"],
-        ),
-        (
-            (
-                "around them in `observe` and `_rows` (queueing, the controls; until h/loginline "
-                "the `Pending` tuple, the held body parsed again, the row joined, turns)"
-            ),
-            around,
-        ),
+        (_JSON, p["features_json"]),
+        (_TEXT_REST, p["replay_text"] - p["features_of_body"] - p["features_json"]),
+        (_AROUND, around),
         ("the store's `write` (all, in a transaction)", insert),
         ("  Python (columns, `modes_of`, the values)", p["store_python"]),
         ("  sqlite3 binding the values (`bind_param`)", f.get("bind_param", 0.0)),
@@ -379,13 +372,7 @@ def breakdown(found: dict[str, Any]) -> tuple[list[tuple[str, float]], float]:
     parts = p["observe"] + p["_rows"] + insert + p["commit_both"]
     table += [
         ("**the parts counted**", parts),
-        (
-            (
-                "(not spent here: the prefix blocks of a prompt of 1 KB or more, `block_digests` "
-                "+ `encode_blocks`, as counted on this prompt's messages)"
-            ),
-            p["blocks"],
-        ),
+        (_BLOCKS, p["blocks"]),
     ]
     return table, parts
 
