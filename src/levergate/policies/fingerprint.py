@@ -106,7 +106,8 @@ def canonical_body_bytes(
     came in), for the bytes it was until 2026-12-04: the canonical body's dict built, its ordered
     fields popped, `exclude`'s loop, the parts joined (a property test compares the two).
     Counted (callgrind, `inprocess_cpu.py`'s one-message body with `stream`): 14.3k instructions
-    a call as that composition, 10.6k fused."""
+    a call as that composition, 10.6k fused; a plain field tested once (`_NOT_PLAIN`) rather
+    than against `NON_SHAPING` then `_NOT_COPIED`, 9,428 -> 9,103 (`log_breakdown.py`)."""
     out: dict[str, Any] = {}
     ordered: list[tuple[str, Any]] | None = None
     for name, value in body.items():

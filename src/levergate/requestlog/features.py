@@ -53,10 +53,18 @@ for `whole`), 47k with XXH3 and once, 34k with the canonical body's loop trimmed
 (policies/fingerprint.py: ~21k of it there, 16k after) and the breakpoint features not looked for
 in a short one-message prompt (the same bytes out); `replay_text` 27.0k -> 23.6-24.1k (two runs)
 with `_body_features`' short way for the common chat body and the canonical bytes sorted without
-`OPT_NON_STR_KEYS` (results/logfeat.md). The rest is near what Python costs for it: the canonical
-body's loop and its sorted output ~9.4k, the text's f-string ~3.2k (a 20-digit `whole` alone ~1k;
-`%`-formatting it was ~1.4k more, a dict and orjson ~3k more), the messages serialised and digested
-~3k, the fingerprint ~2.8k. Of the layers' work only the exact cache's canonical body bytes are
+`OPT_NON_STR_KEYS` (results/logfeat.md); 23.5k -> 20.9k (h/logfeat2, results/logfeat2.md) with
+that short way in `replay_text` itself (no tuple, no frame), the text's constant pieces
+precomputed and one set test for a plain field in the canonical body's loop. The rest is near
+what Python costs for it (pieces counted alone): the canonical body's loop and its sorted output
+~8.3k (a loop of `body.items()` doing nothing ~1.6k for three fields, orjson's sorted output of
+the body ~3k), the text's f-string ~2.6k (a 20-digit `whole` ~0.7k; `%`-formatting it was ~1.4k
+more, a dict and orjson ~3k more), the messages serialised ~1.9k (orjson's fixed cost mostly)
+and digested ~0.9k, the fingerprint ~2.1k (`head_bytes`' `lru_cache` ~1k of it), the test for
+`_UNCOMMON` ~0.9k (five `in` tests ~1.1k). The messages are serialised twice for a reason: the
+canonical body sorts their keys (the exact cache's key), the prompt's bytes keep the client's
+order (the breakpoint layer's `whole_digest`), so neither serialisation serves the other. Of the
+layers' work only the exact cache's canonical body bytes are
 reused, when it computed them for this very body (`replay_of`): its key is in the tenant's
 namespace under the resolved model (and off by default), affinity's and the prompt cache's digests
 are of other block sizes (settings; 2 KB), and the prompt cache's of the body as sent.
