@@ -55,6 +55,8 @@ _EMPTY_IS_ABSENT = frozenset({"stop", "tools", "functions", "logit_bias"})
 # The fields `canonical_body_bytes` does more with than copy (every other one is copied when not
 # null): the ones whose empty value is no value, `n`, the messages, and the ordered ones.
 _NOT_COPIED = _EMPTY_IS_ABSENT | {"n", "messages"} | frozenset(ORDERED)
+# The fields not copied as they are (non-shaping or `_NOT_COPIED`).
+_NOT_PLAIN = NON_SHAPING | _NOT_COPIED
 
 
 def _canonical_message(message: Any) -> Any:
@@ -104,14 +106,17 @@ def canonical_body_bytes(
     came in), for the bytes it was until 2026-12-04: the canonical body's dict built, its ordered
     fields popped, `exclude`'s loop, the parts joined (a property test compares the two).
     Counted (callgrind, `inprocess_cpu.py`'s one-message body with `stream`): 14.3k instructions
-    a call as that composition, 10.6k fused."""
+    a call as that composition, 10.6k fused; a plain field tested once (`_NOT_PLAIN`) rather
+    than against `NON_SHAPING` then `_NOT_COPIED`, 9,428 -> 9,103 (`log_breakdown.py`)."""
     out: dict[str, Any] = {}
     ordered: list[tuple[str, Any]] | None = None
     for name, value in body.items():
-        if value is None or name in NON_SHAPING:
+        if value is None:
             continue
-        if name not in _NOT_COPIED:
+        if name not in _NOT_PLAIN:  # one test for most fields
             out[name] = value
+        elif name in NON_SHAPING:
+            continue
         elif name == "messages" and isinstance(value, list):
             # The list itself when every message is kept as it is (the common one): no copy.
             messages = value

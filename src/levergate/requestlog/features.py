@@ -53,10 +53,18 @@ for `whole`), 47k with XXH3 and once, 34k with the canonical body's loop trimmed
 (policies/fingerprint.py: ~21k of it there, 16k after) and the breakpoint features not looked for
 in a short one-message prompt (the same bytes out); `replay_text` 27.0k -> 23.6-24.1k (two runs)
 with `_body_features`' short way for the common chat body and the canonical bytes sorted without
-`OPT_NON_STR_KEYS` (results/logfeat.md). The rest is near what Python costs for it: the canonical
-body's loop and its sorted output ~9.4k, the text's f-string ~3.2k (a 20-digit `whole` alone ~1k;
-`%`-formatting it was ~1.4k more, a dict and orjson ~3k more), the messages serialised and digested
-~3k, the fingerprint ~2.8k. Of the layers' work only the exact cache's canonical body bytes are
+`OPT_NON_STR_KEYS` (results/logfeat.md); 23.5k -> 20.9k (h/logfeat2, results/logfeat2.md) with
+that short way in `replay_text` itself (no tuple, no frame), the text's constant pieces
+precomputed and one set test for a plain field in the canonical body's loop. The rest is near
+what Python costs for it (pieces counted alone): the canonical body's loop and its sorted output
+~8.3k (a loop of `body.items()` doing nothing ~1.6k for three fields, orjson's sorted output of
+the body ~3k), the text's f-string ~2.6k (a 20-digit `whole` ~0.7k; `%`-formatting it was ~1.4k
+more, a dict and orjson ~3k more), the messages serialised ~1.9k (orjson's fixed cost mostly)
+and digested ~0.9k, the fingerprint ~2.1k (`head_bytes`' `lru_cache` ~1k of it), the test for
+`_UNCOMMON` ~0.9k (five `in` tests ~1.1k). The messages are serialised twice for a reason: the
+canonical body sorts their keys (the exact cache's key), the prompt's bytes keep the client's
+order (the breakpoint layer's `whole_digest`), so neither serialisation serves the other. Of the
+layers' work only the exact cache's canonical body bytes are
 reused, when it computed them for this very body (`replay_of`): its key is in the tenant's
 namespace under the resolved model (and off by default), affinity's and the prompt cache's digests
 are of other block sizes (settings; 2 KB), and the prompt cache's of the body as sent.
@@ -135,11 +143,11 @@ def features_of_body(
     """The body's part of the features (no controls): also what the analyzer computes for an
     OpenAI request file. `canonical`: the body's `canonical_body_bytes`, when known (a call's,
     which the exact cache computed already: `replay_of`)."""
-    return _as_dict(_body_features(body, kind, model, canonical))
+    return _as_dict(_any_body_features(body, kind, model, canonical))
 
 
 def _as_dict(values: _Features) -> dict[str, Any]:
-    """`_body_features`' values as the features' dict."""
+    """`_any_body_features`' values as the features' dict."""
     fp, det, n, blocks, pb, tools, stream, whole, more = values
     found: dict[str, Any] = {"v": REPLAY_VERSION, "fp": fp, "det": det, "n": n,
                              "blocks": blocks, "pb": pb, "tools": tools,
@@ -151,54 +159,27 @@ def _as_dict(values: _Features) -> dict[str, Any]:
     return found
 
 
-# `_body_features`' values: fp, det, n, blocks, pb, tools, stream, whole, and the rest (`pck`,
-# the breakpoint features: None when none).
+# `_any_body_features`' values: fp, det, n, blocks, pb, tools, stream, whole, and the rest
+# (`pck`, the breakpoint features: None when none).
 _Features = tuple[str, bool, int, str, int, str | None, bool, int | None, dict[str, Any] | None]
 
 
 # The fields that change a feature from the common chat body's (`tools` and `whole`: tools,
 # response_format; `n`; `det`: seed; `pck`: prompt_cache_key): a body with none of them takes
-# `_body_features`' short way, one test for all five.
+# `replay_text`'s short way, one test for all five.
 _UNCOMMON = frozenset(("tools", "response_format", "n", "seed", "prompt_cache_key"))
-
-
-def _body_features(
-    body: Mapping[str, Any], kind: str, model: str, canonical: bytes | None
-) -> _Features:
-    """`features_of_body`'s values, as a tuple: the request log writes the common ones as JSON
-    text without a dict (`replay_text`). A chat prompt's messages are serialised once, for the
-    prompt's bytes and the breakpoint layer's whole-prompt digest alike (`whole_digest`'s
-    bytes); a prompt of one message, short, has no breakpoint features to look for (it
-    continues no other).
-
-    A chat body with none of `_UNCOMMON`'s fields (most) has its values written here, where
-    `_any_body_features` reads each of those fields and tests it: the same values (a property
-    test holds the two equal), ~2.8k fewer instructions a record (callgrind, `inprocess_cpu.py`'s
-    body)."""
-    messages = body.get("messages")
-    if type(messages) is not list or not _UNCOMMON.isdisjoint(body):
-        return _any_body_features(body, kind, model, canonical)
-    prompt = orjson.dumps(messages)
-    if canonical is None:
-        canonical = canonical_body_bytes(body)
-    pb = len(prompt)
-    more = None
-    if len(messages) > 1 or pb >= BOUNDARY_MIN_BYTES:  # one message: no other
-        more = _breakpoint_features(body, long=pb >= BOUNDARY_MIN_BYTES)
-    return (
-        xxh3_128_hexdigest(head_bytes(kind, model, "") + canonical),
-        body.get("temperature") == 0 or False,
-        1,
-        encode_blocks(block_digests(prompt, block_bytes=BLOCK_BYTES, max_blocks=MAX_BLOCKS))
-        if pb >= BLOCK_BYTES else "",
-        pb, None, body.get("stream") is True, xxh3_64_intdigest(_NULL + prompt), more,
-    )  # fmt: skip
+# The common record's text in the pieces that do not vary with the request, in `_as_dict`'s
+# order (`replay_text`): the version, det and n, tools and stream.
+_TEXT_HEAD = f'{{"v":{REPLAY_VERSION},"fp":"'
+_TEXT_DET = ('","det":false,"n":1,"blocks":"', '","det":true,"n":1,"blocks":"')
+_TEXT_STREAM = (',"tools":null,"stream":false,"whole":', ',"tools":null,"stream":true,"whole":')
 
 
 def _any_body_features(
     body: Mapping[str, Any], kind: str, model: str, canonical: bytes | None
 ) -> _Features:
-    """`_body_features` of any body."""
+    """The body's features of any body, each field read and tested (`replay_text`'s short way
+    for the common chat body gives the same values)."""
     get = body.get
     messages, tools = get("messages"), get("tools")
     whole: int | None = None
@@ -291,22 +272,57 @@ def replay_text(
     """The replay features as the row's JSON text: the body's, then its `controls_of`. None for
     a body that cannot be serialised (a library caller's objects): not replayable.
 
-    The common record (a chat prompt with no tools, one choice, no `prompt_cache_key`, no
-    breakpoint features, no deadline) is written as text directly, the bytes orjson writes for
-    `features_of_body`'s dict (a test compares them): the dict of nine keys and its
-    serialisation counted 3.1k and 3.4k instructions a record (callgrind), and `replay_text`
-    as a whole 29.9k with them, 28.4k with the text (the values now pass as a tuple)."""
+    A chat body with none of `_UNCOMMON`'s fields (most) has its values computed here, where
+    `_any_body_features` reads each of those fields and tests it: the same values. A chat
+    prompt's messages are serialised once, for the prompt's bytes and the breakpoint layer's
+    whole-prompt digest alike (`whole_digest`'s bytes); a prompt of one message, short, has
+    no breakpoint features to look for (it continues no other). Such a record with no deadline
+    (the common one) is written as text directly, from constant pieces and the values, the
+    bytes orjson writes for `features_of_body`'s dict (a property test compares them on
+    bodies of every shape): the dict of nine keys and its serialisation counted 3.1k and 3.4k
+    instructions a record (callgrind). Counted (callgrind, `inprocess_cpu.py`'s body): this
+    short way ~2.8k fewer than the general reading (h/logfeat); in `replay_text` itself rather
+    than returning a tuple to it, with the text's constant pieces precomputed (the version and
+    the choices of det and stream), 23.7k -> 21.7k a record (h/logfeat2)."""
+    messages = body.get("messages")
+    if type(messages) is not list or not _UNCOMMON.isdisjoint(body):
+        return _text_of(body, kind, model, controls, canonical)
     try:
-        values = _body_features(body, kind, model, canonical)
+        prompt = orjson.dumps(messages)
+        if canonical is None:
+            canonical = canonical_body_bytes(body)
+        pb = len(prompt)
+        more = None
+        if len(messages) > 1 or pb >= BOUNDARY_MIN_BYTES:  # one message: no other
+            more = _breakpoint_features(body, long=pb >= BOUNDARY_MIN_BYTES)
     except TypeError:
         return None
-    fp, det, n, blocks, pb, tools, stream, whole, more = values
-    if more is None and not controls and whole is not None and tools is None and n == 1:
-        # fp: hex, blocks: base64; nothing to escape
-        return (f'{{"v":{REPLAY_VERSION},"fp":"{fp}","det":{"true" if det else "false"},'
-                f'"n":1,"blocks":"{blocks}","pb":{pb},"tools":null,'
-                f'"stream":{"true" if stream else "false"},"whole":{whole}}}')  # fmt: skip
-    found = _as_dict(values)
+    fp = xxh3_128_hexdigest(head_bytes(kind, model, "") + canonical)
+    det = body.get("temperature") == 0
+    stream = body.get("stream") is True
+    blocks = encode_blocks(block_digests(prompt, block_bytes=BLOCK_BYTES, max_blocks=MAX_BLOCKS)
+                           ) if pb >= BLOCK_BYTES else ""  # fmt: skip
+    whole = xxh3_64_intdigest(_NULL + prompt)
+    if more is None and not controls:  # fp: hex, blocks: base64; nothing to escape
+        return (
+            f'{_TEXT_HEAD}{fp}{_TEXT_DET[1 if det else 0]}{blocks}","pb":{pb}'
+            f"{_TEXT_STREAM[1 if stream else 0]}{whole}}}"
+        )
+    found = _as_dict((fp, det or False, 1, blocks, pb, None, stream, whole, more))
+    if controls:
+        found.update(controls)
+    return orjson.dumps(found).decode()
+
+
+def _text_of(
+    body: Mapping[str, Any], kind: str, model: str, controls: Mapping[str, Any],
+    canonical: bytes | None,
+) -> str | None:  # fmt: skip
+    """`replay_text` of any body, from `_any_body_features`' dict."""
+    try:
+        found = _as_dict(_any_body_features(body, kind, model, canonical))
+    except TypeError:
+        return None
     if controls:
         found.update(controls)
     return orjson.dumps(found).decode()

@@ -22,8 +22,6 @@ from levergate.policies.fingerprint import canonical_body_bytes
 from levergate.redact import Redactor
 from levergate.requestlog.features import (
     BLOCK_BYTES,
-    _any_body_features,
-    _body_features,
     decode_blocks,
     encode_blocks,
     features,
@@ -193,17 +191,20 @@ UNCOMMON: st.SearchStrategy[dict[str, Any]] = st.one_of(
 
 @settings(max_examples=300)
 @given(st.lists(MESSAGES, min_size=1, max_size=3).map(lambda m: [x for t in m for x in t]),
-       st.fixed_dictionaries({}, optional=CHAT_FIELDS), UNCOMMON, st.booleans())  # fmt: skip
+       st.fixed_dictionaries({}, optional=CHAT_FIELDS), UNCOMMON, CONTROLS,
+       st.booleans())  # fmt: skip
 def test_the_common_bodys_short_way_gives_the_general_values(
     messages: list[dict[str, str]], extra: dict[str, object], uncommon: dict[str, object],
-    known: bool,
+    controls: dict[str, object], known: bool,
 ) -> None:  # fmt: skip
-    """`_body_features`' short way for a chat body without tools, choices, a seed or a prompt
-    cache key gives the values the general reading of every field does (`_any_body_features`,
-    the code before the short way), for bodies on both ways (multi-turn and long prompts with
-    breakpoint features among them) and with the canonical bytes given or not."""
+    """`replay_text`'s short way for a chat body without tools, choices, a seed or a prompt
+    cache key (its values computed in place, the common record's text from constant pieces)
+    writes what the general reading of every field does (`features_of_body`, by
+    `_any_body_features`, serialised by orjson with the controls), for bodies on both ways
+    (multi-turn and long prompts with breakpoint features among them), with deadlines or
+    none, and with the canonical bytes given or not."""
     body = {"model": "m", "messages": messages, **extra, **uncommon}
     canonical = canonical_body_bytes(body) if known else None
-    assert _body_features(body, "chat", "m", canonical) == _any_body_features(
-        body, "chat", "m", canonical
-    )
+    general = {**features_of_body(body, kind="chat", model="m", canonical=canonical), **controls}
+    text = replay_text(body, kind="chat", model="m", controls=controls, canonical=canonical)
+    assert text == orjson.dumps(general).decode()
