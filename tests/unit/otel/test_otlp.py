@@ -42,9 +42,11 @@ def attrs(found: Any) -> dict[str, Any]:
 
 
 def decoded(
-    encoder: SpanEncoder, spans: list[bytes]
+    encoder: SpanEncoder, spans: bytes | list[bytes]
 ) -> tuple[ExportTraceServiceRequest, list[Span]]:
-    body = otlp.export_request(encoder.resource, encoder.scope, SCHEMA_URL, spans)
+    """`spans`: one request's (`SpanEncoder.request`: its spans in one `bytes`), or a list."""
+    listed = [spans] if isinstance(spans, bytes) else spans
+    body = otlp.export_request(encoder.resource, encoder.scope, SCHEMA_URL, listed)
     message = ExportTraceServiceRequest.FromString(body)
     [resource] = message.resource_spans
     [scope] = resource.scope_spans
@@ -162,7 +164,7 @@ def test_many_spans_and_long_values_take_multi_byte_lengths() -> None:
     traced = Spans(trace_id=1, span_id=2, started=0.0)
     attempt = traced.attempt("sim", "m" * 20_000)  # an attempt's span of 3-byte length too
     assert attempt is not None
-    spans = [b for _ in range(300) for b in encoder.request(long, traced, T0)]
+    spans = [encoder.request(long, traced, T0) for _ in range(300)]
     decoded_spans = decoded(encoder, spans)[1]
     assert len(decoded_spans) == 600
     assert attrs(decoded_spans[-2].attributes)["levergate.feature"] == "f" * 70_000
