@@ -110,8 +110,9 @@ class SpanExporter:
         self._retry_first = retry_first
         self._m = metrics
         # Requests' spans encoded, waiting for a batch: an item a request (its span and its
-        # attempts', one `bytes`: one join where a `bytes` a span was a join and a list more,
-        # ~480 instructions a request on the path (otel_pieces.py)), its spans' count beside it, and their sum.
+        # attempts' in one `bytes`: one join where a `bytes` a span was a join and a list
+        # more, ~480 instructions a request on the path, otel_pieces.py), its spans' count
+        # beside it, and their sum.
         self._queue: list[bytes] = []
         self._counts: list[int] = []
         self._spans = 0
