@@ -23,8 +23,8 @@ its `traceparent` (core/spans.py). No prompt or answer text is attached: that wa
 request log's per-route body logging (issue 23 §1) to say when bodies may be kept.
 
 The spans are built here from the record and its trace context, straight into OTLP's protobuf
-bytes (otel/otlp.py), by the exporter's background job in batches (otel/exporter.py), never on
-the request path: there a traced request costs one append to a bounded queue.
+bytes (otel/otlp.py), when the exporter gets the finished request (after its answer went out):
+a request's spans are one `bytes`, one item of the exporter's bounded queue (otel/exporter.py).
 """
 
 from __future__ import annotations
