@@ -34,7 +34,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -107,13 +109,20 @@ class SpanExporter:
         self._timeout = otel.timeout_seconds
         self._retry_first = retry_first
         self._m = metrics
-        self._queue: list[bytes] = []  # spans encoded, waiting for a batch
+        # Requests' spans encoded, waiting for a batch: an item a request (its span and its
+        # attempts' in one `bytes`: one join where a `bytes` a span was a join and a list
+        # more, ~480 instructions a request on the path, otel_pieces.py), its spans' count
+        # beside it, and their sum.
+        self._queue: list[bytes] = []
+        self._counts: list[int] = []
+        self._spans = 0
         self._max = otel.max_queue
         # Half the queue at most (512, the SDK's default, kept below 2,048): a batch's wake-up
         # leaves room for the spans that arrive while it is sent.
         self._batch = min(BATCH_SPANS, max(SDK_BATCH_SPANS, otel.max_queue // 2), otel.max_queue)
         # The batch being exported: survives the job's cancellation, for the close.
         self._sending: list[bytes] = []
+        self._sending_spans = 0
         # The wall clock (Unix ns) when `time.perf_counter()` read 0: the spans' times are
         # perf_counter's. Read again at each of the job's wakes (the wall clock may be set).
         self._base_ns = _base_ns()
@@ -126,30 +135,32 @@ class SpanExporter:
         self._client: HttpClient | None = None
         self._closed = False
         self._warned = False
-        metrics.queued.set_function(lambda: len(self._queue) + len(self._sending))
+        metrics.queued.set_function(lambda: self._spans + self._sending_spans)
 
     # ---- the request path (the recorder's `Tracer`) -------------------------------------------
 
     def export(self, record: RequestRecord, spans: Spans) -> None:
         if not spans.sampled:
             return
-        queue = self._queue
-        if len(queue) + 1 + len(spans.attempts) > self._max:
-            self._m.dropped.labels("queue_full").inc(1 + len(spans.attempts))
+        count = 1 + len(spans.attempts)
+        queued = self._spans + count
+        if queued > self._max:
+            self._m.dropped.labels("queue_full").inc(count)
             return
         try:
-            queue += self._encoder.request(record, spans, self._base_ns)
+            self._queue.append(self._encoder.request(record, spans, self._base_ns))
         except Exception:  # one request's spans that cannot be encoded are its loss alone
             log.exception("otel: spans of one request not exported")
             self._m.dropped.labels("invalid").inc()
             return
-        if len(queue) >= self._batch:
+        self._counts.append(count)
+        self._spans = queued
+        if queued >= self._batch:
             self._wake.set()
 
     def export_internal(self, spans: Sequence[Internal], *, now: float) -> None:
         """Spans of levergate's own work, times on the clock that reads `now`."""
-        queue = self._queue
-        if len(queue) + len(spans) > self._max:
+        if self._spans + len(spans) > self._max:
             self._m.dropped.labels("queue_full").inc(len(spans))
             return
         now_ns = time.time_ns()
@@ -163,8 +174,10 @@ class SpanExporter:
             log.exception("otel: spans of levergate's own work not exported")
             self._m.dropped.labels("invalid").inc()
             return
-        queue += found
-        if len(queue) >= self._batch:
+        self._queue += found
+        self._counts += [1] * len(found)
+        self._spans += len(found)
+        if self._spans >= self._batch:
             self._wake.set()
 
     # ---- the background job ------------------------------------------------------------------
@@ -175,7 +188,7 @@ class SpanExporter:
         theirs, so a busy gateway sends full batches, not one per loop turn)."""
         due = time.monotonic() + self._interval
         while True:
-            if len(self._queue) < self._batch:
+            if self._spans < self._batch:
                 try:
                     async with asyncio.timeout(max(0.0, due - time.monotonic())):
                         await self._wake.wait()
@@ -184,7 +197,7 @@ class SpanExporter:
                 self._wake.clear()
             self._base_ns = _base_ns()
             late = time.monotonic() >= due
-            if late or len(self._queue) >= self._batch:
+            if late or self._spans >= self._batch:
                 # With a full batch queued at the top the job did not wait: the wake-up that
                 # batch set is this one, not a reason to wake again after it.
                 self._wake.clear()
@@ -204,10 +217,14 @@ class SpanExporter:
         one request, retrying what may pass later until `deadline`; the batch is let go once
         it was exported or given up on."""
         if not self._sending:
-            queue, size = self._queue, self._batch
-            self._sending = queue[:size]
-            del queue[:size]
-        encoder, spans = self._encoder, self._sending
+            # The first requests whose spans fit in a batch (the first request at least).
+            counts = self._counts
+            taken = bisect_right(list(accumulate(counts[: self._batch])), self._batch) or 1
+            self._sending = self._queue[:taken]
+            self._sending_spans = count = sum(counts[:taken])
+            del self._queue[:taken], counts[:taken]
+            self._spans -= count
+        encoder, spans, count = self._encoder, self._sending, self._sending_spans
         body = otlp.export_request(encoder.resource, encoder.scope, SCHEMA_URL, spans)
         started = time.monotonic()
         end = started + self._timeout if deadline is None else deadline
@@ -215,20 +232,21 @@ class SpanExporter:
         while True:
             problem = await self._post(body, end - time.monotonic())
             if problem is None:
-                self._m.exported.inc(len(spans))
+                self._m.exported.inc(count)
                 self._warned = False
                 break
             retry, why = problem
             if not retry or time.monotonic() + wait >= end:
-                self._m.dropped.labels("export_failed").inc(len(spans))
+                self._m.dropped.labels("export_failed").inc(count)
                 if not self._warned:
                     self._warned = True
-                    log.warning("otel: %d spans not exported to %s: %s", len(spans), self._url,
+                    log.warning("otel: %d spans not exported to %s: %s", count, self._url,
                                 why)  # fmt: skip
                 break
             await asyncio.sleep(wait)
             wait *= 2
         self._sending = []
+        self._sending_spans = 0
 
     async def _post(self, body: bytes, seconds: float) -> tuple[bool, str] | None:
         """None when the collector took `body`, else (whether to retry, why not)."""
@@ -260,10 +278,13 @@ class SpanExporter:
         try:
             await self.flush(deadline=time.monotonic() + self._timeout)
         finally:
-            if lost := len(self._queue) + len(self._sending):
+            if lost := self._spans + self._sending_spans:
                 self._m.dropped.labels("export_failed").inc(lost)
             self._queue.clear()
+            self._counts.clear()
+            self._spans = 0
             self._sending = []
+            self._sending_spans = 0
             self._max = 0
             if self._client is not None:
                 await self._client.aclose()

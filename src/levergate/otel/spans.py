@@ -23,8 +23,8 @@ its `traceparent` (core/spans.py). No prompt or answer text is attached: that wa
 request log's per-route body logging (issue 23 §1) to say when bodies may be kept.
 
 The spans are built here from the record and its trace context, straight into OTLP's protobuf
-bytes (otel/otlp.py), by the exporter's background job in batches (otel/exporter.py), never on
-the request path: there a traced request costs one append to a bounded queue.
+bytes (otel/otlp.py), when the exporter gets the finished request (after its answer went out):
+a request's spans are one `bytes`, one item of the exporter's bounded queue (otel/exporter.py).
 """
 
 from __future__ import annotations
@@ -226,13 +226,14 @@ class SpanEncoder:
         self._fixed_ttft = packer.pack
         self._fixed_ttft_size = packer.size - 3
 
-    def request(self, record: RequestRecord, spans: Spans, base_ns: int) -> list[bytes]:
+    def request(self, record: RequestRecord, spans: Spans, base_ns: int) -> bytes:
         """The request's span (kind SERVER, under the client's span when it sent one) and a
         child per attempt (kind CLIENT, with the span id sent upstream), as fields of their
-        `ScopeSpans`; `base_ns`: the wall clock (Unix ns) when `time.perf_counter()` read 0.
-        Written inline (a call or a `bytes` built less is ~1% of a span's cost): the ids, the
-        times and the doubles packed in one call a span, the rest kept encoded but the request
-        id, joined once."""
+        `ScopeSpans`, one after the other in one `bytes` (1 + `len(spans.attempts)` spans);
+        `base_ns`: the wall clock (Unix ns) when `time.perf_counter()` read 0. Written inline
+        (a call or a `bytes` built less is ~1% of a span's cost): the ids, the times and the
+        doubles packed in one call a span, the rest kept encoded but the request id, all the
+        request's spans joined once."""
         request_id, timings, tokens, cost_usd, queued_seconds = _own_of(record)
         total, ttft_s = timings[0], timings[3]
         started = base_ns + _whole(spans.started * 1e9)
@@ -268,7 +269,7 @@ class SpanEncoder:
                                      queued_seconds, self._ttft, ttft_s)  # fmt: skip
         if not high:
             fixed = otlp.head(size) + fixed[3:]
-        found = [b"".join((fixed, usage, more, constant))]
+        found = [fixed, usage, more, constant]
         for upstream, model, attempt_span, attempt_started, attempt_ended, error in spans.attempts:
             end = ended  # an attempt still open ends with the request, and none after it
             if attempt_ended is not None:
@@ -278,10 +279,10 @@ class SpanEncoder:
             head, constant = self._attempts.get((upstream, model, error)) or self._attempt(
                 upstream, model, error
             )
-            found.append(b"".join((head, _attempt_fixed(
+            found += (head, _attempt_fixed(
                 _TRACE, trace, _SPAN, attempt_span, _PARENT, span,
-                0x39, base_ns + _whole(attempt_started * 1e9), 0x41, end), constant)))  # fmt: skip
-        return found
+                0x39, base_ns + _whole(attempt_started * 1e9), 0x41, end), constant)  # fmt: skip
+        return b"".join(found)
 
     def _request_constant(
         self, record: RequestRecord, kept: dict[Shared, bytes], key: Shared, parent: bytes | None

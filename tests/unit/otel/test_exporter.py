@@ -222,3 +222,27 @@ async def test_spans_that_cannot_be_encoded_are_that_requests_loss_alone(
     await spans.aclose()
     assert metric("exported") == 2
     assert {s.trace_id for s in got.spans} == {(1002).to_bytes(16, "big")}
+
+
+async def test_a_batch_is_counted_in_spans_and_never_splits_a_request(
+    receiver: tuple[Receiver, str],
+) -> None:
+    """A request's spans are one item of the queue (otel/spans.py joins them): a batch takes
+    the requests whose spans fit in it, and the queue's bound and gauge count spans."""
+    got, endpoint = receiver
+    spans, metric = exporter(endpoint, max_queue=2048, export_interval_seconds=600)
+    for n in range(513):  # 1,026 spans: a batch of 1,024 (512 requests), then one request
+        spans.export(record(n), traced(n))
+    workflow = Internal(name="w", trace_id=7, span_id=8, parent_id=None, started=0.0,
+                        ended=1.0, attributes={})  # fmt: skip
+    spans.export_internal([workflow], now=1.0)
+    assert spans._spans == 1027
+    assert metric("queue_full") == 0
+    for n in range(511):  # 2 spans each: 1,021 fit in the bound, the rest are dropped
+        spans.export(record(n), traced(n))
+    assert spans._spans == 2047
+    assert metric("queue_full") == 2
+    await spans.aclose()
+    assert metric("exported") == 2047
+    assert got.posts == 2  # 1,024 spans, then 1,023
+    assert len(got.spans) == 2047

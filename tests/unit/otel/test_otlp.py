@@ -42,9 +42,11 @@ def attrs(found: Any) -> dict[str, Any]:
 
 
 def decoded(
-    encoder: SpanEncoder, spans: list[bytes]
+    encoder: SpanEncoder, spans: bytes | list[bytes]
 ) -> tuple[ExportTraceServiceRequest, list[Span]]:
-    body = otlp.export_request(encoder.resource, encoder.scope, SCHEMA_URL, spans)
+    """`spans`: one request's (`SpanEncoder.request`: its spans in one `bytes`), or a list."""
+    listed = [spans] if isinstance(spans, bytes) else spans
+    body = otlp.export_request(encoder.resource, encoder.scope, SCHEMA_URL, listed)
     message = ExportTraceServiceRequest.FromString(body)
     [resource] = message.resource_spans
     [scope] = resource.scope_spans
@@ -62,7 +64,7 @@ def settings() -> Settings:
 def test_a_request_and_its_attempts_decode_as_the_spec_says() -> None:
     encoder = SpanEncoder(settings())
     traced = Spans(trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736, span_id=0x00F067AA0BA902B8,
-                   parent_id=0x00F067AA0BA902B7, remote=True, started=10.0)  # fmt: skip
+                   parent_id=0x00F067AA0BA902B7, started=10.0)  # fmt: skip
     first = traced.attempt("claude", "claude-x")
     second = traced.attempt("sim", "fast-1")
     assert first is not None
@@ -162,7 +164,7 @@ def test_many_spans_and_long_values_take_multi_byte_lengths() -> None:
     traced = Spans(trace_id=1, span_id=2, started=0.0)
     attempt = traced.attempt("sim", "m" * 20_000)  # an attempt's span of 3-byte length too
     assert attempt is not None
-    spans = [b for _ in range(300) for b in encoder.request(long, traced, T0)]
+    spans = [encoder.request(long, traced, T0) for _ in range(300)]
     decoded_spans = decoded(encoder, spans)[1]
     assert len(decoded_spans) == 600
     assert attrs(decoded_spans[-2].attributes)["levergate.feature"] == "f" * 70_000
@@ -223,7 +225,7 @@ def test_the_bytes_are_what_the_sdks_encoder_writes_for_the_same_spans() -> None
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
     encoder = SpanEncoder(settings())
-    traced = Spans(trace_id=0xABC, span_id=0xDEF, parent_id=0x123, remote=True, started=5.0)
+    traced = Spans(trace_id=0xABC, span_id=0xDEF, parent_id=0x123, started=5.0)
     attempt = traced.attempt("sim", "fast-1")
     assert attempt is not None
     attempt[STARTED:] = 5.001, 5.002, "TransportFailed"
@@ -307,7 +309,7 @@ def test_a_kept_block_is_only_ever_written_for_its_own_key(
         if changed.status == 429:
             changed = changed._replace(outcome="rate_limited", error="RateLimited")
         traced = Spans(trace_id=n + 1, span_id=n + 2, parent_id=n + 3 if remote else None,
-                       remote=remote, started=1.0)  # fmt: skip
+                       started=1.0)  # fmt: skip
         for upstream, model, error in tried:
             attempt = traced.attempt(upstream, model)
             assert attempt is not None
