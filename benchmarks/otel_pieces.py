@@ -100,12 +100,12 @@ async def _repeat(piece: str, reps: int, kept: list[tuple[Any, Any]], tracer: An
     upstream = {"Content-Type": "application/json", "Authorization": "Bearer k"}
     # The newer code takes the start times the gateway already read; the older reads
     # the clock itself.
-    begin = inspect.signature(Spans.begin).parameters
-    more = {"started": 1.0} if "started" in begin else {}
-    timed = "started" in inspect.signature(Spans.attempt).parameters
     # Since 2026-12-05 the request path calls `begin` and `Spans.sent`, attempts are lists
     # ended by `end`, the upstream's headers a copy with the traceparent set.
     lists = hasattr(Spans, "sent")
+    params = {} if lists else inspect.signature(Spans.begin).parameters
+    more = {"started": 1.0} if "started" in params else {}
+    timed = "started" in inspect.signature(Spans.attempt).parameters
     gc.collect()
     gc.freeze()
     _count_from_here()

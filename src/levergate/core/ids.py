@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -53,7 +54,7 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class Batched(Generic[T]):
+class Batched(ABC, Generic[T]):
     """Values drawn a batch at a time: `ids` hands out the batch's, `refill` draws the next
     batch once it is spent (returning its first value). A hot path reads `next(x.ids, None)`
     itself, without `fresh`'s frame. Request ids here, trace and span ids (core/spans.py)."""
@@ -67,8 +68,9 @@ class Batched(Generic[T]):
         found = next(self.ids, None)
         return found if found is not None else self.refill()
 
+    @abstractmethod
     def refill(self) -> T:
-        raise NotImplementedError
+        """Draw the next batch into `ids` and return its first value."""
 
     def forget(self) -> None:
         """Drop the values not yet handed out (a forked child: they are its parent's too)."""

@@ -197,18 +197,6 @@ class Spans:
             self.span = next(SPAN_IDS.ids, None) or SPAN_IDS.refill()
         return self.span
 
-    @classmethod
-    def begin(
-        cls,
-        headers: Mapping[str, str],
-        *,
-        ratio: float = 1.0,
-        parent: str | None = None,
-        started: float | None = None,
-    ) -> Spans:
-        """`begin` (the module's function, which the request path calls positionally)."""
-        return begin(headers, ratio, parent, started)
-
     def attempt(self, upstream: str, model: str, started: float | None = None) -> Attempt | None:
         """A new attempt's record, started at `started` (None: now); None beyond the bound (it
         still runs, untraced)."""
@@ -240,7 +228,10 @@ class Spans:
 
 
 def begin(
-    headers: Mapping[str, str], ratio: float, parent: str | None, started: float | None
+    headers: Mapping[str, str],
+    ratio: float = 1.0,
+    parent: str | None = None,
+    started: float | None = None,
 ) -> Spans:
     """A request's trace context: it continues the client's `traceparent` (lower-cased header
     names, as `Context.headers` holds them), else `parent` (a library call's `Controls.trace`),

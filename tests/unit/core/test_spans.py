@@ -1,4 +1,4 @@
-"""`Spans.begin`: a client's W3C `traceparent` is continued when valid; anything else (hostile,
+"""`begin`: a client's W3C `traceparent` is continued when valid; anything else (hostile,
 oversized, all-zero ids, another version) starts a new trace, never an error."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from levergate.core.spans import ERROR, SPAN, STARTED, IdBytes, Spans, begin, end, span_id
+from levergate.core.spans import ERROR, SPAN, STARTED, IdBytes, begin, end, span_id
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def test_a_valid_traceparent_is_continued() -> None:
-    spans = Spans.begin({"traceparent": VALID})
+    spans = begin({"traceparent": VALID})
     assert (spans.trace_id, spans.parent_id) == (
         0x4BF92F3577B34DA6A3CE929D0E0E4736,
         0xF067AA0BA902B7,
@@ -28,11 +28,11 @@ def test_a_valid_traceparent_is_continued() -> None:
 
 
 def test_the_clients_unsampled_flag_is_followed() -> None:
-    assert not Spans.begin({"traceparent": VALID[:-2] + "00"}).sampled
+    assert not begin({"traceparent": VALID[:-2] + "00"}).sampled
 
 
 def test_attempts_are_bounded() -> None:
-    spans = Spans.begin({})
+    spans = begin({})
     kept = [spans.attempt("up", "m") for _ in range(100)]
     assert sum(a is not None for a in kept) == 64
     assert spans.traceparent(None).split("-")[2] == f"{spans.span_id:016x}"
@@ -40,7 +40,7 @@ def test_attempts_are_bounded() -> None:
 
 @given(st.text(max_size=300))
 def test_anything_else_starts_a_new_trace(value: str) -> None:
-    spans = Spans.begin({"traceparent": value}, ratio=1.0)
+    spans = begin({"traceparent": value}, ratio=1.0)
     if spans.remote:  # only a well-formed header with non-zero ids is continued
         assert value.strip().lower().startswith("00-")
         assert spans.parent_id
@@ -53,8 +53,8 @@ def test_anything_else_starts_a_new_trace(value: str) -> None:
 def test_bad_values_are_ignored() -> None:
     for bad in ("00-" + "0" * 32 + "-00f067aa0ba902b7-01", VALID.replace("00-", "ff-", 1),
                 VALID + "-extra", VALID + " " * 200, "garbage"):  # fmt: skip
-        assert not Spans.begin({"traceparent": bad}).remote
-    assert not Spans.begin({}, ratio=0.0).sampled
+        assert not begin({"traceparent": bad}).remote
+    assert not begin({}, ratio=0.0).sampled
 
 
 def test_ids_are_drawn_in_batches_of_non_zero_distinct_ids(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,7 +74,7 @@ def test_ids_are_drawn_in_batches_of_non_zero_distinct_ids(monkeypatch: pytest.M
 
 
 def test_a_new_trace_and_its_attempts_carry_drawn_ids() -> None:
-    spans = Spans.begin({}, started=1.0)
+    spans = begin({}, started=1.0)
     first, second = spans.attempt("up", "m"), spans.attempt("up", "m")
     assert first is not None
     assert second is not None
