@@ -12,8 +12,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from aiohttp import web
+from openai.types.chat import ChatCompletionMessageParam
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
@@ -151,6 +153,52 @@ async def test_spans_follow_the_genai_conventions_and_continue_the_clients_trace
     broken = next(s for s in attempts if s.parent_span_id == third.span_id)
     assert attrs(broken)["error.type"]
     assert attrs(broken)["levergate.upstream"] == "broken"
+
+
+async def test_the_openai_sdk_traced_whole_and_streamed_continues_its_trace(
+    receiver: tuple[Receiver, str],
+) -> None:
+    """The official OpenAI SDK as the client, its `traceparent` sent as an extra header: both
+    answers arrive whole, and the upstream gets the client's trace with an attempt's span."""
+    got, collector = receiver
+    fake = FakeOpenAI(tokens=3)
+    runner, upstream = await serve(fake)
+    settings = Settings.load(
+        server={"port": 0},
+        upstreams=[{"name": "up", "base_url": upstream + "/v1"}],
+        models=[{"name": "small", "upstream": "up", "upstream_model": "m-1"}],
+        otel={"endpoint": collector, "export_interval_seconds": 0.05},
+    )
+    parent = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
+    hi: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+    try:
+        async with build_gateway(settings) as gw, serving(gw) as url:
+            client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
+            whole = await client.chat.completions.create(
+                model="small",
+                messages=hi,
+                extra_headers=parent,
+            )
+            stream = await client.chat.completions.create(
+                model="small",
+                messages=hi,
+                stream=True,
+                extra_headers=parent,
+            )
+            chunks = [chunk async for chunk in stream]
+            await client.close()
+    finally:
+        await runner.cleanup()
+    assert whole.choices[0].message.content
+    assert any(c.choices and c.choices[0].delta.content for c in chunks)
+    servers = [s for s in got.spans if s.kind == Span.SPAN_KIND_SERVER]
+    attempts = [s for s in got.spans if s.kind == Span.SPAN_KIND_CLIENT]
+    assert len(servers) == 2
+    assert len(attempts) == 2
+    assert {s.trace_id.hex() for s in got.spans} == {CLIENT_TRACE}
+    assert all(s.parent_span_id.hex() == CLIENT_SPAN for s in servers)
+    sent = [{k.lower(): v for k, v in h.items()}["traceparent"] for h in fake.headers]
+    assert sorted(sent) == sorted(f"00-{CLIENT_TRACE}-{a.span_id.hex()}-01" for a in attempts)
 
 
 async def test_a_workflow_is_one_trace_its_calls_under_its_steps(
