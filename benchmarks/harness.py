@@ -22,6 +22,7 @@ import platform
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -187,3 +188,15 @@ def cpu_seconds(*pids: int) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+def paired(on: list[float], off: list[float]) -> tuple[float, float, float]:
+    """The median of `on / off` round by round, and its quartiles. A round's sides ran in the
+    same minutes, so a host that slows down for a while (a shared VM's neighbours: rounds of
+    one side here moved by 20-30% on 2026-12-05) moves both; the ratio of each side's median
+    pairs nothing, and one slow stretch on one side moves it."""
+    ratios = sorted(a / b for a, b in zip(on, off, strict=True))
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    low, _, high = statistics.quantiles(ratios, n=4, method="inclusive")
+    return statistics.median(ratios), low, high

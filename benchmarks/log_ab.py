@@ -29,7 +29,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness import Output, add_output_options, cpu_seconds, free_port, stamp, stop, wait_port
+from harness import (
+    Output,
+    add_output_options,
+    cpu_seconds,
+    free_port,
+    paired,
+    stamp,
+    stop,
+    wait_port,
+)
 from overhead import load
 
 HERE = Path(__file__).resolve().parent
@@ -149,7 +158,8 @@ def markdown(data: dict[str, Any], concurrency: tuple[int, ...]) -> str:
     head = [f"# Request log A/B ({data['date']}, {data['machine']})", "",
             (f"`benchmarks/log_ab.py --rounds {data['rounds']} --requests {data['requests']} "
             f"--seconds {data['seconds']}`: off and on in alternating rounds (medians; every "
-            "round in the last column). The host is shared with other sessions' tests, so single "
+            "round in the last column; paired: the median of each round's own ratio, its two "
+            "sides run back to back). The host is shared with other sessions' tests, so single "
             "rounds vary widely.")]  # fmt: skip
     parts = [*head]
     if data["inprocess"]:
@@ -162,12 +172,15 @@ def markdown(data: dict[str, Any], concurrency: tuple[int, ...]) -> str:
 def _inprocess(runs: dict[str, list[dict[str, float]]]) -> list[str]:
     lines = ["", ("In-process: CPU microseconds per request of client, gateway and simulator in "
              "one process, the log's writer thread and the gateway's close included."), "",
-             "| path | off us/req | on us/req | on / off | rounds off / on |",
-             "|---|---|---|---|---|"]  # fmt: skip
+             ("| path | off us/req | on us/req | on / off | paired on / off (quartiles) "
+              "| rounds off / on |"),
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for what in ("whole", "stream"):
         off, on = (statistics.median(r[what] for r in runs[s]) for s in ("off", "on"))
+        ratio, low, high = paired(*([r[what] for r in runs[s]] for s in ("on", "off")))
         spread = " / ".join(", ".join(f"{r[what]:.0f}" for r in runs[s]) for s in ("off", "on"))
-        lines.append(f"| {what} | {off:.1f} | {on:.1f} | {on / off:.3f} | {spread} |")
+        lines.append(f"| {what} | {off:.1f} | {on:.1f} | {on / off:.3f} "
+                     f"| {ratio:.3f} ({low:.3f}-{high:.3f}) | {spread} |")  # fmt: skip
     return lines
 
 

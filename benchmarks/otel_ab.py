@@ -29,7 +29,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from harness import Output, add_output_options, free_port, stamp, stop, wait_port
+from harness import Output, add_output_options, free_port, paired, stamp, stop, wait_port
 
 SIDES = ("off", "otel", "log", "log+otel")
 
@@ -116,7 +116,7 @@ def main() -> None:
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
         with tempfile.TemporaryDirectory(prefix="levergate-otel-ab-") as folder:
             for n in range(args.rounds):
-                for side in SIDES:
+                for side in SIDES[n % len(SIDES) :] + SIDES[: n % len(SIDES)]:
                     log = f"{folder}/{side}-{n}" if "log" in side else None
                     runs[side].append(run_child(args.requests, endpoint if "otel" in side
                                                 else None, log))  # fmt: skip
@@ -135,19 +135,26 @@ def report(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, ou
         data[what].update({f"{side}_ratio": median[side] / median["off"] for side in SIDES[1:]})
         cells = [f"{median[side]:.1f}" for side in SIDES]
         cells += [f"{median[side] / median['off']:.3f}" for side in SIDES[1:]]
+        pairs = {side: paired([r[what] for r in runs[side]], [r[what] for r in runs["off"]])
+                 for side in SIDES[1:]}  # fmt: skip
+        data[what].update({f"{side}_paired": pairs[side] for side in SIDES[1:]})
+        cells += [f"{r:.3f} ({lo:.3f}-{hi:.3f})" for r, lo, hi in pairs.values()]
         spread = " / ".join(", ".join(f"{r[what]:.0f}" for r in runs[side]) for side in SIDES)
         rows.append(f"| {what} | " + " | ".join(cells) + f" | {spread} |")
     markdown = (
         f"# OpenTelemetry traces and the request log A/B ({data['date']}, {data['machine']})\n\n"
         f"`benchmarks/otel_ab.py --rounds {args.rounds} --requests {args.requests}`: CPU "
         "microseconds per request of the in-process path (client, gateway and simulator in one "
-        "process), medians of alternating rounds: off (no log, no tracing), otel (every request "
+        "process), medians of rounds (each round runs the four sides, in an order that turns "
+        "each round; paired: the median of each round's own ratio to off, and its quartiles): "
+        "off (no log, no tracing), otel (every request "
         "traced and exported to a receiver in another process), log (the SQLite request log "
         "on), log+otel. Issue 22's target: log+otel / off <= 1.1x. Load average "
         f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end.\n\n"
         "| path | off us/req | otel us/req | log us/req | log+otel us/req | otel / off | "
-        "log / off | log+otel / off | rounds off / otel / log / log+otel |\n"
-        "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+        "log / off | log+otel / off | paired otel / off | paired log / off | paired log+otel / "
+        "off | rounds off / otel / log / log+otel |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
     )  # fmt: skip
     out.write("otel_ab", data, markdown)
 
