@@ -1,6 +1,7 @@
 """The hot path's call budget (issue 22): function calls per chat request on the default
 path, in-process and over HTTP, whole and streamed, and an exact-cache hit (`hit`: the same
-deterministic request again, answered whole), counted by `levergate.bench.calls`, against
+deterministic request again, answered whole); and in-process, whole answers with the request
+log on (`log`) and with tracing too (`traced`); counted by `levergate.bench.calls`, against
 the budget committed in tests/call_budget.json that `make test` holds every change to
 (tests/unit/bench/test_call_budget.py).
 
@@ -19,19 +20,20 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from levergate.bench.calls import Counted, Way, calls_per_request
+from levergate.bench.calls import FEATURE_KINDS, KINDS, Counted, Way, count
 
 BUDGET = Path(__file__).resolve().parents[1] / "tests" / "call_budget.json"
 
 
 WAYS: tuple[Way, ...] = ("inprocess", "http")
-KINDS = ("whole", "stream", "hit")
+
+
+def kinds(way: Way) -> tuple[str, ...]:
+    return KINDS + FEATURE_KINDS if way == "inprocess" else KINDS
 
 
 def measure() -> dict[tuple[Way, str], Counted]:
-    return {(way, kind): asyncio.run(calls_per_request(stream=kind == "stream", hit=kind == "hit",
-                                                       way=way))
-            for way in WAYS for kind in KINDS}  # fmt: skip
+    return {(way, kind): asyncio.run(count(way, kind)) for way in WAYS for kind in kinds(way)}
 
 
 def budget_of(counted: dict[tuple[Way, str], Counted], reason: str) -> dict[str, object]:
@@ -39,9 +41,19 @@ def budget_of(counted: dict[tuple[Way, str], Counted], reason: str) -> dict[str,
         "date": dt.datetime.now(dt.UTC).date().isoformat(),
         "reason": reason,
         **{way: {kind: {"gateway_calls": round(counted[way, kind].gateway_per_request),
-                        "all_calls": round(counted[way, kind].per_request)} for kind in KINDS}
+                        "all_calls": round(counted[way, kind].per_request),
+                        **_over_whole(counted, way, kind)}
+                  for kind in kinds(way)}
            for way in WAYS},
     }  # fmt: skip
+
+
+def _over_whole(counted: dict[tuple[Way, str], Counted], way: Way, kind: str) -> dict[str, int]:
+    """A feature's share: its gateway calls a request over a whole answer's."""
+    if kind not in FEATURE_KINDS:
+        return {}
+    added = counted[way, kind].gateway_per_request - counted[way, "whole"].gateway_per_request
+    return {"over_whole": round(added)}
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
 """The hot path's work, counted (issue 22): timing tests are noise on a shared machine, so the
 default path's function calls per request (in-process and over HTTP; misses whole and streamed,
-and exact-cache hits) are held to the committed budget in tests/call_budget.json. A change that
-needs more than 5% more calls fails here; it must raise the budget with its reason
-(`scripts/call_budget.py --write --reason ...`). A change that saves more than 10% must lower
-it, so the budget keeps what was won."""
+and exact-cache hits; in-process, whole answers with the request log on and with tracing too,
+and what each adds to a whole answer's) are held to the committed budget in
+tests/call_budget.json. A change that needs more than 5% more calls fails here; it must raise
+the budget with its reason (`scripts/call_budget.py --write --reason ...`). A change that saves
+more than 10% must lower it, so the budget keeps what was won."""
 
 from __future__ import annotations
 
@@ -13,16 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from levergate.bench.calls import Way, calls_per_request
+from levergate.bench.calls import FEATURE_KINDS, KINDS, Way, calls_per_request, count
 
 BUDGET = json.loads((Path(__file__).resolve().parents[2] / "call_budget.json").read_text())
 OVER, UNDER = 1.05, 0.90
 
 
-@pytest.mark.parametrize("way", ["inprocess", "http"])
-@pytest.mark.parametrize("kind", ["whole", "stream", "hit"])
+@pytest.mark.parametrize(
+    ("way", "kind"),
+    [*((way, kind) for way in ("inprocess", "http") for kind in KINDS),
+     *(("inprocess", kind) for kind in FEATURE_KINDS)],
+)  # fmt: skip
 async def test_the_default_path_stays_within_its_call_budget(way: Way, kind: str) -> None:
-    counted = await calls_per_request(stream=kind == "stream", hit=kind == "hit", way=way)
+    counted = await count(way, kind)
     most = counted.by_module.most_common(8)
     where = ", ".join(f"{module} {calls / counted.requests:.0f}" for module, calls in most)
     # Over HTTP the whole process's count takes in the event loop's own turns and the server's
@@ -41,6 +45,26 @@ async def test_the_default_path_stays_within_its_call_budget(way: Way, kind: str
             f"{way} {kind} {name}: {measured:.0f} per request, under the budget of {budget} by "
             "more than 10%: lower it with scripts/call_budget.py --write --reason '...'"
         )
+
+
+@pytest.mark.parametrize("kind", FEATURE_KINDS)
+async def test_the_log_and_tracing_stay_within_their_share(kind: str) -> None:
+    """What the request log (and tracing) add to a whole answer's gateway calls, held apart:
+    within the whole count's 5% the log's share (~23 calls) could double unseen."""
+    whole, with_it = await count("inprocess", "whole"), await count("inprocess", kind)
+    added = with_it.gateway_per_request - whole.gateway_per_request
+    budget = BUDGET["inprocess"][kind]["over_whole"]
+    mine = with_it.by_module - whole.by_module
+    where = ", ".join(f"{m} {c / with_it.requests:.0f}" for m, c in mine.most_common(6))
+    assert added <= max(budget * OVER, budget + 2), (
+        f"{kind}: {added:.0f} gateway calls a request over a whole answer's, over the budget of "
+        f"{budget} (where: {where}); find the cost, or raise the budget with "
+        "scripts/call_budget.py --write --reason '...'"
+    )
+    assert added >= min(budget * UNDER, budget - 3), (
+        f"{kind}: {added:.0f} calls over a whole answer's, under the budget of {budget}: lower "
+        "it with scripts/call_budget.py --write --reason '...'"
+    )
 
 
 async def test_the_in_process_count_is_deterministic() -> None:
