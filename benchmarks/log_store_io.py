@@ -94,7 +94,7 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
     from records import record  # the request log's tests' records
 
     from levergate.requestlog import store as store_module
-    from levergate.requestlog.row import ROW, row_of
+    from levergate.requestlog.row import row_of
     from levergate.requestlog.store import SqliteLog
     from levergate.requestlog.writer import CHECKPOINT_ROWS
 
@@ -111,16 +111,13 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
     ms = 1_796_000_000_000
     n = 0
 
-    at, named, replayed = (ROW.index(name) for name in ("ts", "request_id", "replay"))
-
     def batch() -> list[tuple[Any, ...]]:
         nonlocal ms, n
         rows = []
         for _ in range(BATCH):
             ms += args.gap_ms
-            row = list(templates[n % len(templates)])
-            row[at], row[named], row[replayed] = ms / 1000, ids.next(ms), REPLAY
-            rows.append(tuple(row))
+            head = templates[n % len(templates)]
+            rows.append((ms / 1000, ids.next(ms), *head[2:-1], REPLAY))
             n += 1
         return rows
 

@@ -85,15 +85,9 @@ class Statement:
     """The INSERT of one set of modes: its text for each statement size, and the values of a
     batch's rows for it."""
 
-    def __init__(
-        self, table: str, names: Sequence[str], modes: Modes, *, limit: int,
-        values: Sequence[str] = (),
-    ) -> None:  # fmt: skip
-        """`names`: the column each position of a row goes to; `values`: by position, what the
-        INSERT stores of the parameter (`{}`: it, as it is; `{} * 1000.0`; none: each as it
-        is); `limit`: the most parameters a statement may have (SQLite's)."""
+    def __init__(self, table: str, names: Sequence[str], modes: Modes, *, limit: int) -> None:
+        """`limit`: the most parameters a statement may have (SQLite's)."""
         self.modes = modes
-        self._values = tuple(values) or ("{}",) * len(names)
         bits = range(len(names))
         self._once = [i for i in bits if modes.bound >> i & 1 and not modes.each >> i & 1]
         self._each = [i for i in bits if modes.each >> i & 1]
@@ -122,11 +116,10 @@ class Statement:
                 names = []
                 for column in bound:
                     if column in once:
-                        name = f"?{once[column]}"
+                        names.append(f"?{once[column]}")
                     else:
-                        name = f"?{at}" if n == 0 else "?"
+                        names.append(f"?{at}" if n == 0 else "?")
                         at += 1
-                    names.append(self._values[column].format(name))
                 rows.append(f"({', '.join(names)})")
             found = self._texts[size] = self._head + ", ".join(rows)
         return found
@@ -141,13 +134,9 @@ class Statement:
 class Statements:
     """The sets of modes compiled, and which one a batch is written with (module docstring)."""
 
-    def __init__(
-        self, table: str, names: Sequence[str], *, limit: int, values: Sequence[str] = ()
-    ) -> None:
-        """As `Statement`'s."""
+    def __init__(self, table: str, names: Sequence[str], *, limit: int) -> None:
         self._table = table
         self._names = tuple(names)
-        self._values = tuple(values)
         self._limit = limit
         self._kept: dict[Modes, Statement] = {}
         self._since = COMPILE_EVERY  # batches since a set was compiled
@@ -172,4 +161,4 @@ class Statements:
 
     def _compiled(self, modes: Modes) -> Statement:
         self._since = 0
-        return Statement(self._table, self._names, modes, limit=self._limit, values=self._values)
+        return Statement(self._table, self._names, modes, limit=self._limit)

@@ -22,12 +22,11 @@ from levergate.core.controls import Priority
 from levergate.core.json_bound import parse_json
 from levergate.core.reply import Completed
 from levergate.core.tokenizer import TokenSource
-from levergate.layers.measure.record import RequestRecord, Timings
+from levergate.layers.measure.record import RequestRecord
 from levergate.policies.pricing import Lever
 
 __all__ = [
-    "COLUMNS", "INTEGER", "LEVERS", "REAL", "ROW", "ROW_COLUMNS", "SECONDS", "ZERO_DEFAULT",
-    "Captured", "row_of", "saved_column",
+    "COLUMNS", "INTEGER", "LEVERS", "REAL", "ZERO_DEFAULT", "Captured", "row_of", "saved_column",
 ]  # fmt: skip
 
 TEXT, INTEGER, REAL = "TEXT", "INTEGER", "REAL"
@@ -38,9 +37,8 @@ def saved_column(lever: Lever | str) -> str:
     return f"saved_{lever}"
 
 
-# (name, type): the table's columns, in its order (`row_of`'s is `ROW`). `ts` is when the
-# request finished (wall clock, epoch seconds); `saved_usd` the net of the levers' savings
-# (negative: a lever cost more).
+# (name, type): the order of `row_of`'s values. `ts` is when the request finished (wall clock,
+# epoch seconds); `saved_usd` the net of the levers' savings (negative: a lever cost more).
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("ts", REAL),
     ("request_id", TEXT),
@@ -167,36 +165,11 @@ _PRIORITY = {p: p.name.lower() for p in Priority}
 _SOURCE = {s: s.value for s in TokenSource}
 _OUTCOME = {o: o.value for o in CacheOutcome}
 _NO_SAVINGS = (0.0,) * len(LEVERS)
-
-# `row_of`'s values by position, each a column's name: the stores bind them in this order and
-# name the column each goes to (an INSERT's columns in any order), so that most of the row is
-# the record's own fields, taken as slices of it (`_HEAD`, `_TAIL`) and its `timings` whole,
-# rather than each value read and put in a tuple in Python (CPython 3.11 builds a tuple of 51
-# values from locals at ~11k instructions a record). The columns in `SECONDS` are bound as the
-# record's seconds and stored as milliseconds by the INSERT (`? * 1000.0`: SQLite's double
-# multiplication, Python's; NULL * 1000.0 is NULL). The table's columns (`COLUMNS`) are as
-# before: only the order of the values bound changed.
-_HEAD = ("request_id", "kind", "tenant", "feature", "model", "alias", "upstream",
-         "upstream_model", "outcome", "status", "error")  # fmt: skip
-_TAIL = ("queued_seconds", "workflow", "tier", "origin", "schema")
-ROW: tuple[str, ...] = (
-    *_HEAD,
-    "total_ms", "upstream_ms", "overhead_ms", "ttft_ms", "itl_ms",  # `Timings`' order
-    "queued_ms", "workflow", "tier", "origin", "schema",  # `_TAIL`
-    "ts", "input_tokens", "cached_tokens", "cache_write_tokens", "output_tokens",
-    "output_source", "cost_usd", "saved_usd", "attempts", "retries", "fallback", "cache",
-    "key_id", "expected_cached", "escalations", "trimmed_tokens", "priority", "detail",
-    "request_body", "answer_body", "replay",
-    *(saved_column(lever) for lever in LEVERS),
-)  # fmt: skip
-SECONDS = frozenset({"total_ms", "upstream_ms", "overhead_ms", "ttft_ms", "itl_ms", "queued_ms"})
-# (name, type) by the row's position: what an INSERT of rows names.
-ROW_COLUMNS: tuple[tuple[str, str], ...] = tuple((name, dict(COLUMNS)[name]) for name in ROW)
-_FIELDS = RequestRecord._fields
-_HEAD_END = len(_HEAD)
-_TIMINGS = ("total", "upstream", "overhead", "ttft", "inter_token")
-if sorted(ROW) != sorted(NAMES) or _FIELDS[:_HEAD_END] != _HEAD or Timings._fields != _TIMINGS:
-    raise RuntimeError("row_of slices the record by position: say where a new field goes")
+# The savings' names in `row_of`, in `LEVERS` order: a lever added is a name added there.
+_SAVED_NAMES = ("exact", "semantic", "embeddings", "coalesced", "route", "trim", "prompt_cache",
+                "batch", "tier")  # fmt: skip
+if tuple(map(str, LEVERS)) != _SAVED_NAMES:
+    raise RuntimeError("row_of unpacks each lever's savings by name: add the new lever there")
 
 
 def row_of(
@@ -205,34 +178,47 @@ def row_of(
     bodies: tuple[str | None, str | None] = (None, None),
     replay: str | None = None,
 ) -> tuple[Any, ...]:
-    """The row of `record`, finished at `at` (epoch seconds), in `ROW` order, with its replay
-    features (`replay`, requestlog/features.py): the record's first fields and its timings as
-    they are, then the values read from the rest of it and those that need Python (the savings
-    by lever, the cache result's text, the priority's name, the detail's JSON)."""
-    rest: tuple[Any, ...] = record[_HEAD_END:]  # a plain tuple: its unpacking is specialised
+    """The row of `record`, finished at `at` (epoch seconds), in `COLUMNS` order, with its
+    replay features (`replay`, requestlog/features.py). The record and its timings and tokens
+    are unpacked once: a `NamedTuple`'s field read is not specialised by CPython 3.11 (a
+    descriptor call, ~100 instructions), unpacking is an iteration in C. The row is two
+    displays joined, each under 30 items: one of more than 30 items, or with a starred part,
+    is compiled as a list appended to item by item (CPython's `STACK_USE_GUIDELINE`): one
+    display of the 51 values counted 12.6k instructions a record against 10.9k for three
+    tuples joined (the savings between, callgrind, inprocess_cpu.py's records), and two
+    joined (the savings unpacked into names, `_SAVED_NAMES`) 9.74k against three's 10.22k (a
+    plain record of the tests', benchmarks/results/logstore.md). Slicing the record into a
+    plain tuple first (`record[:]`, whose unpacking CPython specialises) counted the same."""
     (
-        timings, tokens, cost_usd, cache, attempts, retries, fallback, failed, savings, notes,
-        key_id, side, _batch, expected_cached, decision, escalations, reasons, trimmed,
-        microbatch, priority, _deadline, queued, workflow, tier, origin, schema, tier_assumed,
-        tier_decision,
-    ) = rest  # fmt: skip
+        request_id, kind, tenant, feature, model, alias, upstream, upstream_model, outcome,
+        status, error, timings, tokens, cost_usd, cache, attempts, retries, fallback, failed,
+        savings, notes, key_id, side, _batch, expected_cached, decision, escalations, reasons,
+        trimmed, microbatch, priority, _deadline, queued, workflow, tier, origin, schema,
+        tier_assumed, tier_decision,
+    ) = record  # fmt: skip
+    total, upstream_s, overhead, ttft, gap = timings
     uncached, cached, written, output, source, written_1h = tokens
     if savings:
         saved = tuple(map(savings.get, LEVERS, _NO_SAVINGS))  # each lever's, 0.0 when none
         saved_usd = sum(saved)
     else:
         saved, saved_usd = _NO_SAVINGS, 0.0
+    exact, semantic, embeddings, coalesced, route, trim, prompt_cache, batch, tier_usd = saved
     plain = not (decision or reasons or failed or side or notes or microbatch or written_1h
                  or tier_decision or tier_assumed)  # fmt: skip
     request_body, answer_body = bodies
-    row: tuple[Any, ...] = record[:_HEAD_END] + timings + (
-        queued, workflow, tier, origin, schema, at, uncached, cached, written, output,
-        _SOURCE[source], cost_usd, saved_usd, attempts, retries, fallback,
-        None if cache is None else f"{cache.cache}:{_OUTCOME[cache.outcome]}", key_id,
-        expected_cached, escalations, trimmed, _PRIORITY[priority],
-        None if plain else _detail(record), request_body, answer_body, replay,
-    ) + saved  # fmt: skip
-    return row
+    return (  # noqa: RUF005 - joined, not unpacked: the docstring says why
+        at, request_id, kind, origin, tenant, key_id, feature, workflow, model, alias, upstream,
+        upstream_model, outcome, status, error, total * 1000.0,
+        None if ttft is None else ttft * 1000.0, upstream_s * 1000.0, overhead * 1000.0,
+        queued * 1000.0, None if gap is None else gap * 1000.0, uncached, cached, written,
+        output, _SOURCE[source], cost_usd, saved_usd,
+    ) + (
+        exact, semantic, embeddings, coalesced, route, trim, prompt_cache, batch, tier_usd,
+        None if cache is None else f"{cache.cache}:{_OUTCOME[cache.outcome]}", attempts,
+        retries, fallback, escalations, _PRIORITY[priority], tier, trimmed, expected_cached,
+        None if plain else _detail(record), request_body, answer_body, schema, replay,
+    )  # fmt: skip
 
 
 def as_dict(row: Sequence[Any], names: Sequence[str] = NAMES) -> dict[str, Any]:

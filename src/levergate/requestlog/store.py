@@ -49,17 +49,7 @@ from levergate.requestlog.labels import (
     as_label,
 )
 from levergate.requestlog.query import Cursor, LogFilter, encode_cursor
-from levergate.requestlog.row import (
-    COLUMNS,
-    LEVERS,
-    NAMES,
-    ROW,
-    ROW_COLUMNS,
-    SECONDS,
-    ZERO_DEFAULT,
-    as_dict,
-    saved_column,
-)
+from levergate.requestlog.row import COLUMNS, LEVERS, NAMES, ZERO_DEFAULT, as_dict, saved_column
 from levergate.stores.sqlite_worker import connect
 
 __all__ = [
@@ -106,11 +96,6 @@ MAX_SAMPLES = 20_000
 # binds as NULL there as before.
 _NULL: dict[None, None] = {}
 sqlite3.register_adapter(type(None), _NULL.get)
-# What an INSERT stores of a row's value, by the row's position (`ROW`): the seconds the record
-# holds as milliseconds, SQLite multiplying (row.py `ROW`); both engines' SQL.
-MS = "{} * 1000.0"
-_ROW_VALUES = tuple(MS if name in SECONDS else "{}" for name in ROW)
-_NOT_SCALED: frozenset[str] = frozenset()
 
 
 class LogStoreError(Exception):
@@ -235,7 +220,7 @@ class _Sql(ABC):
         self._drop()
 
     def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Insert rows (`ROW` order) in one transaction, a few statements in all: a
+        """Insert rows (`COLUMNS` order) in one transaction, a few statements in all: a
         statement per row (`executemany`) makes the writer's thread give up the GIL after each
         row and wait for the event loop's thread to hand it back, which cost each side ~100 us
         a request (measured in-process)."""
@@ -248,16 +233,9 @@ class _Sql(ABC):
 
     @abstractmethod
     def _insert(
-        self,
-        conn: Any,
-        rows: Sequence[tuple[Any, ...]],
-        *,
-        table: str = TABLE,
-        columns: Sequence[tuple[str, str]] = ROW_COLUMNS,
-        seconds: frozenset[str] = SECONDS,
-    ) -> None:
-        """`rows`' values go to `columns` by position, those named in `seconds` as ms."""
-        ...  # fmt: skip
+        self, conn: Any, rows: Sequence[tuple[Any, ...]], *, table: str = TABLE,
+        columns: Sequence[tuple[str, str]] = COLUMNS,
+    ) -> None: ...  # fmt: skip
 
     # ---- shadow labels (requestlog/labels.py) --------------------------------------------------
 
@@ -268,8 +246,7 @@ class _Sql(ABC):
 
         def insert(conn: Any) -> None:
             with self._transaction(conn):
-                self._insert(conn, rows, table=LABELS_TABLE, columns=LABEL_COLUMNS,
-                             seconds=_NOT_SCALED)  # fmt: skip
+                self._insert(conn, rows, table=LABELS_TABLE, columns=LABEL_COLUMNS)
 
         self._with(insert)
 
@@ -458,10 +435,10 @@ class SqliteLog(_Sql):
         self.path = path
         self._whole = batch_size
         self._busy_ms = max(1, int(timeout_seconds * 1000))
-        self._defaults: tuple[object, ...] = ()  # each column's default, `ROW` order
+        self._defaults: tuple[object, ...] = ()  # each column's default, `COLUMNS` order
         self._manual = False  # the connection's automatic checkpoints off (`writing`)
         # SQLite's least bound on parameters (999, before 3.32) until connected.
-        self._statements = Statements(TABLE, ROW, limit=999, values=_ROW_VALUES)
+        self._statements = Statements(TABLE, NAMES, limit=999)
 
     def _connect(self) -> sqlite3.Connection:
         # made in the writer's thread and written on its event loop too (`writing`)
@@ -476,13 +453,12 @@ class SqliteLog(_Sql):
         # A table made before `ZERO_DEFAULT` (or a column added since) has NULL defaults: a 0
         # is bound there, never left out.
         found = {row[1]: row[4] for row in conn.execute(f"PRAGMA table_info({TABLE})")}
-        self._defaults = tuple(  # `ts` always bound: no row is all defaults
-            NO_DEFAULT if name == "ts" or found[name] not in (None, "0")
-            else None if found[name] is None else 0
-            for name in ROW
-        )  # fmt: skip
+        self._defaults = (NO_DEFAULT, *(  # `ts` always bound: no row is all defaults
+            None if found[name] is None else 0 if found[name] == "0" else NO_DEFAULT
+            for name in NAMES[1:]
+        ))  # fmt: skip
         limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-        self._statements = Statements(TABLE, ROW, limit=limit, values=_ROW_VALUES)  # anew
+        self._statements = Statements(TABLE, NAMES, limit=limit)  # compiled anew here
         return conn
 
     def _errors(self) -> tuple[type[BaseException], ...]:
@@ -574,8 +550,8 @@ class SqliteLog(_Sql):
     def _prepared(self, rows: Sequence[tuple[Any, ...]]) -> tuple[Statement, list[Any], list[Any]]:
         """The statement for `rows` (its columns left out, bound once or in every row:
         binds.py) and its values, those bound once and the rest flattened."""
-        if set(map(len, rows)) != {len(ROW)}:  # in C
-            raise sqlite3.ProgrammingError(f"rows of {len(ROW)} values expected")
+        if set(map(len, rows)) != {len(NAMES)}:  # in C
+            raise sqlite3.ProgrammingError(f"rows of {len(NAMES)} values expected")
         columns = list(zip(*rows, strict=True))
         statement = self._statements.choose(modes_of(columns, self._defaults))
         once, values = statement.values(columns)
@@ -596,9 +572,9 @@ class SqliteLog(_Sql):
 
     def _insert(
         self, conn: Any, rows: Sequence[tuple[Any, ...]], *, table: str = TABLE,
-        columns: Sequence[tuple[str, str]] = ROW_COLUMNS, seconds: frozenset[str] = SECONDS,
+        columns: Sequence[tuple[str, str]] = COLUMNS,
     ) -> None:  # fmt: skip
-        head, row, most = _insert_texts(conn, table, [name for name, _ in columns], seconds)
+        head, row, most = _insert_texts(conn, table, [name for name, _ in columns])
         self._insert_values(conn, head, row, chunk_sizes(len(rows), most, whole=self._whole),
                             list(chain.from_iterable(rows)))  # fmt: skip
 
@@ -645,13 +621,13 @@ def chunk_sizes(count: int, most: int, *, whole: int = 0) -> list[int]:
 
 
 def _insert_texts(
-    conn: sqlite3.Connection, table: str, names: Sequence[str], seconds: frozenset[str]
+    conn: sqlite3.Connection, table: str, names: Sequence[str]
 ) -> tuple[str, str, int]:
-    """An INSERT's head into `table` naming `names`, one row's placeholders (those of `seconds`
-    as ms), and the most rows a statement takes (within SQLite's bound on parameters)."""
+    """An INSERT's head into `table` naming `names`, one row's placeholders, and the most rows
+    a statement takes (within SQLite's bound on parameters)."""
     limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
     return (f"INSERT INTO {table} ({', '.join(names)}) VALUES ",
-            "(" + ", ".join(MS.format("?") if n in seconds else "?" for n in names) + ")",
+            "(" + ", ".join(["?"] * len(names)) + ")",
             max(1, min(MULTI_ROWS, limit // len(names))))  # fmt: skip
 
 
@@ -722,12 +698,11 @@ class PostgresLog(_Sql):
 
     def _insert(
         self, conn: Any, rows: Sequence[tuple[Any, ...]], *, table: str = TABLE,
-        columns: Sequence[tuple[str, str]] = ROW_COLUMNS, seconds: frozenset[str] = SECONDS,
+        columns: Sequence[tuple[str, str]] = COLUMNS,
     ) -> None:  # fmt: skip
         """One statement: the rows as one JSON array the server takes apart."""
         casts = {"REAL": "float8", "INTEGER": "bigint", "TEXT": "text"}
-        fields = ", ".join((MS if name in seconds else "{}").format(f"(r ->> {i})::{casts[kind]}")
-                           for i, (name, kind) in enumerate(columns))  # fmt: skip
+        fields = ", ".join(f"(r ->> {i})::{casts[kind]}" for i, (_, kind) in enumerate(columns))
         names = ", ".join(name for name, _ in columns)
         sql = (f"INSERT INTO {table} ({names}) SELECT {fields} "
                "FROM jsonb_array_elements(%s::jsonb) r")  # fmt: skip

@@ -2,7 +2,7 @@
 
 On the request path (`observe`, called by the recorder on the event loop after the answer went
 out: Measure defers the recorder's `finish` to a later turn) a record becomes its complete row
-(requestlog/row.py `row_of`: a flat tuple, its replay features among its values) appended to a
+(requestlog/row.py `row_of`: a flat tuple, its replay features the last value) appended to a
 bounded queue, or, with the queue full, one counter increment: the record is dropped and
 counted (`levergate_request_log_dropped_total{reason="queue_full"}`). Bodies, where enabled,
 are taken by reference and bounded in bytes apart from the count; they alone are left for the
@@ -86,7 +86,7 @@ from levergate.protocol.openai.body import generated_text
 from levergate.redact import REDACTED, Redactor
 from levergate.requestlog.features import controls_of, replay_text
 from levergate.requestlog.labels import label_row
-from levergate.requestlog.row import ROW, Captured, row_of
+from levergate.requestlog.row import Captured, row_of
 from levergate.requestlog.store import LogStore, LogStoreBusy, LogStoreError, SqliteLog
 
 if TYPE_CHECKING:
@@ -105,9 +105,6 @@ T = TypeVar("T")
 # The deadlines' features of a request with none (`controls_of` gives {} then), shared: read only.
 _NO_CONTROLS: Mapping[str, Any] = MappingProxyType({})
 _NO_BODIES = (None, None)
-# Where a row's bodies (the request's, the answer's) and its request id are (row.py `ROW`).
-_BODIES_AT = ROW.index("request_body")
-_ID_AT = ROW.index("request_id")
 
 
 class Bodies(NamedTuple):
@@ -511,11 +508,10 @@ class LogWriter:
                 rows.append(item)
                 continue
             row, captured = item
-            try:
-                texts = self._bodies.texts(captured)
-                rows.append(row[:_BODIES_AT] + texts + row[_BODIES_AT + 2 :])
+            try:  # the row's last four: the bodies, the schema, the replay features
+                rows.append(row[:-4] + self._bodies.texts(captured) + row[-2:])
             except Exception:  # a record that cannot be a row is that record's loss alone
-                log.exception("request log: record %s not written", row[_ID_AT])
+                log.exception("request log: record %s not written", row[1])
                 self._m.dropped.labels("invalid").inc()
             if clock() >= turn:
                 await asyncio.sleep(0)

@@ -14,12 +14,11 @@ from levergate.report.data import from_bench, from_records
 from levergate.report.page import html, markdown
 from levergate.report.svg import Line, lines, nice_ticks
 from levergate.requestlog.row import as_dict, row_of
-from tests.unit.requestlog.records import record, stored
+from tests.unit.requestlog.records import record
 
 
 def records(count: int) -> list[dict[str, Any]]:
-    rows = [stored(row_of(1_000_000.0 + 7 * n, record(n))) for n in range(count)]
-    return [{"seq": n, **as_dict(row)} for n, row in enumerate(rows)]
+    return [{"seq": n, **as_dict(row_of(1_000_000.0 + 7 * n, record(n)))} for n in range(count)]
 
 
 def test_a_report_of_records_adds_up() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from levergate.core.call import CacheOutcome, CacheResult, Note, RouteDecision
 from levergate.layers.measure.record import RequestRecord, Side, Timings, Tokens
 from levergate.policies.pricing import Lever
-from levergate.requestlog.row import NAMES, ROW, SECONDS, row_of
+from levergate.requestlog.row import row_of
 
 
 def record(n: int = 0, **changes: Any) -> RequestRecord:
@@ -33,15 +33,6 @@ def rich_record() -> RequestRecord:
         cache=CacheResult("exact", CacheOutcome.MISS), escalations=1,
         escalation_reasons=("mean_logprob",), savings={Lever.ROUTE: 0.004, Lever.TRIM: -0.001},
     )  # fmt: skip
-
-
-def stored(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A row (`row_of`'s, `ROW` order) as the table holds it, in `NAMES` order: the seconds as
-    milliseconds (what the stores' INSERT multiplies, store.py `MS`)."""
-    found = dict(zip(ROW, row, strict=True))
-    for name in SECONDS:
-        found[name] = None if found[name] is None else found[name] * 1000.0
-    return tuple(found[name] for name in NAMES)
 
 
 def rows(count: int, *, start: float = 1_000_000.0) -> list[tuple[Any, ...]]:

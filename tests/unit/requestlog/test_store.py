@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from levergate.layers.measure.record import SCHEMA
 from levergate.policies.tiers import Tier, TierDecision
 from levergate.requestlog.query import LogFilter, decode_cursor
-from levergate.requestlog.row import COLUMNS, LEVERS, NAMES, ROW, row_of
+from levergate.requestlog.row import COLUMNS, LEVERS, NAMES, row_of
 from levergate.requestlog.store import (
     PAGE_SIZE,
     LogStore,
@@ -28,7 +28,7 @@ from levergate.requestlog.store import (
 )
 from levergate.stores.sqlite_worker import connect
 from tests.postgres_required import postgres_database
-from tests.unit.requestlog.records import record, rich_record, rows, stored
+from tests.unit.requestlog.records import record, rich_record, rows
 
 START = 1_000_000.0
 
@@ -55,12 +55,12 @@ def test_pages_cover_every_match_once_newest_first(store: LogStore) -> None:
         expected = [r for r in written if _matches(r, where)]
         for limit in (1, 7, 100):
             got = all_pages(store, where, limit)
-            assert sorted(g["request_id"] for g in got) == sorted(r[0] for r in expected)
+            assert sorted(g["request_id"] for g in got) == sorted(r[1] for r in expected)
             assert [g["ts"] for g in got] == sorted((g["ts"] for g in got), reverse=True)
 
 
 def _matches(row: tuple[Any, ...], where: LogFilter) -> bool:
-    r = dict(zip(ROW, row, strict=True))
+    r = dict(zip(NAMES, row, strict=True))
     return (
         (where.tenant is None or r["tenant"] == where.tenant)
         and (where.outcome != "error" or r["outcome"] != "ok")
@@ -88,7 +88,7 @@ def test_a_record_reads_back_with_every_decision(store: LogStore) -> None:
 def test_summary_series_and_groups_add_up_to_the_rows(store: LogStore) -> None:
     written = rows(40)
     store.write(written)
-    cost = sum(r[ROW.index("cost_usd")] for r in written)
+    cost = sum(r[NAMES.index("cost_usd")] for r in written)
     summary = store.summary(LogFilter())
     assert summary["requests"] == 40
     assert summary["errors"] == 8
@@ -114,7 +114,7 @@ def test_series_has_each_levers_savings_and_latencies_sample_evenly(store: LogSt
     assert all(set(s["savings"]) == {str(lever) for lever in LEVERS} for s in series)
     every = store.latencies(LogFilter())
     assert [r[0] for r in every] == [START + n for n in range(40)]
-    assert [r[1] for r in every] == [stored(r)[NAMES.index("total_ms")] for r in written]
+    assert [r[1] for r in every] == [r[NAMES.index("total_ms")] for r in written]
     sample = store.latencies(LogFilter(), most=10)
     assert len(sample) == 10
     times = [r[0] for r in sample]
@@ -132,7 +132,7 @@ def test_a_workflows_steps_read_together_with_their_cost(store: LogStore) -> Non
     assert sorted(g["feature"] for g in got) == ["step-0", "step-1", "step-2"]
     by_workflow = {g["workflow"]: g for g in store.groups(LogFilter(), by="workflow")}
     assert by_workflow["wf-1"]["requests"] == 3
-    cost = sum(r[ROW.index("cost_usd")] for r in steps)
+    cost = sum(r[NAMES.index("cost_usd")] for r in steps)
     assert by_workflow["wf-1"]["cost_usd"] == pytest.approx(cost)
 
 
@@ -232,7 +232,7 @@ def test_a_full_batch_is_one_statement_a_part_batch_one_transaction(
         assert ran == ["BEGIN", "INSERT", "INSERT", "INSERT", "COMMIT"]
     finally:
         store.close()
-    assert _stored(path)[1 : size + 1] == [stored(row) for row in written]
+    assert _stored(path)[1 : size + 1] == [tuple(row) for row in written]
 
 
 async def test_a_batch_of_several_statements_is_written_whole(tmp_path: Path) -> None:
@@ -263,7 +263,7 @@ def test_sqlite_binds_only_the_columns_off_their_default_and_reads_back_every_va
     store.last_seq()  # connects
     store._conn.set_trace_callback(sent.append)
     store.write(written)
-    at = ROW.index("cost_usd")
+    at = NAMES.index("cost_usd")
     none_in_zero = (*written[0][:at], None, *written[0][at + 1 :])
     store.write([none_in_zero])
     store.close()
@@ -272,7 +272,7 @@ def test_sqlite_binds_only_the_columns_off_their_default_and_reads_back_every_va
     assert "saved_exact" not in named  # 0.0: the default
     assert "request_body" not in named  # None: the default
     assert {"ts", "request_id", "retries", "cost_usd"} <= set(named)
-    assert _stored(path) == [stored(r) for r in (*written, none_in_zero)]
+    assert _stored(path) == [*written, none_in_zero]
 
 
 def test_a_table_from_before_the_zero_defaults_binds_its_zeros(tmp_path: Path) -> None:
@@ -288,7 +288,7 @@ def test_a_table_from_before_the_zero_defaults_binds_its_zeros(tmp_path: Path) -
     written = [row_of(START + n, record(n)) for n in range(3)]
     store.write(written)
     store.close()
-    assert _stored(path) == [stored(r) for r in written]
+    assert _stored(path) == written
 
 
 def _page_size(path: Path) -> int:
@@ -311,7 +311,7 @@ def test_a_new_sqlite_log_has_its_page_size_and_an_older_one_keeps_its_own(
         for statement in SqliteLog(str(path), timeout_seconds=5).schema():
             conn.execute(statement)
         conn.execute(f"INSERT INTO lg_requests ({', '.join(NAMES)}) "  # noqa: S608 - our names
-                     f"VALUES ({', '.join('?' * len(NAMES))})", stored(rows(1)[0]))  # fmt: skip
+                     f"VALUES ({', '.join('?' * len(NAMES))})", rows(1)[0])  # fmt: skip
     assert _page_size(path) == 4096
     old = SqliteLog(str(path), timeout_seconds=5)
     old.write(rows(500, start=START + 10))
@@ -320,4 +320,4 @@ def test_a_new_sqlite_log_has_its_page_size_and_an_older_one_keeps_its_own(
     old.close()
     assert len(found) == 501
     assert _page_size(path) == 4096
-    assert _stored(path) == [stored(r) for r in (*rows(1), *rows(500, start=START + 10))]
+    assert _stored(path) == [*rows(1), *(tuple(r) for r in rows(500, start=START + 10))]
