@@ -81,8 +81,10 @@ def rows(count: int) -> list[tuple[Any, ...]]:
         replay = {"v": 1, "fp": f"{fp:x}", "det": True, "n": 1, "blocks": encode_blocks(blocks),
                   "pb": r.input_tokens * BLOCK_BYTES // MOONCAKE_BLOCK_TOKENS}  # fmt: skip
         record = RequestRecord(
-            f"r{n}", "chat", f"t{tile}", "", MODEL, MODEL, f"e{n % ENDPOINTS}", MODEL, "ok", 200,
-            None, Timings(total, total - 0.001, 0.001), tokens, cost(tokens, rates),
+            request_id=f"r{n}", kind="chat", tenant=f"t{tile}", feature="", model=MODEL,
+            alias=MODEL, upstream=f"e{n % ENDPOINTS}", upstream_model=MODEL, outcome="ok",
+            status=200, error=None, timings=Timings(total, total - 0.001, 0.001), tokens=tokens,
+            cost_usd=cost(tokens, rates),
         )  # fmt: skip
         found.append(row_of(arrival + total, record, (None, None), orjson.dumps(replay).decode()))
     return found

@@ -15,8 +15,9 @@ Protobuf's wire format (https://protobuf.dev/programming-guides/encoding/): a fi
 messages), or 4 bytes little-endian (type 5: fixed32). Fields are written in field-number order,
 as protobuf's own serialisers do, but for a span's: its own fields (ids, times, some
 attributes) go first and the fields it shares with many spans (name, kind, most attributes,
-status, flags) after, kept encoded by the caller — parsers take fields in any order, as the
-encoding guide requires. Fields at their default value are left out.
+status, flags) after, kept encoded by the caller (otel/spans.py writes a request span's ids
+and times last instead, packed in one call with its first attempt's) — parsers take fields in
+any order, as the encoding guide requires. Fields at their default value are left out.
 """
 
 from __future__ import annotations

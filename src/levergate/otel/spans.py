@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Mapping
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from levergate.core.spans import SPAN_IDS
@@ -42,7 +41,7 @@ from levergate.version import __version__
 
 if TYPE_CHECKING:
     from levergate.config import Settings
-    from levergate.core.spans import Internal, Spans
+    from levergate.core.spans import Attempt, Internal, Spans
     from levergate.layers.measure.record import Tokens
 
 __all__ = ["SEMCONV_VERSION", "SpanEncoder", "attributes", "shared", "shared_key"]
@@ -56,6 +55,9 @@ PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "local": "levergate.l
 _KEPT = 512  # encoded attribute blocks kept by their key, each kind
 T = TypeVar("T")
 Wall = Callable[[float], int]  # a time on the clock the spans were timed by -> Unix nanoseconds
+# An attempt span's head and constant part, and the packs of a request's fixed fields with it
+# and the attempt's own, without and with the time to the first chunk (`SpanEncoder._attempt`).
+Attempted = tuple[bytes, Callable[..., bytes], Callable[..., bytes]]
 
 
 def attributes(record: RequestRecord, provider: str) -> dict[str, Any]:
@@ -155,25 +157,24 @@ def _levers(record: RequestRecord) -> dict[str, Any]:
     return found
 
 
-# What `shared_key` reads of a record but the provider (its upstream's, in the key already):
-# one C call instead of an attribute read each. (Runs of neighbouring fields as 4 slices
-# instead were ~130 instructions more a lookup: a nested tuple hashes and compares deeper.)
-_shared_of = itemgetter(*(RequestRecord._fields.index(name) for name in (
-    "kind", "model", "feature", "outcome", "status", "error", "attempts", "retries", "tier",
-    "priority", "origin", "upstream_model", "alias", "tenant", "upstream", "fallback",
-    "workflow")))  # fmt: skip
-_levers_of = itemgetter(*(RequestRecord._fields.index(name) for name in (
-    "savings", "cache", "decision", "escalations", "trimmed_input")))  # fmt: skip
+# The record is read by runs of its fields (its order is this module's: RequestRecord's
+# comment; tests/unit/otel/test_otlp.py holds the runs), each by one slice, a copy in C, where
+# `itemgetter`s of the 27 fields were ~2,500 instructions a request (the 17 of the shared key
+# ~1,500; benchmarks/results/otelpack.md). Slices made once: a literal `record[4:21]` builds
+# its slice each time (~100 instructions a slice more).
+_OWN = slice(0, 4)  # the request's own fields: request_id, timings, tokens, cost_usd
+# What `shared_key` reads but the provider (its upstream's, in the key already): kind ... workflow.
+_SHARED = slice(4, 21)
+_QUEUED = 21  # queued_seconds
+_LEVERS = slice(22, 27)  # savings, cache, decision, escalations, trimmed_input
 # A record without levers: unequal when any of them is set (an empty mapping of savings other
 # than `NO_SAVINGS` compares equal to it; a falsy value that is not these writes no attribute).
 _NO_LEVERS = (NO_SAVINGS, None, None, 0, 0)
-# What `request` reads of a record to write the request's own fields.
-_own_of = itemgetter(*(RequestRecord._fields.index(name) for name in (
-    "request_id", "timings", "tokens", "cost_usd", "queued_seconds")))  # fmt: skip
 _REQUEST_ID = "levergate.request_id"
-# An attempt span's trace, span and parent ids and times: one call (its field head is kept with
-# its constant part). The ids are written as W3C writes them (big-endian), whole; the fields'
-# tags as little-endian.
+# An attempt span's trace, span and parent ids and times, after its field head and constant
+# part (kept): the first attempt's in the request's pack (`SpanEncoder._attempt`), a later one's
+# by this one. The ids are written as W3C writes them (big-endian), whole; the fields' tags as
+# little-endian.
 _attempt_packer = struct.Struct("<H16sH8sH8sBQBQ")
 _attempt_fixed = _attempt_packer.pack
 _ATTEMPT_FIXED = _attempt_packer.size
@@ -203,12 +204,12 @@ class SpanEncoder:
             "telemetry.sdk.version": __version__,
         })  # fmt: skip
         self.scope = b"\x0a\x09levergate"  # InstrumentationScope.name
-        # Spans' constant parts (otlp.span_constant): a request's by `_shared_of` (one dict
+        # Spans' constant parts (otlp.span_constant): a request's by `_SHARED` (one dict
         # for requests continuing a trace, one for the rest), an attempt's by its upstream,
         # model and error.
         self._requests: dict[Shared, bytes] = {}
         self._remote: dict[Shared, bytes] = {}
-        self._attempts: dict[tuple[str, str, str | None], tuple[bytes, bytes]] = {}
+        self._attempts: dict[tuple[str, str, str | None], Attempted] = {}
         self._tokens: dict[Tokens, bytes] = {}
         # The request id's field but its bytes, by their length (ids are of one length).
         self._request_ids: dict[int, bytes] = {}
@@ -216,29 +217,32 @@ class SpanEncoder:
         self._cost = double("levergate.cost_usd")
         self._queued = double("levergate.queued_seconds")
         self._ttft = double("gen_ai.response.time_to_first_chunk")
-        # A request span's field head (3 bytes: a length of two varint bytes), trace and span
-        # ids, times, cost and queue wait (their attributes' heads as arguments): one call.
-        packer = struct.Struct(f"<BBBH16sH8sBQBQ{len(self._cost)}sd{len(self._queued)}sd")
-        self._fixed = packer.pack
-        self._fixed_size = packer.size - 3  # the span's bytes it writes
-        # The same with the time to the first chunk (a stream's) after the queue wait.
-        packer = struct.Struct(f"{packer.format}{len(self._ttft)}sd")
-        self._fixed_ttft = packer.pack
-        self._fixed_ttft_size = packer.size - 3
+        # A request span's trace and span ids, times, cost and queue wait (their attributes'
+        # heads as arguments), at the end of its span: one call, and with its first attempt's
+        # (`_attempt`'s packs, the attempt span's head and constant part between) one call for
+        # both spans.
+        self._request_format = f"<H16sH8sBQBQ{len(self._cost)}sd{len(self._queued)}sd"
+        self._ttft_format = f"{len(self._ttft)}sd"
+        self._fixed = struct.Struct(self._request_format).pack
+        self._fixed_ttft = struct.Struct(self._request_format + self._ttft_format).pack
+        self._fixed_size = struct.calcsize(self._request_format)
+        self._ttft_size = struct.calcsize("<" + self._ttft_format)
+        self._heads: dict[int, bytes] = {}  # a span's field head by its size
 
     def request(self, record: RequestRecord, spans: Spans, base_ns: int) -> bytes:
         """The request's span (kind SERVER, under the client's span when it sent one) and a
         child per attempt (kind CLIENT, with the span id sent upstream), as fields of their
         `ScopeSpans`, one after the other in one `bytes` (1 + `len(spans.attempts)` spans);
         `base_ns`: the wall clock (Unix ns) when `time.perf_counter()` read 0. Written inline
-        (a call or a `bytes` built less is ~1% of a span's cost): the ids, the times and the
-        doubles packed in one call a span, the rest kept encoded but the request id, all the
-        request's spans joined once."""
-        request_id, timings, tokens, cost_usd, queued_seconds = _own_of(record)
+        (a call or a `bytes` built less is ~1% of a span's cost): the rest kept encoded but the
+        request id, then the ids, the times and the doubles of the request and its first
+        attempt packed in one call, all the request's spans joined once."""
+        fields: tuple[Any, ...] = record  # (mypy types a record's slices by literals only)
+        request_id, timings, tokens, cost_usd = fields[_OWN]
         total, ttft_s = timings[0], timings[3]
         started = base_ns + _whole(spans.started * 1e9)
         ended = started + _whole(total * 1e9)
-        key = _shared_of(record)
+        key = fields[_SHARED]
         parent = spans.parent
         kept = self._requests if parent is None else self._remote
         # Each kept value is a non-empty `bytes`: `or` writes it when it is not kept yet.
@@ -248,41 +252,70 @@ class SpanEncoder:
         more = (self._request_ids.get(len(data)) or self._request_id_prefix(len(data))) + data
         if parent is not None:
             more += b"\x22\x08" + parent  # Span.parent_span_id
-        if _levers_of(record) != _NO_LEVERS:  # (not `any`: a builtin's call, ~250 more)
+        if fields[_LEVERS] != _NO_LEVERS:  # (not `any`: a builtin's call, ~250 more)
             more += self._attributes(_levers(record))
         trace = spans.trace
         # The request's own span id, drawn here unless an attempt beyond the bound drew it.
         span = spans.span or next(SPAN_IDS.ids, None) or SPAN_IDS.refill()
-        size = len(usage) + len(more) + len(constant)
-        if ttft_s is None:
-            size += self._fixed_size
-            # The field's length in two varint bytes; else (0, 0), replaced by the head it takes.
-            low, high = ((size & 0x7F) | 0x80, size >> 7) if 128 <= size < 16384 else (0, 0)
-            fixed = self._fixed(0x12, low, high, _TRACE, trace, _SPAN, span, 0x39, started,
-                                0x41, ended, self._cost, cost_usd, self._queued,
-                                queued_seconds)  # fmt: skip
-        else:
-            size += self._fixed_ttft_size
-            low, high = ((size & 0x7F) | 0x80, size >> 7) if 128 <= size < 16384 else (0, 0)
-            fixed = self._fixed_ttft(0x12, low, high, _TRACE, trace, _SPAN, span, 0x39, started,
-                                     0x41, ended, self._cost, cost_usd, self._queued,
-                                     queued_seconds, self._ttft, ttft_s)  # fmt: skip
-        if not high:
-            fixed = otlp.head(size) + fixed[3:]
-        found = [fixed, usage, more, constant]
-        for upstream, model, attempt_span, attempt_started, attempt_ended, error in spans.attempts:
-            end = ended  # an attempt still open ends with the request, and none after it
+        size = len(usage) + len(more) + len(constant) + self._fixed_size
+        if ttft_s is not None:
+            size += self._ttft_size
+        head = self._heads.get(size) or self._head(size)
+        attempts = spans.attempts
+        if not attempts:
+            return b"".join((head, usage, more, constant, self._fixed(
+                _TRACE, trace, _SPAN, span, 0x39, started, 0x41, ended, self._cost, cost_usd,
+                self._queued, fields[_QUEUED]) if ttft_s is None else self._fixed_ttft(
+                _TRACE, trace, _SPAN, span, 0x39, started, 0x41, ended, self._cost, cost_usd,
+                self._queued, fields[_QUEUED], self._ttft, ttft_s)))  # fmt: skip
+        # The first attempt's span packed with the request's fixed fields (its head and
+        # constant part between), any later one's after.
+        upstream, model, attempt_span, attempt_started, attempt_ended, error = attempts[0]
+        end = ended  # an attempt still open ends with the request, and none after it
+        if attempt_ended is not None:
+            end = base_ns + _whole(attempt_ended * 1e9)
+            if end > ended:  # noqa: PLR1730 (`min`: a builtin's call, ~200 instructions more)
+                end = ended
+        attempt_constant, pack, pack_ttft = self._attempts.get(
+            (upstream, model, error)) or self._attempt(upstream, model, error)  # fmt: skip
+        fixed = pack(
+            _TRACE, trace, _SPAN, span, 0x39, started, 0x41, ended, self._cost, cost_usd,
+            self._queued, fields[_QUEUED], attempt_constant, _TRACE, trace, _SPAN, attempt_span,
+            _PARENT, span, 0x39, base_ns + _whole(attempt_started * 1e9), 0x41, end,
+        ) if ttft_s is None else pack_ttft(
+            _TRACE, trace, _SPAN, span, 0x39, started, 0x41, ended, self._cost, cost_usd,
+            self._queued, fields[_QUEUED], self._ttft, ttft_s, attempt_constant, _TRACE, trace,
+            _SPAN, attempt_span, _PARENT, span, 0x39, base_ns + _whole(attempt_started * 1e9),
+            0x41, end,
+        )  # fmt: skip
+        if len(attempts) == 1:
+            return b"".join((head, usage, more, constant, fixed))
+        return b"".join((head, usage, more, constant, fixed,
+                         *self._later(attempts, trace, span, base_ns, ended)))  # fmt: skip
+
+    def _later(
+        self, attempts: list[Attempt], trace: bytes, span: bytes, base_ns: int, ended: int
+    ) -> list[bytes]:
+        """The spans of a request's attempts after its first (`request`'s): each one's head
+        and constant part, then its ids and times."""
+        found: list[bytes] = []
+        for upstream, model, attempt_span, attempt_started, attempt_ended, error in attempts[1:]:
+            end = ended
             if attempt_ended is not None:
-                end = base_ns + _whole(attempt_ended * 1e9)
-                if end > ended:  # noqa: PLR1730 (`min`: a builtin's call, ~200 instructions more)
-                    end = ended
-            head, constant = self._attempts.get((upstream, model, error)) or self._attempt(
-                upstream, model, error
-            )
-            found += (head, _attempt_fixed(
+                end = min(base_ns + _whole(attempt_ended * 1e9), ended)
+            attempt_constant = (self._attempts.get((upstream, model, error))
+                                or self._attempt(upstream, model, error))[0]  # fmt: skip
+            found += (attempt_constant, _attempt_fixed(
                 _TRACE, trace, _SPAN, attempt_span, _PARENT, span,
-                0x39, base_ns + _whole(attempt_started * 1e9), 0x41, end), constant)  # fmt: skip
-        return b"".join(found)
+                0x39, base_ns + _whole(attempt_started * 1e9), 0x41, end))  # fmt: skip
+        return found
+
+    def _head(self, size: int) -> bytes:
+        """A span's field head (`otlp.head`), kept by its size."""
+        if len(self._heads) >= _KEPT:
+            self._heads.clear()
+        found = self._heads[size] = otlp.head(size)
+        return found
 
     def _request_constant(
         self, record: RequestRecord, kept: dict[Shared, bytes], key: Shared, parent: bytes | None
@@ -307,10 +340,14 @@ class SpanEncoder:
             self._request_ids[size] = prefix
         return prefix
 
-    def _attempt(self, upstream: str, model: str, error: str | None) -> tuple[bytes, bytes]:
-        """An attempt span's field head and constant part (`otlp.span_constant`), kept by what
-        the constant holds: an attempt span's size is the constant's and `_ATTEMPT_FIXED`, so
-        its head is the key's too (its size and head were ~600 instructions an attempt)."""
+    def _attempt(self, upstream: str, model: str, error: str | None) -> Attempted:
+        """An attempt span's field head and constant part (`otlp.span_constant`) in one
+        `bytes`, kept by what the constant holds (an attempt span's size is the constant's and
+        `_ATTEMPT_FIXED`, so its head is the key's too), with the packs `request` writes a
+        request's fixed fields with, then these bytes, then the attempt's ids and times (one
+        with the time to the first chunk, one without): one pack for the two spans and one
+        `bytes` fewer to join, ~2,000 instructions a request less than a pack each
+        (benchmarks/results/otelpack.md)."""
         constant = otlp.span_constant(
             name=f"attempt {upstream}", kind=otlp.CLIENT, error=error, remote_parent=False,
             attributes=self._attributes({
@@ -319,7 +356,11 @@ class SpanEncoder:
                 "levergate.upstream": upstream,
                 "error.type": error,  # None (left out) unless it failed
             }))  # fmt: skip
-        found = (otlp.head(_ATTEMPT_FIXED + len(constant)), constant)
+        constant = otlp.head(_ATTEMPT_FIXED + len(constant)) + constant
+        attempt = f"{len(constant)}s{_attempt_packer.format[1:]}"
+        request, ttft = self._request_format, self._request_format + self._ttft_format
+        found = (constant, struct.Struct(request + attempt).pack,
+                 struct.Struct(ttft + attempt).pack)  # fmt: skip
         return self._kept(self._attempts, (upstream, model, error), found)
 
     @staticmethod

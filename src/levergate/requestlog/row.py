@@ -190,10 +190,10 @@ def row_of(
     plain record of the tests', benchmarks/results/logstore.md). Slicing the record into a
     plain tuple first (`record[:]`, whose unpacking CPython specialises) counted the same."""
     (
-        request_id, kind, tenant, feature, model, alias, upstream, upstream_model, outcome,
-        status, error, timings, tokens, cost_usd, cache, attempts, retries, fallback, failed,
-        savings, notes, key_id, side, _batch, expected_cached, decision, escalations, reasons,
-        trimmed, microbatch, priority, _deadline, queued, workflow, tier, origin, schema,
+        request_id, timings, tokens, cost_usd, kind, model, feature, outcome, status, error,
+        upstream_model, alias, tenant, upstream, attempts, retries, tier, priority, origin,
+        fallback, workflow, queued, savings, cache, decision, escalations, trimmed, reasons,
+        failed, notes, key_id, side, _batch, expected_cached, microbatch, _deadline, schema,
         tier_assumed, tier_decision,
     ) = record  # fmt: skip
     total, upstream_s, overhead, ttft, gap = timings

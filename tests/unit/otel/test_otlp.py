@@ -16,9 +16,19 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span, Status
 
 from levergate.config import Settings
 from levergate.core.controls import Priority
-from levergate.core.spans import SPAN, STARTED, Internal, Spans, span_id
+from levergate.core.spans import ENDED, SPAN, STARTED, Internal, Spans, span_id
+from levergate.layers.measure.record import RequestRecord
 from levergate.otel import otlp
-from levergate.otel.spans import _KEPT, SCHEMA_URL, SpanEncoder, attributes
+from levergate.otel.spans import (
+    _KEPT,
+    _LEVERS,
+    _OWN,
+    _QUEUED,
+    _SHARED,
+    SCHEMA_URL,
+    SpanEncoder,
+    attributes,
+)  # fmt: skip
 from levergate.version import __version__
 from tests.unit.requestlog.records import record, rich_record
 
@@ -343,3 +353,53 @@ def test_the_kept_blocks_are_bounded() -> None:
         assert attrs(child.attributes)["gen_ai.request.model"] == f"model-{n}"
     kept = (encoder._requests, encoder._attempts, encoder._tokens)
     assert all(0 < len(found) <= _KEPT for found in kept)
+
+
+@pytest.mark.parametrize("attempts", [0, 1, 3])
+def test_one_batch_of_every_shape_decodes_to_its_own_requests(attempts: int) -> None:
+    """A request's fixed fields are packed with its first attempt's (the pack kept with the
+    attempt's constant part, one with the time to the first chunk and one without): requests
+    with and without it, with none, one or more attempts of one kept upstream and model, in
+    one export, each decode to their own ids, times and doubles."""
+    encoder = SpanEncoder(settings())
+    made, listed = [], []
+    for n in range(4):
+        ttft = 0.25 if n % 2 else None
+        changed = record(1, request_id=f"req-{n}", cost_usd=0.5 + n, queued_seconds=0.125 * n,
+                         timings=record(1).timings._replace(total=1.5 + n, ttft=ttft))  # fmt: skip
+        traced = Spans(trace_id=n + 1, span_id=n + 100, started=2.0 + n)
+        for k in range(attempts):
+            attempt = traced.attempt("sim", "fast-1", 2.0 + n + k / 8)
+            assert attempt is not None
+            attempt[ENDED] = 2.0 + n + k / 8 + 1 / 16
+        made.append((changed, traced))
+        listed.append(encoder.request(changed, traced, T0))
+    spans = decoded(encoder, listed)[1]
+    assert len(spans) == 4 * (1 + attempts)
+    for n, (changed, traced) in enumerate(made):
+        server, *children = spans[n * (1 + attempts) : (n + 1) * (1 + attempts)]
+        assert (server.trace_id, server.span_id) == (traced.trace, traced.span)
+        assert server.start_time_unix_nano == wall(2.0 + n)
+        assert server.end_time_unix_nano == wall(2.0 + n) + int((1.5 + n) * 1e9)
+        assert attrs(server.attributes) == attributes(changed, "openai")
+        assert ("gen_ai.response.time_to_first_chunk" in attrs(server.attributes)) == bool(n % 2)
+        for child, attempt in zip(children, traced.attempts, strict=True):
+            assert (child.trace_id, child.span_id) == (traced.trace, attempt[SPAN])
+            assert child.parent_span_id == traced.span
+            assert child.start_time_unix_nano == wall(attempt[STARTED])
+            assert child.end_time_unix_nano == wall(attempt[ENDED])
+            assert attrs(child.attributes)["gen_ai.request.model"] == "fast-1"
+
+
+def test_the_records_runs_hold_what_the_spans_read() -> None:
+    """The encoder reads a record's fields by runs (slices: the record's order is tracing's):
+    the request's own, the shared attributes' key, the queue wait, the levers."""
+    fields: tuple[str, ...] = RequestRecord._fields  # (mypy types its slices by literals only)
+    assert fields[_OWN] == ("request_id", "timings", "tokens", "cost_usd")
+    assert set(fields[_SHARED]) == {
+        "kind", "model", "feature", "outcome", "status", "error", "attempts", "retries", "tier",
+        "priority", "origin", "upstream_model", "alias", "tenant", "upstream", "fallback",
+        "workflow",
+    }  # fmt: skip
+    assert fields[_QUEUED] == "queued_seconds"
+    assert fields[_LEVERS] == ("savings", "cache", "decision", "escalations", "trimmed_input")

@@ -14,9 +14,10 @@ from levergate.requestlog.row import NAMES, row_of, saved_column
 
 def test_every_field_lands_in_its_column() -> None:
     record = RequestRecord(
-        "req-1", "chat", "tenant-a", "feat", "asked", "alias-b", "up-c", "up-model", "ok", 201,
-        "Err", Timings(1.0, 0.25, 0.125, 0.5, 0.0625),
-        Tokens(11, 12, 13, 14, TokenSource.REPORTED, 0), 0.75,
+        request_id="req-1", kind="chat", tenant="tenant-a", feature="feat", model="asked",
+        alias="alias-b", upstream="up-c", upstream_model="up-model", outcome="ok", status=201,
+        error="Err", timings=Timings(1.0, 0.25, 0.125, 0.5, 0.0625),
+        tokens=Tokens(11, 12, 13, 14, TokenSource.REPORTED, 0), cost_usd=0.75,
         cache=CacheResult("exact", CacheOutcome.MISS), attempts=3, retries=2, fallback="fb",
         savings={Lever.ROUTE: 0.5, Lever.TRIM: -0.25}, key_id="key-d", expected_cached=7,
         escalations=4, trimmed_input=9, priority=Priority.BATCH, queued_seconds=0.03125,
@@ -43,8 +44,10 @@ def test_a_record_without_savings_or_cache_has_zeros_and_nulls_there() -> None:
     """The columns a batch's INSERT may leave out (store.py `SqliteLog`): a record with no
     savings has 0.0 in each lever's column and in the net, no cache result is NULL."""
     record = RequestRecord(
-        "req-2", "chat", None, "", "m", "m", "up", "up-m", "ok", 200, None,
-        Timings(0.5, 0.25, 0.25), Tokens(1, 0, 0, 2, TokenSource.ESTIMATED, 0), 0.0,
+        request_id="req-2", kind="chat", tenant=None, feature="", model="m", alias="m",
+        upstream="up", upstream_model="up-m", outcome="ok", status=200, error=None,
+        timings=Timings(0.5, 0.25, 0.25), tokens=Tokens(1, 0, 0, 2, TokenSource.ESTIMATED, 0),
+        cost_usd=0.0,
     )  # fmt: skip
     row = dict(zip(NAMES, row_of(1.0, record), strict=True))
     assert {row[saved_column(lever)] for lever in Lever} == {0.0}

@@ -227,7 +227,7 @@ class LedgerSink:
         # The fields read by position, once (as `PrometheusSink.emit` does): a `NamedTuple`
         # field read by name is an unspecialised look-up on CPython 3.11 (~100 instructions).
         tenant, feature, cost_usd, savings, side = (
-            record[2], record[3], record[13], record[19], record[22]
+            record[12], record[6], record[3], record[22], record[31]
         )  # fmt: skip
         if tenant is None or not (cost_usd or savings):
             return

@@ -72,30 +72,52 @@ class Timings(NamedTuple):
 
 
 class RequestRecord(NamedTuple):
+    # The fields' order is tracing's (otel/spans.py reads runs of it by slices, a copy in C:
+    # `itemgetter`s of its 27 fields were ~2,500 instructions a request): what a request's span
+    # writes of its own, what its kept attribute block is keyed by (kind ... workflow), the
+    # queue wait, the levers (savings ... trimmed_input). Read by position too: `of` (every
+    # field), requestlog/row.py (every field), `PrometheusSink.emit` (the first 14),
+    # `LedgerSink.emit` (5); tests/unit/layers/measure/test_record.py holds those.
     request_id: str
-    kind: Kind  # what was asked: chat, completion, embedding, response
-    # The tenant Authenticate established; None for a request refused before (bad key).
-    tenant: str | None
-    feature: str
-    model: str  # the alias the client asked for
-    # What answered: the alias (a fallback's when one answered; "" for a cache hit), and the
-    # endpoint and the model name it was sent under ("" when no endpoint was reached).
-    alias: str
-    upstream: str
-    upstream_model: str
-    outcome: str  # "ok", "cancelled", or the error's type ("upstream_error", ...)
-    status: int  # the HTTP status the client got (499 for a request it abandoned)
-    error: str | None  # the exception class, for anything but "ok"
     timings: Timings
     tokens: Tokens
     cost_usd: float  # the answer and the side spends
-    cache: CacheResult | None = None
+    kind: Kind  # what was asked: chat, completion, embedding, response
+    model: str  # the alias the client asked for
+    feature: str
+    outcome: str  # "ok", "cancelled", or the error's type ("upstream_error", ...)
+    status: int  # the HTTP status the client got (499 for a request it abandoned)
+    error: str | None  # the exception class, for anything but "ok"
+    # What answered: the alias (a fallback's when one answered; "" for a cache hit), and the
+    # endpoint and the model name it was sent under ("" when no endpoint was reached).
+    upstream_model: str
+    alias: str
+    # The tenant Authenticate established; None for a request refused before (bad key).
+    tenant: str | None
+    upstream: str
     attempts: int = 0
     retries: int = 0
+    # The price tier it was served at (policies/tiers.py): "standard", "flex", "priority",
+    # "batch" — what the answer's `service_tier` said, or (`tier_assumed`) the tier asked for
+    # when the provider said nothing.
+    tier: str = Tier.STANDARD.value
+    priority: Priority = Priority.DEFAULT
+    # How the request came: "request" (HTTP or in-process), "batch" (a Batch API line),
+    # "deferred" (a line answered by a provider's batch API), "async" (an async request).
+    origin: str = "request"
     fallback: str | None = None
-    failed_endpoints: frozenset[str] = frozenset()
+    workflow: str | None = None  # the workflow this call is a step of (`controls.workflow`)
+    queued_seconds: float = 0.0  # waited in the gateway's queues (admission, limits)
     # What each lever saved this request, in dollars (negative: it cost more).
     savings: Mapping[Lever, float] = NO_SAVINGS
+    cache: CacheResult | None = None
+    # What Route or Cascade decided: which rule or router score chose which alias, against
+    # which default (None: the alias asked for was served as it is).
+    decision: RouteDecision | None = None
+    escalations: int = 0  # cascade steps taken beyond the first model
+    trimmed_input: int = 0  # prompt tokens Trim did not send
+    escalation_reasons: tuple[str, ...] = ()  # why each step escalated, in order
+    failed_endpoints: frozenset[str] = frozenset()
     notes: tuple[Note, ...] = ()
     # The gateway API key that made the request (its id, never the key), for budgets.
     key_id: str | None = None
@@ -105,25 +127,9 @@ class RequestRecord(NamedTuple):
     # Prompt tokens the prompt-cache optimizer expected the provider to read from its cache
     # (`trace.expected_cached`), beside `tokens.cached_read`, what it did read.
     expected_cached: int = 0
-    # What Route or Cascade decided: which rule or router score chose which alias, against
-    # which default (None: the alias asked for was served as it is).
-    decision: RouteDecision | None = None
-    escalations: int = 0  # cascade steps taken beyond the first model
-    escalation_reasons: tuple[str, ...] = ()  # why each step escalated, in order
-    trimmed_input: int = 0  # prompt tokens Trim did not send
     microbatch: BatchShare | None = None  # the micro-batch its upstream call was part of
-    priority: Priority = Priority.DEFAULT
     # The client's deadline, absolute on the gateway's clock (None: none asked).
     deadline: float | None = None
-    queued_seconds: float = 0.0  # waited in the gateway's queues (admission, limits)
-    workflow: str | None = None  # the workflow this call is a step of (`controls.workflow`)
-    # The price tier it was served at (policies/tiers.py): "standard", "flex", "priority",
-    # "batch" — what the answer's `service_tier` said, or (`tier_assumed`) the tier asked for
-    # when the provider said nothing.
-    tier: str = Tier.STANDARD.value
-    # How the request came: "request" (HTTP or in-process), "batch" (a Batch API line),
-    # "deferred" (a line answered by a provider's batch API), "async" (an async request).
-    origin: str = "request"
     schema: int = SCHEMA
     tier_assumed: bool = False
     # How the tier was decided: the client's `service_tier`, or the deadline policy's choice
@@ -152,17 +158,17 @@ class RequestRecord(NamedTuple):
         cost_usd, _, side, savings = bill  # unpacked: a `Bill` field read by name is slow
         # Every field, in order (a test holds it to `_fields`): `tuple.__new__` checks no count.
         return _new(cls, (
-            ctx.request_id, call.kind, trace.tenant, controls.feature, call.model, trace.alias,
-            trace.upstream, trace.upstream_model, outcome, status, error, timings, tokens,
-            cost_usd, trace.cache, trace.attempts, trace.retries, trace.fallback,
-            frozenset(trace.failed_endpoints) if trace.failed_endpoints else NONE,
-            savings, tuple(trace.notes) if trace.notes else (), trace.key_id, side,
-            trace.batch, trace.expected_cached, trace.route, trace.escalations,
+            ctx.request_id, timings, tokens, cost_usd, call.kind, call.model, controls.feature,
+            outcome, status, error, trace.upstream_model, trace.alias, trace.tenant,
+            trace.upstream, trace.attempts, trace.retries,
+            tier._value_ if tier else _BATCH if trace.batch else _STANDARD, controls.priority,
+            trace.origin, trace.fallback, controls.workflow, trace.queued_seconds, savings,
+            trace.cache, trace.route, trace.escalations, trace.trimmed_input,
             tuple(trace.escalation_reasons) if trace.escalation_reasons else (),
-            trace.trimmed_input, trace.microbatch,
-            controls.priority, controls.deadline, trace.queued_seconds, controls.workflow,
-            tier._value_ if tier else _BATCH if trace.batch else _STANDARD, trace.origin,
-            SCHEMA, tier_assumed, trace.tier_decision,
+            frozenset(trace.failed_endpoints) if trace.failed_endpoints else NONE,
+            tuple(trace.notes) if trace.notes else (), trace.key_id, side, trace.batch,
+            trace.expected_cached, trace.microbatch, controls.deadline, SCHEMA, tier_assumed,
+            trace.tier_decision,
         ))  # fmt: skip
 
     @property

@@ -57,10 +57,13 @@ def test_every_field_of_the_record_holds_its_own_value() -> None:
 
 
 def test_the_fields_the_sinks_read_by_position_are_where_they_read_them() -> None:
-    """`PrometheusSink.emit` unpacks `record[:14]`, `LedgerSink.emit` reads 2, 3, 13, 19, 22."""
+    """`PrometheusSink.emit` unpacks `record[:14]`, `LedgerSink.emit` reads 12, 6, 3, 22, 31
+    (the order is tracing's: otel/spans.py reads runs of it, test_otlp.py holds them)."""
     fields = RequestRecord._fields
     assert fields[:14] == (
-        "request_id", "kind", "tenant", "feature", "model", "alias", "upstream",
-        "upstream_model", "outcome", "status", "error", "timings", "tokens", "cost_usd",
+        "request_id", "timings", "tokens", "cost_usd", "kind", "model", "feature", "outcome",
+        "status", "error", "upstream_model", "alias", "tenant", "upstream",
     )  # fmt: skip
-    assert (fields[19], fields[22]) == ("savings", "side")
+    assert tuple(fields[n] for n in (12, 6, 3, 22, 31)) == (
+        "tenant", "feature", "cost_usd", "savings", "side",
+    )  # fmt: skip
