@@ -193,7 +193,7 @@ def cpu_seconds(*pids: int) -> float:
 def paired(on: list[float], off: list[float]) -> tuple[float, float, float]:
     """The median of `on / off` round by round, and its quartiles. A round's sides ran in the
     same minutes, so a host that slows down for a while (a shared VM's neighbours: rounds of
-    one side here moved by 20-30% on 2026-12-05) moves both; the ratio of each side's median
+    one side here moved by 30-50% on 2026-12-05) moves both; the ratio of each side's median
     pairs nothing, and one slow stretch on one side moves it."""
     ratios = sorted(a / b for a, b in zip(on, off, strict=True))
     if len(ratios) < 2:
