@@ -190,6 +190,13 @@ def cpu_seconds(*pids: int) -> float:
     return total
 
 
+def turned(sides: tuple[str, ...], n: int) -> tuple[str, ...]:
+    """Round `n`'s order of `sides`: turned by one each round, so each side runs in each
+    place in turn (a side always first would meet the host's state after a pause alone)."""
+    k = n % len(sides)
+    return sides[k:] + sides[:k]
+
+
 def paired(on: list[float], off: list[float]) -> tuple[float, float, float]:
     """The median of `on / off` round by round, and its quartiles. A round's sides ran in the
     same minutes, so a host that slows down for a while (a shared VM's neighbours: rounds of

@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness import Output, add_output_options, stamp
+from harness import Output, add_output_options, stamp, turned
 
 SIDES = ("off", "on", "no-store", "no-features", "no-row", "no-observe")
 KINDS = ("whole", "stream")
@@ -110,7 +110,7 @@ def main() -> None:
     runs: dict[str, dict[str, list[float]]] = {s: {k: [] for k in KINDS} for s in SIDES}
     with tempfile.TemporaryDirectory(prefix="levergate-log-split-") as folder:
         for n in range(args.rounds):
-            order = SIDES[n % len(SIDES) :] + SIDES[: n % len(SIDES)]
+            order = turned(SIDES, n)
             for side in order if n % 2 == 0 else order[::-1]:
                 argv = [sys.executable, __file__, "--child", side,
                         "--requests", str(args.requests), "--folder", folder]  # fmt: skip

@@ -29,7 +29,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from harness import Output, add_output_options, free_port, paired, stamp, stop, wait_port
+from harness import Output, add_output_options, free_port, paired, stamp, stop, turned, wait_port
 
 SIDES = ("off", "otel", "log", "log+otel")
 
@@ -116,7 +116,7 @@ def main() -> None:
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
         with tempfile.TemporaryDirectory(prefix="levergate-otel-ab-") as folder:
             for n in range(args.rounds):
-                for side in SIDES[n % len(SIDES) :] + SIDES[: n % len(SIDES)]:
+                for side in turned(SIDES, n):
                     log = f"{folder}/{side}-{n}" if "log" in side else None
                     runs[side].append(run_child(args.requests, endpoint if "otel" in side
                                                 else None, log))  # fmt: skip

@@ -20,16 +20,9 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from levergate.bench.calls import FEATURE_KINDS, KINDS, Counted, Way, count
+from levergate.bench.calls import FEATURE_KINDS, WAYS, Counted, Way, count, kinds
 
 BUDGET = Path(__file__).resolve().parents[1] / "tests" / "call_budget.json"
-
-
-WAYS: tuple[Way, ...] = ("inprocess", "http")
-
-
-def kinds(way: Way) -> tuple[str, ...]:
-    return KINDS + FEATURE_KINDS if way == "inprocess" else KINDS
 
 
 def measure() -> dict[tuple[Way, str], Counted]:

@@ -37,8 +37,8 @@ from levergate.server.run import serving
 from levergate.server.transport import GatewayTransport
 from levergate.upstreams.wire import HttpClient, HttpResponse
 
-__all__ = ["FEATURE_KINDS", "KINDS", "CannedUpstream", "Counted", "calls_per_request", "count",
-           "module_of", "serve_requests"]  # fmt: skip
+__all__ = ["FEATURE_KINDS", "KINDS", "WAYS", "CannedUpstream", "Counted", "calls_per_request",
+           "count", "kinds", "module_of", "serve_requests"]  # fmt: skip
 
 BASE_URL = "http://canned.invalid/v1"
 CLIENT_URL = "http://levergate/v1"  # the in-process transport answers any host
@@ -236,6 +236,12 @@ async def _read_response(reader: asyncio.StreamReader) -> None:
 # answers with the request log on (`log`), and with tracing too (`traced`).
 KINDS = ("whole", "stream", "hit")
 FEATURE_KINDS = ("log", "traced")
+WAYS: tuple[Way, ...] = ("inprocess", "http")
+
+
+def kinds(way: Way) -> tuple[str, ...]:
+    """The budget's kinds counted `way`."""
+    return KINDS + FEATURE_KINDS if way == "inprocess" else KINDS
 
 
 async def count(way: Way, kind: str, *, requests: int = 40) -> Counted:

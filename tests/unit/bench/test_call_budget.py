@@ -14,17 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from levergate.bench.calls import FEATURE_KINDS, KINDS, Way, calls_per_request, count
+from levergate.bench.calls import FEATURE_KINDS, WAYS, Counted, Way, calls_per_request, count, kinds
 
 BUDGET = json.loads((Path(__file__).resolve().parents[2] / "call_budget.json").read_text())
 OVER, UNDER = 1.05, 0.90
 
 
-@pytest.mark.parametrize(
-    ("way", "kind"),
-    [*((way, kind) for way in ("inprocess", "http") for kind in KINDS),
-     *(("inprocess", kind) for kind in FEATURE_KINDS)],
-)  # fmt: skip
+@pytest.mark.parametrize(("way", "kind"), [(way, kind) for way in WAYS for kind in kinds(way)])
 async def test_the_default_path_stays_within_its_call_budget(way: Way, kind: str) -> None:
     counted = await count(way, kind)
     most = counted.by_module.most_common(8)
@@ -45,13 +41,13 @@ async def test_the_default_path_stays_within_its_call_budget(way: Way, kind: str
             f"{way} {kind} {name}: {measured:.0f} per request, under the budget of {budget} by "
             "more than 10%: lower it with scripts/call_budget.py --write --reason '...'"
         )
+    if kind in FEATURE_KINDS:
+        _hold_share(kind, counted, await count(way, "whole"))
 
 
-@pytest.mark.parametrize("kind", FEATURE_KINDS)
-async def test_the_log_and_tracing_stay_within_their_share(kind: str) -> None:
+def _hold_share(kind: str, with_it: Counted, whole: Counted) -> None:
     """What the request log (and tracing) add to a whole answer's gateway calls, held apart:
     within the whole count's 5% the log's share (~23 calls) could double unseen."""
-    whole, with_it = await count("inprocess", "whole"), await count("inprocess", kind)
     added = with_it.gateway_per_request - whole.gateway_per_request
     budget = BUDGET["inprocess"][kind]["over_whole"]
     mine = with_it.by_module - whole.by_module
