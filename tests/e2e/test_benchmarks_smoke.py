@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.alone import turn
 from tests.required import missing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,15 +56,16 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
 def run_smoke(script: str, out: Path) -> subprocess.CompletedProcess[str]:
     out.mkdir(parents=True)
     path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), "--smoke", "--out", str(out / "results")],
-        env={**os.environ, "PYTHONPATH": path},
-        cwd=out,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    with turn():  # not while an `alone` test runs (tests/alone.py)
+        return subprocess.run(
+            [sys.executable, str(BENCHMARKS / script), "--smoke", "--out", str(out / "results")],
+            env={**os.environ, "PYTHONPATH": path},
+            cwd=out,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ def test_every_benchmark_has_a_smoke_mode() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.behind  # the smoke runs take their own turns (tests/alone.py)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_benchmark_runs_in_smoke_mode(script: str, smoke: Smoke) -> None:
