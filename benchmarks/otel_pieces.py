@@ -1,7 +1,7 @@
 """Instructions of tracing's pieces, counted by callgrind (issue 22 §3, log + OTel <= 1.1x):
 what `otel_instructions.py` counts whole, split so a change to one piece can be measured alone.
 
-A child process serves 64 requests (whole and streamed, alternating) through the gateway with
+A child process serves 64 requests (`--records`; whole and streamed, alternating) through the gateway with
 the simulator in the process and tracing on, keeps the (record, trace context) pairs the tracer
 got, then, with callgrind's instrumentation switched on, repeats each piece 2R times over them:
 
@@ -21,7 +21,7 @@ nothing else in it does), so the second dump is R repetitions exactly: its instr
 a tree. (Before 2026-12-05 two children a piece, repeating it R and 2R times, were counted
 whole, I(2R) - I(R): the same repetitions, with the start of the counting in both; each child
 spent most of its time starting Python under valgrind, and the smoke run's six of them took
-over 240 s on a slow 2-core CI machine.) The receiver must have been sent every exported span:
+over 240 s on a slow 2-core CI machine. One tree counted both ways, `--reps 20`: within 0.4%.) The receiver must have been sent every exported span:
 an export that failed would have been counted quietly.
 
     python benchmarks/otel_pieces.py [--reps 20] [--src OTHER_TREE/src --src-name NAME]
