@@ -1,9 +1,10 @@
 """Instructions of tracing's pieces, counted by callgrind (issue 22 §3, log + OTel <= 1.1x):
 what `otel_instructions.py` counts whole, split so a change to one piece can be measured alone.
 
-A child process serves 64 requests (`--records`; whole and streamed, alternating) through the gateway with
-the simulator in the process and tracing on, keeps the (record, trace context) pairs the tracer
-got, then, with callgrind's instrumentation switched on, repeats each piece 2R times over them:
+A child process serves 64 requests (`--records`; whole and streamed, alternating) through the
+gateway with the simulator in the process and tracing on, keeps the (record, trace context)
+pairs the tracer got, then, with callgrind's instrumentation switched on, repeats each piece 2R
+times over them:
 
 - `path`: the request path's tracing work, as the gateway does it for a request: the trace
   context (`Spans.begin`; since 2026-12-05 `begin`), the attempt (`Spans.attempt`), the
@@ -16,13 +17,14 @@ got, then, with callgrind's instrumentation switched on, repeats each piece 2R t
 
 The first R repetitions warm the piece up; callgrind dumps its counts after them and again
 after the next R (`--dump-before=getppid`: the child calls `os.getppid()` at each boundary,
-nothing else in it does), so the second dump is R repetitions exactly: its instructions /
-(R x records) are one request's (`export`: / R, one export's). One child counts every piece of
-a tree. (Before 2026-12-05 two children a piece, repeating it R and 2R times, were counted
-whole, I(2R) - I(R): the same repetitions, with the start of the counting in both; each child
-spent most of its time starting Python under valgrind, and the smoke run's six of them took
-over 240 s on a slow 2-core CI machine. One tree counted both ways, `--reps 20`: within 0.4%.) The receiver must have been sent every exported span:
-an export that failed would have been counted quietly.
+nothing else in it does), so the second dump is R repetitions exactly: its instructions / (R x
+records) are one request's (`export`: / R, one export's). One child counts every piece of a
+tree. (Before 2026-12-05 two children a piece, repeating it R and 2R times, were counted whole,
+I(2R) - I(R): the same repetitions, with the start of the counting in both; each child spent
+most of its time starting Python under valgrind, and the smoke run's six of them took over 240
+s on a slow 2-core CI machine. One tree counted both ways, `--reps 20`: within 0.4%.) The
+receiver must have been sent every exported span: an export that failed would have been counted
+quietly.
 
     python benchmarks/otel_pieces.py [--reps 20] [--src OTHER_TREE/src --src-name NAME]
     python benchmarks/otel_pieces.py --smoke   # 8 requests, R = 1
