@@ -55,7 +55,7 @@ def config(tmp_path: Path, sim: SimHandle) -> Path:
 # for the provider to see 21 in 1.5 s, grants spanning 2.075 s must arrive within 1.5 s, i.e.
 # one request's trip from its grant to the provider (the gateway's loop, a connection, this
 # test's loop, which runs the simulator and the clients) must take 0.575 s longer than
-# another's. Measured at load 13-16 on 2 cores: up to 84 ms, while the grants themselves kept
+# another's. Measured in 13 runs at load 10-19 on 2 cores: up to 174 ms, while the grants kept
 # their 1.025 s for 11. (With the provider's window equal to the gateway's, 10 a second, 25 ms
 # is all the margin leaves: that refused 1 request in 5 loaded runs here, and 8 once in CI.)
 # Two workers each limiting on their own (`traffic: {store: memory}`) send up to 30 in the
