@@ -1,9 +1,10 @@
 """Instructions of tracing's pieces, counted by callgrind (issue 22 §3, log + OTel <= 1.1x):
 what `otel_instructions.py` counts whole, split so a change to one piece can be measured alone.
 
-A child process serves 64 requests (whole and streamed, alternating) through the gateway with
-the simulator in the process and tracing on, keeps the (record, trace context) pairs the tracer
-got, then, with callgrind's instrumentation switched on, repeats one piece R times over them:
+A child process serves 64 requests (`--records`; whole and streamed, alternating) through the
+gateway with the simulator in the process and tracing on, keeps the (record, trace context)
+pairs the tracer got, then, with callgrind's instrumentation switched on, repeats each piece 2R
+times over them:
 
 - `path`: the request path's tracing work, as the gateway does it for a request: the trace
   context (`Spans.begin`; since 2026-12-05 `begin`), the attempt (`Spans.attempt`), the
@@ -14,10 +15,19 @@ got, then, with callgrind's instrumentation switched on, repeats one piece R tim
 - `export`: one POST of 512 encoded spans (`SpanExporter._send`) to a receiver in another
   process (HTTP/1.0: a connection each export), per export.
 
-(I(2R) - I(R)) / (R x records) is one request's instructions (`export`: one export's).
+The first R repetitions warm the piece up; callgrind dumps its counts after them and again
+after the next R (`--dump-before=getppid`: the child calls `os.getppid()` at each boundary,
+nothing else in it does), so the second dump is R repetitions exactly: its instructions / (R x
+records) are one request's (`export`: / R, one export's). One child counts every piece of a
+tree. (Before 2026-12-05 two children a piece, repeating it R and 2R times, were counted whole,
+I(2R) - I(R): the same repetitions, with the start of the counting in both; each child spent
+most of its time starting Python under valgrind, and the smoke run's six of them took over 240
+s on a slow 2-core CI machine. One tree counted both ways, `--reps 20`: within 0.4%.) The
+receiver must have been sent every exported span: an export that failed would have been counted
+quietly.
 
     python benchmarks/otel_pieces.py [--reps 20] [--src OTHER_TREE/src --src-name NAME]
-    python benchmarks/otel_pieces.py --smoke
+    python benchmarks/otel_pieces.py --smoke   # 8 requests, R = 1
 
 Writes benchmarks/results/otel_pieces.{json,md}.
 """
@@ -34,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +54,18 @@ from otel_instructions import Receiver
 
 PIECES = ("path", "encode", "export")
 RECORDS = 64  # requests served before counting; each one's (record, spans) is kept
+SMOKE_RECORDS = 8  # the smoke run's (half streamed, as in a full run)
+BATCH = 512  # spans in the `export` piece's POST
+# The C function whose every call has callgrind dump (and zero) its counts: the child calls it
+# between the repetitions (`os.getppid()`), nothing else in the child does.
+DUMP_AT = "getppid"
 
 
-def child(piece: str, reps: int, endpoint: str) -> None:
-    asyncio.run(_child(piece, reps, endpoint))
+def child(pieces: list[str], reps: int, records: int, endpoint: str) -> None:
+    asyncio.run(_child(pieces, reps, records, endpoint))
 
 
-async def _child(piece: str, reps: int, endpoint: str) -> None:
+async def _child(pieces: list[str], reps: int, records: int, endpoint: str) -> None:
     import httpx
     from inprocess_cpu import BODY
 
@@ -74,7 +90,7 @@ async def _child(piece: str, reps: int, endpoint: str) -> None:
         gateway = build_gateway(settings)
         async with gateway, httpx.AsyncClient(transport=GatewayTransport(gateway),
                                               base_url="http://lg/v1") as http:  # fmt: skip
-            for index in range(RECORDS):
+            for index in range(records):
                 body = {**BODY, "stream": index % 2 == 1}
                 await (await http.post("/chat/completions", json=body)).aread()
             await asyncio.sleep(0.1)  # the last record is made after the answer went out
@@ -82,20 +98,34 @@ async def _child(piece: str, reps: int, endpoint: str) -> None:
             tracer = next(
                 t for t in gateway.recorder._tracers if isinstance(t, exporter.SpanExporter)
             )
-            await _repeat(piece, reps, kept, tracer)
+            await _repeat(pieces, reps, kept, tracer)
             print(len(kept))
             os._exit(0)  # the close is not counted (nor needed)
 
 
-async def _repeat(piece: str, reps: int, kept: list[tuple[Any, Any]], tracer: Any) -> None:
-    """`piece` `reps` times over the `kept` records, counted (the instrumentation on)."""
+async def _repeat(pieces: list[str], reps: int, kept: list[tuple[Any, Any]], tracer: Any) -> None:
+    """Each piece `reps` times over the `kept` records, then `reps` times more, the
+    instrumentation on and callgrind's counts dumped after each (module docstring)."""
+    once = _pieces(kept, tracer)
+    gc.collect()
+    gc.freeze()
+    _count_from_here()
+    for piece in pieces:
+        for _ in range(2):  # the warm-up, then the counted repetitions
+            for _ in range(reps):
+                await once[piece]()
+            os.getppid()  # callgrind dumps here (DUMP_AT)
+
+
+def _pieces(kept: list[tuple[Any, Any]], tracer: Any) -> dict[str, Callable[[], Awaitable[None]]]:
+    """One repetition of each piece over the `kept` records, as the tree at hand calls it."""
     from levergate.core import spans as core_spans
     from levergate.core.spans import Spans
 
     encoder, base_ns = tracer._encoder, time.time_ns()
     # A request's spans in one `bytes` since 2026-12-05 (h/otel4), a list of them before.
     spans_bytes = [b for r, s in kept for b in _listed(encoder.request(r, s, base_ns))]
-    batch = (spans_bytes * (1 + 512 // len(spans_bytes)))[:512]
+    batch = (spans_bytes * (1 + BATCH // len(spans_bytes)))[:BATCH]
     headers = {"content-type": "application/json", "host": "lg"}
     upstream = {"Content-Type": "application/json", "Authorization": "Bearer k"}
     # The newer code takes the start times the gateway already read; the older reads
@@ -106,47 +136,49 @@ async def _repeat(piece: str, reps: int, kept: list[tuple[Any, Any]], tracer: An
     params = {} if lists else inspect.signature(Spans.begin).parameters
     more = {"started": 1.0} if "started" in params else {}
     timed = "started" in inspect.signature(Spans.attempt).parameters
-    gc.collect()
-    gc.freeze()
-    _count_from_here()
-    for _ in range(reps):
-        if piece == "path" and lists:
-            begin, end = core_spans.begin, core_spans.end  # type: ignore[attr-defined]
-            for record, _ in kept:
-                spans = begin(headers, 1.0, None, 1.0)
-                sent = upstream.copy()
-                attempt, sent["traceparent"] = spans.sent("sim", "sim-small", 1.0)
-                del sent
-                if attempt is not None:
-                    end(attempt)
-                tracer.export(record, spans)
-            tracer._queue.clear()
-            if hasattr(tracer, "_counts"):  # since h/otel4: spans counted beside the queue
-                tracer._counts.clear()
-                tracer._spans = 0
-        elif piece == "path":
-            for record, _ in kept:
-                spans = Spans.begin(headers, ratio=1.0, parent=None, **more)
-                attempt = spans.attempt("sim", "sim-small", 1.0) if timed else (
-                    spans.attempt("sim", "sim-small"))  # fmt: skip
-                sent = {**upstream, "traceparent": spans.traceparent(attempt)}
-                del sent
-                if attempt is not None:
-                    attempt.end()
-                tracer.export(record, spans)
-            tracer._queue.clear()
-            if hasattr(tracer, "_queued"):  # the tree before: records queued, not spans
-                tracer._queued = 0
-        elif piece == "encode":
-            for record, spans in kept:
-                encoder.request(record, spans, base_ns)
+
+    async def path() -> None:
+        begin, end = core_spans.begin, core_spans.end  # type: ignore[attr-defined]
+        for record, _ in kept:
+            spans = begin(headers, 1.0, None, 1.0)
+            sent = upstream.copy()
+            attempt, sent["traceparent"] = spans.sent("sim", "sim-small", 1.0)
+            del sent
+            if attempt is not None:
+                end(attempt)
+            tracer.export(record, spans)
+        tracer._queue.clear()
+        if hasattr(tracer, "_counts"):  # since h/otel4: spans counted beside the queue
+            tracer._counts.clear()
+            tracer._spans = 0
+
+    async def path_before() -> None:
+        for record, _ in kept:
+            spans = Spans.begin(headers, ratio=1.0, parent=None, **more)
+            attempt = spans.attempt("sim", "sim-small", 1.0) if timed else (
+                spans.attempt("sim", "sim-small"))  # fmt: skip
+            sent = {**upstream, "traceparent": spans.traceparent(attempt)}
+            del sent
+            if attempt is not None:
+                attempt.end()
+            tracer.export(record, spans)
+        tracer._queue.clear()
+        if hasattr(tracer, "_queued"):  # the tree before: records queued, not spans
+            tracer._queued = 0
+
+    async def encode() -> None:
+        for record, spans in kept:
+            encoder.request(record, spans, base_ns)
+
+    async def export() -> None:
+        if hasattr(tracer, "_encoded"):  # the tree before
+            tracer._encoded[:] = batch
         else:
-            if hasattr(tracer, "_encoded"):  # the tree before
-                tracer._encoded[:] = batch
-            else:
-                tracer._sending = list(batch)
-                tracer._sending_spans = len(batch)  # since h/otel4 (no harm before)
-            await tracer._send(None)
+            tracer._sending = list(batch)
+            tracer._sending_spans = len(batch)  # since h/otel4 (no harm before)
+        await tracer._send(None)
+
+    return {"path": path if lists else path_before, "encode": encode, "export": export}
 
 
 def _listed(spans: bytes | list[bytes]) -> list[bytes]:
@@ -174,36 +206,46 @@ def _count_from_here() -> None:
         time.sleep(0.001)
 
 
-def counted(folder: Path, piece: str, reps: int, src: Path | None, url: str) -> tuple[int, int]:
-    """(instructions, records kept) of a child repeating `piece` `reps` times."""
-    out = folder / f"{piece}-{reps}-{os.getpid()}.callgrind"
+def counted(
+    folder: Path, reps: int, records: int, src: Path | None, receiver: Receiver
+) -> dict[str, float]:
+    """Each piece's instructions per request (`export`: per export) in a child process."""
+    out = folder / f"pieces-{len(list(folder.iterdir()))}.callgrind"
     env = environment()
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(src), str(Path(__file__).parent)])
-    argv = [*callgrind(out, at_start=False), sys.executable, str(Path(__file__).resolve()),
-            "--child", piece, "--reps", str(reps), "--endpoint", url]  # fmt: skip
+    argv = [*callgrind(out, at_start=False), f"--dump-before={DUMP_AT}", sys.executable,
+            str(Path(__file__).resolve()), "--child", ",".join(PIECES), "--reps", str(reps),
+            "--records", str(records), "--endpoint", receiver.url]  # fmt: skip
+    spans = receiver.spans
     done = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
-    return instructions(out), int(done.stdout.split()[-1])
+    kept = int(done.stdout.split()[-1])
+    sent = receiver.spans - spans
+    if sent != 2 * reps * BATCH:  # the warm-up's exports and the counted ones
+        raise RuntimeError(f"the receiver got {sent} spans, not {2 * reps * BATCH}")
+    # out.1, out.2, ...: each piece's warm-up, then its counted repetitions.
+    dumps = sorted(folder.glob(f"{out.name}.*"), key=lambda p: int(p.suffix[1:]))
+    if len(dumps) != 2 * len(PIECES):
+        raise RuntimeError(f"{len(dumps)} callgrind dumps, not {2 * len(PIECES)}: {dumps}")
+    return {piece: instructions(dumps[2 * i + 1]) / (reps * (1 if piece == "export" else kept))
+            for i, piece in enumerate(PIECES)}  # fmt: skip
 
 
 def run(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
     trees: list[tuple[str, Path | None]] = [("this tree", None)]
     if args.src:
         trees.insert(0, (args.src_name, args.src.resolve()))
-    rows = []
     receiver = Receiver()
     try:
-        for piece in PIECES:
-            row: dict[str, Any] = {"piece": piece}
-            for name, src in trees:
-                (one, records), (two, _) = (counted(folder, piece, n, src, receiver.url)
-                                            for n in (args.reps, 2 * args.reps))  # fmt: skip
-                row[name] = (two - one) / (args.reps * (1 if piece == "export" else records))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        found = {name: counted(folder, args.reps, args.records, src, receiver)
+                 for name, src in trees}  # fmt: skip
     finally:
         receiver.shutdown()
         receiver.server_close()
+    rows = [{"piece": piece, **{name: found[name][piece] for name, _ in trees}}
+            for piece in PIECES]  # fmt: skip
+    for row in rows:
+        print(json.dumps(row), flush=True)
     return rows
 
 
@@ -211,9 +253,10 @@ def markdown(data: dict[str, Any]) -> str:
     names = [k for k in data["rows"][0] if k != "piece"]
     lines = [
         f"# Instructions of tracing's pieces ({data['date']}, {data['machine']})", "",
-        (f"`benchmarks/otel_pieces.py --reps {data['reps']}`: callgrind, (I(2R) - I(R)) / "
-         "(R x records) over the (record, trace context) pairs of 64 requests through the "
-         "gateway and the simulator, half streamed (module docstring): `path` the request "
+        (f"`benchmarks/otel_pieces.py --reps {data['reps']}`: callgrind, the instructions of "
+         "R repetitions after R more (module docstring) / (R x records), over the (record, "
+         f"trace context) pairs of {data['records']} requests through the "
+         "gateway and the simulator, half streamed: `path` the request "
          "path's tracing per request, `encode` its two spans' OTLP bytes, `export` one POST of "
          f"512 spans (per export). Load average {data['load_average']} at the end."), "",
         "| piece | " + " | ".join(names) + " |",
@@ -229,20 +272,27 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--src", type=Path, help="another tree's src/: counted too")
     parser.add_argument("--src-name", default="before")
-    parser.add_argument("--child", choices=PIECES, help=argparse.SUPPRESS)
+    parser.add_argument("--records", type=int, default=RECORDS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
     add_output_options(parser)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.reps, args.endpoint)
+        child(args.child.split(","), args.reps, args.records, args.endpoint)
         return
     out = Output.of(args)
     if args.smoke:
-        args.reps = 1
+        args.reps, args.records = 1, SMOKE_RECORDS
     with tempfile.TemporaryDirectory(prefix="levergate-otel-pieces-") as tmp:
         rows = run(args, Path(tmp))
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    data = {**stamp(), "reps": args.reps, "rows": rows, "load_average": load}
+    data = {
+        **stamp(),
+        "reps": args.reps,
+        "records": args.records,
+        "rows": rows,
+        "load_average": load,
+    }
     out.write("otel_pieces", data, markdown(data))
 
 
