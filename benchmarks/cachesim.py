@@ -221,7 +221,7 @@ def markdown(rows: Iterable[Mapping[str, object]], names: Iterable[str]) -> list
             e = ev[s]
             extra = (e["CEst"] - ev["off"]["CEst"]) / max(1.0, e["Ir"] - ev["off"]["Ir"])
             lines.append(f"| {named.get(s, s)} | " + " | ".join(f"{e[k]:,.1f}" for k in shown)
-                         + f" | {e['CEst'] / ev['off']['CEst']:.4f}x | "
+                         + f" | {e['CEst'] / (ev['off']['CEst'] or float('nan')):.4f}x | "
                          + ("" if s == "off" else f"{extra:.2f}") + " |")  # fmt: skip
         for s in sides[1:]:
             lines += _split_lines(row, s, named.get(s, s), shown)

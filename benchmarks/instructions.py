@@ -53,14 +53,18 @@ its cycles (`cachesim.cest`: Ir + 10 L1 misses + 100 LL misses + 10 mispredictio
 log's share (on less off) by category (SQLite's layers, sqlite3, malloc, the collector, the
 interpreter) and by function (h/logmem: why the log's instructions cost more than the rest's).
 `--log-tree NAME=SRC` (repeatable) adds a side with the log on in another tree's src/ (the base
-tree, or a copy with one lever changed), counted in the same run. Where the kernel's work
-matters, CPU time on a quiet machine still has the last word.
+tree, or a copy with one lever changed), counted in the same run. `--collect observe` counts
+only inside `LogWriter.observe` (callgrind's collection toggled around it by a client request,
+the caches simulated all along): the log's request-path share in place, its misses those of
+the running gateway (the rest of the log's share is the whole's less it). Where the kernel's
+work matters, CPU time on a quiet machine still has the last word.
 
     python benchmarks/instructions.py [--requests 500] [--warmup 500] [--only log|relay]
         [--before OLD.json --before-name NAME] [--merge OTHER_PART.json] [--keep FOLDER]
         [--baseline OTHER_TREE/src --baseline-name NAME]   # a third server in the relay A/B
         [--relay-kinds whole,stream,hit] [--connections 1,16] [--name instructions]
         [--cache-sim] [--branch-sim] [--log-tree NAME=SRC ...] [--parallel 2]
+        [--collect all|observe]
     python benchmarks/instructions.py --smoke
 
 Writes benchmarks/results/instructions.{json,md} (`--name`: another name).
@@ -182,6 +186,10 @@ def child(args: argparse.Namespace, **more: Any) -> None:
         no_log_timers()
         if getattr(args, "log_timer", 0):  # otel_instructions.py's arguments have none
             timer_every(args.log_timer)
+        if getattr(args, "marks", None):
+            from log_breakdown import collect_in_observe
+
+            collect_in_observe(Path(args.marks))
         values["request_log"] = {"enabled": True,
                                  "store": {"sqlite_path": args.request_log,
                                            "timeout_seconds": 600}}  # fmt: skip
@@ -299,19 +307,22 @@ class _CountFromHere(contextlib.AbstractContextManager[None]):
 
 
 def counted_child(folder: Path, name: str, *, requests: int, warmup: int, way: str, kind: str,
-                  log: bool, sim: tuple[str, ...] = (),
-                  tree: Path | None = None) -> dict[str, Any]:  # fmt: skip
+                  log: bool, sim: tuple[str, ...] = (), tree: Path | None = None,
+                  marks: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """The run's instructions and GIL releases (`gil_releases`), with `sim` every event
     (`events`). `kind`: whole or stream, with `@K` (`whole@100`) the log's timer fired every
     K records (`timer_every`); `tree`: another tree's src/ (`--log-baseline`)."""
     out = folder / f"{name}.callgrind"
     kind, _, every = kind.partition("@")
-    argv = [*callgrind(out, at_start=False, sim=sim), sys.executable, str(Path(__file__).resolve()),
+    collect = ["--collect-atstart=no"] if marks else []
+    argv = [*callgrind(out, at_start=False, sim=sim), *collect, sys.executable,
+            str(Path(__file__).resolve()),
             "--child", "--way", way, "--kind", kind, "--requests", str(requests),
             "--warmup", str(warmup)]  # fmt: skip
     if log:
         argv += ["--request-log", str(folder / f"{name}.sqlite3")]
         argv += ["--log-timer", every] if every else []
+        argv += ["--marks", str(marks)] if marks else []
     env = {**environment(), **({"PYTHONPATH": str(tree)} if tree else {})}
     done = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
     if log and int(done.stdout.split()[-1]) != warmup + requests:
@@ -338,7 +349,8 @@ def counted_all(runs: Mapping[str, Callable[[], T]], parallel: int) -> dict[str,
 
 def log_ab(folder: Path, requests: int, warmup: int, which: tuple[tuple[str, str], ...],
            parallel: int, *, sim: tuple[str, ...] = (),
-           trees: Mapping[str, Path] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+           trees: Mapping[str, Path] | None = None,
+           marks: Path | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Each row's off and on sides (and one a tree of `trees`, the log on in that tree's src/,
     by its name), with `sim` each side's events a request and the log's split by category."""
     trees = trees or {}
@@ -349,7 +361,7 @@ def log_ab(folder: Path, requests: int, warmup: int, which: tuple[tuple[str, str
             f"{side}-{n}": functools.partial(
                 counted_child, folder, f"log-{way}-{kind.replace('@', '-t')}-{side}-{n}",
                 requests=n, warmup=warmup, way=way, kind=kind, log=side != "off", sim=sim,
-                tree=trees.get(side))
+                tree=trees.get(side), marks=marks)
             for side in sides for n in (requests, 2 * requests)
         }  # fmt: skip
         counts = counted_all(runs, parallel)
@@ -358,8 +370,8 @@ def log_ab(folder: Path, requests: int, warmup: int, which: tuple[tuple[str, str
                               ("gil_releases_sqlite3", "gil_sqlite3_")):  # fmt: skip
             of = {name: found[field] for name, found in counts.items()}
             row.update((f"{prefix}{side}", per_request(of, side, requests)) for side in sides)
-        row["ratio"] = row["on"] / row["off"]
-        row.update((f"{side}_ratio", row[side] / row["off"]) for side in trees)
+        row["ratio"] = row["on"] / row["off"] if row["off"] else float("nan")
+        row.update((f"{side}_ratio", row[side] / (row["off"] or float("nan"))) for side in trees)
         if sim:
             row.update(cache_split(counts, sides, requests))
         rows.append(row)
@@ -535,6 +547,10 @@ def markdown(data: dict[str, Any]) -> str:
         for run in data.get("merged") or []
     ]  # fmt: skip
     before = data.get("before") or {}
+    if data.get("collect") == "observe":
+        lines.append("Counted inside `LogWriter.observe` only (`--collect observe`; off: none, "
+                     "on: the request path's share of the log, and the toggles' ctypes calls, "
+                     "two GIL releases a request).")  # fmt: skip
     if data["log"]:
         lines += log_table(data["log"], before.get("log") or [], before.get("name"))
         lines += cachesim.markdown(data["log"], ("off", "on", *data.get("log_trees", ())))
@@ -702,6 +718,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--kind", choices=KINDS, default="whole", help=argparse.SUPPRESS)
     parser.add_argument("--request-log", help=argparse.SUPPRESS)
     parser.add_argument("--log-timer", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--marks", help=argparse.SUPPRESS)
+    parser.add_argument("--collect", choices=("all", "observe"), default="all",
+                        help="the log A/B counts all, or only inside `observe`")  # fmt: skip
     parser.add_argument(
         "--before",
         type=Path,
@@ -735,9 +754,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="levergate-instructions-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
+        marks = None
+        if args.collect == "observe":
+            from log_breakdown import marks_library
+
+            marks = marks_library(folder)
         log = ([] if args.only in {"relay", "none"} else
                log_ab(folder, args.requests, args.warmup, which, parallel, sim=sim,
-                      trees=trees))  # fmt: skip
+                      trees=trees, marks=marks))  # fmt: skip
         relay = ({} if args.only in {"log", "none"} else
                  relay_ab(folder, args.requests, args.warmup, connections=connections,
                           kinds=tuple(args.relay_kinds.split(",")),
@@ -749,7 +773,8 @@ def main() -> None:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     data: dict[str, Any] = {**stamp(), "requests": args.requests, "warmup": args.warmup,
                             "log": log, "relay": relay, "load_average": load,
-                            "log_trees": [t.split("=", 1)[0] for t in args.log_tree]}  # fmt: skip
+                            "log_trees": [t.split("=", 1)[0] for t in args.log_tree],
+                            "collect": args.collect}  # fmt: skip
     runs = [json.loads(path.read_text()) for path in args.merge]
     for other in runs:
         data["log"] += other["log"]
