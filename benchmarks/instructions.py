@@ -46,13 +46,25 @@ request's instructions.
    timers), which callgrind's slowdown stretches, are in both counts and measured separately.
 
 Callgrind counts user-space instructions: a system call's kernel work (socket reads and
-writes, epoll, futex wake-ups between threads, SQLite's fsync) is not in them, nor cache misses.
-Where those matter, CPU time on a quiet machine still has the last word.
+writes, epoll, futex wake-ups between threads, SQLite's fsync) is not in them. With
+`--cache-sim` (and `--branch-sim`) the log A/B simulates the caches (a core of this host's:
+`cachesim.CACHES`) and the branch predictor too: each side's misses a request, an estimate of
+its cycles (`cachesim.cest`: Ir + 10 L1 misses + 100 LL misses + 10 mispredictions), and the
+log's share (on less off) by category (SQLite's layers, sqlite3, malloc, the collector, the
+interpreter) and by function (h/logmem: why the log's instructions cost more than the rest's).
+`--log-tree NAME=SRC` (repeatable) adds a side with the log on in another tree's src/ (the base
+tree, or a copy with one lever changed), counted in the same run. `--collect observe` counts
+only inside `LogWriter.observe` (callgrind's collection toggled around it by a client request,
+the caches simulated all along): the log's request-path share in place, its misses those of
+the running gateway (the rest of the log's share is the whole's less it). Where the kernel's
+work matters, CPU time on a quiet machine still has the last word.
 
     python benchmarks/instructions.py [--requests 500] [--warmup 500] [--only log|relay]
         [--before OLD.json --before-name NAME] [--merge OTHER_PART.json] [--keep FOLDER]
         [--baseline OTHER_TREE/src --baseline-name NAME]   # a third server in the relay A/B
         [--relay-kinds whole,stream,hit] [--connections 1,16] [--name instructions]
+        [--cache-sim] [--branch-sim] [--log-tree NAME=SRC ...] [--parallel 2]
+        [--collect all|observe]
     python benchmarks/instructions.py --smoke
 
 Writes benchmarks/results/instructions.{json,md} (`--name`: another name).
@@ -80,6 +92,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+import cachesim
 from harness import Output, add_output_options, free_port, need_tool, stamp, wait_port
 
 T = TypeVar("T")
@@ -102,9 +115,12 @@ NO_LOG_TIMERS = {"flush_seconds": 1e9, "prune_seconds": 1e9}
 START_SECONDS = 600  # a server's start-up under valgrind (uninstrumented, still ~5x slower)
 
 
-def callgrind(out: Path, *, at_start: bool = True) -> list[str]:
+def callgrind(out: Path, *, at_start: bool = True, sim: tuple[str, ...] = ()) -> list[str]:
+    """valgrind's command line; `sim`: callgrind's simulations too (`cache`, `branch`)."""
+    caches = cachesim.CACHES if "cache" in sim else ()
     return [need_tool("valgrind"), "--tool=callgrind", f"--callgrind-out-file={out}",
-            f"--instr-atstart={'yes' if at_start else 'no'}"]  # fmt: skip
+            f"--instr-atstart={'yes' if at_start else 'no'}",
+            *(f"--{s}-sim=yes" for s in sim), *caches]  # fmt: skip
 
 
 def instructions(out: Path) -> int:
@@ -170,6 +186,10 @@ def child(args: argparse.Namespace, **more: Any) -> None:
         no_log_timers()
         if getattr(args, "log_timer", 0):  # otel_instructions.py's arguments have none
             timer_every(args.log_timer)
+        if getattr(args, "marks", None):
+            from log_breakdown import collect_in_observe
+
+            collect_in_observe(Path(args.marks))
         values["request_log"] = {"enabled": True,
                                  "store": {"sqlite_path": args.request_log,
                                            "timeout_seconds": 600}}  # fmt: skip
@@ -287,22 +307,32 @@ class _CountFromHere(contextlib.AbstractContextManager[None]):
 
 
 def counted_child(folder: Path, name: str, *, requests: int, warmup: int, way: str, kind: str,
-                  log: bool) -> dict[str, int]:  # fmt: skip
-    """The run's instructions and GIL releases (`gil_releases`). `kind`: whole or stream, with
-    `@K` (`whole@100`) the log's timer fired every K records (`timer_every`)."""
+                  log: bool, sim: tuple[str, ...] = (), tree: Path | None = None,
+                  marks: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """The run's instructions and GIL releases (`gil_releases`), with `sim` every event
+    (`events`). `kind`: whole or stream, with `@K` (`whole@100`) the log's timer fired every
+    K records (`timer_every`); `tree`: another tree's src/ (`--log-baseline`)."""
     out = folder / f"{name}.callgrind"
     kind, _, every = kind.partition("@")
-    argv = [*callgrind(out, at_start=False), sys.executable, str(Path(__file__).resolve()),
+    collect = ["--collect-atstart=no"] if marks else []
+    argv = [*callgrind(out, at_start=False, sim=sim), *collect, sys.executable,
+            str(Path(__file__).resolve()),
             "--child", "--way", way, "--kind", kind, "--requests", str(requests),
             "--warmup", str(warmup)]  # fmt: skip
     if log:
         argv += ["--request-log", str(folder / f"{name}.sqlite3")]
         argv += ["--log-timer", every] if every else []
-    done = subprocess.run(argv, env=environment(), check=True, capture_output=True, text=True)
+        argv += ["--marks", str(marks)] if marks else []
+    env = {**environment(), **({"PYTHONPATH": str(tree)} if tree else {})}
+    done = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
     if log and int(done.stdout.split()[-1]) != warmup + requests:
         raise RuntimeError(f"{name}: the log holds {done.stdout.split()[-1]} records, not "
                            f"{warmup + requests}: it did not write them all")  # fmt: skip
-    return {"instructions": instructions(out), **gil_releases(out)}
+    found: dict[str, Any] = {"instructions": instructions(out), **gil_releases(out)}
+    if sim:
+        found["events"] = cachesim.events(out)
+        found["functions"] = cachesim.by_function(out)
+    return found
 
 
 def per_request(counts: Mapping[str, int], name: str, requests: int) -> float:
@@ -318,26 +348,56 @@ def counted_all(runs: Mapping[str, Callable[[], T]], parallel: int) -> dict[str,
 
 
 def log_ab(folder: Path, requests: int, warmup: int, which: tuple[tuple[str, str], ...],
-           parallel: int) -> list[dict[str, Any]]:  # fmt: skip
+           parallel: int, *, sim: tuple[str, ...] = (),
+           trees: Mapping[str, Path] | None = None,
+           marks: Path | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Each row's off and on sides (and one a tree of `trees`, the log on in that tree's src/,
+    by its name), with `sim` each side's events a request and the log's split by category."""
+    trees = trees or {}
+    sides = ("off", "on", *trees)
     rows = []
     for way, kind in which:
         runs = {
             f"{side}-{n}": functools.partial(
                 counted_child, folder, f"log-{way}-{kind.replace('@', '-t')}-{side}-{n}",
-                requests=n, warmup=warmup, way=way, kind=kind, log=side == "on")
-            for side in ("off", "on") for n in (requests, 2 * requests)
+                requests=n, warmup=warmup, way=way, kind=kind, log=side != "off", sim=sim,
+                tree=trees.get(side), marks=marks)
+            for side in sides for n in (requests, 2 * requests)
         }  # fmt: skip
         counts = counted_all(runs, parallel)
         row: dict[str, Any] = {"way": way, "kind": kind}
         for field, prefix in (("instructions", ""), ("gil_releases", "gil_"),
                               ("gil_releases_sqlite3", "gil_sqlite3_")):  # fmt: skip
             of = {name: found[field] for name, found in counts.items()}
-            row.update((f"{prefix}{side}", per_request(of, side, requests))
-                       for side in ("off", "on"))  # fmt: skip
-        row["ratio"] = row["on"] / row["off"]
+            row.update((f"{prefix}{side}", per_request(of, side, requests)) for side in sides)
+        row["ratio"] = row["on"] / row["off"] if row["off"] else float("nan")
+        row.update((f"{side}_ratio", row[side] / (row["off"] or float("nan"))) for side in trees)
+        if sim:
+            row.update(cache_split(counts, sides, requests))
         rows.append(row)
-        print(json.dumps(rows[-1]), flush=True)
+        print(json.dumps({k: v for k, v in row.items() if not k.startswith("split")}), flush=True)
     return rows
+
+
+def cache_split(counts: Mapping[str, Any], sides: tuple[str, ...],
+                requests: int) -> dict[str, Any]:  # fmt: skip
+    """Each side's events a request (`events_<side>`, `CEst` among them), and each logging
+    side's less off's by category (`split_<side>`) and by function (`split_fn_<side>`, the 40
+    largest in estimated cycles either way)."""
+    found: dict[str, Any] = {}
+    split: dict[str, tuple[dict[str, dict[str, float]], ...]] = {}
+    for side in sides:
+        big, small = counts[f"{side}-{2 * requests}"], counts[f"{side}-{requests}"]
+        each = {e: (big["events"][e] - small["events"][e]) / requests for e in big["events"]}
+        found[f"events_{side}"] = {**each, "CEst": cachesim.cest(each)}
+        split[side] = tuple(cachesim.per_request(big["functions"], small["functions"], requests,
+                                                 key=key)
+                            for key in (cachesim.category, cachesim.function))  # fmt: skip
+    for side in sides[1:]:
+        found[f"split_{side}"] = cachesim.minus(split[side][0], split["off"][0])
+        by_fn = cachesim.minus(split[side][1], split["off"][1])
+        found[f"split_fn_{side}"] = {k: by_fn[k] for k in cachesim.top(by_fn, "CEst", 40)}
+    return found
 
 
 # ---- 2. levergate against the bare relay, over HTTP --------------------------------------------
@@ -487,8 +547,13 @@ def markdown(data: dict[str, Any]) -> str:
         for run in data.get("merged") or []
     ]  # fmt: skip
     before = data.get("before") or {}
+    if data.get("collect") == "observe":
+        lines.append("Counted inside `LogWriter.observe` only (`--collect observe`; off: none, "
+                     "on: the request path's share of the log, and the toggles' ctypes calls, "
+                     "two GIL releases a request).")  # fmt: skip
     if data["log"]:
         lines += log_table(data["log"], before.get("log") or [], before.get("name"))
+        lines += cachesim.markdown(data["log"], ("off", "on", *data.get("log_trees", ())))
     if data["relay"]:
         lines += relay_table(data["relay"], before.get("relay") or {}, before.get("name"))
     return "\n".join(lines) + "\n"
@@ -627,6 +692,16 @@ def arguments() -> argparse.Namespace:
                         help="one part, or none (only --merge's runs, put together)")  # fmt: skip
     parser.add_argument("--log-rows", default=",".join(f"{w}:{k}" for w, k in LOG_ROWS),
                         help="the log A/B's rows, way:kind, comma-separated")  # fmt: skip
+    parser.add_argument("--parallel", type=int, default=2, help="counted runs at a time")
+    parser.add_argument(
+        "--cache-sim",
+        action="store_true",
+        help="the log A/B with callgrind's cache simulation (cachesim.py)",
+    )
+    parser.add_argument("--branch-sim", action="store_true", help="and its branch simulation")
+    parser.add_argument("--log-tree", action="append", default=[], metavar="NAME=SRC",
+                        help="another tree's src/: a side of the log A/B, its log on (again: "
+                        "another side)")  # fmt: skip
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of idle measured")
     parser.add_argument("--relay-kinds", default="whole",
                         help="the relay A/B's answers, comma-separated: whole, stream, "
@@ -643,6 +718,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--kind", choices=KINDS, default="whole", help=argparse.SUPPRESS)
     parser.add_argument("--request-log", help=argparse.SUPPRESS)
     parser.add_argument("--log-timer", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--marks", help=argparse.SUPPRESS)
+    parser.add_argument("--collect", choices=("all", "observe"), default="all",
+                        help="the log A/B counts all, or only inside `observe`")  # fmt: skip
     parser.add_argument(
         "--before",
         type=Path,
@@ -666,15 +744,24 @@ def main() -> None:
     out = Output.of(args)
     which = tuple((way, kind) for way, kind in (r.split(":", 1) for r in args.log_rows.split(",")))
     connections = tuple(int(c) for c in args.connections.split(","))
-    parallel = 2
-    if args.smoke:  # every run of an A/B at once (four), one row each
+    parallel = args.parallel
+    sim = (*(("cache",) if args.cache_sim else ()), *(("branch",) if args.branch_sim else ()))
+    trees = {n: Path(p) for n, p in (t.split("=", 1) for t in args.log_tree)}
+    if args.smoke:  # every run of an A/B at once (four), one row each, the caches simulated
         args.requests, args.warmup, args.idle, connections = 3, 2, 0.0, (1,)
+        sim = sim or ("cache",)
         which, parallel = (("inprocess", "whole"),), 4
     with tempfile.TemporaryDirectory(prefix="levergate-instructions-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
+        marks = None
+        if args.collect == "observe":
+            from log_breakdown import marks_library
+
+            marks = marks_library(folder)
         log = ([] if args.only in {"relay", "none"} else
-               log_ab(folder, args.requests, args.warmup, which, parallel))  # fmt: skip
+               log_ab(folder, args.requests, args.warmup, which, parallel, sim=sim,
+                      trees=trees, marks=marks))  # fmt: skip
         relay = ({} if args.only in {"log", "none"} else
                  relay_ab(folder, args.requests, args.warmup, connections=connections,
                           kinds=tuple(args.relay_kinds.split(",")),
@@ -685,7 +772,9 @@ def main() -> None:
         args.requests = args.warmup = None
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     data: dict[str, Any] = {**stamp(), "requests": args.requests, "warmup": args.warmup,
-                            "log": log, "relay": relay, "load_average": load}  # fmt: skip
+                            "log": log, "relay": relay, "load_average": load,
+                            "log_trees": [t.split("=", 1)[0] for t in args.log_tree],
+                            "collect": args.collect}  # fmt: skip
     runs = [json.loads(path.read_text()) for path in args.merge]
     for other in runs:
         data["log"] += other["log"]

@@ -69,6 +69,7 @@ MARKS_C = """
 void lg_on(void) { CALLGRIND_START_INSTRUMENTATION; }
 void lg_zero(void) { CALLGRIND_ZERO_STATS; }
 void lg_dump(const char *label) { CALLGRIND_DUMP_STATS_AT(label); }
+void lg_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
 """
 # Functions whose inclusive instructions split the store's statement (callgrind_annotate).
 STORE_FUNCTIONS = ("_pysqlite_query_execute", "bind_param", "sqlite3_step", "sqlite3VdbeExec",
@@ -98,6 +99,25 @@ class Marks:
         self._lib.lg_zero()
         yield
         self._lib.lg_dump(label.encode())
+
+
+def collect_in_observe(lib: Path) -> None:
+    """Callgrind collects inside `LogWriter.observe` only (instructions.py `--collect observe`:
+    the run starts with collection off): the caches are simulated all along, so its misses are
+    those of the request path as it runs, not of a loop over kept records (the parts here)."""
+    from levergate.requestlog import writer
+
+    toggle = ctypes.CDLL(str(lib)).lg_toggle
+    observe = writer.LogWriter.observe
+
+    def collected(self: Any, record: Any, call: Any, about: Any) -> None:
+        toggle()
+        try:
+            observe(self, record, call, about)
+        finally:
+            toggle()
+
+    writer.LogWriter.observe = collected  # type: ignore[method-assign]
 
 
 # ---- the counted process -----------------------------------------------------------------------

@@ -40,6 +40,7 @@ HELPERS = {
     "inprocess_cpu.py": "run by anthropic_inbound.py and log_ab.py, imported by ledger_ab.py; its "
     "`served` harness by otel_ab.py, otel_where.py and log_breakdown.py",
     "analyze_workloads.py": "imported by analyze_accuracy.py",
+    "cachesim.py": "imported by instructions.py (its --cache-sim, which its smoke runs)",
 }
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name not in HELPERS)
 
