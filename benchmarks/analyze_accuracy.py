@@ -96,9 +96,10 @@ SEED = 25
 DAY = 86400.0
 GOAL = 0.10
 SCALE = 0.1  # the traces' arrival times, compressed
+SETTLE = 1.0  # seconds at most for the last records after the last answer
 CLAUDE = "claude-sonnet-4-5"
 MACHINES = 16  # the simulator's cache machines in the prompt_cache_key run
-TURNAROUND = 30.0  # seconds the simulator's provider batch takes (2 with --smoke)
+TURNAROUND = 30.0  # seconds the simulator's provider batch takes (0.5 with --smoke)
 LEVERS = ("exact", "affinity", "prompt_cache_key", "breakpoints", "defer", "semantic", "route",
           "trim")  # fmt: skip
 
@@ -186,12 +187,28 @@ def defer_requests(count: int) -> list[Req]:
     return [Req(0.0, orjson.loads(line)["instruction"], 200) for line in lines]
 
 
-def sim_settings(**over: Any) -> SimSettings:
+LATENCY = {"ttft_ms": 50.0, "prefill_ms_per_token": 0.1, "tokens_per_second": 400.0,
+           "jitter": 0.1, "per_request": True}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How fast the live runs go: the traces' arrival times compressed `scale` times, and the
+    simulator's latency (a fast provider, yet slow enough for the latency model to fit)."""
+
+    scale: float = SCALE
+    latency: tuple[tuple[str, Any], ...] = tuple(LATENCY.items())
+
+
+# A smoke run's: its few requests ten times closer, and answers ten times quicker.
+SMOKE_PACE = Pace(scale=SCALE / 10, latency=tuple({
+    **LATENCY, "ttft_ms": 5.0, "prefill_ms_per_token": 0.01, "tokens_per_second": 4000.0,
+}.items()))  # fmt: skip
+
+
+def sim_settings(pace: Pace = Pace(), **over: Any) -> SimSettings:
     return SimSettings.model_validate({
-        "port": 0, "seed": SEED,
-        "latency": {"ttft_ms": 50.0, "prefill_ms_per_token": 0.1, "tokens_per_second": 400.0,
-                    "jitter": 0.1, "per_request": True},
-        **over,
+        "port": 0, "seed": SEED, "latency": dict(pace.latency), **over,
     })  # fmt: skip
 
 
@@ -293,6 +310,7 @@ async def live(
     batch: bool = False,
     sim: dict[str, Any] | None = None,
     bodies: bool = False,
+    pace: Pace = Pace(),
 ) -> tuple[list[RequestRecord], float | None]:
     """One run: the records and, for a batch, its wall time; the request log written to
     `db` (`bodies`: with the request bodies)."""
@@ -300,12 +318,12 @@ async def live(
     log = LogRows(clock, bodies=bodies)
     wall = None
     async with (
-        run_simulator(sim_settings(**(sim or {})), clock=clock) as handle,
+        run_simulator(sim_settings(pace, **(sim or {})), clock=clock) as handle,
         build_gateway(build(handle.base_url), deps=Deps(clock=clock, sinks=[records])) as gw,
     ):
         gw.recorder.observe(log)
         start = clock.now() + 0.1
-        timed = [replace(r, at=start + r.at * SCALE) for r in reqs]
+        timed = [replace(r, at=start + r.at * pace.scale) for r in reqs]
         http = httpx.AsyncClient(transport=GatewayTransport(gw), timeout=DAY)
         async with openai.AsyncOpenAI(base_url="http://levergate/v1", api_key="x",
                                       http_client=http, max_retries=0,  # type: ignore[arg-type]
@@ -314,7 +332,10 @@ async def live(
                 wall = await run_batch(sdk, reqs)
             else:
                 await asyncio.gather(*(send(sdk, r) for r in timed))
-        await asyncio.sleep(1.0)  # the last records
+        for _ in range(round(SETTLE / 0.02)):  # the last records: one a request
+            if len(records.seen) >= len(reqs) and len(log.rows) >= len(reqs):
+                break
+            await asyncio.sleep(0.02)
     store = SqliteLog(str(db), timeout_seconds=30)
     store.write(log.rows)
     store.close()
@@ -368,7 +389,8 @@ class Lever:
     bodies: bool = False  # the baseline's log keeps the request bodies (the levers needing them)
 
 
-def lever_run(lever: Lever, count: int, folder: Path, rounds: int = 1) -> dict[str, Any]:
+def lever_run(lever: Lever, count: int, folder: Path, rounds: int = 1, *,
+              pace: Pace = Pace()) -> dict[str, Any]:  # fmt: skip
     """Baseline, analysis, live: the comparison for one lever. The live runs alternate off and
     on `rounds` times: spend and the analysis from the first pair, the latency change the
     median of the pairs' (the machine is shared: one pair's latency moves with its load)."""
@@ -386,8 +408,8 @@ def lever_run(lever: Lever, count: int, folder: Path, rounds: int = 1) -> dict[s
         loads.append(os.getloadavg()[0])
         return asyncio.run(live(lambda url: build(url, on=on), reqs,
                                 folder / f"{name}-{'on' if on else 'off'}-{n}.db",
-                                batch=lever.batch, sim=sim,
-                                bodies=lever.bodies and not on))  # fmt: skip
+                                batch=lever.batch, sim=sim, bodies=lever.bodies and not on,
+                                pace=pace))  # fmt: skip
 
     pairs = [(run(on=False, n=n), run(on=True, n=n)) for n in range(rounds)]
     (off, _), (on, _) = pairs[0]
@@ -395,7 +417,7 @@ def lever_run(lever: Lever, count: int, folder: Path, rounds: int = 1) -> dict[s
     url = "http://127.0.0.1:1/v1"
     result = analyse(given, baseline=plan_of(build(url, on=False)),
                      candidate=plan_of(build(url, on=True)),
-                     provider=sim_settings(**sim).prompt_cache)  # fmt: skip
+                     provider=sim_settings(pace, **sim).prompt_cache)  # fmt: skip
     row = next(r for r in result["levers"] if r["lever"] == name)
     if not row["evaluable"]:
         raise RuntimeError(f"{name}: not evaluable: {row['reason']}")
@@ -441,14 +463,13 @@ def _measured(records: Sequence[RequestRecord]) -> dict[str, Any]:
     }
 
 
-def report(
-    runs: Sequence[dict[str, Any]], when: dict[str, str], wall: float, turnaround: float
-) -> str:
+def report(runs: Sequence[dict[str, Any]], when: dict[str, str], wall: float, turnaround: float,
+           scale: float) -> str:  # fmt: skip
     lines = [
         "# `levergate analyze`: predicted against measured (issue 25 §3)",
         "",
         (f"{when['date']}, {when['machine']} ({wall:.0f} s of wall time). Each "
-         f"lever: the workload (arrivals compressed x{SCALE:g}) through the gateway with the "
+         f"lever: the workload (arrivals compressed x{scale:g}) through the gateway with the "
          "lever off (the request log written, bodies off but for the semantic cache, routing "
          "and trimming), `analyze` with it on, then live "
          "with it on. Spend is the gateway's ledger; the goal is within 10%."),
@@ -563,13 +584,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 trained.append(workloads.router_file(Path(folder), rows=rows))
             return trained[0]
 
-        levers = lever_runs(turnaround := 2.0 if args.smoke else TURNAROUND, router)
+        levers = lever_runs(turnaround := 0.5 if args.smoke else TURNAROUND, router)
+        pace = SMOKE_PACE if args.smoke else Pace()
         runs = [lever_run(levers[name], 12 if args.smoke and levers[name].bodies else count,
-                          Path(folder), 1 if args.smoke else args.rounds)
+                          Path(folder), 1 if args.smoke else args.rounds, pace=pace)
                 for name in args.levers.split(",")]  # fmt: skip
     wall = time.monotonic() - started
     out.write("analyze_accuracy", {**when, "runs": runs, "goal": GOAL},
-              report(runs, when, wall, turnaround))  # fmt: skip
+              report(runs, when, wall, turnaround, pace.scale))  # fmt: skip
 
 
 if __name__ == "__main__":

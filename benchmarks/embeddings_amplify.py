@@ -40,6 +40,7 @@ LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 SLOW_CLIENTS = 4
 READ_BYTES, READ_PAUSE = 64 * 1024, 0.02  # ~3 MB/s per slow client
 HOLD_SECONDS = 2.0  # then it hangs up and asks again
+INPUTS = 2048  # per embeddings request (a smoke run's: 128, a 4 MB answer)
 
 
 def memory(pid: int) -> dict[str, int]:
@@ -103,7 +104,7 @@ async def phase(port: int, seconds: float, payload: bytes | None) -> dict[str, A
             "slow_clients": dict(seen)}  # fmt: skip
 
 
-def run(seconds: float, tmp: Path) -> dict[str, Any]:
+def run(seconds: float, tmp: Path, *, inputs: int = INPUTS) -> dict[str, Any]:
     sim_port, port = free_port(), free_port()
     sim = subprocess.Popen([*LEVERGATE, "sim", "--port", str(sim_port)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -118,9 +119,9 @@ def run(seconds: float, tmp: Path) -> dict[str, Any]:
     try:
         wait_port(sim_port, proc=sim)
         wait_port(port, proc=gateway)
-        copies = orjson.dumps({"model": "text-embedding-3-small", "input": ["a"] * 2048})
+        copies = orjson.dumps({"model": "text-embedding-3-small", "input": ["a"] * inputs})
         distinct = orjson.dumps({"model": "text-embedding-3-small",
-                                 "input": [f"a{i}" for i in range(2048)]})  # fmt: skip
+                                 "input": [f"a{i}" for i in range(inputs)]})  # fmt: skip
         result: dict[str, Any] = {"request_bytes": {"copies": len(copies),
                                                     "distinct": len(distinct)}}  # fmt: skip
         # The distinct inputs in the cache first: the phase measures answering, not the upstream.
@@ -148,9 +149,11 @@ def main() -> None:
     add_output_options(parser)
     args = parser.parse_args()
     out = Output.of(args)
+    inputs = INPUTS
     if args.smoke:
-        args.seconds = 1.0
-    result = {**stamp(), **run(args.seconds, Path(tempfile.mkdtemp()))}
+        args.seconds, inputs = 1.0, 128
+    result = {**stamp(), "inputs": inputs, **run(args.seconds, Path(tempfile.mkdtemp()),
+                                                  inputs=inputs)}  # fmt: skip
     rows = [
         f"| {name} | {r['chat_requests']} | {r['chat_p50_ms']} | {r['chat_p99_ms']} | "
         f"{r.get('p50_vs_solo', 1.0)}x / {r.get('p99_vs_solo', 1.0)}x | "
@@ -161,7 +164,7 @@ def main() -> None:
         f"# Embeddings amplification ({result['date']}, {result['machine']})",
         "",
         (
-            f"A chat client's latency while {SLOW_CLIENTS} clients ask for 2,048-input "
+            f"A chat client's latency while {SLOW_CLIENTS} clients ask for {inputs:,}-input "
             f"embeddings answers, each read at ~3 MB/s for {HOLD_SECONDS:g} s before asking "
             f"again ({args.seconds:g} s a phase; "
             f"requests of {result['request_bytes']['copies']} bytes of copies of 'a' and "

@@ -31,6 +31,7 @@ from levergate.simulator import SimSettings, run_simulator
 CHAT = b'{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}'
 REQUEST = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
            b"content-length: %d\r\nconnection: close\r\n\r\n%s") % (len(CHAT), CHAT)  # fmt: skip
+FILL_SECONDS = 5.0  # the flood alone first: its sockets open before the normal client starts
 OFF = {"max_connections_per_peer": 0, "shed_idle_after_seconds": 1e9}
 
 
@@ -78,7 +79,8 @@ async def normal(port: int, start_at: float, stop_at: float) -> tuple[int, int]:
 
 
 async def one_run(sim_url: str, *, server: dict[str, Any], idle: int, seconds: float,
-                  tmp: Path) -> dict[str, Any]:  # fmt: skip
+                  tmp: Path, fill: float) -> dict[str, Any]:  # fmt: skip
+    """The flood alone for `fill` seconds, then the normal client beside it for `seconds`."""
     port = free_port()
     config = tmp / f"gw-{port}.yaml"
     config.write_text(yaml.safe_dump({"server": {"port": port, **server}}))
@@ -92,8 +94,8 @@ async def one_run(sim_url: str, *, server: dict[str, Any], idle: int, seconds: f
         wait_port(port, proc=proc)
         now = time.monotonic()
         opened = [0]
-        flood = asyncio.create_task(hostile(port, idle, now + seconds + 5, opened))
-        good, sent = await normal(port, now + 5, now + 5 + seconds)  # after the flood's fill
+        flood = asyncio.create_task(hostile(port, idle, now + fill + seconds, opened))
+        good, sent = await normal(port, now + fill, now + fill + seconds)
         await flood
     finally:
         stop(proc)
@@ -101,14 +103,15 @@ async def one_run(sim_url: str, *, server: dict[str, Any], idle: int, seconds: f
             "hostile_opens": opened[0]}  # fmt: skip
 
 
-async def main(idle: int, cap: int, seconds: float, out: Output) -> None:
+async def main(idle: int, cap: int, seconds: float, out: Output, *, fill: float) -> None:
     async with run_simulator(SimSettings(port=0)) as sim:
         with tempfile.TemporaryDirectory() as tmp_dir:
             tmp = Path(tmp_dir)
             base = {"max_connections": cap}
             off = await one_run(sim.base_url, server={**base, **OFF}, idle=idle,
-                                seconds=seconds, tmp=tmp)  # fmt: skip
-            on = await one_run(sim.base_url, server=base, idle=idle, seconds=seconds, tmp=tmp)
+                                seconds=seconds, tmp=tmp, fill=fill)  # fmt: skip
+            on = await one_run(sim.base_url, server=base, idle=idle, seconds=seconds, tmp=tmp,
+                               fill=fill)  # fmt: skip
     result = {**stamp(), "idle_sockets": idle, "max_connections": cap, "seconds": seconds,
               "limits_off": off, "limits_on": on}  # fmt: skip
     rows = "\n".join(
@@ -133,6 +136,7 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=20.0)
     add_output_options(parser)
     args = parser.parse_args()
-    if args.smoke:
-        args.idle, args.cap, args.seconds = 64, 48, 1.0
-    asyncio.run(main(args.idle, args.cap, args.seconds, Output.of(args)))
+    fill = FILL_SECONDS
+    if args.smoke:  # 64 sockets open in well under a second
+        args.idle, args.cap, args.seconds, fill = 64, 48, 1.0, 1.0
+    asyncio.run(main(args.idle, args.cap, args.seconds, Output.of(args), fill=fill))

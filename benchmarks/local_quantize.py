@@ -31,7 +31,17 @@ from typing import Any
 
 import numpy as np
 from harness import Output, add_output_options
-from local_common import END_TOKENS, chat, complete, environment, median, stop, timed, write
+from local_common import (
+    END_TOKENS,
+    SMOKE_THREADS,
+    chat,
+    complete,
+    environment,
+    median,
+    stop,
+    timed,
+    write,
+)
 
 from levergate.config import (
     LocalEmbeddingsSettings,
@@ -82,19 +92,22 @@ class Size:
     prompts: int = len(PROMPTS)
     answer_tokens: int = 48
     ppl_tokens: int = 4096
+    threads: int = 2
 
 
 SMALL = Size(prefill=300, decode=48, prompts=8, answer_tokens=24, ppl_tokens=512)
-SMOKE = Size(prefill=32, decode=4, prompts=2, answer_tokens=4, ppl_tokens=64)
-SMOKE_LEVELS: list[Quantization] = ["off", "q8_0"]
+SMOKE = Size(prefill=32, decode=4, prompts=2, answer_tokens=4, ppl_tokens=64, threads=SMOKE_THREADS)
+# A smoke run builds one level, the smallest (the quickest to write and to load), beside the
+# source as it is: the quantizer's path and the comparison's, end to end.
+SMOKE_LEVELS: list[Quantization] = ["off", "q4_0"]
 
 
-def settings(level: Quantization, cache_dir: str) -> LocalUpstreamSettings:
+def settings(level: Quantization, cache_dir: str, *, threads: int) -> LocalUpstreamSettings:
     return LocalUpstreamSettings(
         requantize=level,
         cache_dir=cache_dir,
-        threads=2,
-        threads_batch=2,
+        threads=threads,
+        threads_batch=threads,
         slots=4,
         n_ctx=4096,
         prefix_cache=PrefixCacheSettings(ram_bytes=0),
@@ -139,7 +152,7 @@ async def measure(
 ) -> dict[str, Any]:
     """One level, in this (fresh) process: its speeds, and with `quality` its answers and
     perplexity (deterministic, so measured in the first round only)."""
-    chosen = settings(level, cache_dir)
+    chosen = settings(level, cache_dir, threads=size.threads)
     path = model_file(chosen)
     before = rss_bytes()
     endpoint = LocalEndpoint(chosen)
@@ -217,7 +230,7 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         "# Quantization levels of SmolLM2-135M-Instruct on this CPU", "",
         (f"{data['rounds']} rounds, each level in a fresh process, order rotated per round; "
-         "2 threads. Speeds are medians; perplexity is over the first "
+         f"{data['size']['threads']} threads. Speeds are medians; perplexity is over the first "
          f"{data['size']['ppl_tokens']} tokens of PEP 257 (public domain, benchmarks/data/); "
          "agreement is the shadow comparison (policies/shadow.py) of greedy answers to "
          f"{data['size']['prompts']} fixed prompts with the reference's (`off`: the bundled "
@@ -261,7 +274,8 @@ def main() -> None:
         cache_dir = args.cache_dir or scratch
         for level in levels:  # build each level once, before anything is timed
             one_build = [sys.executable, "-m", "levergate.cli.main", "local", "quantize",
-                         "--cache-dir", cache_dir, "--level", level]  # fmt: skip
+                         "--cache-dir", cache_dir, "--level", level,
+                         *(["--threads", str(SMOKE_THREADS)] if args.smoke else [])]  # fmt: skip
             if level != "off":
                 subprocess.run(one_build, capture_output=True, check=False)
         data = {**environment(), "rounds": rounds,

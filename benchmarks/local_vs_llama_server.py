@@ -36,13 +36,16 @@ from typing import Any
 
 import aiohttp
 from harness import Output, add_output_options, free_port, stop, wait_http
-from local_common import environment, median, write
+from local_common import SMOKE_THREADS, environment, median, write
 from local_prefix import system_prompt
 
 from levergate.config import LocalUpstreamSettings
 from levergate.upstreams.local.model import model_file
 
 THREADS, SLOTS, N_CTX = 2, 16, 8192
+# A smoke run's levergate engine: the stand-in server's shape (one thread, see
+# local_common.SMOKE_THREADS; a 2,048-token context), and a few slots.
+SMOKE_SHAPE = (SMOKE_THREADS, 4, 2048)
 
 
 def build_llama_server(build_dir: Path) -> Path:
@@ -87,7 +90,8 @@ def start_python_server(model: Path) -> tuple[subprocess.Popen[bytes], str]:
     which takes minutes to build (the same llama.cpp, behind a Python HTTP layer)."""
     port = free_port()
     args = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host",
-            "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"]  # fmt: skip
+            "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "1",
+            "--n_threads_batch", "1"]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/v1/models", seconds=120)
@@ -95,13 +99,19 @@ def start_python_server(model: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def start_levergate(
-    model: Path, folder: Path, *, in_place: bool | None = None
+    model: Path,
+    folder: Path,
+    *,
+    in_place: bool | None = None,
+    shape: tuple[int, int, int] = (THREADS, SLOTS, N_CTX),
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """levergate with its defaults, or with `prefix_cache.in_place` set when given."""
+    """levergate with its defaults, or with `prefix_cache.in_place` set when given; `shape`:
+    its engine's threads, slots and context."""
     port = free_port()
+    threads, slots, n_ctx = shape
     upstream: dict[str, Any] = {
         "kind": "local", "name": "local", "model_path": str(model), "requantize": "off",
-        "threads": THREADS, "threads_batch": THREADS, "slots": SLOTS, "n_ctx": N_CTX,
+        "threads": threads, "threads_batch": threads, "slots": slots, "n_ctx": n_ctx,
         "embeddings": {"enabled": False},
     }  # fmt: skip
     if in_place is not None:
@@ -226,7 +236,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         try:
             for name, in_place in variants.items():
-                proc, urls[name] = start_levergate(model, Path(folder), in_place=in_place)
+                proc, urls[name] = start_levergate(
+                    model, Path(folder), in_place=in_place,
+                    shape=SMOKE_SHAPE if args.smoke else (THREADS, SLOTS, N_CTX),
+                )  # fmt: skip
                 servers.append(proc)
             if args.smoke and not (args.llama_server or args.build_dir):
                 proc, urls["llama-server"] = start_python_server(model)

@@ -65,9 +65,10 @@ class Scale:
     inputs: int = 2048  # per embeddings request: a 67 MB answer
     words: int = 1_000_000  # per chat body: 6 MB
     idle_seconds: float = 8.0
+    trim_seconds: float = 1.0  # after the signal, before reading memory again
 
 
-SMOKE = Scale(inputs=128, words=50_000, idle_seconds=1.0)
+SMOKE = Scale(inputs=16, words=5_000, idle_seconds=0.5, trim_seconds=0.2)
 
 
 async def burst(port: int, rounds: int, scale: Scale) -> None:
@@ -93,11 +94,9 @@ async def burst(port: int, rounds: int, scale: Scale) -> None:
 VARIANTS = ("no trim", "no trim, arena-2", "trim (default)", "signal")
 
 
-def variant(name: str, rounds: int, tmp: Path, scale: Scale) -> dict[str, Any]:
-    sim_port, port = free_port(), free_port()
-    sim = subprocess.Popen([sys.executable, "-m", "levergate.cli.main", "sim", "--port",
-                            str(sim_port)], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)  # fmt: skip
+def variant(name: str, rounds: int, tmp: Path, scale: Scale, sim_port: int) -> dict[str, Any]:
+    """One variant in a fresh gateway process, in front of the simulator at `sim_port`."""
+    port = free_port()
     config = tmp / "gateway.yaml"
     trim = {} if name == "trim (default)" else {"memory_trim_above_mib": 0}
     config.write_text(yaml.safe_dump({
@@ -112,7 +111,6 @@ def variant(name: str, rounds: int, tmp: Path, scale: Scale) -> dict[str, Any]:
                                env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)  # fmt: skip
     try:
-        wait_port(sim_port, proc=sim)
         wait_port(port, proc=gateway)
         row: dict[str, Any] = {"before": rss(gateway.pid)["VmRSS"]}
         asyncio.run(burst(port, rounds, scale))
@@ -122,11 +120,23 @@ def variant(name: str, rounds: int, tmp: Path, scale: Scale) -> dict[str, Any]:
         row["idle"] = rss(gateway.pid)["VmRSS"]
         if name == "signal":
             gateway.send_signal(signal.SIGUSR1)
-            time.sleep(1)
+            time.sleep(scale.trim_seconds)
             row["after_malloc_trim"] = rss(gateway.pid)["VmRSS"]
         return row
     finally:
         stop(gateway)
+
+
+def variants(rounds: int, tmp: Path, scale: Scale) -> dict[str, dict[str, Any]]:
+    """Every variant, one after another, against one simulator (its memory is not measured)."""
+    sim_port = free_port()
+    sim = subprocess.Popen([sys.executable, "-m", "levergate.cli.main", "sim", "--port",
+                            str(sim_port)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_port(sim_port, proc=sim)
+        return {name: variant(name, rounds, tmp, scale, sim_port) for name in VARIANTS}
+    finally:
         stop(sim)
 
 
@@ -141,7 +151,7 @@ def main() -> None:
     if args.smoke:
         args.rounds, scale = 1, SMOKE
     tmp = Path(tempfile.mkdtemp())
-    rows = {name: variant(name, args.rounds, tmp, scale) for name in VARIANTS}
+    rows = variants(args.rounds, tmp, scale)
     result = {**stamp(), "rounds": args.rounds, "clients": CLIENTS, "inputs": scale.inputs,
               "words": scale.words, "variants": rows}  # fmt: skip
     lines = [

@@ -5,7 +5,8 @@ the simulator's own 429s at 1.02x the limit), a Batch API job with one replica S
 mid-job, and a rolling restart plus a SIGHUP reload of each replica under steady load.
 
     PYTHONPATH=src python benchmarks/replicas.py [--windows 5] [--lines 1000] [--replicas 3]
-    PYTHONPATH=src python benchmarks/replicas.py --smoke     # two replicas, one window, 30 lines
+    PYTHONPATH=src python benchmarks/replicas.py --smoke     # two replicas, 2 s a limit, 30 lines,
+                                                             # one rolling restart
 
 Writes results/replicas.{json,md}. Needs Redis, PostgreSQL and haproxy.
 """
@@ -29,6 +30,9 @@ from levergate.testing import replicas_checks as checks
 from levergate.testing.replicas import deployment
 
 POSTGRES = os.environ.get("LEVERGATE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+# A smoke run's limit phases: 2 s of a 10 s window. The shared limits admit at their rate with a
+# small burst (4 s at 3x it: 42 of 120 admitted), so load at 3x is shed from the first second.
+SMOKE_SECONDS = 2.0
 
 
 @asynccontextmanager
@@ -52,22 +56,27 @@ async def postgres_database(name: str) -> AsyncIterator[str]:
         await admin.close()
 
 
-async def limits(tmp: Path, dsn: str, windows: int, replicas: int) -> list[dict[str, Any]]:
+async def limits(
+    tmp: Path, dsn: str, windows: int, replicas: int, *, seconds: float | None
+) -> list[dict[str, Any]]:
     async with deployment(tmp, dsn, sim_flags=checks.SIM_LIMITS, key_limits=checks.KEY_LIMITS,
                           replicas=replicas) as d:  # fmt: skip
-        phases = await checks.shared_limits(d, windows=windows)
+        phases = await checks.shared_limits(d, windows=windows, seconds=seconds)
     return [{"limit": p.limit, "value": checks.KEY_LIMITS[p.limit],
-             "window_seconds": checks.WINDOW, "windows": windows, "offered": p.load.offered,
+             "window_seconds": checks.WINDOW, "windows": windows,
+             "seconds": seconds or windows * checks.WINDOW, "offered": p.load.offered,
              "admitted": p.load.ok, "shed": p.load.limited,
              "client_failures": len(p.load.failures), "upstream_requests": p.upstream_requests,
              "upstream_429s_at_1_02x": p.upstream_429s} for p in phases]  # fmt: skip
 
 
-async def resilience(tmp: Path, dsn: str, lines: int, replicas: int) -> dict[str, Any]:
+async def resilience(
+    tmp: Path, dsn: str, lines: int, replicas: int, *, restarts: int | None
+) -> dict[str, Any]:
     async with deployment(tmp, dsn, sim_flags=("--ttft-ms", "20", "--tokens-per-second", "200"),
                           replicas=replicas) as d:  # fmt: skip
         record = await checks.batch_with_a_kill(d, lines=lines)
-        load = await checks.rolling_restart(d)
+        load = await checks.rolling_restart(d, restarts=restarts)
     return {"batch": dataclasses.asdict(record) | {"statuses": dict(record.statuses)},
             "rolling_restart": {"requests": load.offered, "ok": load.ok,
                                 "failed": len(load.failures),
@@ -80,13 +89,15 @@ async def main(args: argparse.Namespace, out: Output) -> None:
         (tmp / "a").mkdir()
         (tmp / "b").mkdir()
         async with postgres_database("levergate_bench_replicas") as dsn:
-            shared = await limits(tmp / "a", dsn, args.windows, args.replicas)
+            shared = await limits(tmp / "a", dsn, args.windows, args.replicas,
+                                  seconds=SMOKE_SECONDS if args.smoke else None)  # fmt: skip
         async with postgres_database("levergate_bench_replicas_roll") as dsn:
-            rest = await resilience(tmp / "b", dsn, args.lines, args.replicas)
+            rest = await resilience(tmp / "b", dsn, args.lines, args.replicas,
+                                    restarts=1 if args.smoke else None)  # fmt: skip
     data = {**stamp(), "replicas": args.replicas, "limits": shared, **rest}
     batch, roll = rest["batch"], rest["rolling_restart"]
     rows = [
-        f"| {p['limit']} | {p['value']} / {p['window_seconds']:g} s | {p['windows']} | "
+        f"| {p['limit']} | {p['value']} / {p['window_seconds']:g} s | {p['seconds']:g} s | "
         f"{p['offered']} | {p['admitted']} | {p['shed']} | {p['client_failures']} | "
         f"{p['upstream_requests']} | {p['upstream_429s_at_1_02x']} |"
         for p in shared
@@ -96,7 +107,7 @@ async def main(args: argparse.Namespace, out: Output) -> None:
         ("Each shared limit at 3x its rate, through the balancer. The simulator enforces 1.02x "
         "the limit on its own sliding window: its 429s count windows where the replicas "
         "together let more through."), "",
-        ("| limit | value | windows | offered | admitted | shed | failed | upstream requests "
+        ("| limit | value | load for | offered | admitted | shed | failed | upstream requests "
         "| upstream 429s at 1.02x |"),
         "|---|---|---|---|---|---|---|---|---|", *rows, "",
         (f"Batch of {batch['lines']} lines, one replica SIGKILLed mid-job "

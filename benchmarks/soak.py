@@ -65,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Output.of(args)
     if args.smoke:
-        args.block_seconds, args.rounds = 4.0, 1
+        args.block_seconds, args.rounds = 2.0, 1
     load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     dsn = None if args.sqlite else postgres_database()
     plan = Plan(
@@ -73,7 +73,10 @@ def main() -> None:
         rounds=args.rounds,
         victim_rate=args.rate,
         postgres_dsn=dsn,
-        settle_seconds=1.0 if args.smoke else 4.0,
+        # A smoke run: an attack begun a second before its block, a solo block after at most
+        # a second's wait for the processes to idle.
+        settle_seconds=0.5 if args.smoke else 4.0,
+        **({"warmup_seconds": 1.0, "quiet_seconds": 1.0} if args.smoke else {}),
         only=args.only,
         attacker_cpus=args.attacker_cpus,
     )

@@ -200,6 +200,19 @@ def start_haproxy(stack: AsyncExitStack, workdir: Path, port: int, replicas: lis
     stack.callback(stop)
 
 
+def stop_all(gateways: list[Gateway]) -> None:
+    """SIGTERM to every replica at once, then wait for each: their drains overlap."""
+    for gateway in gateways:
+        if gateway.proc is not None and gateway.proc.poll() is None:
+            gateway.proc.terminate()
+    for gateway in gateways:
+        if gateway.proc is not None:
+            try:
+                gateway.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                gateway.kill()
+
+
 async def purge(space: str) -> None:
     raw = Redis.from_url(REDIS_URL)
     names = [n async for n in raw.scan_iter(match=f"t:*{space}*")]
@@ -218,15 +231,15 @@ async def deployment(
         stack.push_async_callback(purge, space)
         sim_url = await sim_process(stack, workdir, *sim_flags)
         ports = [free_port() for _ in range(replicas)]
-        gateways = []
+        gateways: list[Gateway] = []
+        stack.callback(stop_all, gateways)
         for i, port in enumerate(ports):
             config = replica_config(workdir / f"r{i}.yaml", port=port, sim_url=sim_url, dsn=dsn,
                                     space=space, files=workdir / "files",
                                     key_limits=key_limits)  # fmt: skip
-            gateway = Gateway(config, port, workdir / f"r{i}.log")
-            stack.callback(gateway.stop)
-            await gateway.start()
-            gateways.append(gateway)
+            gateways.append(Gateway(config, port, workdir / f"r{i}.log"))
+        # Started at once: the job store's tables are made under a lock (batch/stores/postgres.py).
+        await asyncio.gather(*(gateway.start() for gateway in gateways))
         lb = free_port()
         start_haproxy(stack, workdir, lb, ports)
         found = Deployment(f"http://127.0.0.1:{lb}/v1", sim_url, gateways, space,

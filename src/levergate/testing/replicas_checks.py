@@ -84,13 +84,16 @@ class Limited:
     upstream_429s: int  # the provider refused: over 1.02x the limit in some window
 
 
-async def shared_limits(d: Deployment, *, windows: int) -> list[Limited]:
-    """Each limit in turn at 3x its rate for `windows` windows, through the balancer."""
+async def shared_limits(
+    d: Deployment, *, windows: int, seconds: float | None = None
+) -> list[Limited]:
+    """Each limit in turn at 3x its rate for `windows` windows, through the balancer; or for
+    `seconds` (at 3x its rate, a limit sheds from the first second)."""
     await d.sim_config({"limits": {"window_seconds": WINDOW}})
     found = []
     for name, (max_tokens, rate) in PHASES.items():
         before = await d.sim_stats()
-        load = await offered_load(d, rate=3 * rate, seconds=windows * WINDOW,
+        load = await offered_load(d, rate=3 * rate, seconds=seconds or windows * WINDOW,
                                   max_tokens=max_tokens)  # fmt: skip
         after = await d.sim_stats()
         found.append(Limited(name, load, generations(after) - generations(before),
@@ -244,9 +247,12 @@ async def finish_as(d: Deployment, batch_id: str) -> tuple[Any, list[Any]]:
     return await finish(d.url, batch_id, key=d.key, seconds=240)
 
 
-async def rolling_restart(d: Deployment, *, clients: int = 6, reload: bool = True) -> Load:
-    """Steady load (half of it streams) through the balancer while each replica in turn is
-    restarted (SIGTERM, drain, start), then each is sent SIGHUP (a reload): what clients saw."""
+async def rolling_restart(
+    d: Deployment, *, clients: int = 6, reload: bool = True, restarts: int | None = None
+) -> Load:
+    """Steady load (half of it streams) through the balancer while each replica in turn (the
+    first `restarts` of them, if given) is restarted (SIGTERM, drain, start), then each is sent
+    SIGHUP (a reload): what clients saw."""
     load = Load()
     stop = asyncio.Event()
 
@@ -272,7 +278,7 @@ async def rolling_restart(d: Deployment, *, clients: int = 6, reload: bool = Tru
 
     tasks = [asyncio.create_task(client_loop(c)) for c in range(clients)]
     try:
-        for index in range(len(d.replicas)):
+        for index in range(len(d.replicas) if restarts is None else restarts):
             await d.restart(index)
         if reload:
             for replica in d.replicas:
