@@ -206,11 +206,7 @@ def stop_all(gateways: list[Gateway]) -> None:
         if gateway.proc is not None and gateway.proc.poll() is None:
             gateway.proc.terminate()
     for gateway in gateways:
-        if gateway.proc is not None:
-            try:
-                gateway.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                gateway.kill()
+        gateway.stop()  # waits for it (the signal again is harmless), kills it after 15 s
 
 
 async def purge(space: str) -> None:
