@@ -108,7 +108,9 @@ def test_every_benchmark_has_a_smoke_mode() -> None:
 
 @pytest.mark.slow
 @pytest.mark.behind  # the smoke runs take their own turns (tests/alone.py)
-@pytest.mark.timeout(300)
+# A test waits for its run, which waits for the runs before it (each at most 240 s) and for any
+# `alone` test that takes its turn meanwhile (the soak: at most 900 s): not 300 s of its own.
+@pytest.mark.timeout(1500)
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_benchmark_runs_in_smoke_mode(script: str, smoke: Smoke) -> None:
     done = smoke.runs[script].result()
