@@ -75,6 +75,23 @@ _LIBC_MALLOC = re.compile(
 _LIBC_MEM = re.compile(r"^__(mem|str)\w*(avx|sse|erms|evex)|^(memcpy|memmove|memset|memcmp)")
 
 
+class Names:
+    """A callgrind file's compressed names (`--compress-strings`): `(12) name` names 12 for its
+    kind (`ob`, `fl`, `fn`), a later `(12)` means it again. Called with a line's text after
+    `ob=` / `fn=` / `cob=` / `cfn=`, it returns the name."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str], str] = {}
+
+    def __call__(self, kind: str, text: str) -> str:
+        found = _NAMED.match(text)
+        if found is None:
+            return text
+        if found.group(2) is not None:
+            self._known[kind, found.group(1)] = found.group(2)
+        return self._known.get((kind, found.group(1)), "?")
+
+
 def events(out: Path) -> dict[str, int]:
     """The run's totals, by event (its `events:` line against its `summary:` / `totals:`)."""
     names: list[str] = []
@@ -101,16 +118,7 @@ def cest(counts: Mapping[str, float]) -> float:
 
 def by_function(out: Path) -> dict[tuple[str, str], dict[str, int]]:
     """Each (object, function)'s exclusive events in one callgrind file."""
-    names: dict[tuple[str, str], str] = {}
-
-    def name(kind: str, text: str) -> str:
-        found = _NAMED.match(text)
-        if found is None:
-            return text
-        if found.group(2) is not None:
-            names[kind, found.group(1)] = found.group(2)
-        return names.get((kind, found.group(1)), "?")
-
+    name = Names()
     kinds: list[str] = []
     found: dict[tuple[str, str], list[int]] = {}
     obj = fn = ""

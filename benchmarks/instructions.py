@@ -125,10 +125,7 @@ def callgrind(out: Path, *, at_start: bool = True, sim: tuple[str, ...] = ()) ->
 
 def instructions(out: Path) -> int:
     """The total instructions of a callgrind output file (its `summary:` or `totals:`)."""
-    found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
-    if found is None:
-        raise RuntimeError(f"{out}: no instruction total")
-    return int(found.group(1))
+    return cachesim.events(out)["Ir"]
 
 
 def gil_releases(out: Path) -> dict[str, int]:
@@ -136,16 +133,7 @@ def gil_releases(out: Path) -> dict[str, int]:
     `Py_BEGIN_ALLOW_THREADS`), in all and by CPython's sqlite3 module (its callers in
     `_sqlite3`'s shared object): where another thread waits for it, each is a hand-over
     through the operating system, and one back when the releasing thread wants it again."""
-    names: dict[tuple[str, str], str] = {}
-
-    def name(kind: str, text: str) -> str:
-        found = re.match(r"\((\d+)\)(?: (.*))?", text)
-        if found is None:
-            return text
-        if found.group(2) is not None:
-            names[kind, found.group(1)] = found.group(2)
-        return names.get((kind, found.group(1)), "?")
-
+    name = cachesim.Names()
     total = sqlite = 0
     obj = callee = ""
     with out.open() as lines:
@@ -278,29 +266,33 @@ async def with_simulator(*, stream: bool, requests: int, warmup: int, **values: 
                     await (await http.post("/chat/completions", json=body)).aread()
 
 
-class _CountFromHere(contextlib.AbstractContextManager[None]):
+def count_from_here() -> None:
     """Switches callgrind's instrumentation on for this process (it runs with
-    `--instr-atstart=no`: start-up and warm-up at ~3x the speed instead of ~50x slower),
-    running Python while `callgrind_control` waits for the process to take its command."""
+    `--instr-atstart=no`: start-up and warm-up at ~3x the speed instead of ~50x slower), the heap
+    built so far frozen first, running Python while `callgrind_control` waits for the process to
+    take its command.
+
+    The heap the start-up and warm-up built is frozen (collected once, then out of every later
+    collection's reach): a full collection traverses the whole heap, ~15M instructions here, and
+    one falls in a counted window or not by when the allocations of that side's requests crossed
+    the threshold, not by the work of the requests (the log on counted 1.111x and 1.116x its off
+    side, 1.082x frozen; the off side moved by 0.1%). Collections of what the counted requests
+    allocate are still counted."""
+    gc.collect()
+    gc.freeze()
+    command = subprocess.Popen(["callgrind_control", "-i", "on", str(os.getpid())],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    while command.poll() is None:
+        time.sleep(0.001)
+    if command.returncode != 0:
+        raise RuntimeError("callgrind_control could not switch the instrumentation on")
+
+
+class _CountFromHere(contextlib.AbstractContextManager[None]):
+    """`count_from_here` as the context the counted requests are served in."""
 
     def __enter__(self) -> None:
-        # The heap the start-up and warm-up built is frozen (collected once, then out of every
-        # later collection's reach): a full collection traverses the whole heap, ~15M
-        # instructions here, and one falls in a counted window or not by when the allocations
-        # of that side's requests crossed the threshold, not by the work of the requests (the
-        # log on counted 1.111x and 1.116x its off side, 1.082x frozen; the off side moved by
-        # 0.1%). Collections of what the counted requests allocate are still counted.
-        gc.collect()
-        gc.freeze()
-        command = subprocess.Popen(
-            ["callgrind_control", "-i", "on", str(os.getpid())],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        while command.poll() is None:
-            time.sleep(0.001)
-        if command.returncode != 0:
-            raise RuntimeError("callgrind_control could not switch the instrumentation on")
+        count_from_here()
 
     def __exit__(self, *exc: object) -> None:
         return None

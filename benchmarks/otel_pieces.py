@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import inspect
 import json
 import os
@@ -49,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import Output, add_output_options, stamp
-from instructions import callgrind, environment, instructions
+from instructions import callgrind, count_from_here, environment, instructions
 from otel_instructions import Receiver
 
 PIECES = ("path", "encode", "export")
@@ -107,9 +106,7 @@ async def _repeat(pieces: list[str], reps: int, kept: list[tuple[Any, Any]], tra
     """Each piece `reps` times over the `kept` records, then `reps` times more, the
     instrumentation on and callgrind's counts dumped after each (module docstring)."""
     once = _pieces(kept, tracer)
-    gc.collect()
-    gc.freeze()
-    _count_from_here()
+    count_from_here()
     for piece in pieces:
         for _ in range(2):  # the warm-up, then the counted repetitions
             for _ in range(reps):
@@ -197,13 +194,6 @@ def _listed(spans: bytes | list[bytes]) -> list[bytes]:
         found.append(spans[at : start + size])
         at = start + size
     return found
-
-
-def _count_from_here() -> None:
-    command = subprocess.Popen(["callgrind_control", "-i", "on", str(os.getpid())],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    while command.poll() is None:
-        time.sleep(0.001)
 
 
 def counted(
