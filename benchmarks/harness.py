@@ -31,13 +31,14 @@ import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DATA_ENV = "LEVERGATE_BENCH_DATA"
 # The exit status of a run that lacks its data or a tool (wrk): not a broken benchmark.
 MISSING = 3
+T = TypeVar("T")
 
 
 def stamp() -> dict[str, str]:
@@ -190,7 +191,7 @@ def cpu_seconds(*pids: int) -> float:
     return total
 
 
-def turned(sides: tuple[str, ...], n: int) -> tuple[str, ...]:
+def turned(sides: tuple[T, ...], n: int) -> tuple[T, ...]:
     """Round `n`'s order of `sides`: turned by one each round, so each side runs in each
     place in turn (a side always first would meet the host's state after a pause alone)."""
     k = n % len(sides)

@@ -38,15 +38,17 @@ async def cpu_per_request(
     requests: int, *, stream: bool, endpoint: str | None, log: str | None
 ) -> float:
     """Microseconds of this process's CPU per request (client + gateway + simulator + export
-    + log)."""
-    from inprocess_cpu import BODY, served
+    + log), steady state: `inprocess_cpu.cpu_per_request`'s window (every request's record
+    written and spans exported in it, what a process pays once outside)."""
+    from inprocess_cpu import BODY, WARMUP, served
 
     make = functools.partial(side_settings, endpoint=endpoint, log=log)
-    async with served(make, {**BODY, "stream": stream}, warmup=min(300, requests)) as one:
+    async with served(make, {**BODY, "stream": stream}, warmup=min(WARMUP, requests)) as one:
         started = time.process_time()
         for _ in range(requests):
             await one()
-    return (time.process_time() - started) / requests * 1e6  # the close's flush included
+        await one.settle()
+        return (time.process_time() - started) / requests * 1e6
 
 
 def side_settings(base_url: str, *, endpoint: str | None, log: str | None) -> Any:

@@ -1,33 +1,38 @@
 """`LogWriter`: finished requests into the log store, in batches, off the request path.
 
 On the request path (`observe`, called by the recorder on the event loop after the answer went
-out: Measure defers the recorder's `finish` to a later turn) a record becomes its complete row
-(requestlog/row.py `row_of`: a flat tuple, its replay features the last value) appended to a
-bounded queue, or, with the queue full, one counter increment: the record is dropped and
-counted (`levergate_request_log_dropped_total{reason="queue_full"}`). Bodies, where enabled,
-are taken by reference and bounded in bytes apart from the count; they alone are left for the
-batch to turn into text. The row is built there, and the queue holds neither the record nor the
-call, so that the request's objects (its context, trace, record, body) die with it: kept for the
-batch, 500 requests' object graphs survived the young generation and were freed together,
-cache-cold, and the in-process benchmark's CPU a request with the log on was 1.169x of off
-against 1.133x with the rows built at once (process CPU, alternating runs, medians; gen-0
-collections 235 -> 165 over 5,300 requests).
+out: Measure defers the recorder's `finish` to a later turn) a record is held with its parsed body
+(`Held`), its time, its deadlines' features (`controls_of`) and its bodies (where enabled) read
+at once; or, with the queue full, one counter increment: the record is dropped and counted
+(`levergate_request_log_dropped_total{reason="queue_full"}`; the held count as queued). Every
+`HELD` records (at most `batch_size`), or sooner once their requests' bytes reach `HELD_BYTES`,
+their rows are built together (`_settle`: requestlog/row.py `row_of`, a flat tuple, its replay
+features the last value) into a bounded queue; the job settles what is held before it writes,
+so its timer and the close write those too. Bodies, where enabled, are taken by reference and
+bounded in bytes apart from the count; they alone are left for the batch to turn into text.
 
-The replay features (requestlog/features.py: what `levergate analyze` needs with bodies off) are
-computed there too, from the parsed body still in hand, the deadlines with them (`controls_of`),
+Why held, and why 32: a record's row and features built alone, between two requests' work, run
+code the request path has evicted from the CPU's caches. Timed in place (`perf_counter` around
+`observe` in `inprocess_cpu.py`'s gateway, 2026-12-05, a quiet AMD EPYC): 7.2 us a record built
+one at a time (its features 4.0 us, its row 1.5 us; the same features take 1.46 us in a `timeit`
+loop), 5.4 us held 16 at a time, 4.0 us 32, 3.9 us 64, 4.1 us 128. Holding them costs the
+collector little (a record and its body live 32 requests at most: 231 -> 239 young collections
+over 8,600 requests, its time unchanged), where the queue holds rows: kept until the batch
+instead (until 2026-12-02), 500 requests' object graphs (the call, its context and trace) survived
+the young generation and were freed together, cache-cold, 1.169x of off against 1.133x with the
+rows built at once. And holding the body parsed, not its bytes: from 2026-12-03 the features
+waited for the batch from the bytes as received, parsed again there (~6k instructions a record),
+1.082x / 1.057x of off (whole / stream) against 1.063x / 1.053x computed at once. In
+`log_ab.py`'s in-process A/B (20 alternating rounds, medians) held 32 at a time the log cost
+1.061x / 1.041x of off against 1.083x / 1.051x built one at a time; a smaller batch (64 or 128,
+rows younger when written) did not help (1.082x / 1.072x).
+
+The replay features (requestlog/features.py: what `levergate analyze` needs with bodies off) use
 the fingerprint's canonical bytes the exact cache's when it computed them for this very body
-(`Trace.canonical`: ~9.5k instructions a record not spent again). From 2026-12-03 they waited for
-the batch instead (the body's bytes as received held, bounded by `bodies.max_queued_bytes`, and
-parsed again there), for warm caches: the same code took 31 us a small prompt one request at a
-time, between other work, against 10 us in the batch (timed in the in-process benchmark). Timed
-again on 2026-12-05 (a quiet AMD EPYC, `log_ab.py` and 6 alternating rounds of records held 8 and
-64 at a time, then computed together): no longer so. Computed as each is queued the log cost
-1.063x / 1.053x of off (whole / stream) against the batch's 1.082x / 1.057x; held 8 at a time
-the same as at once, held 64 ~9 us a request more. Counted, the batch's way cost ~15.5k
-instructions a record more (the work around `row_of` and the features in `observe` and `_rows`,
-17.5k -> 2.0k: the held bytes parsed again ~6k, the `Pending` tuple, the row joined with its
-features, the batch's loop and turns; the parts 72.5k -> 56.9k, callgrind,
-`benchmarks/results/loginline_breakdown.md`).
+(`Trace.canonical`: ~9.5k instructions a record not spent again). Counted, building rows
+in the batch from held bytes cost ~15.5k instructions a record more than at once (the held
+bytes parsed again ~6k, the `Pending` tuple, the row joined with its features, the batch's loop
+and turns; callgrind, `benchmarks/results/loginline_breakdown.md`).
 
 Off the path, a supervised background job (`run`) wakes as soon as a batch is full, and writes the
 full batches queued (the records that arrived before its turn wait for the next); or after
@@ -119,6 +124,14 @@ class Bodies(NamedTuple):
 
 # What the queue holds: a record's complete row, or its row and bodies (`Bodies`).
 Item = tuple[Any, ...]
+# A record held for its row (`LogWriter.observe`): its time, the record, its body, kind and
+# model, its deadlines' features, the exact cache's canonical bytes of its body (None: not
+# computed), its bodies when logged.
+Held = tuple[float, "RequestRecord", Mapping[str, Any], str, str, Mapping[str, Any],
+             bytes | None, Captured | None]  # fmt: skip
+# Records held before their rows are built together (`_settle`; at most `batch_size`), and the
+# request bytes held at most meanwhile (a few large prompts are settled at once).
+HELD, HELD_BYTES = 32, 256 * 1024
 RETRY_FIRST_S, RETRY_CAP_S = 1.0, 30.0
 TURN_SECONDS = 0.0005  # rows built per turn of the event loop: about this long
 # Rows inserted a turn of the loop (`_write_now`): ~7 us a row of SQLite's and sqlite3's work,
@@ -237,6 +250,9 @@ class LogWriter:
         self._m = metrics
         self._bodies = bodies
         self._queue: deque[Item] = deque()
+        self._held: list[Held] = []
+        self._held_bytes = 0
+        self._chunk = min(HELD, settings.batch_size)
         self._max = settings.max_queue
         self._batch = settings.batch_size
         names = settings.bodies.models
@@ -254,51 +270,69 @@ class LogWriter:
         self._retry = RETRY_FIRST_S
         self._failing = False
         self._closed = False
-        metrics.queued.set_function(lambda: len(self._queue))
+        metrics.queued.set_function(lambda: len(self._queue) + len(self._held))
 
     # ---- the request path ---------------------------------------------------------------------
 
     def observe(self, record: RequestRecord, call: Call, seen: Seen) -> None:
-        """Queue `record`'s row, complete (the recorder calls this on the event loop, after the
-        answer went out): its replay features from the parsed body, still in hand."""
-        queue = self._queue
-        if len(queue) >= self._max:
+        """Hold `record` for its row (the recorder calls this on the event loop, after the
+        answer went out): its time, deadlines and bodies read now, its row and replay features
+        built with the others held, `HELD` at a time (`_settle`)."""
+        held = self._held
+        if len(self._queue) + len(held) >= self._max:
             self._m.dropped.labels("queue_full").inc()
             return
         now = self._wall()
         ctx = call.ctx
         body = call.body
-        try:
-            controls = ctx.controls
-            if controls.deadline is None and controls.run_async is None:
-                extra = _NO_CONTROLS  # most requests: no clock read, no call
-            else:
-                total = record.timings.total
-                extra = controls_of(call, now=self._clock.now(), wall=now, total=total)
-            # `replay_of`, inline (every record): the model read as `Call.model` reads it (a
-            # property, a Python frame), the exact cache's canonical bytes when it computed
-            # them for this very body.
-            model = body.get("model")
-            known = ctx.trace.canonical
-            replay = replay_text(
-                body, kind=call.kind, model=model if isinstance(model, str) else "",
-                controls=extra,
-                canonical=known[1] if known is not None and known[0] is body else None,
-            )  # fmt: skip
-            row = row_of(now, record, _NO_BODIES, replay)
-        except Exception:  # a record that cannot be a row is that record's loss alone
-            log.exception("request log: record %s not written", record.request_id)
-            self._m.dropped.labels("invalid").inc()
-            return
+        controls = ctx.controls
+        if controls.deadline is None and controls.run_async is None:
+            extra = _NO_CONTROLS  # most requests: no clock read, no call
+        else:
+            try:
+                extra = controls_of(call, now=self._clock.now(), wall=now,
+                                    total=record.timings.total)  # fmt: skip
+            except Exception:  # a record that cannot be a row is that record's loss alone
+                log.exception("request log: record %s not written", record.request_id)
+                self._m.dropped.labels("invalid").inc()
+                return
+        # `Call.model`, read as it reads it (a property: a Python frame); the exact cache's
+        # canonical bytes when it computed them for this very body.
+        model = body.get("model")
+        known = ctx.trace.canonical
+        captured = None
         if self._body_models and (
             self._all_bodies or record.model in self._body_models
             or record.alias in self._body_models
         ) and record.tenant not in self._private:  # fmt: skip
             captured = self._capture(call, seen)  # inline: every request passes here
-            if captured is not None:
-                row = Bodies(row, captured)
-        queue.append(row)
-        if len(queue) == self._batch:
+        held.append((now, record, body, call.kind, model if isinstance(model, str) else "",
+                     extra, known[1] if known is not None and known[0] is body else None,
+                     captured))  # fmt: skip
+        raw = call.raw
+        self._held_bytes += len(raw) if raw is not None else 0
+        if len(held) >= self._chunk or self._held_bytes >= HELD_BYTES:
+            self._settle()
+
+    def _settle(self) -> None:
+        """The held records' rows, complete, into the queue (`observe`); a record that cannot
+        be a row is dropped and counted (`invalid`)."""
+        queue = self._queue
+        for now, record, body, kind, model, extra, canonical, captured in self._held:
+            try:
+                replay = replay_text(body, kind=kind, model=model, controls=extra,
+                                     canonical=canonical)  # fmt: skip
+                row = row_of(now, record, _NO_BODIES, replay)
+            except Exception:
+                log.exception("request log: record %s not written", record.request_id)
+                self._m.dropped.labels("invalid").inc()
+                if captured is not None:
+                    self._body_bytes -= captured.size
+                continue
+            queue.append(row if captured is None else Bodies(row, captured))
+        self._held.clear()
+        self._held_bytes = 0
+        if len(queue) >= self._batch:
             self._wake.set()
 
     def _bodies_for(self, *names: str | None) -> bool:
@@ -374,6 +408,7 @@ class LogWriter:
         the store's thread as a batch of their own (at concurrency 16, in-process, a batch of
         a few records after every full one: two hand-offs a batch, `log_handoffs.py`). False
         when the store failed (the batch is back in the queue, as much of it as fits)."""
+        self._settle()
         queue = self._queue
         size = self._batch
         todo = sys.maxsize if drain else len(queue) if partial else len(queue) // size * size

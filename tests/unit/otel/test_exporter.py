@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import socket
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -20,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from levergate.config import Settings
 from levergate.core.spans import Internal, Spans, end
-from levergate.otel.exporter import OtelMetrics, SpanExporter
+from levergate.otel.exporter import HELD, OtelMetrics, SpanExporter
 from tests.unit.requestlog.records import record
 
 
@@ -190,25 +191,40 @@ async def test_an_export_the_cancellation_interrupted_is_sent_at_the_close(
     assert metric("exported") == 4
 
 
-async def test_a_traced_request_leaves_nothing_behind_but_its_spans_bytes(
+async def test_a_traced_request_is_held_until_its_chunk_is_encoded_then_let_go(
     receiver: tuple[Receiver, str],
 ) -> None:
-    """The queue holds encoded spans, not the request's objects: a queued record kept its
-    objects alive until the export, for the garbage collector to walk and move into its old
-    generation (the exporter's docstring)."""
+    """A request's record and trace context are held until `HELD` requests' spans are encoded
+    together, then the queue holds only their bytes: a queued record kept its objects alive
+    until the export, for the garbage collector to walk and move into its old generation (the
+    exporter's docstring)."""
     got, endpoint = receiver
     spans, metric = exporter(endpoint)
     found, context = record(1), traced(1)
     held = sys.getrefcount(found), sys.getrefcount(context)
     spans.export(found, context)
+    assert (sys.getrefcount(found), sys.getrefcount(context)) == (held[0] + 1, held[1] + 1)
+    for n in range(2, HELD + 1):  # the chunk fills: every request's spans encoded
+        spans.export(record(n), traced(n))
     assert (sys.getrefcount(found), sys.getrefcount(context)) == held
     internal = Internal("workflow w", 5, 6, None, 1.0, 2.0, {"levergate.workflow": "w"})
     internal_held = sys.getrefcount(internal)
     spans.export_internal([internal], now=3.0)
     assert sys.getrefcount(internal) == internal_held
     await spans.aclose()
-    assert metric("exported") == 3
-    assert sorted(s.name for s in got.spans) == ["attempt sim", "chat fast", "workflow w"]
+    assert metric("exported") == 2 * HELD + 1
+    names = Counter(s.name.split()[0] for s in got.spans)
+    assert names == {"attempt": HELD, "chat": HELD, "workflow": 1}
+
+
+async def test_the_close_exports_the_requests_still_held(receiver: tuple[Receiver, str]) -> None:
+    got, endpoint = receiver
+    spans, metric = exporter(endpoint)
+    for n in range(3):  # fewer than a chunk: held, not encoded yet
+        spans.export(record(n), traced(n))
+    await spans.aclose()
+    assert metric("exported") == 6
+    assert len(got.spans) == 6
 
 
 async def test_spans_that_cannot_be_encoded_are_that_requests_loss_alone(
@@ -216,10 +232,10 @@ async def test_spans_that_cannot_be_encoded_are_that_requests_loss_alone(
 ) -> None:
     got, endpoint = receiver
     spans, metric = exporter(endpoint)
-    spans.export(record(1, request_id=None), traced(1))  # no id to write: refused at export
+    spans.export(record(1, request_id=None), traced(1))  # no id to write: refused encoded
     spans.export(record(2), traced(2))
-    assert metric("invalid") == 1
     await spans.aclose()
+    assert metric("invalid") == 1
     assert metric("exported") == 2
     assert {s.trace_id for s in got.spans} == {(1002).to_bytes(16, "big")}
 

@@ -614,3 +614,47 @@ async def test_rows_the_thread_writes_count_toward_the_checkpoint_too(
     assert await log.flush()  # 11 rows: the checkpoint
     assert in_database_file(path) == 11
     await log.aclose()
+
+
+async def test_records_are_held_and_their_rows_built_together(tmp_path: Path) -> None:
+    """`observe` holds a record (counted queued) until `HELD` are held, then builds their rows
+    together; the flush builds what is still held. Each row is its record's, features and all."""
+    path = tmp_path / "log.db"
+    log, _, metrics = writer(path)
+    calls = [call(f"{n}") for n in range(writer_module.HELD + 3)]
+    for n, c in enumerate(calls[: writer_module.HELD - 1]):
+        log.observe(record(n), c, Seen())
+    assert len(log._queue) == 0
+    assert sample_value(metrics.queued) == writer_module.HELD - 1
+    for n, c in enumerate(calls[writer_module.HELD - 1 :], writer_module.HELD - 1):
+        log.observe(record(n), c, Seen())
+    assert len(log._queue) == writer_module.HELD  # the first chunk's rows; three held
+    assert sample_value(metrics.queued) == len(calls)
+    assert await log.flush()
+    got = replays(path)
+    await log.aclose()
+    assert got == {f"req-{n}": features_of_body(c.body, kind="chat", model="fast")
+                   for n, c in enumerate(calls)}  # fmt: skip
+
+
+async def test_large_requests_are_not_held_past_their_bytes(tmp_path: Path) -> None:
+    """Records are held by count and by their requests' bytes (`HELD_BYTES`): a few large
+    prompts are built at once rather than held 32 at a time."""
+    log, _, _ = writer(tmp_path / "log.db")
+    large = call("x" * (writer_module.HELD_BYTES // 2))
+    log.observe(record(1), large, Seen())
+    assert len(log._queue) == 0
+    log.observe(record(2), large, Seen())  # past HELD_BYTES together
+    assert len(log._queue) == 2
+    assert log._held == []
+    await log.aclose()
+
+
+async def test_a_batch_smaller_than_a_chunk_is_not_held_past_it(tmp_path: Path) -> None:
+    """With `batch_size` under `HELD`, a full batch is built and wakes the job at once."""
+    log, _, _ = writer(tmp_path / "log.db", batch_size=5)
+    for n in range(5):
+        log.observe(record(n), call(), Seen())
+    assert len(log._queue) == 5
+    assert log._wake.is_set()
+    await log.aclose()
