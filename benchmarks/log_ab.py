@@ -3,13 +3,16 @@ see the same machine at the same moments.
 
 1. In-process (`inprocess_cpu.py`: httpx client, gateway and simulator in one process, each
    round a child process): CPU microseconds per request with `request_log` off and on (SQLite in
-   a temporary folder). "On" counts everything the log does — the append on the request path,
-   the writer thread turning records into rows and SQLite inserting and indexing them, and the
-   gateway's close writing what is still queued. Goal (issue 23): at most 5% more.
-2. Through the proxy: two `levergate serve` processes in front of one `levergate sim` (0 ms),
-   one with the log on, loaded in turn by the same closed-loop client (concurrency 1 and 16,
-   whole answers): p50 latency and the gateway process's CPU per request (from /proc). Goal: no
-   measurable change.
+   a temporary folder), steady state (inprocess_cpu.py's window: after a warm-up of two of the
+   log's batches, written; every request's record written in the window). "On" counts
+   everything the log does per record — the hold on the request path, the rows and features
+   built 32 at a time, SQLite inserting and indexing them, the checkpoints in its thread.
+   Goal (issue 23): at most 5% more.
+2. Through the proxy: three `levergate serve` processes in front of one `levergate sim` (0 ms),
+   the log off, on, and on with tracing exported to a receiver in another process (issue 22
+   §3: log + OTel at most 1.1x of off), loaded in turn by the same closed-loop client
+   (concurrency 1 and 16, whole answers): p50 latency and the gateway process's CPU per request
+   (from /proc). Goal (issue 23): no measurable change.
 
     python benchmarks/log_ab.py [--rounds 6] [--requests 3000] [--seconds 3]
     python benchmarks/log_ab.py --smoke
@@ -37,11 +40,13 @@ from harness import (
     paired,
     stamp,
     stop,
+    turned,
     wait_port,
 )
 from overhead import load
 
 HERE = Path(__file__).resolve().parent
+PROXY_SIDES = ("off", "on", "on+otel")
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 
 
@@ -81,33 +86,40 @@ def _serve(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 def proxy(rounds: int, seconds: float, folder: Path, concurrency: tuple[int, ...]) -> list[Any]:
-    sim_port, ports = free_port(), {"off": free_port(), "on": free_port()}
+    sim_port, ports = free_port(), {side: free_port() for side in PROXY_SIDES}
+    receiver_port = free_port()
     sim = _serve(["sim", "--port", str(sim_port)], {})
+    receiver = subprocess.Popen([sys.executable, str(HERE / "otel_ab.py"), "--receiver",
+                                 str(receiver_port)])  # fmt: skip
     upstream = f"http://127.0.0.1:{sim_port}/v1"
-    log_env = {
+    envs = {"off": {}, "on": {
         "LEVERGATE_REQUEST_LOG__ENABLED": "true",
         "LEVERGATE_REQUEST_LOG__STORE__SQLITE_PATH": str(folder / "proxy.sqlite3"),
+    }}  # fmt: skip
+    envs["on+otel"] = {
+        "LEVERGATE_REQUEST_LOG__ENABLED": "true",
+        "LEVERGATE_REQUEST_LOG__STORE__SQLITE_PATH": str(folder / "proxy-otel.sqlite3"),
+        "LEVERGATE_OTEL__ENDPOINT": f"http://127.0.0.1:{receiver_port}",
     }
     gateways = {
-        side: _serve(
-            ["serve", "--upstream", upstream, "--port", str(port)], log_env if side == "on" else {}
-        )
+        side: _serve(["serve", "--upstream", upstream, "--port", str(port)], envs[side])
         for side, port in ports.items()
     }
     rows: list[dict[str, Any]] = []
     try:
+        wait_port(receiver_port, proc=receiver)
         for port, proc in [(sim_port, sim), *((ports[s], gateways[s]) for s in ports)]:
             wait_port(port, proc=proc)
         for n in range(rounds):
-            order = ("off", "on") if n % 2 == 0 else ("on", "off")
+            order = turned(PROXY_SIDES, n)
             for c in concurrency:
                 rows.extend(
                     {"round": n, "side": side, "concurrency": c,
                      **_loaded(ports[side], gateways[side].pid, c, seconds)}
-                    for side in order
+                    for side in (order if n % 2 == 0 else order[::-1])
                 )  # fmt: skip
     finally:
-        for proc in (*gateways.values(), sim):
+        for proc in (*gateways.values(), sim, receiver):
             stop(proc)
     return rows
 
@@ -171,7 +183,9 @@ def markdown(data: dict[str, Any], concurrency: tuple[int, ...]) -> str:
 
 def _inprocess(runs: dict[str, list[dict[str, float]]]) -> list[str]:
     lines = ["", ("In-process: CPU microseconds per request of client, gateway and simulator in "
-             "one process, the log's writer thread and the gateway's close included."), "",
+             "one process, steady state: the log's writer thread and the writes of every "
+             "request's record included, what a process pays once (the store's connection, its "
+             "statements compiled, its close) not (inprocess_cpu.py)."), "",
              ("| path | off us/req | on us/req | on / off | paired on / off (quartiles) "
               "| rounds off / on |"),
              "|---|---|---|---|---|---|"]  # fmt: skip
@@ -185,23 +199,27 @@ def _inprocess(runs: dict[str, list[dict[str, float]]]) -> list[str]:
 
 
 def _proxy(rows: list[dict[str, Any]], concurrency: tuple[int, ...]) -> list[str]:
-    lines = ["", ("Through the proxy: `levergate serve` with the log off and on, side by side in "
-             "front of one `levergate sim` (0 ms), closed loop, whole answers; the gateway "
-             "process's CPU per request from /proc; p99 shows the loop's pauses for the log "
-             "(a batch's turns, a checkpoint)."), "",
-             ("| concurrency | p50 ms off | p50 ms on | on / off | p99 ms off | p99 ms on "
-             "| on / off | CPU us/req off | CPU us/req on | on / off |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["", ("Through the proxy: `levergate serve` with the log off, on, and on with tracing "
+             "(every request's spans exported to a receiver in another process that drops them), "
+             "side by side in front of one `levergate sim` (0 ms), closed loop, whole answers; the "
+             "gateway process's CPU per request from /proc (paired: the median of each round's "
+             "own ratio to off); p99 shows the loop's pauses for the log (a batch's turns, a "
+             "checkpoint)."), "",
+             ("| concurrency | side | p50 ms | / off | p99 ms | / off | CPU us/req | / off "
+              "| paired CPU / off (quartiles) |"),
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     keys, digits = ("p50_ms", "p99_ms", "cpu_us_per_request"), (3, 3, 1)
     for c in concurrency:
-        med = {s: {k: statistics.median(r[k] for r in rows
-                                        if r["side"] == s and r["concurrency"] == c)
-                   for k in keys} for s in ("off", "on")}  # fmt: skip
-        cells = [
-            f"{med['off'][k]:.{n}f} | {med['on'][k]:.{n}f} | {med['on'][k] / med['off'][k]:.3f}"
-            for k, n in zip(keys, digits, strict=True)
-        ]
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+        runs = {s: [r for r in rows if r["side"] == s and r["concurrency"] == c]
+                for s in PROXY_SIDES}  # fmt: skip
+        med = {s: {k: statistics.median(r[k] for r in runs[s]) for k in keys} for s in runs}
+        for side in PROXY_SIDES:
+            cells = [f"{med[side][k]:.{n}f} | {med[side][k] / med['off'][k]:.3f}"
+                     for k, n in zip(keys, digits, strict=True)]  # fmt: skip
+            cpu = [[r["cpu_us_per_request"] for r in runs[s]] for s in (side, "off")]
+            ratio, low, high = paired(*cpu)
+            lines.append(f"| {c} | {side} | " + " | ".join(cells)
+                         + f" | {ratio:.3f} ({low:.3f}-{high:.3f}) |")  # fmt: skip
     return lines
 
 

@@ -26,10 +26,13 @@ from levergate.layers.measure.record import RequestRecord
 from levergate.policies.pricing import Lever
 
 __all__ = [
-    "COLUMNS", "INTEGER", "LEVERS", "REAL", "ZERO_DEFAULT", "Captured", "row_of", "saved_column",
+    "COLUMNS", "INTEGER", "LEVERS", "REAL", "UNKNOWN_BYTES", "ZERO_DEFAULT", "Captured", "row_of",
+    "saved_column",
 ]  # fmt: skip
 
 TEXT, INTEGER, REAL = "TEXT", "INTEGER", "REAL"
+# What a request without its bytes as received (a library caller's) counts as held.
+UNKNOWN_BYTES = 4096
 LEVERS: tuple[Lever, ...] = tuple(Lever)
 
 
@@ -108,7 +111,7 @@ class Captured(NamedTuple):
     @property
     def size(self) -> int:
         """Bytes held (what `bodies.max_queued_bytes` bounds): the request and the answer."""
-        request = len(self.raw) if self.raw is not None else 4096
+        request = len(self.raw) if self.raw is not None else UNKNOWN_BYTES
         answer = self.answer.size if self.answer is not None else sum(map(len, self.chunks))
         return request + answer
 

@@ -91,7 +91,7 @@ from levergate.protocol.openai.body import generated_text
 from levergate.redact import REDACTED, Redactor
 from levergate.requestlog.features import controls_of, replay_text
 from levergate.requestlog.labels import label_row
-from levergate.requestlog.row import Captured, row_of
+from levergate.requestlog.row import UNKNOWN_BYTES, Captured, row_of
 from levergate.requestlog.store import LogStore, LogStoreBusy, LogStoreError, SqliteLog
 
 if TYPE_CHECKING:
@@ -309,8 +309,8 @@ class LogWriter:
         held.append((now, record, body, call.kind, model if isinstance(model, str) else "",
                      extra, known[1] if known is not None and known[0] is body else None,
                      captured))  # fmt: skip
-        raw = call.raw
-        self._held_bytes += len(raw) if raw is not None else 0
+        raw = call.raw  # a library caller's request has none: counted as `Captured.size` does
+        self._held_bytes += len(raw) if raw is not None else UNKNOWN_BYTES
         if len(held) >= self._chunk or self._held_bytes >= HELD_BYTES:
             self._settle()
 
