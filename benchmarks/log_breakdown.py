@@ -167,7 +167,7 @@ async def count_parts(writer: Any, seen: list[tuple[Any, ...]], folder: Path, ma
     from levergate.requestlog.row import row_of
 
     def queued() -> list[Any]:
-        writer._settle()  # the records still held: their rows
+        writer.settle()  # the records still held: their rows
         items = list(writer._queue)
         writer._queue.clear()
         writer._hold(items, -1)

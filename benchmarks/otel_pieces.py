@@ -145,7 +145,7 @@ def _pieces(kept: list[tuple[Any, Any]], tracer: Any) -> dict[str, Callable[[], 
                 end(attempt)
             tracer.export(record, spans)
         if hasattr(tracer, "_held"):  # since 2026-12-05: held, encoded 32 at a time
-            tracer._settle()
+            tracer.settle()
         tracer._queue.clear()
         if hasattr(tracer, "_counts"):  # since h/otel4: spans counted beside the queue
             tracer._counts.clear()

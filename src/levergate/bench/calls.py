@@ -164,6 +164,7 @@ async def serve_requests(
         async with send as one:
             for index in range(warmup):
                 await one(HIT_BODY if hit else _body(index, stream))
+            _settle(gateway)
             # A fresh batch of request ids (core/ids.py draws 256 at a time): where a batch ran
             # out within the count depended on the requests served before (a refill inside one
             # count and not the next was 4 calls apart).
@@ -171,6 +172,23 @@ async def serve_requests(
             with during:
                 for index in range(warmup, warmup + requests):
                     await one(HIT_BODY if hit else _body(index, stream))
+                _settle(gateway)
+
+
+def _settle(gateway: Gateway) -> None:
+    """The request log's rows and tracing's spans of the requests they hold (`LogWriter.settle`,
+    `SpanExporter.settle`: built 32 at a time) built now: at the warm-up's end, so that the
+    first build (the encoder's constant pieces) falls before the count, and at the count's
+    end, so that it holds each of its requests' and no warm-up request's."""
+    from levergate.otel.extension import Tracing
+    from levergate.requestlog.extension import log_of
+
+    log = log_of(gateway.extensions)
+    if log is not None:
+        log.writer.settle()
+    for extension in gateway.extensions:
+        if isinstance(extension, Tracing):
+            extension.exporter.settle()
 
 
 def _body(index: int, stream: bool) -> bytes:

@@ -3,7 +3,7 @@
 `export` (the recorder's tracer) is called on the event loop after the answer went out (the
 recorder's `finish` runs a loop turn later). It holds the request's record and trace context,
 and every `HELD` requests writes their spans as OTLP `Span` bytes (otel/spans.py, otel/otlp.py)
-and queues the bytes (`_settle`; the job settles what is held before it sends); with the queue
+and queues the bytes (`settle`; the job settles what is held before it sends); with the queue
 full (`otel.max_queue` spans, the held counted: the request's and one per attempt) it holds
 nothing and counts them dropped (`levergate_otel_spans_dropped_total{reason="queue_full"}`).
 Encoded together the encoder's code stays in the CPU's caches: timed in place (`perf_counter`
@@ -125,7 +125,7 @@ class SpanExporter:
         # beside it, and their sum.
         self._queue: list[bytes] = []
         self._counts: list[int] = []
-        # Requests held for their spans to be encoded together (`export`, `_settle`), counted
+        # Requests held for their spans to be encoded together (`export`, `settle`), counted
         # in `_spans` already.
         self._held: list[tuple[RequestRecord, Spans, int]] = []
         self._spans = 0
@@ -164,11 +164,11 @@ class SpanExporter:
         held.append((record, spans, count))
         self._spans = queued
         if len(held) >= HELD or queued >= self._batch:
-            self._settle()
+            self.settle()
             if queued >= self._batch:
                 self._wake.set()
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """The held requests' spans encoded into the queue (`export`); a request whose spans
         cannot be encoded is its loss alone, counted (`invalid`)."""
         encode, base_ns = self._encoder.request, self._base_ns
@@ -227,7 +227,7 @@ class SpanExporter:
                 # With a full batch queued at the top the job did not wait: the wake-up that
                 # batch set is this one, not a reason to wake again after it.
                 self._wake.clear()
-                self._settle()
+                self.settle()
                 if self._queue or self._sending:
                     await self._send(None)
             if late:
@@ -236,7 +236,7 @@ class SpanExporter:
     async def flush(self, *, deadline: float | None = None) -> None:
         """Export everything queued, batch by batch; each export's retries end at `deadline`
         (`time.monotonic()`) when given, else `timeout_seconds` after it started."""
-        self._settle()
+        self.settle()
         while self._queue or self._sending:
             await self._send(deadline)
 

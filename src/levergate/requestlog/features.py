@@ -41,7 +41,7 @@ Which lever needs what (the analyzer says what it could not evaluate and why):
       trimming, cascade
 
 Computed once per logged request, on the event loop after the request finished, from its parsed
-body (requestlog/writer.py `_settle`, for 32 held records together: 1.5-2 us a small prompt
+body (requestlog/writer.py `settle`, for 32 held records together: 1.5-2 us a small prompt
 there against 4.0 us one at a time, timed in place; until h/loginline the body's part waited
 for the writer's batch, its bytes held and parsed again there): 9 us for a small prompt,
 ~200 us for a 48 KB one (timeit, on the shared 2-core machine: the fingerprint's serialisation and

@@ -6,7 +6,7 @@ out: Measure defers the recorder's `finish` to a later turn) a record is held wi
 at once; or, with the queue full, one counter increment: the record is dropped and counted
 (`levergate_request_log_dropped_total{reason="queue_full"}`; the held count as queued). Every
 `HELD` records (at most `batch_size`), or sooner once their requests' bytes reach `HELD_BYTES`,
-their rows are built together (`_settle`: requestlog/row.py `row_of`, a flat tuple, its replay
+their rows are built together (`settle`: requestlog/row.py `row_of`, a flat tuple, its replay
 features the last value) into a bounded queue; the job settles what is held before it writes,
 so its timer and the close write those too. Bodies, where enabled, are taken by reference and
 bounded in bytes apart from the count; they alone are left for the batch to turn into text.
@@ -130,7 +130,7 @@ Item = tuple[Any, ...]
 # computed), its bodies when logged.
 Held = tuple[float, "RequestRecord", Mapping[str, Any], str, str, Mapping[str, Any],
              bytes | None, Captured | None]  # fmt: skip
-# Records held before their rows are built together (`_settle`; at most `batch_size`), and the
+# Records held before their rows are built together (`settle`; at most `batch_size`), and the
 # request bytes held at most meanwhile (a few large prompts are settled at once).
 HELD, HELD_BYTES = 32, 256 * 1024
 RETRY_FIRST_S, RETRY_CAP_S = 1.0, 30.0
@@ -278,7 +278,7 @@ class LogWriter:
     def observe(self, record: RequestRecord, call: Call, seen: Seen) -> None:
         """Hold `record` for its row (the recorder calls this on the event loop, after the
         answer went out): its time, deadlines and bodies read now, its row and replay features
-        built with the others held, `HELD` at a time (`_settle`)."""
+        built with the others held, `HELD` at a time (`settle`)."""
         held = self._held
         if len(self._queue) + len(held) >= self._max:
             self._m.dropped.labels("queue_full").inc()
@@ -313,9 +313,9 @@ class LogWriter:
         raw = call.raw  # a library caller's request has none: counted as `Captured.size` does
         self._held_bytes += len(raw) if raw is not None else UNKNOWN_BYTES
         if len(held) >= self._chunk or self._held_bytes >= HELD_BYTES:
-            self._settle()
+            self.settle()
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """The held records' rows, complete, into the queue (`observe`); a record that cannot
         be a row is dropped and counted (`invalid`)."""
         queue = self._queue
@@ -409,7 +409,7 @@ class LogWriter:
         the store's thread as a batch of their own (at concurrency 16, in-process, a batch of
         a few records after every full one: two hand-offs a batch, `log_handoffs.py`). False
         when the store failed (the batch is back in the queue, as much of it as fits)."""
-        self._settle()
+        self.settle()
         queue = self._queue
         size = self._batch
         todo = sys.maxsize if drain else len(queue) if partial else len(queue) // size * size
