@@ -17,10 +17,10 @@ code the request path has evicted from the CPU's caches. Timed in place (`perf_c
 one at a time (its features 4.0 us, its row 1.5 us; the same features take 1.46 us in a `timeit`
 loop), 5.4 us held 16 at a time, 4.0 us 32, 3.9 us 64, 4.1 us 128. Holding them costs the
 collector little (a record and its body live 32 requests at most: 231 -> 239 young collections
-over 8,600 requests, its time unchanged), where the queue holds rows: kept until the batch
-instead (until 2026-12-02), 500 requests' object graphs (the call, its context and trace) survived
-the young generation and were freed together, cache-cold, 1.169x of off against 1.133x with the
-rows built at once. And holding the body parsed, not its bytes: from 2026-12-03 the features
+over 8,600 requests, its time unchanged). The queue still holds rows, not records: records kept
+until the batch (until 2026-12-02), 500 requests' object graphs (the call, its context and
+trace) survived the young generation and were freed together, cache-cold, 1.169x of off against
+1.133x with the rows built at once. And holding the body parsed, not its bytes: from 2026-12-03 the features
 waited for the batch from the bytes as received, parsed again there (~6k instructions a record),
 1.082x / 1.057x of off (whole / stream) against 1.063x / 1.053x computed at once. On the
 wall clock, in-process CPU a request (`benchmarks/results/held_trees_ab.md`: trees side by side,
