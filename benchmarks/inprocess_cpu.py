@@ -102,6 +102,11 @@ async def cpu_per_request(
     what is still queued at the end written in the window) but not what a process pays once
     (`WARMUP`)."""
     make = functools.partial(settings, api_key=api_key, request_log=request_log)
+    return await timed(make, requests, stream=stream)
+
+
+async def timed(make: Callable[[str], Settings], requests: int, *, stream: bool) -> float:
+    """`cpu_per_request` of a gateway with the settings `make` gives (`served`'s)."""
     async with served(make, {**BODY, "stream": stream}, warmup=min(WARMUP, requests)) as one:
         started = time.process_time()
         for _ in range(requests):

@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -40,15 +39,10 @@ async def cpu_per_request(
     """Microseconds of this process's CPU per request (client + gateway + simulator + export
     + log), steady state: `inprocess_cpu.cpu_per_request`'s window (every request's record
     written and spans exported in it, what a process pays once outside)."""
-    from inprocess_cpu import BODY, WARMUP, served
+    from inprocess_cpu import timed
 
     make = functools.partial(side_settings, endpoint=endpoint, log=log)
-    async with served(make, {**BODY, "stream": stream}, warmup=min(WARMUP, requests)) as one:
-        started = time.process_time()
-        for _ in range(requests):
-            await one()
-        await one.settle()
-        return (time.process_time() - started) / requests * 1e6
+    return await timed(make, requests, stream=stream)
 
 
 def side_settings(base_url: str, *, endpoint: str | None, log: str | None) -> Any:
