@@ -20,13 +20,14 @@ collector little (a record and its body live 32 requests at most: 231 -> 239 you
 over 8,600 requests, its time unchanged). The queue still holds rows, not records: records kept
 until the batch (until 2026-12-02), 500 requests' object graphs (the call, its context and
 trace) survived the young generation and were freed together, cache-cold, 1.169x of off against
-1.133x with the rows built at once. And holding the body parsed, not its bytes: from 2026-12-03 the features
-waited for the batch from the bytes as received, parsed again there (~6k instructions a record),
-1.082x / 1.057x of off (whole / stream) against 1.063x / 1.053x computed at once. On the
-wall clock, in-process CPU a request (`benchmarks/results/held_trees_ab.md`: trees side by side,
-12 alternating rounds, steady state) the log cost 1.026x / 0.998x of off whole / streamed
-(paired 1.037x / 1.024x) held 32 at a time, against 1.041x / 1.023x (paired 1.061x / 1.032x)
-built one at a time; a smaller batch (64 or 128, rows younger when written) did not help.
+1.133x with the rows built at once. And holding the body parsed, not its bytes: from
+2026-12-03 the features waited for the batch from the bytes as received, parsed again there
+(~6k instructions a record), 1.082x / 1.057x of off (whole / stream) against 1.063x / 1.053x
+computed at once. On the wall clock, in-process CPU a request
+(`benchmarks/results/held_trees_ab.md`: trees side by side, 12 alternating rounds, steady
+state) the log cost 1.026x / 0.998x of off whole / streamed (paired 1.037x / 1.024x) held 32 at
+a time, against 1.041x / 1.023x (paired 1.061x / 1.032x) built one at a time; a smaller batch
+(64 or 128, rows younger when written) did not help.
 
 The replay features (requestlog/features.py: what `levergate analyze` needs with bodies off) use
 the fingerprint's canonical bytes the exact cache's when it computed them for this very body
