@@ -35,7 +35,7 @@ import httpx
 from levergate import Settings
 from levergate.app import build_gateway
 from levergate.gateway import Gateway
-from levergate.otel.extension import Tracing
+from levergate.otel.extension import tracing_of
 from levergate.requestlog.extension import log_of
 from levergate.server.transport import GatewayTransport
 from levergate.simulator import SimSettings, run_simulator
@@ -59,10 +59,9 @@ class One:
 
     def __init__(self, http: httpx.AsyncClient, body: Mapping[str, Any], gateway: Gateway) -> None:
         self._http, self._body = http, body
-        log = log_of(gateway.extensions)
+        log, tracing = log_of(gateway.extensions), tracing_of(gateway.extensions)
         self._writer = None if log is None else log.writer
-        tracing = [e for e in gateway.extensions if isinstance(e, Tracing)]
-        self._exporter = tracing[0].exporter if tracing else None
+        self._exporter = None if tracing is None else tracing.exporter
 
     async def __call__(self) -> None:
         await (await self._http.post("/chat/completions", json=self._body)).aread()

@@ -92,15 +92,15 @@ def proxy(rounds: int, seconds: float, folder: Path, concurrency: tuple[int, ...
     receiver = subprocess.Popen([sys.executable, str(HERE / "otel_ab.py"), "--receiver",
                                  str(receiver_port)])  # fmt: skip
     upstream = f"http://127.0.0.1:{sim_port}/v1"
-    envs = {"off": {}, "on": {
-        "LEVERGATE_REQUEST_LOG__ENABLED": "true",
-        "LEVERGATE_REQUEST_LOG__STORE__SQLITE_PATH": str(folder / "proxy.sqlite3"),
+
+    def logged(name: str) -> dict[str, str]:
+        path = str(folder / f"{name}.sqlite3")
+        return {"LEVERGATE_REQUEST_LOG__ENABLED": "true",
+                "LEVERGATE_REQUEST_LOG__STORE__SQLITE_PATH": path}  # fmt: skip
+
+    envs = {"off": {}, "on": logged("proxy"), "on+otel": {
+        **logged("proxy-otel"), "LEVERGATE_OTEL__ENDPOINT": f"http://127.0.0.1:{receiver_port}",
     }}  # fmt: skip
-    envs["on+otel"] = {
-        "LEVERGATE_REQUEST_LOG__ENABLED": "true",
-        "LEVERGATE_REQUEST_LOG__STORE__SQLITE_PATH": str(folder / "proxy-otel.sqlite3"),
-        "LEVERGATE_OTEL__ENDPOINT": f"http://127.0.0.1:{receiver_port}",
-    }
     gateways = {
         side: _serve(["serve", "--upstream", upstream, "--port", str(port)], envs[side])
         for side, port in ports.items()

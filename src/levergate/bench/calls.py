@@ -180,15 +180,13 @@ def _settle(gateway: Gateway) -> None:
     `SpanExporter.settle`: built 32 at a time) built now: at the warm-up's end, so that the
     first build (the encoder's constant pieces) falls before the count, and at the count's
     end, so that it holds each of its requests' and no warm-up request's."""
-    from levergate.otel.extension import Tracing
+    from levergate.otel.extension import tracing_of
     from levergate.requestlog.extension import log_of
 
-    log = log_of(gateway.extensions)
-    if log is not None:
+    if (log := log_of(gateway.extensions)) is not None:
         log.writer.settle()
-    for extension in gateway.extensions:
-        if isinstance(extension, Tracing):
-            extension.exporter.settle()
+    if (tracing := tracing_of(gateway.extensions)) is not None:
+        tracing.exporter.settle()
 
 
 def _body(index: int, stream: bool) -> bytes:

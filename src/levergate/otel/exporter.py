@@ -163,10 +163,10 @@ class SpanExporter:
         held = self._held
         held.append((record, spans, count))
         self._spans = queued
-        if len(held) >= HELD or queued >= self._batch:
+        if len(held) >= HELD:
             self.settle()
-            if queued >= self._batch:
-                self._wake.set()
+        if queued >= self._batch:  # the job settles what is held before it sends
+            self._wake.set()
 
     def settle(self) -> None:
         """The held requests' spans encoded into the queue (`export`); a request whose spans

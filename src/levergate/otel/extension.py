@@ -5,7 +5,7 @@ supervisor, and exports what is still queued when the gateway closes (otel/expor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from levergate.core.jobs import BackgroundJob
 from levergate.otel.exporter import OtelMetrics, SpanExporter
@@ -31,3 +31,11 @@ class Tracing:
 
 def otel_extension(host: Host) -> Extension:
     return Tracing(host)
+
+
+def tracing_of(extensions: Sequence[Any]) -> Tracing | None:
+    """Tracing among a gateway's extensions (`gateway.extensions`), if on."""
+    for extension in extensions:
+        if isinstance(extension, Tracing):
+            return extension
+    return None
