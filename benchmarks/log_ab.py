@@ -8,11 +8,12 @@ see the same machine at the same moments.
    everything the log does per record — the hold on the request path, the rows and features
    built 32 at a time, SQLite inserting and indexing them, the checkpoints in its thread.
    Goal (issue 23): at most 5% more.
-2. Through the proxy: three `levergate serve` processes in front of one `levergate sim` (0 ms),
-   the log off, on, and on with tracing exported to a receiver in another process (issue 22
-   §3: log + OTel at most 1.1x of off), loaded in turn by the same closed-loop client
-   (concurrency 1 and 16, whole answers): p50 latency and the gateway process's CPU per request
-   (from /proc). Goal (issue 23): no measurable change.
+2. Through the proxy: four `levergate serve` processes in front of one `levergate sim` (0 ms),
+   the log off, off again (`off2`: the A/A, how far two identical gateways differ in the same
+   run, what "no measurable change" is judged against), on, and on with tracing exported to a
+   receiver in another process (issue 22 §3: log + OTel at most 1.1x of off), loaded in turn
+   by the same closed-loop client (concurrency 1 and 16, whole answers): p50 latency and the
+   gateway process's CPU per request (from /proc). Goal (issue 23): no measurable change.
 
     python benchmarks/log_ab.py [--rounds 6] [--requests 3000] [--seconds 3]
     python benchmarks/log_ab.py --smoke
@@ -46,7 +47,7 @@ from harness import (
 from overhead import load
 
 HERE = Path(__file__).resolve().parent
-PROXY_SIDES = ("off", "on", "on+otel")
+PROXY_SIDES = ("off", "off2", "on", "on+otel")
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 
 
@@ -86,31 +87,40 @@ def _serve(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 def proxy(rounds: int, seconds: float, folder: Path, concurrency: tuple[int, ...]) -> list[Any]:
-    sim_port, ports = free_port(), {side: free_port() for side in PROXY_SIDES}
-    receiver_port = free_port()
+    """Each round starts its own gateways: one process's own costs stay with it (the same
+    gateway off, kept for 12 rounds at c=1, used 1.09x the CPU of another off, 2026-12-05;
+    Python's method cache is keyed by addresses, so each process's heap layout moves its
+    count), so they are drawn anew each round and pairing spans them."""
+    sim_port, receiver_port = free_port(), free_port()
     sim = _serve(["sim", "--port", str(sim_port)], {})
     receiver = subprocess.Popen([sys.executable, str(HERE / "otel_ab.py"), "--receiver",
                                  str(receiver_port)])  # fmt: skip
     upstream = f"http://127.0.0.1:{sim_port}/v1"
 
-    def logged(name: str) -> dict[str, str]:
-        path = str(folder / f"{name}.sqlite3")
+    def logged(path: Path) -> dict[str, str]:
         return {"LEVERGATE_REQUEST_LOG__ENABLED": "true",
-                "LEVERGATE_REQUEST_LOG__STORE__SQLITE_PATH": path}  # fmt: skip
+                "LEVERGATE_REQUEST_LOG__STORE__SQLITE_PATH": str(path)}  # fmt: skip
 
-    envs = {"off": {}, "on": logged("proxy"), "on+otel": {
-        **logged("proxy-otel"), "LEVERGATE_OTEL__ENDPOINT": f"http://127.0.0.1:{receiver_port}",
-    }}  # fmt: skip
-    gateways = {
-        side: _serve(["serve", "--upstream", upstream, "--port", str(port)], envs[side])
-        for side, port in ports.items()
-    }
+    def envs(n: int) -> dict[str, dict[str, str]]:
+        return {"off": {}, "off2": {}, "on": logged(folder / f"proxy-{n}.sqlite3"), "on+otel": {
+            **logged(folder / f"proxy-otel-{n}.sqlite3"),
+            "LEVERGATE_OTEL__ENDPOINT": f"http://127.0.0.1:{receiver_port}",
+        }}  # fmt: skip
+
     rows: list[dict[str, Any]] = []
+    gateways: dict[str, subprocess.Popen[bytes]] = {}
     try:
         wait_port(receiver_port, proc=receiver)
-        for port, proc in [(sim_port, sim), *((ports[s], gateways[s]) for s in ports)]:
-            wait_port(port, proc=proc)
+        wait_port(sim_port, proc=sim)
         for n in range(rounds):
+            ports = {side: free_port() for side in PROXY_SIDES}
+            env = envs(n)
+            gateways = {
+                side: _serve(["serve", "--upstream", upstream, "--port", str(port)], env[side])
+                for side, port in ports.items()
+            }
+            for side, port in ports.items():
+                wait_port(port, proc=gateways[side])
             order = turned(PROXY_SIDES, n)
             for c in concurrency:
                 rows.extend(
@@ -118,9 +128,12 @@ def proxy(rounds: int, seconds: float, folder: Path, concurrency: tuple[int, ...
                      **_loaded(ports[side], gateways[side].pid, c, seconds)}
                     for side in (order if n % 2 == 0 else order[::-1])
                 )  # fmt: skip
+            for proc in gateways.values():
+                stop(proc)
     finally:
         for proc in (*gateways.values(), sim, receiver):
-            stop(proc)
+            if proc.poll() is None:
+                stop(proc)
     return rows
 
 
@@ -199,7 +212,8 @@ def _inprocess(runs: dict[str, list[dict[str, float]]]) -> list[str]:
 
 
 def _proxy(rows: list[dict[str, Any]], concurrency: tuple[int, ...]) -> list[str]:
-    lines = ["", ("Through the proxy: `levergate serve` with the log off, on, and on with tracing "
+    lines = ["", ("Through the proxy: `levergate serve` with the log off, off again (off2: the "
+             "A/A, what no change looks like in this run), on, and on with tracing "
              "(every request's spans exported to a receiver in another process that drops them), "
              "side by side in front of one `levergate sim` (0 ms), closed loop, whole answers; the "
              "gateway process's CPU per request from /proc (paired: the median of each round's "

@@ -8,7 +8,10 @@ full (`otel.max_queue` spans, the held counted: the request's and one per attemp
 nothing and counts them dropped (`levergate_otel_spans_dropped_total{reason="queue_full"}`).
 Encoded together the encoder's code stays in the CPU's caches: timed in place (`perf_counter`
 in `otel_ab.py`'s gateway with the log on, 2026-12-05, a quiet AMD EPYC) a request's spans took
-4.0 us encoded one at a time, 2.0 us 32 at a time.
+4.0 us encoded one at a time, 2.0 us 32 at a time. Through the proxy (`levergate serve` at
+c=16, the log on, timed in place the same day) tracing's pieces took, a request: its context
+begun 0.81 us (core/spans.py `begin`), its attempt's span id and `traceparent` 1.0 us, the hold
+0.35 us, the encoding 2.1 us; a POST every 512 requests.
 
 Why at once rather than by the job (as until 2026-12-04): a queued record kept its request's
 objects alive (the record, its timings, tokens, trace context and attempts: ~10 objects the

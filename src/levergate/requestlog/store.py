@@ -437,6 +437,7 @@ class SqliteLog(_Sql):
         self._busy_ms = max(1, int(timeout_seconds * 1000))
         self._defaults: tuple[object, ...] = ()  # each column's default, `COLUMNS` order
         self._manual = False  # the connection's automatic checkpoints off (`writing`)
+        self._checkpointer: sqlite3.Connection | None = None  # `checkpoint`'s connection
         # SQLite's least bound on parameters (999, before 3.32) until connected.
         self._statements = Statements(TABLE, NAMES, limit=999)
 
@@ -543,9 +544,28 @@ class SqliteLog(_Sql):
     def checkpoint(self) -> None:
         """Copy the WAL's committed pages into the database file and sync it (PASSIVE: never
         waiting for a reader or a writer), for a writer whose `writing` turned SQLite's own
-        checkpoints off; a no-op when not connected."""
-        if self._conn is not None:
-            self._with(lambda conn: conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
+        checkpoints off; a no-op when not connected. On a connection of its own, so that the
+        writer can run it in a thread of its own while its connection writes (in WAL mode a
+        checkpoint and a writer run at once); one thread at a time calls it."""
+        if self._conn is None:
+            return
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = connect(self.path, busy_ms=self._busy_ms, any_thread=True)
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except (sqlite3.Error, OSError) as exc:
+            self._close_checkpointer()
+            raise LogStoreError(f"request log: {exc}") from exc
+
+    def _close_checkpointer(self) -> None:
+        conn, self._checkpointer = self._checkpointer, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def close(self) -> None:
+        self._close_checkpointer()
+        super().close()
 
     def _prepared(self, rows: Sequence[tuple[Any, ...]]) -> tuple[Statement, list[Any], list[Any]]:
         """The statement for `rows` (its columns left out, bound once or in every row:

@@ -42,24 +42,29 @@ full batches queued (the records that arrived before its turn wait for the next)
 turns the logged bodies among them into text (redacted and capped), yielding the event loop every
 ~0.5 ms, and inserts them. SQLite's inserts run on the event loop too, a statement of `LOOP_ROWS`
 rows a turn, all in one transaction (`_write_now`, store.py `SqliteLog.writing`): never waiting (a
-database another process holds locked, or a store not connected yet, goes to the thread instead)
-and never syncing the disk (WAL, `synchronous = NORMAL`: a commit appends to the WAL; the
-checkpoints, which sync, run in the writer's own thread every `CHECKPOINT_ROWS` rows). Until
-2026-12-04 the thread inserted every batch, in as few statements as it could; but every statement
-there gives the GIL up and takes it back a few times (~5 an `execute`), each a hand-over with the
-loop's thread when the loop is busy: the thread waited for the loop to give the GIL back, woken for
-nothing at each of the loop's own system calls meanwhile (`benchmarks/log_handoffs.py`), ~1
-voluntary context switch a request in-process on a quiet 2-CPU Xeon and ~16 us a request of system
-time. PostgreSQL's inserts (a network round trip) stay in the thread, as do the labels', the prunes
-and the checkpoints. Python running in that thread would contend with the loop for the GIL
-(measured, that doubled the log's cost). A writer process instead of the thread (the store in a
-child fed pickled batches through a pipe, tried 2026-12-04 on an AMD EPYC host) took the hand-overs
-away (the gateway's voluntary context switches 0.066-0.131 -> 0.015 a request) but cost more than
-they did: pickling a row both ways ~10k instructions, the log 92.4k -> 110.3k instructions a record
-in all, and in `log_ab.py` (the child's CPU counted) in-process whole answers 1.235x of off against
-the thread's 1.131x in the same quiet minutes, through the proxy (two runs each, interleaved) the
-gateway's and the child's CPU 1.10-1.20x / 1.24-1.31x of off (c=1 / c=16) against the thread's
-1.17-1.19x / 1.04-1.07x.
+database another process holds locked, or a store not connected yet, goes to the thread instead) and
+never syncing the disk (WAL, `synchronous = NORMAL`: a commit appends to the WAL; the checkpoints,
+which sync, run every `CHECKPOINT_ROWS` rows in a thread and on a connection of their own, not
+waited for: `_checkpoint`). Until 2026-12-04 the thread inserted every batch, in as few statements
+as it could; but every statement there gives the GIL up and takes it back a few times (~5 an
+`execute`), each a hand-over with the loop's thread when the loop is busy: the thread waited for the
+loop to give the GIL back, woken for nothing at each of the loop's own system calls meanwhile
+(`benchmarks/log_handoffs.py`), ~1 voluntary context switch a request in-process on a quiet 2-CPU
+Xeon and ~16 us a request of system time. PostgreSQL's inserts (a network round trip) stay in the
+thread, as do the labels' and the prunes. Python running in that thread would contend with the loop
+for the GIL (measured, that doubled the log's cost). A writer process instead of the thread (the
+store in a child fed pickled batches through a pipe, tried 2026-12-04 on an AMD EPYC host) took the
+hand-overs away (the gateway's voluntary context switches 0.066-0.131 -> 0.015 a request) but cost
+more than they did: pickling a row both ways ~10k instructions, the log 92.4k -> 110.3k instructions
+a record in all, and in `log_ab.py` (the child's CPU counted) in-process whole answers 1.235x of off
+against the thread's 1.131x in the same quiet minutes, through the proxy (two runs each,
+interleaved) the gateway's and the child's CPU 1.10-1.20x / 1.24-1.31x of off (c=1 / c=16) against
+the thread's 1.17-1.19x / 1.04-1.07x. Fed `marshal` bytes instead (a scratch prototype, 2026-12-05:
+the row built in the gateway, its replay features and the inserts left to the child, 32 records a
+write), the gateway alone still paid 3.8 us a record timed in place in `levergate serve` at c=16
+(the hold 0.75, the row 0.75, `marshal.dumps` 0.62, the pipe's write 1.3-1.5), and through the proxy
+(`log_ab.py`'s harness, 6 rounds) its own CPU was 1.051x of off against this log's 1.063x, the
+child's not counted: a second process would move the log's cost, not remove it.
 
 A store that fails (locked past its timeout, disk full, PostgreSQL down or
 restarted) fails the batch, not a request: the batch goes back to the front of the queue, what
@@ -266,6 +271,11 @@ class LogWriter:
         self._body_limit = settings.bodies.max_queued_bytes
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="levergate-log")
+        # SQLite's checkpoints, apart from the store's thread (`_checkpoint`)
+        self._checkpointer = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="levergate-log-checkpoint"
+        )
+        self._checkpointing: asyncio.Future[None] | None = None  # the last one started
         self._write_wait = wait_seconds(settings.write_wait_ms, store)
         self._thread_work: concurrent.futures.Future[Any] | None = None  # the last submitted
         self._unchecked = 0  # rows written to SQLite since the last checkpoint
@@ -432,13 +442,16 @@ class LogWriter:
                 self._requeue(batch, exc)
                 return False
             self._m.written.inc(len(rows))
-            await self._checkpoint(len(rows))
+            self._checkpoint(len(rows))
             if self._failing:
                 self._failing = False
                 log.warning("request log: the store is writable again")
         if len(queue) >= size:  # filled up during the writes past the length that wakes the job
             self._wake.set()
-        return await self._flush_labels()
+        written = await self._flush_labels()
+        if drain and self._checkpointing is not None:  # a caller's flush: its rows copied too
+            await asyncio.wait((self._checkpointing,))
+        return written
 
     async def _write_now(self, rows: list[tuple[object, ...]], batch: list[Item]) -> bool:
         """Write `rows` on the event loop, `LOOP_ROWS` a statement and a turn, when the store
@@ -467,37 +480,48 @@ class LogWriter:
             raise
         return True
 
-    async def _checkpoint(self, written: int) -> None:
+    def _checkpoint(self, written: int) -> None:
         """Every `CHECKPOINT_ROWS` rows written to SQLite (on the loop or, while locked
         elsewhere, in the thread: the connection's automatic checkpoints are off for both once
-        `writing` ran), its checkpoint, in the thread."""
+        `writing` ran), its checkpoint, in a thread of its own on a connection of its own
+        (`SqliteLog.checkpoint`), not waited for: the loop goes on writing meanwhile. One at a
+        time: while one runs, the rows written count toward the next. Until 2026-12-05 it ran
+        in the store's thread with the loop waiting up to `write_wait_ms` for it (the loop's
+        writes wait while that thread works), a pause of every request in flight: through the
+        proxy at c=16 (`log_ab.py`, 12 rounds each) the log's p99 was 1.44x of off, and 1.07x
+        with it apart (`log_ab_proxy_main.md`, `log_ab_proxy_checkpoint.md`), the CPU the
+        same; the WAL as small (1.4 MB over 150,000 requests)."""
         store = self._store
         if not isinstance(store, SqliteLog):
             return
         self._unchecked += written
-        if self._unchecked < CHECKPOINT_ROWS:
+        running = self._checkpointing
+        if self._unchecked < CHECKPOINT_ROWS or (running is not None and not running.done()):
             return
         self._unchecked = 0
-        try:
-            await self._in_thread(store.checkpoint)
-        except LogStoreError as exc:  # the next one copies what this one did not
-            self._m.store_errors.inc()
+        running = asyncio.wrap_future(self._checkpointer.submit(store.checkpoint))
+        running.add_done_callback(self._checkpointed)
+        self._checkpointing = running
+
+    def _checkpointed(self, done: asyncio.Future[None]) -> None:
+        if not done.cancelled() and (exc := done.exception()) is not None:
+            self._m.store_errors.inc()  # the next one copies what this one did not
             log.warning("request log: checkpoint failed: %s", exc)
 
     def _in_thread(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        """Run `work` in the store's thread (PostgreSQL's writes, SQLite's checkpoints and
-        writes while locked elsewhere, the labels', the prunes), waiting for it up to
+        """Run `work` in the store's thread (PostgreSQL's writes, SQLite's writes while locked
+        elsewhere, the labels', the prunes), waiting for it up to
         `write_wait_ms` with the event loop blocked (the GIL free for the thread whenever the
         database gives it back), and the rest of it asynchronously. Not waiting, the thread
         waits for the busy loop at each of its turns with the GIL, woken for nothing at each of
         the loop's system calls meanwhile, until the loop is idle: ~190 context switches a
         batch when the thread wrote them (log_cpu.md: in-process 1.126x of off without the
-        wait, 1.063x with it); with the loop never idle (in-process), a checkpoint's turn came
-        at the run's end and SQLite's writes meanwhile went to the thread (`_write_now` does
-        not write on the loop while the thread works): 1.18x against 1.07x waiting
-        (2026-12-04, a 2-CPU Xeon). Waited for by default with SQLite (a local disk), not with
-        PostgreSQL (a server's round trips): the wait pauses the loop, and with it every
-        request in flight."""
+        wait, 1.063x with it); with the loop never idle (in-process), a checkpoint's turn (run
+        here until 2026-12-05) came at the run's end and SQLite's writes meanwhile went to the
+        thread (`_write_now` does not write on the loop while the thread works): 1.18x against
+        1.07x waiting (2026-12-04, a 2-CPU Xeon). Waited for by default with SQLite (a local
+        disk), not with PostgreSQL (a server's round trips): the wait pauses the loop, and with
+        it every request in flight."""
         future = self._thread_work = self._executor.submit(work, *args)
         if self._write_wait > 0:
             concurrent.futures.wait((future,), timeout=self._write_wait)
@@ -631,6 +655,10 @@ class LogWriter:
         self._labels.clear()
         self._max = 0
         loop = asyncio.get_running_loop()
+        if self._checkpointing is not None:  # its connection is closed with the store's
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.wait((self._checkpointing,)), 5)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(loop.run_in_executor(self._executor, self._store.close), 5)
         self._executor.shutdown(wait=False)
+        self._checkpointer.shutdown(wait=False)

@@ -25,7 +25,7 @@ from levergate.requestlog import writer as writer_module
 from levergate.requestlog.features import features_of_body, replay_text
 from levergate.requestlog.query import LogFilter
 from levergate.requestlog.row import Captured
-from levergate.requestlog.store import LogStoreBusy, PostgresLog, SqliteLog
+from levergate.requestlog.store import LogStoreBusy, LogStoreError, PostgresLog, SqliteLog
 from levergate.requestlog.writer import BodyText, LogMetrics, LogWriter, wait_seconds
 from levergate.testing.metrics import sample_value
 from tests.unit.requestlog.records import record
@@ -612,6 +612,77 @@ async def test_rows_the_thread_writes_count_toward_the_checkpoint_too(
     for n in range(5, 10):
         log.observe(record(n), call(), Seen())
     assert await log.flush()  # 11 rows: the checkpoint
+    assert in_database_file(path) == 11
+    await log.aclose()
+
+
+async def test_a_running_checkpoint_holds_up_neither_the_loops_writes_nor_a_second_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint runs in a thread and on a connection of its own, not waited for: while
+    one runs, the job's writes go on on the loop (none through the store's thread), no second
+    starts, and the rows written meanwhile count toward the next."""
+    monkeypatch.setattr(writer_module, "CHECKPOINT_ROWS", 5)
+    path = tmp_path / "log.db"
+    log, store, metrics = writer(path, batch_size=5)
+    await connected(log, path)  # 1 row, in the thread
+    store.checkpoint()  # the schema and that row in the file
+    release, started = threading.Event(), []
+    checkpoint, thread_write = store.checkpoint, store.write
+
+    def held() -> None:
+        started.append(threading.current_thread().name)
+        assert release.wait(10)
+        checkpoint()
+
+    def no_thread_write(rows: Sequence[tuple[Any, ...]]) -> None:
+        raise AssertionError("written in the store's thread")
+
+    store.checkpoint = held  # type: ignore[method-assign]
+    store.write = no_thread_write  # type: ignore[method-assign]
+    try:
+        for batch in range(3):  # 6 rows, then 5 and 5 while the first checkpoint is held
+            for n in range(5):
+                log.observe(record(10 * batch + n), call(), Seen())
+            assert await log.flush(drain=False, partial=False)
+            await until(lambda: len(started) == 1)
+        assert count(path) == 16
+        assert in_database_file(path) == 1
+        assert len(started) == 1
+        assert started[0].startswith("levergate-log-checkpoint")
+    finally:
+        release.set()
+        store.write = thread_write  # type: ignore[method-assign]
+    assert await log.flush()  # a caller's flush waits for the checkpoint running
+    assert in_database_file(path) == 16
+    log.observe(record(99), call(), Seen())
+    assert await log.flush()  # the 10 rows counted meanwhile and this one: the second
+    assert len(started) == 2
+    assert in_database_file(path) == 17
+    assert sample_value(metrics.store_errors) == 0
+    await log.aclose()
+
+
+async def test_a_failed_checkpoint_is_counted_and_the_next_one_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer_module, "CHECKPOINT_ROWS", 5)
+    path = tmp_path / "log.db"
+    log, store, metrics = writer(path, batch_size=5)
+    await connected(log, path)
+    checkpoint, failures = store.checkpoint, [True]
+
+    def flaky() -> None:
+        if failures and failures.pop():
+            raise LogStoreError("request log: disk I/O error")
+        checkpoint()
+
+    store.checkpoint = flaky  # type: ignore[method-assign]
+    for batch in range(2):
+        for n in range(5):
+            log.observe(record(10 * batch + n), call(), Seen())
+        assert await log.flush()
+    assert sample_value(metrics.store_errors) == 1
     assert in_database_file(path) == 11
     await log.aclose()
 
