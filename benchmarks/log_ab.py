@@ -6,7 +6,7 @@ see the same machine at the same moments.
    a temporary folder), steady state (inprocess_cpu.py's window: after a warm-up of two of the
    log's batches, written; every request's record written in the window). "On" counts
    everything the log does per record — the hold on the request path, the rows and features
-   built 32 at a time, SQLite inserting and indexing them, the checkpoints in its thread.
+   built 32 at a time, SQLite inserting and indexing them, the checkpoints in their thread.
    Goal (issue 23): at most 5% more.
 2. Through the proxy: four `levergate serve` processes in front of one `levergate sim` (0 ms),
    the log off, off again (`off2`: the A/A, how far two identical gateways differ in the same

@@ -98,6 +98,13 @@ _NULL: dict[None, None] = {}
 sqlite3.register_adapter(type(None), _NULL.get)
 
 
+def _close(conn: Any) -> None:
+    """Close a connection, one that failed included (its error is not the caller's)."""
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
 class LogStoreError(Exception):
     """The log store could not do what was asked (down, locked, full, corrupt)."""
 
@@ -212,9 +219,7 @@ class _Sql(ABC):
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+        _close(conn)
 
     def close(self) -> None:
         self._drop()
@@ -559,9 +564,7 @@ class SqliteLog(_Sql):
 
     def _close_checkpointer(self) -> None:
         conn, self._checkpointer = self._checkpointer, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+        _close(conn)
 
     def close(self) -> None:
         self._close_checkpointer()
