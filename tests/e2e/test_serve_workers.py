@@ -1,12 +1,14 @@
 """`levergate serve --workers 2` as a real process in front of the simulator: one port answered by
 both workers, an RPM limit that holds across them (SQLite, no Redis), /metrics adding both up,
-a SIGKILLed worker replaced, SIGTERM draining both and exiting 0; bad worker counts refused."""
+a SIGKILLed worker replaced, SIGTERM draining both and exiting 0; both writing one SQLite request
+log; bad worker counts refused."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -25,6 +27,7 @@ USER = [{"role": "user", "content": "Say something simulated."}]
 STARTED = "with 2 workers"
 DRAIN = 3.0
 SENT = 30
+LOGGED = 200
 ADMIN = "admin-token-0123456789"
 FRESH = httpx.Limits(max_keepalive_connections=0)  # a connection a request
 
@@ -206,6 +209,51 @@ async def test_two_workers_serve_one_port_as_one_gateway(
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert "Traceback" not in log.read_text(errors="replace")
+
+
+async def test_two_workers_write_every_request_once_to_one_sqlite_log(
+    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """Both workers write one SQLite file, each through its writer's connection and its
+    checkpoints' own: after SIGTERM every request's record is there, once, and neither worker
+    met a lock it could not get."""
+    db = tmp_path / "log.sqlite3"
+    async with run_simulator(SimSettings(port=0)) as sim:
+        path = tmp_path / "levergate.yaml"
+        path.write_text(
+            "upstreams:\n"
+            f"  - name: p\n    base_url: {sim.base_url}\n    api_key: sk-one\n"
+            "models:\n  - {name: m, upstream: p}\n"
+            "cache: {enabled: false}\n"
+            f"request_log: {{enabled: true, store: {{sqlite_path: '{db}'}}}}\n"
+        )
+        port, log = free_port(), tmp_path / "serve.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [*LEVERGATE, "serve", "--config", str(path), "--port", str(port),
+                 "--workers", "2"],
+                env=environment(tmp_path), stdout=subprocess.DEVNULL, stderr=out,
+            )  # fmt: skip
+        processes.append(proc)
+        await started(proc, log)
+        base = f"http://127.0.0.1:{port}"
+        assert len(set(await answered_by(base, 24))) == 2
+        async with fresh(base, timeout=60) as client:
+            body = {"model": "m", "messages": USER, "max_tokens": 4}
+            asked = (client.post("/v1/chat/completions", json=body) for _ in range(LOGGED))
+            answers = await asyncio.gather(*asked)
+        assert [r.status_code for r in answers] == [200] * LOGGED
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, DRAIN + 30) == 0
+    reader = sqlite3.connect(db)
+    try:
+        ids = [row[0] for row in reader.execute("SELECT request_id FROM lg_requests")]
+    finally:
+        reader.close()
+    assert sorted(ids) == sorted(r.headers["x-request-id"] for r in answers)
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text
+    assert "locked" not in text
 
 
 @pytest.mark.parametrize(

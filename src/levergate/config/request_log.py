@@ -104,16 +104,17 @@ class RequestLogSettings(_Strict):
     flush_seconds: float = Field(1.0, gt=0, le=60)
     # How long the event loop may wait, blocked, for the log's thread's work before it goes on
     # without it (milliseconds; 0: never; unset: 10 with SQLite, 0 with PostgreSQL). SQLite's
-    # inserts run on the loop itself; its thread runs the checkpoints (one every 2,000 rows,
-    # ~3 ms with the disk's sync), the prunes, the labels, the first connection and the writes
-    # while another process holds the file locked; PostgreSQL's thread runs its writes too.
+    # inserts run on the loop itself; its thread runs the prunes, the labels, the first
+    # connection and the writes while another process holds the file locked (the checkpoints,
+    # one every 2,000 rows, run in a thread of their own, never waited for); PostgreSQL's
+    # thread runs its writes too.
     # Waiting, the loop leaves the thread the GIL each time SQLite hands it back; not waiting,
     # the thread waits for a busy loop to give it up, woken for nothing at each of the loop's
     # system calls, until the loop is idle (in-process, where it never is, the thread's next
     # turn came at the end: SQLite's writes went back to the thread, ~1 context switch a
     # request, 1.18x the CPU of log-off against 1.07x waiting, 2026-12-04). The price is the
-    # pause: the loop serves nothing meanwhile (a checkpoint, or this long on a slow disk),
-    # and the requests in flight wait too.
+    # pause: the loop serves nothing meanwhile (up to this long, on a slow disk), and the
+    # requests in flight wait too.
     write_wait_ms: float | None = Field(None, ge=0, le=100)
     # `GET /admin/log`: records per page when `limit` is not given.
     page_size: int = Field(100, ge=1, le=10_000)

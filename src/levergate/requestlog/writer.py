@@ -410,16 +410,17 @@ class LogWriter:
         return False
 
     async def flush(self, *, drain: bool = True, partial: bool = True) -> bool:
-        """Write what is queued, batch by batch: with `drain` (the close, a caller), until the
-        queue is empty; without (the job), what was queued when it began, so that the records
-        arriving during a write wait for a full batch or `flush_seconds` (draining, the job
-        chased the queue's tail under steady traffic: a statement and a thread hand-off every
-        ~3 records, ~0.2 ms of CPU a request in `log_ab.py`); and without `partial` (the job
-        woken by a full batch, not by its timer) only the full batches of it: the records that
-        arrived between the wake and the job's turn wait for the next batch instead of going to
-        the store's thread as a batch of their own (at concurrency 16, in-process, a batch of
-        a few records after every full one: two hand-offs a batch, `log_handoffs.py`). False
-        when the store failed (the batch is back in the queue, as much of it as fits)."""
+        """Write what is queued, batch by batch: with `drain` (the close, a caller), until the queue
+        is empty, and then wait for a checkpoint running (`_checkpoint`); without (the job), what
+        was queued when it began, so that the records arriving during a write wait for a full batch
+        or `flush_seconds` (draining, the job chased the queue's tail under steady traffic: a
+        statement and a thread hand-off every ~3 records, ~0.2 ms of CPU a request in `log_ab.py`);
+        and without `partial` (the job woken by a full batch, not by its timer) only the full
+        batches of it: the records that arrived between the wake and the job's turn wait for the
+        next batch instead of going to the store's thread as a batch of their own (at concurrency
+        16, in-process, a batch of a few records after every full one: two hand-offs a batch,
+        `log_handoffs.py`). False when the store failed (the batch is back in the queue, as much of
+        it as fits)."""
         self.settle()
         queue = self._queue
         size = self._batch
