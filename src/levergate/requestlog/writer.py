@@ -489,9 +489,10 @@ class LogWriter:
         time: while one runs, the rows written count toward the next. Until 2026-12-05 it ran
         in the store's thread with the loop waiting up to `write_wait_ms` for it (the loop's
         writes wait while that thread works), a pause of every request in flight: through the
-        proxy at c=16 (`log_ab.py`, 12 rounds each) the log's p99 was 1.44x of off, and 1.07x
-        with it apart (`log_ab_proxy_main.md`, `log_ab_proxy_checkpoint.md`), the CPU the
-        same; the WAL as small (1.4 MB over 150,000 requests)."""
+        proxy at c=16 (`log_ab.py`, 12 rounds each) the log's p99 was 1.44x of off, and
+        1.07x-1.08x in two runs with it apart (`log_ab_proxy_main.md`,
+        `log_ab_proxy_checkpoint.md`, `log_ab_proxy_checkpoint2.md`), the CPU the same; the WAL
+        as small (1.4 MB over 150,000 requests)."""
         store = self._store
         if not isinstance(store, SqliteLog):
             return
