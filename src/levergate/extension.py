@@ -23,8 +23,8 @@ internals.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from levergate.config import ModelSettings, Settings
@@ -38,7 +38,15 @@ if TYPE_CHECKING:
     from levergate.layers.tiers.book import TierBook
     from levergate.redact import Redactor
 
-__all__ = ["Extension", "ExtensionFactory", "Host"]
+__all__ = ["Extension", "ExtensionFactory", "Host", "extension_of"]
+
+E = TypeVar("E")
+
+
+def extension_of(extensions: Iterable[object], kind: type[E]) -> E | None:
+    """The extension of type `kind` among a gateway's extensions (`gateway.extensions`), if
+    that feature is on."""
+    return next((found for found in extensions if isinstance(found, kind)), None)
 
 
 class Host(Protocol):

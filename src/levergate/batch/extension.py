@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from levergate.batch.http import AsyncRoutes, FilesAndBatches
 from levergate.batch.service import BatchService
 from levergate.core.jobs import BackgroundJob
+from levergate.extension import extension_of
 
 if TYPE_CHECKING:
     from levergate.core.clock import Clock
@@ -55,7 +56,5 @@ def batch_extension(host: Host) -> BatchExtension:
 
 def service_of(extensions: Iterable[object]) -> BatchService | None:
     """The Batch API's service among a gateway's extensions (`gateway.extensions`), if on."""
-    for extension in extensions:
-        if isinstance(extension, BatchExtension):
-            return extension.service
-    return None
+    found = extension_of(extensions, BatchExtension)
+    return None if found is None else found.service

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from levergate.core.jobs import BackgroundJob
+from levergate.extension import extension_of
 from levergate.otel.exporter import OtelMetrics, SpanExporter
 
 if TYPE_CHECKING:
@@ -35,7 +36,4 @@ def otel_extension(host: Host) -> Extension:
 
 def tracing_of(extensions: Sequence[Any]) -> Tracing | None:
     """Tracing among a gateway's extensions (`gateway.extensions`), if on."""
-    for extension in extensions:
-        if isinstance(extension, Tracing):
-            return extension
-    return None
+    return extension_of(extensions, Tracing)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from levergate.core.jobs import BackgroundJob
 from levergate.errors import Overloaded
+from levergate.extension import extension_of
 from levergate.requestlog.store import LogStore, LogStoreError, open_store
 from levergate.requestlog.writer import BodyText, LogMetrics, LogWriter
 from levergate.stores import select
@@ -98,7 +99,4 @@ def request_log_extension(host: Host) -> RequestLog:
 
 def log_of(extensions: Sequence[Any]) -> RequestLog | None:
     """The request log among a gateway's extensions (`gateway.extensions`), if on."""
-    for extension in extensions:
-        if isinstance(extension, RequestLog):
-            return extension
-    return None
+    return extension_of(extensions, RequestLog)
