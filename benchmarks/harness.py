@@ -33,6 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from levergate.testing.ports import free_port  # noqa: F401 - the benchmarks import it from here
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DATA_ENV = "LEVERGATE_BENCH_DATA"
@@ -119,12 +121,6 @@ class Output:
         (self.folder / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
         (self.folder / f"{name}.md").write_text(markdown)
         print(markdown)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def read_response(sock: socket.socket) -> tuple[bytes, bytes]:

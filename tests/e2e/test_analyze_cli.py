@@ -23,7 +23,8 @@ import yaml
 from levergate.analyze.render import table
 from levergate.requestlog.query import LogFilter
 from levergate.requestlog.store import SqliteLog
-from tests.e2e.test_readme import Server, clean_env, free_port
+from levergate.testing.ports import free_port
+from tests.e2e.test_readme import Server, clean_env
 
 pytestmark = pytest.mark.timeout(180)
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]

@@ -19,8 +19,8 @@ import pytest
 from levergate import Gateway, Settings
 from levergate.server.httpx2_transport import Httpx2Transport, SyncHttpx2Transport
 from levergate.simulator import SimHandle, SimSettings, run_simulator
+from levergate.testing.ports import free_port
 from tests.e2e.test_anthropic_sdk import HI, MODES, claude, sim_settings
-from tests.e2e.test_cli import free_port
 
 KEY = "sk-ant-sim-0123456789"
 SYSTEM = "You answer questions about the handbook, briefly and exactly. " * 120  # >1,024 tokens

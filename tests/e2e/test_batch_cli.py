@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from levergate.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
-from levergate.testing.batch_crash import Gateway, free_port, requests, submit, write_config
+from levergate.testing.batch_crash import Gateway, requests, submit, write_config
+from levergate.testing.ports import free_port
 
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 LINES = 300

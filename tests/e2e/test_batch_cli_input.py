@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from levergate.testing.batch_crash import free_port
+from levergate.testing.ports import free_port
 from tests.e2e.test_batch_cli import run_cli
 
 pytestmark = pytest.mark.timeout(120)

@@ -19,12 +19,12 @@ from levergate.testing.batch_crash import (
     Record,
     check,
     finish,
-    free_port,
     kill_loop,
     requests,
     submit,
     write_config,
 )
+from levergate.testing.ports import free_port
 from tests.postgres_required import postgres_database
 
 KILLS = 8

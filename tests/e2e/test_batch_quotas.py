@@ -17,7 +17,8 @@ import openai
 import pytest
 
 from levergate.simulator import SimHandle
-from levergate.testing.batch_crash import Gateway, free_port, write_config
+from levergate.testing.batch_crash import Gateway, write_config
+from levergate.testing.ports import free_port
 from tests.e2e.conftest import GatewayFactory
 from tests.e2e.test_batch_api import batch_settings, jsonl, line, sdk
 

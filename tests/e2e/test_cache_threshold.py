@@ -29,7 +29,8 @@ import yaml
 
 from levergate.policies.shadow import agree
 from levergate.simulator import tokens
-from tests.e2e.test_readme import ADMIN_TOKEN, Server, clean_env, free_port
+from levergate.testing.ports import free_port
+from tests.e2e.test_readme import ADMIN_TOKEN, Server, clean_env
 
 pytestmark = pytest.mark.timeout(240)
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]

@@ -20,7 +20,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
+from levergate.testing.ports import free_port
+from tests.e2e.test_cli import LEVERGATE, wait_for
 
 SECRETS = ("env", "config", "list1", "list2", "url", "client", "dead_url", "dead_key", "metrics")
 CANARIES = {name: f"cnry-{name}-{uuid.uuid4().hex}" for name in SECRETS}

@@ -12,15 +12,10 @@ from pathlib import Path
 
 import openai
 
+from levergate.testing.ports import free_port
 from tests.e2e.conftest import USER
 
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(port: int, proc: subprocess.Popen[bytes]) -> None:

@@ -25,8 +25,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from levergate.testing.ports import free_port
 from tests.browser_required import chromium
-from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
+from tests.e2e.test_cli import LEVERGATE, wait_for
 
 ADMIN = "admin-token-for-the-browser-0123"
 MODEL = "gpt-4o-mini"

@@ -14,7 +14,8 @@ import yaml
 
 from levergate.simulator import SimSettings, run_simulator
 from levergate.simulator.settings import BatchApiSettings
-from levergate.testing.batch_crash import Gateway, free_port
+from levergate.testing.batch_crash import Gateway
+from levergate.testing.ports import free_port
 from tests.e2e.test_batch_api import finished, jsonl, lines_of
 from tests.e2e.test_defer import MODEL, line
 

@@ -24,7 +24,8 @@ from levergate.testing.fuzzing import (
     hostile_requests,
     send,
 )
-from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
+from levergate.testing.ports import free_port
+from tests.e2e.test_cli import LEVERGATE, wait_for
 from tests.redis_required import require_redis
 
 COUNT = 10_000

@@ -25,8 +25,9 @@ from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.run import serving
 from levergate.simulator import SimHandle
+from levergate.testing.ports import free_port
 from tests.e2e.conftest import USER
-from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
+from tests.e2e.test_cli import LEVERGATE, wait_for
 from tests.redis_required import require_redis
 
 ADMIN = "admin-token-0123456789"

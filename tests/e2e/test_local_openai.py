@@ -17,7 +17,8 @@ from openai.types.chat import ChatCompletionMessageParam
 from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.server.run import serving
-from tests.e2e.test_cli import free_port, wait_for
+from levergate.testing.ports import free_port
+from tests.e2e.test_cli import wait_for
 
 FRANCE: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is the capital of France?"}

@@ -14,8 +14,9 @@ import jsonschema
 import orjson
 import yaml
 
+from levergate.testing.ports import free_port
 from levergate.version import __version__
-from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
+from tests.e2e.test_cli import LEVERGATE, wait_for
 
 FILE_KEY = "sk-file-secret-0123456789"
 ENV_KEY = "sk-env-secret-0123456789"

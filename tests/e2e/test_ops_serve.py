@@ -14,8 +14,9 @@ import httpx
 import openai
 import pytest
 
+from levergate.testing.ports import free_port
 from tests.e2e.conftest import USER
-from tests.e2e.test_cli import LEVERGATE, free_port, start, wait_for
+from tests.e2e.test_cli import LEVERGATE, start, wait_for
 from tests.e2e.test_ops_cli import environment
 
 SECRET = "sk-upstream-secret-0123456789"  # noqa: S105 - a test value

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 
 from levergate.simulator import SimSettings, run_simulator
+from levergate.testing.ports import free_port
 from tests.e2e.conftest import GatewayFactory
-from tests.e2e.test_traffic_health import free_port
 
 CHECKS = {"enabled": True, "interval_seconds": 0.05, "timeout_seconds": 1.0, "jitter": 0.0,
           "unhealthy_threshold": 1, "healthy_threshold": 1}  # fmt: skip

@@ -32,6 +32,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from levergate.config import Settings
+from levergate.testing.ports import free_port
 from tests.e2e.readme_blocks import (
     ROOT,
     Block,
@@ -89,12 +90,6 @@ FIXTURES = {
 
 
 # ---- servers ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -22,7 +22,7 @@ import yaml
 from levergate.simulator import SimHandle, SimSettings, run_simulator
 from levergate.simulator.settings import LatencySettings
 from levergate.testing.batch_crash import Gateway as Process
-from levergate.testing.batch_crash import free_port
+from levergate.testing.ports import free_port
 from tests.e2e.conftest import USER
 
 ADMIN = "admin-token-0123456789"

@@ -86,7 +86,8 @@ async def test_a_replica_whose_limits_disagree_is_logged_loudly_at_start(tmp_pat
     ):  # fmt: skip
         assert all("SHARED LIMIT MISMATCH" not in log.read_text() for log in d.logs)
         # A third replica started with another rpm for the same shared key.
-        from levergate.testing.batch_crash import Gateway, free_port
+        from levergate.testing.batch_crash import Gateway
+        from levergate.testing.ports import free_port
 
         port = free_port()
         config = replica_config(tmp_path / "odd.yaml", port=port, sim_url=d.sim_url, dsn=dsn,

@@ -20,7 +20,8 @@ import openai
 import pytest
 import yaml
 
-from tests.e2e.test_readme import Server, clean_env, free_port
+from levergate.testing.ports import free_port
+from tests.e2e.test_readme import Server, clean_env
 from tests.required import module
 
 pytestmark = pytest.mark.timeout(180)

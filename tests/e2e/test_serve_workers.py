@@ -21,7 +21,8 @@ import pytest
 from levergate.server.handlers.ops import WORKER_HEADER
 from levergate.server.workers import MAX_WORKERS_PER_CORE, cores
 from levergate.simulator import LimitSettings, SimHandle, SimSettings, run_simulator
-from tests.e2e.test_cli import LEVERGATE, free_port
+from levergate.testing.ports import free_port
+from tests.e2e.test_cli import LEVERGATE
 
 USER = [{"role": "user", "content": "Say something simulated."}]
 STARTED = "with 2 workers"

@@ -16,9 +16,10 @@ import openai
 import pytest
 
 from levergate.simulator import LatencySettings, SimHandle, SimSettings, run_simulator
+from levergate.testing.ports import free_port
 from tests.e2e.conftest import USER, GatewayFactory
 from tests.e2e.raw_http import BODY, MARGIN, connect, post_head, read_error
-from tests.e2e.test_cli import LEVERGATE, free_port, start, wait_for
+from tests.e2e.test_cli import LEVERGATE, start, wait_for
 
 GRACE = 1.0
 

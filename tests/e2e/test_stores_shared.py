@@ -28,8 +28,8 @@ from levergate.config import Settings
 from levergate.gateway import Gateway
 from levergate.simulator import SimHandle
 from levergate.testing.batch_crash import Gateway as Process
+from levergate.testing.ports import free_port
 from tests.e2e.conftest import USER
-from tests.e2e.test_cli import free_port
 from tests.memcached_required import PrivateMemcached
 from tests.postgres_required import postgres_database
 from tests.redis_required import require_redis

@@ -25,7 +25,8 @@ from levergate.catalog import Catalog
 from levergate.policies.pricing import Tokens, cost
 from levergate.policies.tiers import Tier
 from levergate.simulator import SimHandle, SimSettings, run_simulator
-from tests.e2e.test_cli import LEVERGATE, free_port, wait_for
+from levergate.testing.ports import free_port
+from tests.e2e.test_cli import LEVERGATE, wait_for
 from tests.e2e.test_ledger_proxy import sample
 from tests.e2e.test_ops_cli import environment
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ from levergate.pipeline import Deps
 from levergate.policies.ejection import State
 from levergate.simulator import SimHandle, SimSettings, run_simulator
 from levergate.testing import ManualClock, sample_value
+from levergate.testing.ports import free_port
 from levergate.upstreams.client import client_for
 from levergate.upstreams.probe import HttpProbe
 from tests.e2e.test_traffic_faults import ask, sim_requests, upstream
@@ -31,12 +31,6 @@ CHECKS = {
     "unhealthy_threshold": 2,
     "healthy_threshold": 2,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.asynccontextmanager

@@ -26,12 +26,6 @@ from levergate.core.json_bound import parse_json
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def write_config(
     path: Path,
     *,

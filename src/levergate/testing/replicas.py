@@ -24,7 +24,8 @@ import httpx
 import yaml
 from redis.asyncio import Redis
 
-from levergate.testing.batch_crash import Gateway, free_port
+from levergate.testing.batch_crash import Gateway
+from levergate.testing.ports import free_port
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
 ADMIN = "admin-token-0123456789"

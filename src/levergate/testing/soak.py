@@ -40,6 +40,8 @@ from typing import Any
 import httpx
 import yaml
 
+from levergate.testing.ports import free_port
+
 # The folder holding this levergate package (a checkout's src/): the processes started here
 # import this copy, not whichever one the interpreter has installed.
 SRC = Path(__file__).resolve().parents[2]
@@ -270,14 +272,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _wait_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 60.0) -> None:
     import socket
 
@@ -305,7 +299,7 @@ class Rig:
 def rig(tmp: Path, plan: Plan) -> Any:
     """The simulator, the hanging webhook receiver and the gateway, stopped afterwards (and the
     run's Redis keys removed)."""
-    sim_port, hook_port, port = _free_port(), _free_port(), _free_port()
+    sim_port, hook_port, port = free_port(), free_port(), free_port()
     prefix = f"levergate:soak:{uuid.uuid4().hex[:12]}:"
     started: list[subprocess.Popen[bytes]] = []
     try:
