@@ -18,7 +18,7 @@ import random
 import tempfile
 from pathlib import Path
 
-from harness import Output, add_output_options, stamp
+from harness import Output, add_output_options, free_port, stamp
 
 from levergate.simulator import LatencySettings, SimSettings, run_simulator
 from levergate.testing.batch_crash import (
@@ -26,7 +26,6 @@ from levergate.testing.batch_crash import (
     Record,
     check,
     finish,
-    free_port,
     kill_loop,
     requests,
     submit,
