@@ -24,8 +24,6 @@ Writes benchmarks/results/log_ab.{json,md}.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
 import statistics
 import subprocess
 import sys
@@ -33,22 +31,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness import (
-    Output,
-    add_output_options,
-    cpu_seconds,
-    free_port,
-    paired,
-    stamp,
-    stop,
-    turned,
-    wait_port,
-)
-from overhead import load
+import trees_ab
+from harness import Output, add_output_options, free_port, paired, stamp, stop, wait_port
+from trees_ab import Side
 
 HERE = Path(__file__).resolve().parent
-PROXY_SIDES = ("off", "off2", "on", "on+otel")
-LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
+SRC = HERE.parent / "src"
+PROXY_SIDES = (Side("off", SRC, "off"), Side("off2", SRC, "off"), Side("on", SRC, "log"),
+               Side("on+otel", SRC, "log+otel"))  # fmt: skip
 
 
 def inprocess_round(requests: int, log: str | None) -> dict[str, float]:
@@ -77,78 +67,18 @@ def inprocess(rounds: int, requests: int, folder: Path) -> dict[str, list[dict[s
     return runs
 
 
-def _serve(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [*LEVERGATE, *args],
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 def proxy(rounds: int, seconds: float, folder: Path, concurrency: tuple[int, ...]) -> list[Any]:
-    """Each round starts its own gateways: one process's own costs stay with it (the same
-    gateway off, kept for 12 rounds at c=1, used 1.09x the CPU of another off, 2026-12-05;
-    Python's method cache is keyed by addresses, so each process's heap layout moves its
-    count), so they are drawn anew each round and pairing spans them."""
-    sim_port, receiver_port = free_port(), free_port()
-    sim = _serve(["sim", "--port", str(sim_port)], {})
+    """`trees_ab.py --proxy`'s rounds with this tree's four sides (`PROXY_SIDES`)."""
+    port = free_port()
     receiver = subprocess.Popen([sys.executable, str(HERE / "otel_ab.py"), "--receiver",
-                                 str(receiver_port)])  # fmt: skip
-    upstream = f"http://127.0.0.1:{sim_port}/v1"
-
-    def logged(path: Path) -> dict[str, str]:
-        return {"LEVERGATE_REQUEST_LOG__ENABLED": "true",
-                "LEVERGATE_REQUEST_LOG__STORE__SQLITE_PATH": str(path)}  # fmt: skip
-
-    def envs(n: int) -> dict[str, dict[str, str]]:
-        return {"off": {}, "off2": {}, "on": logged(folder / f"proxy-{n}.sqlite3"), "on+otel": {
-            **logged(folder / f"proxy-otel-{n}.sqlite3"),
-            "LEVERGATE_OTEL__ENDPOINT": f"http://127.0.0.1:{receiver_port}",
-        }}  # fmt: skip
-
-    rows: list[dict[str, Any]] = []
-    gateways: dict[str, subprocess.Popen[bytes]] = {}
+                                 str(port)])  # fmt: skip
     try:
-        wait_port(receiver_port, proc=receiver)
-        wait_port(sim_port, proc=sim)
-        for n in range(rounds):
-            ports = {side: free_port() for side in PROXY_SIDES}
-            env = envs(n)
-            gateways = {
-                side: _serve(["serve", "--upstream", upstream, "--port", str(port)], env[side])
-                for side, port in ports.items()
-            }
-            for side, port in ports.items():
-                wait_port(port, proc=gateways[side])
-            order = turned(PROXY_SIDES, n)
-            for c in concurrency:
-                rows.extend(
-                    {"round": n, "side": side, "concurrency": c,
-                     **_loaded(ports[side], gateways[side].pid, c, seconds)}
-                    for side in (order if n % 2 == 0 else order[::-1])
-                )  # fmt: skip
-            for proc in gateways.values():
-                stop(proc)
+        wait_port(port, proc=receiver)
+        return trees_ab.proxy(PROXY_SIDES, rounds=rounds, seconds=seconds,
+                              concurrency=concurrency, endpoint=f"http://127.0.0.1:{port}",
+                              folder=folder)  # fmt: skip
     finally:
-        for proc in (*gateways.values(), sim, receiver):
-            if proc.poll() is None:
-                stop(proc)
-    return rows
-
-
-def _loaded(port: int, pid: int, concurrency: int, seconds: float) -> dict[str, float]:
-    url = f"http://127.0.0.1:{port}/v1"
-    asyncio.run(load(url, concurrency=concurrency, stream=False, seconds=min(0.5, seconds)))
-    before = cpu_seconds(pid)
-    result = asyncio.run(load(url, concurrency=concurrency, stream=False, seconds=seconds))
-    used = cpu_seconds(pid) - before
-    return {
-        "p50_ms": result["total_ms"].get("p50", float("nan")),
-        "p99_ms": result["total_ms"].get("p99", float("nan")),
-        "rps": result["throughput_rps"] or 0.0,
-        "cpu_us_per_request": 1e6 * used / max(1, result["completed"]),
-    }
+        stop(receiver)
 
 
 def main() -> None:
@@ -212,29 +142,14 @@ def _inprocess(runs: dict[str, list[dict[str, float]]]) -> list[str]:
 
 
 def _proxy(rows: list[dict[str, Any]], concurrency: tuple[int, ...]) -> list[str]:
-    lines = ["", ("Through the proxy: `levergate serve` with the log off, off again (off2: the "
-             "A/A, what no change looks like in this run), on, and on with tracing "
-             "(every request's spans exported to a receiver in another process that drops them), "
-             "side by side in front of one `levergate sim` (0 ms), closed loop, whole answers; the "
-             "gateway process's CPU per request from /proc (paired: the median of each round's "
-             "own ratio to off); p99 shows the loop's pauses for the log (a batch's turns, a "
-             "checkpoint)."), "",
-             ("| concurrency | side | p50 ms | / off | p99 ms | / off | CPU us/req | / off "
-              "| paired CPU / off (quartiles) |"),
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    keys, digits = ("p50_ms", "p99_ms", "cpu_us_per_request"), (3, 3, 1)
-    for c in concurrency:
-        runs = {s: [r for r in rows if r["side"] == s and r["concurrency"] == c]
-                for s in PROXY_SIDES}  # fmt: skip
-        med = {s: {k: statistics.median(r[k] for r in runs[s]) for k in keys} for s in runs}
-        for side in PROXY_SIDES:
-            cells = [f"{med[side][k]:.{n}f} | {med[side][k] / med['off'][k]:.3f}"
-                     for k, n in zip(keys, digits, strict=True)]  # fmt: skip
-            cpu = [[r["cpu_us_per_request"] for r in runs[s]] for s in (side, "off")]
-            ratio, low, high = paired(*cpu)
-            lines.append(f"| {c} | {side} | " + " | ".join(cells)
-                         + f" | {ratio:.3f} ({low:.3f}-{high:.3f}) |")  # fmt: skip
-    return lines
+    return ["", ("Through the proxy: `levergate serve` with the log off, off again (off2: the "
+            "A/A, what no change looks like in this run), on, and on with tracing "
+            "(every request's spans exported to a receiver in another process that drops them), "
+            "side by side in front of one `levergate sim` (0 ms), closed loop, whole answers; the "
+            "gateway process's CPU per request from /proc (paired: the median of each round's "
+            "own ratio to off); p99 shows the loop's pauses for the log (a batch's turns, a "
+            "checkpoint)."), "",
+            *trees_ab.proxy_table(rows, [s.name for s in PROXY_SIDES], concurrency)]  # fmt: skip
 
 
 if __name__ == "__main__":

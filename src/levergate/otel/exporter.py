@@ -11,7 +11,10 @@ in `otel_ab.py`'s gateway with the log on, 2026-12-05, a quiet AMD EPYC) a reque
 4.0 us encoded one at a time, 2.0 us 32 at a time. Through the proxy (`levergate serve` at
 c=16, the log on, timed in place the same day) tracing's pieces took, a request: its context
 begun 0.81 us (core/spans.py `begin`), its attempt's span id and `traceparent` 1.0 us, the hold
-0.35 us, the encoding 2.1 us; a POST every 512 requests.
+0.35 us, the encoding 2.1 us; a POST every 512 requests. On the wall clock through the proxy
+(`benchmarks/results/trees_proxy_log_parts.md`, 10 rounds, paired CPU / off at c=16) tracing
+alone was 1.083x of off, with the log 1.165x; this module's encoders (otel/spans.py, otlp.py)
+mypyc-compiled with the log's row and features, 1.198x: compiled, the same calls into C cost more.
 
 Why at once rather than by the job (as until 2026-12-04): a queued record kept its request's
 objects alive (the record, its timings, tokens, trace context and attempts: ~10 objects the
