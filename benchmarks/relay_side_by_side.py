@@ -17,12 +17,19 @@ In alternating rounds (direct, relay, levergate, then again) it measures
 - an exact-cache hit (temperature 0, the same request again) through levergate (and through the
   baseline, when there is one) against the same client's round trip straight to the simulator.
 
+With `--observability` (and in the smoke run) a fourth target, "levergate log+otel", is
+levergate with the request log (SQLite in a temporary folder) and OpenTelemetry (every request
+traced, exported to a receiver in another process that drops the spans) on: issue 22's bound
+for it is <= 1.1x the CPU per request of levergate with both off, in this harness. The gateways
+live for the whole run (`log_ab.py` and `trees_ab.py --proxy` start theirs anew each round).
+
 Targets (issue 22): levergate >= 0.95x the relay's requests/s at c=16 and c=64, <= 1.1x its CPU
 per request, c=1 p50 within +0.05 ms of the relay's, a cache hit <= 1.5x the direct round trip.
 The machine is shared (two cores, other sessions' tests): every figure is a ratio inside one
 run, and the load average is printed with it.
 
-    .venv/bin/python benchmarks/relay_side_by_side.py [--seconds 5] [--rounds 2] [--smoke]
+    .venv/bin/python benchmarks/relay_side_by_side.py [--seconds 5] [--rounds 2]
+        [--baseline ../wt/x/src] [--observability] [--smoke]
 
 Writes benchmarks/results/relay_side_by_side.{json,md}.
 """
@@ -60,6 +67,7 @@ from harness import (
 HERE = Path(__file__).resolve().parent
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
 TARGETS = ("direct", "relay", "levergate")
+OBSERVED = "levergate log+otel"
 BODY = {"model": "sim-small", "max_tokens": 16, "messages": [{"role": "user", "content": "hello"}]}
 
 
@@ -158,15 +166,22 @@ def _pin_threads(pid: int, cpus: set[int]) -> None:
             os.sched_setaffinity(int(task.name), cpus)
 
 
-def run(plan: Plan, baseline: Path | None) -> dict[str, Any]:
-    """`baseline`: another tree's `src`, served as a fourth target ("levergate baseline"), so a
-    change is measured before and after in the same run."""
+def run(plan: Plan, baseline: Path | None, *, observed: bool = False) -> dict[str, Any]:
+    """`baseline`: another tree's `src`, served as a target ("levergate baseline"), so a change
+    is measured before and after in the same run; `observed`: levergate with the request log
+    and tracing on, as a target (`OBSERVED`)."""
     need_tool("wrk")
-    targets = (*TARGETS, "levergate baseline") if baseline else TARGETS
-    lua = Path(tempfile.mkdtemp()) / "post.lua"
+    with tempfile.TemporaryDirectory(prefix="levergate-relay-") as folder:
+        return _run(plan, baseline, observed=observed, folder=Path(folder))
+
+
+def _run(plan: Plan, baseline: Path | None, *, observed: bool, folder: Path) -> dict[str, Any]:
+    targets = (*TARGETS, *(("levergate baseline",) if baseline else ()),
+               *((OBSERVED,) if observed else ()))  # fmt: skip
+    lua = folder / "post.lua"
     lua.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                    f"wrk.body = {json.dumps(json.dumps(BODY))}\n")  # fmt: skip
-    ports = {name: free_port() for name in targets}
+    ports = {name: free_port() for name in (*targets, "receiver")}
     sim = f"http://127.0.0.1:{ports['direct']}"
     commands = {
         "direct": [*LEVERGATE, "sim", "--port", str(ports["direct"]), "--ttft-ms", "0"],
@@ -176,6 +191,11 @@ def run(plan: Plan, baseline: Path | None) -> dict[str, Any]:
            for name in targets if name.startswith("levergate")},
     }  # fmt: skip
     envs = {"levergate baseline": {"PYTHONPATH": str(baseline)}} if baseline else {}
+    envs[OBSERVED] = {
+        "LEVERGATE_REQUEST_LOG__ENABLED": "true",
+        "LEVERGATE_REQUEST_LOG__STORE__SQLITE_PATH": str(folder / "log.sqlite3"),
+        "LEVERGATE_OTEL__ENDPOINT": f"http://127.0.0.1:{ports['receiver']}",
+    }
     rows: list[dict[str, Any]] = []
     hits = ("levergate cache hit", *(("levergate baseline cache hit",) if baseline else ()))
     where = placements()
@@ -184,6 +204,10 @@ def run(plan: Plan, baseline: Path | None) -> dict[str, Any]:
     }
     hit = {**BODY, "temperature": 0}
     with ExitStack() as stack:
+        if observed:
+            receiver = [sys.executable, str(HERE / "otel_ab.py"), "--receiver",
+                        str(ports["receiver"])]  # fmt: skip
+            stack.enter_context(started(receiver, ports["receiver"]))
         pids = {name: stack.enter_context(started(commands[name], ports[name], envs.get(name))).pid
                 for name in targets}  # fmt: skip
         for name in targets:  # warm-up: imports, pools, first-use caches
@@ -228,6 +252,10 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
             "cpu_ratio": median("levergate", "cpu_ms_per_request")
             / median("relay", "cpu_ms_per_request"),
         }  # fmt: skip
+        if any(r["target"] == OBSERVED for r in data["rows"]):
+            row["observed_rps_ratio"] = median(OBSERVED, "rps") / row["levergate_rps"]
+            row["observed_cpu_ratio"] = (median(OBSERVED, "cpu_ms_per_request")
+                                         / row["levergate_cpu_ms"])  # fmt: skip
         if data.get("baseline"):
             row["baseline_rps_ratio"] = median("levergate baseline", "rps") / row["relay_rps"]
             row["baseline_cpu_ratio"] = (median("levergate baseline", "cpu_ms_per_request")
@@ -240,6 +268,8 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
             "levergate_minus_relay_ms": trips["levergate"] - trips["relay"],
             "cache_hit_over_direct": trips["levergate cache hit"] / trips["direct"],
         }
+        if OBSERVED in trips:
+            c1["observed_minus_levergate_ms"] = trips[OBSERVED] - trips["levergate"]
         if "levergate baseline cache hit" in trips:
             c1["baseline_minus_relay_ms"] = trips["levergate baseline"] - trips["relay"]
             c1["baseline_cache_hit_over_direct"] = (trips["levergate baseline cache hit"]
@@ -291,6 +321,19 @@ def markdown(data: dict[str, Any]) -> str:
                 f"{c1['levergate baseline cache hit']:.3f} | "
                 f"{c1['baseline_cache_hit_over_direct']:.2f}x |"
             )
+    observed = {key: row for key, row in s.items() if "observed_cpu_ratio" in row}
+    if observed:
+        lines += [
+            "", ("levergate with the request log and OpenTelemetry on (every request logged to "
+                 "SQLite and traced, its spans exported) against levergate with both off, in the "
+                 "same rounds (issue 22: CPU <= 1.1x):"), "",
+            "| connections | req/s, on / off | CPU per request, on / off |",
+            "|---|---:|---:|",
+            *(f"| {key[1:]} | {row['observed_rps_ratio']:.3f}x | {row['observed_cpu_ratio']:.3f}x |"
+              for key, row in observed.items()),
+            *(f"| 1 ({placement}), p50 | {c1['observed_minus_levergate_ms']:+.3f} ms | |"
+              for placement, c1 in s["c1"].items() if "observed_minus_levergate_ms" in c1),
+        ]  # fmt: skip
     lines += [
         "", "Every wrk run, in order:", "",
         "| round | connections | target | req/s | non-2xx | CPU ms/req |",
@@ -309,13 +352,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--baseline", type=Path, help="another tree's src/, a fourth target")
     parser.add_argument("--baseline-name", default="baseline", help="what the baseline is")
+    parser.add_argument(
+        "--observability", action="store_true",
+        help=f"a target more: {OBSERVED} (the request log and tracing on)",
+    )  # fmt: skip
     add_output_options(parser)
     args = parser.parse_args()
     out = Output.of(args)
     plan = Plan.of(args)
     data = {**stamp(), "seconds": plan.seconds, "rounds": plan.rounds,
             "baseline": args.baseline_name if args.baseline else None,
-            **run(plan, args.baseline)}  # fmt: skip
+            **run(plan, args.baseline, observed=args.observability or args.smoke)}  # fmt: skip
     data["summary"] = summary(data)
     out.write("relay_side_by_side", data, markdown(data))
 
