@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import trees_ab
-from harness import Output, add_output_options, free_port, paired, stamp, stop, wait_port
+from harness import Output, add_output_options, paired, stamp
+from otel_ab import receiving
 from trees_ab import Side
 
 HERE = Path(__file__).resolve().parent
@@ -69,16 +70,10 @@ def inprocess(rounds: int, requests: int, folder: Path) -> dict[str, list[dict[s
 
 def proxy(rounds: int, seconds: float, folder: Path, concurrency: tuple[int, ...]) -> list[Any]:
     """`trees_ab.py --proxy`'s rounds with this tree's four sides (`PROXY_SIDES`)."""
-    port = free_port()
-    receiver = subprocess.Popen([sys.executable, str(HERE / "otel_ab.py"), "--receiver",
-                                 str(port)])  # fmt: skip
-    try:
-        wait_port(port, proc=receiver)
+    with receiving() as endpoint:
         return trees_ab.proxy(PROXY_SIDES, rounds=rounds, seconds=seconds,
-                              concurrency=concurrency, endpoint=f"http://127.0.0.1:{port}",
+                              concurrency=concurrency, endpoint=endpoint,
                               folder=folder)  # fmt: skip
-    finally:
-        stop(receiver)
 
 
 def main() -> None:

@@ -25,6 +25,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -67,6 +69,19 @@ class _Drop(BaseHTTPRequestHandler):
         return
 
 
+@contextmanager
+def receiving() -> Iterator[str]:
+    """An OTLP/HTTP receiver in a process of its own, answering 200 and dropping the spans
+    (`_Drop`): its endpoint, while the block runs."""
+    port = free_port()
+    receiver = subprocess.Popen([sys.executable, __file__, "--receiver", str(port)])
+    try:
+        wait_port(port, proc=receiver)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(receiver)
+
+
 def child(requests: int, endpoint: str | None, log: str | None) -> None:
     result = {}
     for kind in ("stream", "whole"):
@@ -104,20 +119,16 @@ def main() -> None:
     out = Output.of(args)
     if args.smoke:
         args.rounds, args.requests = 1, 50
-    port = free_port()
-    receiver = subprocess.Popen([sys.executable, __file__, "--receiver", str(port)])
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_port(port)
-        runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
-        with tempfile.TemporaryDirectory(prefix="levergate-otel-ab-") as folder:
-            for n in range(args.rounds):
-                for side in turned(SIDES, n):
-                    log = f"{folder}/{side}-{n}" if "log" in side else None
-                    runs[side].append(run_child(args.requests, endpoint if "otel" in side
-                                                else None, log))  # fmt: skip
-    finally:
-        stop(receiver)
+    runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+    with (
+        receiving() as endpoint,
+        tempfile.TemporaryDirectory(prefix="levergate-otel-ab-") as folder,
+    ):
+        for n in range(args.rounds):
+            for side in turned(SIDES, n):
+                log = f"{folder}/{side}-{n}" if "log" in side else None
+                runs[side].append(run_child(args.requests, endpoint if "otel" in side
+                                            else None, log))  # fmt: skip
     report(runs, args, out)
 
 

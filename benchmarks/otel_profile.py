@@ -31,7 +31,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness import Output, add_output_options, free_port, stamp, stop, wait_port
+from harness import Output, add_output_options, stamp
+from otel_ab import receiving
 
 HERE = Path(__file__).resolve().parent
 AREAS = (  # (area, a module path fragment), first match wins
@@ -141,20 +142,14 @@ def main() -> None:
     trees = {"this tree": HERE.parent / "src"}
     if args.src:
         trees = {args.src_name: args.src.resolve(), **trees}
-    port = free_port()
-    receiver = subprocess.Popen([sys.executable, str(HERE / "otel_ab.py"), "--receiver",
-                                 str(port)])  # fmt: skip
     runs: dict[str, Any] = {}
-    try:
-        wait_port(port)
+    with receiving() as receiver:
         for tree, src in trees.items():
             for kind in ("whole", "stream"):
-                for side, endpoint in (("off", None), ("on", f"http://127.0.0.1:{port}")):
+                for side, endpoint in (("off", None), ("on", receiver)):
                     name = f"{tree}, {kind}, otel {side}"
                     runs[name] = run_child(src, kind, args.requests, endpoint)
                     print(name, json.dumps(runs[name]["cpu_us"]), flush=True)
-    finally:
-        stop(receiver)
     report(runs, args, out)
 
 

@@ -44,7 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import Output, add_output_options, free_port, stamp, stop, wait_port
+from harness import Output, add_output_options, stamp
+from otel_ab import receiving
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("whole", "stream")
@@ -231,20 +232,13 @@ def main() -> None:
     if args.src is not None:
         trees[f"{args.src_name}: {args.src_side}"] = args.src.resolve()
     sides = list(trees)
-    port = free_port()
-    receiver = subprocess.Popen([sys.executable, str(HERE / "otel_ab.py"), "--receiver",
-                                 str(port)])  # fmt: skip
-    endpoint = f"http://127.0.0.1:{port}"
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
-    try:
-        wait_port(port)
+    with receiving() as endpoint:
         for _ in range(args.rounds):
             for side, src in trees.items():
                 runs[side].append(run_child(args.requests, endpoint if "otel" in side else None,
                                             args.tracemalloc, src, log="log" in side,
                                             log_fill=args.log_fill))  # fmt: skip
-    finally:
-        stop(receiver)
     report(runs, sides, args, out)
 
 

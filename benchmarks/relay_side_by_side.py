@@ -63,6 +63,7 @@ from harness import (
     stop,
     wait_port,
 )
+from otel_ab import receiving
 
 HERE = Path(__file__).resolve().parent
 LEVERGATE = [sys.executable, "-m", "levergate.cli.main"]
@@ -181,7 +182,7 @@ def _run(plan: Plan, baseline: Path | None, *, observed: bool, folder: Path) -> 
     lua = folder / "post.lua"
     lua.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                    f"wrk.body = {json.dumps(json.dumps(BODY))}\n")  # fmt: skip
-    ports = {name: free_port() for name in (*targets, "receiver")}
+    ports = {name: free_port() for name in targets}
     sim = f"http://127.0.0.1:{ports['direct']}"
     commands = {
         "direct": [*LEVERGATE, "sim", "--port", str(ports["direct"]), "--ttft-ms", "0"],
@@ -194,8 +195,7 @@ def _run(plan: Plan, baseline: Path | None, *, observed: bool, folder: Path) -> 
     envs[OBSERVED] = {
         "LEVERGATE_REQUEST_LOG__ENABLED": "true",
         "LEVERGATE_REQUEST_LOG__STORE__SQLITE_PATH": str(folder / "log.sqlite3"),
-        "LEVERGATE_OTEL__ENDPOINT": f"http://127.0.0.1:{ports['receiver']}",
-    }
+    }  # the receiver's endpoint is added once it runs
     rows: list[dict[str, Any]] = []
     hits = ("levergate cache hit", *(("levergate baseline cache hit",) if baseline else ()))
     where = placements()
@@ -205,9 +205,7 @@ def _run(plan: Plan, baseline: Path | None, *, observed: bool, folder: Path) -> 
     hit = {**BODY, "temperature": 0}
     with ExitStack() as stack:
         if observed:
-            receiver = [sys.executable, str(HERE / "otel_ab.py"), "--receiver",
-                        str(ports["receiver"])]  # fmt: skip
-            stack.enter_context(started(receiver, ports["receiver"]))
+            envs[OBSERVED]["LEVERGATE_OTEL__ENDPOINT"] = stack.enter_context(receiving())
         pids = {name: stack.enter_context(started(commands[name], ports[name], envs.get(name))).pid
                 for name in targets}  # fmt: skip
         for name in targets:  # warm-up: imports, pools, first-use caches

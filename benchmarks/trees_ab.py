@@ -54,6 +54,7 @@ from harness import (
     turned,
     wait_port,
 )
+from otel_ab import receiving
 from overhead import load
 
 HERE = Path(__file__).resolve().parent
@@ -207,24 +208,15 @@ def main() -> None:
         parser.error("two --side at least, each named differently")
     if min(concurrency) < 1:
         parser.error("--concurrency: 1 or more")
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    receiver = subprocess.Popen([sys.executable, str(HERE / "otel_ab.py"), "--receiver",
-                                 str(port)])  # fmt: skip
     runs: dict[str, dict[str, list[float]]] = {}
     rows: list[dict[str, Any]] = []
-    try:
-        wait_port(port, proc=receiver)
-        with tempfile.TemporaryDirectory(prefix="levergate-trees-ab-") as folder:
-            if args.smoke or not args.proxy:
-                runs = inprocess(args.sides, rounds=args.rounds, requests=args.requests,
-                                 endpoint=endpoint, folder=folder)  # fmt: skip
-            if args.smoke or args.proxy:
-                rows = proxy(args.sides, rounds=args.rounds, seconds=args.seconds,
-                             concurrency=concurrency, endpoint=endpoint,
-                             folder=Path(folder))  # fmt: skip
-    finally:
-        stop(receiver)
+    with receiving() as endpoint, tempfile.TemporaryDirectory(prefix="levergate-trees-ab-") as tmp:
+        if args.smoke or not args.proxy:
+            runs = inprocess(args.sides, rounds=args.rounds, requests=args.requests,
+                             endpoint=endpoint, folder=tmp)  # fmt: skip
+        if args.smoke or args.proxy:
+            rows = proxy(args.sides, rounds=args.rounds, seconds=args.seconds,
+                         concurrency=concurrency, endpoint=endpoint, folder=Path(tmp))  # fmt: skip
     data: dict[str, Any] = {**stamp(), "rounds": args.rounds, "requests": args.requests,
                             "seconds": args.seconds, "concurrency": concurrency,
                             "sides": [[s.name, str(s.src), s.mode] for s in args.sides],
