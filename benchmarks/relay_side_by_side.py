@@ -319,19 +319,7 @@ def markdown(data: dict[str, Any]) -> str:
                 f"{c1['levergate baseline cache hit']:.3f} | "
                 f"{c1['baseline_cache_hit_over_direct']:.2f}x |"
             )
-    observed = {key: row for key, row in s.items() if "observed_cpu_ratio" in row}
-    if observed:
-        lines += [
-            "", ("levergate with the request log and OpenTelemetry on (every request logged to "
-                 "SQLite and traced, its spans exported) against levergate with both off, in the "
-                 "same rounds (issue 22: CPU <= 1.1x):"), "",
-            "| connections | req/s, on / off | CPU per request, on / off |",
-            "|---|---:|---:|",
-            *(f"| {key[1:]} | {row['observed_rps_ratio']:.3f}x | {row['observed_cpu_ratio']:.3f}x |"
-              for key, row in observed.items()),
-            *(f"| 1 ({placement}), p50 | {c1['observed_minus_levergate_ms']:+.3f} ms | |"
-              for placement, c1 in s["c1"].items() if "observed_minus_levergate_ms" in c1),
-        ]  # fmt: skip
+    lines += _observed(s)
     lines += [
         "", "Every wrk run, in order:", "",
         "| round | connections | target | req/s | non-2xx | CPU ms/req |",
@@ -342,6 +330,24 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append(f"| {r['round']} | {r['connections']} | {r['target']} | {r['rps']:,.0f} | "
                      f"{r['non_2xx']} | {cpu} |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _observed(s: dict[str, Any]) -> list[str]:
+    """The table of levergate with the log and tracing on against levergate off, if measured."""
+    observed = {key: row for key, row in s.items() if "observed_cpu_ratio" in row}
+    if not observed:
+        return []
+    return [
+        "", ("levergate with the request log and OpenTelemetry on (every request logged to "
+             "SQLite and traced, its spans exported) against levergate with both off, in the "
+             "same rounds (issue 22: CPU <= 1.1x):"), "",
+        "| connections | req/s, on / off | CPU per request, on / off |",
+        "|---|---:|---:|",
+        *(f"| {key[1:]} | {row['observed_rps_ratio']:.3f}x | {row['observed_cpu_ratio']:.3f}x |"
+          for key, row in observed.items()),
+        *(f"| 1 ({placement}), p50 | {c1['observed_minus_levergate_ms']:+.3f} ms | |"
+          for placement, c1 in s["c1"].items() if "observed_minus_levergate_ms" in c1),
+    ]  # fmt: skip
 
 
 def main() -> None:
