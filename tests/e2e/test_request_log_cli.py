@@ -6,6 +6,7 @@ each as a child process."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import json
 import subprocess
@@ -239,3 +240,22 @@ def test_an_empty_range_and_bad_input_get_clear_messages(gateway: Gateway) -> No
             answer = http.get(path, params=params)
             assert answer.status_code == 400, params
             assert answer.json()["error"]["param"] in params
+
+
+def test_forged_limits_cursors_and_bytes_are_400s_or_exit_2_never_a_crash(
+    gateway: Gateway,
+) -> None:
+    forged = base64.urlsafe_b64encode(b"1.0:" + b"9" * 60).decode().rstrip("=")
+    with httpx.Client(base_url=gateway.url, headers={"authorization": f"Bearer {ADMIN}"}) as http:
+        for path in ("/admin/log", "/dashboard/api/requests"):
+            # '²' is a digit to `str.isdigit`; the cursor decodes to a seq past 64 bits: 500s
+            for params in ({"limit": "²"}, {"cursor": forged}):
+                answer = http.get(path, params=params)
+                assert answer.status_code == 400, (path, params, answer.text)
+                assert answer.json()["error"]["param"] in params
+    db = str(gateway.db)
+    for flags in (["--cursor", "garbage"], ["--cursor", forged], ["--tenant", "\udcff"]):
+        # "\udcff" goes out as the byte 0xff: a command line that is not UTF-8
+        done = gateway.cli("log", "query", "--db", db, *flags, expect=2)
+        assert "Traceback" not in done.stderr
+        assert flags[0] in done.stderr

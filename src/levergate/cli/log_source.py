@@ -148,7 +148,10 @@ class StoreSource:
             raise SourceError(str(exc)) from None
 
     def page(self, where: LogFilter, *, cursor: str | None, limit: int) -> Page:
-        at = decode_cursor(cursor) if cursor else None
+        try:
+            at = decode_cursor(cursor) if cursor else None
+        except BadRequest as exc:  # exit 2, as the gateway's 400 for it is (HttpSource)
+            raise ConfigError(f"{exc.message} (--cursor)") from None
         return self._call(lambda s: s.page(where, cursor=at, limit=limit))  # type: ignore[no-any-return]
 
     def after(self, seq: int, where: LogFilter, *, limit: int) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ MAX_TEXT = 256
 _DURATION = re.compile(r"^(\d{1,9}(?:\.\d+)?)([smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 Cursor = tuple[float, int]  # (ts, seq) of the last record of the page before
+MAX_SEQ = 2**63 - 1  # a sequence number is a 64-bit integer in SQLite and PostgreSQL (BIGINT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,11 @@ def _number(text: str, *, param: str) -> float:
 def _text(text: str, *, param: str) -> str:
     if not text or len(text) > MAX_TEXT:
         raise BadRequest(f"'{param}' must be 1 to {MAX_TEXT} characters.", param=param)
+    if not text.isascii():
+        try:  # a command line's bytes that are not UTF-8 arrive as lone surrogates
+            text.encode()
+        except UnicodeEncodeError:
+            raise BadRequest(f"'{param}' is not UTF-8 text.", param=param) from None
     return text
 
 
@@ -171,6 +177,6 @@ def decode_cursor(text: str) -> Cursor:
         ts, seq = float(ts_text), int(seq_text)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise problem from None
-    if not math.isfinite(ts) or seq < 0:
+    if not math.isfinite(ts) or not 0 <= seq <= MAX_SEQ:  # beyond: the store's bind fails
         raise problem
     return ts, seq

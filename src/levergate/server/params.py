@@ -28,7 +28,8 @@ def limit_of(params: dict[str, str], *, default: int, most: int) -> int:
     text = params.get("limit")
     if text is None:
         return default
-    if not text.isdigit() or not 1 <= int(text) <= most:
+    # ASCII only: `isdigit` is true of '²', which `int` refuses (a 500 until 2026-12)
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= most:
         raise BadRequest(f"'limit' must be an integer from 1 to {most}.", param="limit")
     return int(text)
 

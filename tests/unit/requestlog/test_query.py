@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import math
 import sqlite3
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -17,6 +19,7 @@ from levergate.requestlog.query import (
     parse_filter,
     parse_time,
 )
+from levergate.requestlog.store import SqliteLog
 
 
 @given(st.floats(min_value=0, max_value=1e10, allow_nan=False), st.integers(0, 2**62))
@@ -37,6 +40,27 @@ def test_any_other_cursor_is_a_400_never_a_crash(text: str) -> None:
     assert problem is None or problem.param == "cursor"
 
 
+@pytest.mark.parametrize("seq", [2**63, 10**59])
+def test_a_forged_cursor_past_a_64_bit_sequence_number_is_a_400(seq: int) -> None:
+    # it decoded, and the store's bind raised OverflowError: a 500
+    forged = base64.urlsafe_b64encode(f"1.0:{seq}".encode()).decode().rstrip("=")
+    with pytest.raises(BadRequest) as caught:
+        decode_cursor(forged)
+    assert caught.value.param == "cursor"
+
+
+def test_every_cursor_that_decodes_is_one_a_store_can_run(tmp_path: Path) -> None:
+    store = SqliteLog(str(tmp_path / "log.sqlite3"), timeout_seconds=1.0)
+    try:
+        for text in (encode_cursor((1e308, 2**63 - 1)), encode_cursor((0.0, 0))):
+            page = store.page(LogFilter(), cursor=decode_cursor(text), limit=1)
+            assert page.records == []
+        found = store.page(LogFilter(tenant="\U0001f600\x00"), cursor=None, limit=1)
+        assert found.records == []
+    finally:
+        store.close()
+
+
 def test_times_read_as_epoch_iso_or_a_duration_ago() -> None:
     assert parse_time("1700000000.5", param="since") == 1700000000.5
     assert parse_time("2023-11-14T22:13:20Z", param="since") == 1700000000.0
@@ -54,6 +78,7 @@ def test_times_read_as_epoch_iso_or_a_duration_ago() -> None:
         ({"min_latency_ms": "nan"}, "min_latency_ms"),
         ({"min_cost_usd": "-1"}, "min_cost_usd"),
         ({"tenant": "x" * 257}, "tenant"),
+        ({"tenant": "\udcff"}, "tenant"),  # a command line's byte that is not UTF-8
         ({"model": ""}, "model"),
         ({"since": "100", "until": "50"}, "since"),
         ({"tenent": "a"}, "tenent"),
