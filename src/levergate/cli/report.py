@@ -47,6 +47,14 @@ REQUIRED = ("ts", "outcome", "total_ms", "cost_usd", "saved_usd", "input_tokens"
 GAUGES = ("levergate_route_quality_retention", "levergate_cascade_quality_retention",
           "levergate_router_quality_retention")  # fmt: skip
 MAX_REPORTED_LINES = 20
+# A record's numbers the report adds up, null where the log keeps none: text in one of them
+# (a spreadsheet's round trip) stopped the whole report with a traceback.
+NUMBERS = ("total_ms", "cost_usd", "saved_usd", "input_tokens", "cached_tokens",
+           "cache_write_tokens", "output_tokens", "ttft_ms", "queued_ms")  # fmt: skip
+# The largest number a report takes (epoch seconds, milliseconds, dollars, tokens): a date is
+# printed for any time below it (requestlog/query.py's bound on one), and a chart's scale holds
+# it; 1e308 overflowed both.
+MOST = 1e11
 
 
 def register(subparsers: Any) -> None:
@@ -168,9 +176,46 @@ def _problem(line: bytes) -> dict[str, Any] | str:
     missing = [k for k in REQUIRED if k not in value]
     if missing:
         return f"not a request record (no {', '.join(missing[:3])})"
-    if not isinstance(value["ts"], int | float) or not isinstance(value["total_ms"], int | float):
-        return "not a request record (ts and total_ms must be numbers)"
+    if not _number(value["ts"]) or not 0 <= value["ts"] < MOST or value["total_ms"] is None:
+        return "not a request record (ts must be epoch seconds, total_ms a number)"
+    wrong = [k for k in NUMBERS if value.get(k) is not None and not _number(value[k])]
+    if wrong:
+        return f"not a request record ({', '.join(wrong[:3])} must be numbers)"
+    if not isinstance(value["outcome"], str) or not isinstance(value.get("cache") or "", str):
+        return "not a request record (outcome and cache must be text)"
+    if not _numbers(value.get("savings") or {}):
+        return "not a request record (savings must name levers and amounts)"
     return value
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < MOST
+
+
+def _numbers(value: object) -> bool:
+    """A JSON object of numbers."""
+    return isinstance(value, dict) and all(map(_number, value.values()))
+
+
+def _bench_problem(value: dict[str, Any]) -> str | None:
+    """Why a bench result cannot be drawn (report/data.py's `from_bench`), or None."""
+    samples = value.get("samples") or {}
+    if not isinstance(samples, dict):
+        return "samples must be an object"
+    for name in ("total_ms", "ttft_ms"):
+        summary, every = value.get(name) or {}, samples.get(name) or []
+        if not _numbers(summary) or not isinstance(every, list) or not all(map(_number, every)):
+            return f"{name} must be milliseconds"
+        if any(v < 0 for v in (*summary.values(), *every)):
+            return f"{name} must be milliseconds >= 0"
+    if not all(isinstance(value.get(k), int) for k in ("ok", "sent")):
+        return "ok and sent must be counts"
+    if not isinstance(value.get("config") or {}, dict):
+        return "config must be an object"
+    if not isinstance(value.get("warnings") or [], list):
+        return "warnings must be a list"
+    rps = value.get("achieved_rps")
+    return None if rps is None or _number(rps) else "achieved_rps must be a number"
 
 
 def _json_file(path: Path) -> dict[str, Any]:
@@ -182,6 +227,8 @@ def _json_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is not JSON: {str(exc).splitlines()[0]}") from None
     if not isinstance(value, dict) or "total_ms" not in value:
         raise ConfigError(f"{path} is not a `levergate bench` result (no total_ms)")
+    if (problem := _bench_problem(value)) is not None:
+        raise ConfigError(f"{path} is not a `levergate bench` result ({problem})")
     return value
 
 
