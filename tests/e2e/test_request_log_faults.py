@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,32 @@ async def test_a_locked_log_file_drops_and_counts_never_fails_a_request(tmp_path
     reader = sqlite3.connect(path)
     assert reader.execute("SELECT COUNT(*) FROM lg_requests").fetchone()[0] == written
     reader.close()
+
+
+async def test_a_log_file_deleted_under_the_gateway_is_made_anew(tmp_path: Path) -> None:
+    # Until 2026-12 the gateway wrote on into the unlinked file: `written` counted every
+    # record, none could be read, and all were gone at the next start.
+    path = tmp_path / "requests.sqlite3"
+    store = {"sqlite_path": str(path)}
+    async with gateway(store=store, prune_seconds=0.1) as (gw, http):
+        await (await http.post("/chat/completions", json=BODY)).aread()
+        await polled(lambda: counts(gw)[0] == 1)
+        for name in ("requests.sqlite3", "requests.sqlite3-wal", "requests.sqlite3-shm"):
+            (tmp_path / name).unlink()
+        await polled(lambda: counts(gw)[2] >= 1)  # the next prune found it gone
+        answers = [await http.post("/chat/completions", json=BODY) for _ in range(5)]
+        assert [a.status_code for a in answers] == [200] * 5
+
+        def on_disk() -> int:
+            if not path.exists():
+                return 0
+            try:
+                with closing(sqlite3.connect(path)) as reader:
+                    return int(reader.execute("SELECT COUNT(*) FROM lg_requests").fetchone()[0])
+            except sqlite3.OperationalError:  # made, its table not yet
+                return 0
+
+        await polled(lambda: on_disk() >= 5)
 
 
 async def test_a_restarted_postgres_is_reconnected_and_the_queue_written() -> None:

@@ -36,6 +36,7 @@ import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Sequence
 from itertools import chain
+from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 import orjson
@@ -443,12 +444,14 @@ class SqliteLog(_Sql):
         self._defaults: tuple[object, ...] = ()  # each column's default, `COLUMNS` order
         self._manual = False  # the connection's automatic checkpoints off (`writing`)
         self._checkpointer: sqlite3.Connection | None = None  # `checkpoint`'s connection
+        self._file: tuple[int, int] | None = None  # the connected file's (device, inode)
         # SQLite's least bound on parameters (999, before 3.32) until connected.
         self._statements = Statements(TABLE, NAMES, limit=999)
 
     def _connect(self) -> sqlite3.Connection:
         # made in the writer's thread and written on its event loop too (`writing`)
         conn = connect(self.path, busy_ms=self._busy_ms, any_thread=True, page_size=PAGE_SIZE)
+        self._file = _identity(self.path)
         self._manual = False  # SQLite's automatic checkpoints on (`writing` turns them off)
         for statement in self.schema():
             conn.execute(statement)
@@ -469,6 +472,21 @@ class SqliteLog(_Sql):
 
     def _errors(self) -> tuple[type[BaseException], ...]:
         return (sqlite3.Error,)
+
+    def _with(self, work: Any) -> Any:
+        """As every engine's, but first: is the file connected to still at `path`? Deleted or
+        replaced (an operator freeing the disk, logrotate), an open connection writes on into
+        the unlinked file, every record counted as written and none readable, all gone at the
+        next start. Then the call fails (the writer keeps its batch and retries; a reader's is
+        a 503) and the next connects anew, making the file again. A `stat` a call: a batch, a
+        prune or a read, never a record. The event loop's `writing` does not come here: its
+        records land in the unlinked file until the next prune (`prune_seconds`) finds it."""
+        if self._conn is not None and _identity(self.path) != self._file:
+            self._close_checkpointer()
+            self._drop()
+            raise LogStoreError(f"request log: {self.path} was deleted or replaced: made anew "
+                                "at the next call")  # fmt: skip
+        return super()._with(work)
 
     def _transaction(self, conn: Any) -> Any:
         return _SqliteTransaction(conn)
@@ -624,6 +642,15 @@ class SqliteLog(_Sql):
         free = conn.execute("PRAGMA freelist_count").fetchone()[0]
         size = conn.execute("PRAGMA page_size").fetchone()[0]
         return int((pages - free) * size)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The file at `path` (device, inode), None when there is none."""
+    try:
+        found = Path(path).stat()
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def chunk_sizes(count: int, most: int, *, whole: int = 0) -> list[int]:

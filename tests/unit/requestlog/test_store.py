@@ -176,6 +176,32 @@ def test_a_full_sqlite_file_fails_the_write_not_the_caller(tmp_path: Path) -> No
     store.close()
 
 
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_sqlite_file_deleted_or_replaced_under_the_store_is_made_anew(
+    how: str, tmp_path: Path
+) -> None:
+    # Until 2026-12 the open connection wrote on into the unlinked file for good: every record
+    # counted as written, none readable, all gone at the next start.
+    path = tmp_path / "log.sqlite3"
+    store = SqliteLog(str(path), timeout_seconds=1.0)
+    try:
+        store.write(rows(2))
+        for name in ("log.sqlite3", "log.sqlite3-wal", "log.sqlite3-shm"):
+            (tmp_path / name).unlink(missing_ok=True)
+        if how == "replaced":  # logrotate's copy moved aside, an empty file in its place
+            path.write_bytes(b"")
+        with pytest.raises(LogStoreError, match="deleted or replaced"):
+            store.write(rows(1, start=START + 10))  # a failed batch: the writer keeps it
+        store.write(rows(1, start=START + 10))
+        assert [r["ts"] for r in store.page(LogFilter(), cursor=None, limit=10).records] == [
+            START + 10
+        ]
+    finally:
+        store.close()
+    with closing(sqlite3.connect(path)) as reader:
+        assert reader.execute("SELECT COUNT(*) FROM lg_requests").fetchone() == (1,)
+
+
 def test_a_tier_decision_reads_back(store: LogStore) -> None:
     """How the service tier was decided (issue 26) is in the detail, the tier a column."""
     decision = TierDecision(Tier.STANDARD, "cheapest in time", seconds=300.0,
