@@ -259,3 +259,37 @@ def test_forged_limits_cursors_and_bytes_are_400s_or_exit_2_never_a_crash(
         done = gateway.cli("log", "query", "--db", db, *flags, expect=2)
         assert "Traceback" not in done.stderr
         assert flags[0] in done.stderr
+
+
+def test_export_report_and_tail_read_a_gateway_whose_pages_are_smaller(gateway: Gateway) -> None:
+    # They ask for 1,000 records a page; a gateway whose max_page_size was less answered each
+    # ask with a 400 (exit 2 / 3), and `tail` failed at its first poll.
+    port = free_port()
+    config = {
+        "server": {"port": port},
+        "upstreams": [{"name": "none", "base_url": "http://127.0.0.1:9/v1"}],
+        "models": [{"name": "*", "upstream": "none"}],
+        "admin": {"enabled": True, "token": ADMIN},
+        "request_log": {  # the same log, read through a second gateway
+            "enabled": True, "page_size": 2, "max_page_size": 2,
+            "store": {"sqlite_path": str(gateway.db)},
+        },
+    }  # fmt: skip
+    (gateway.root / "small-pages.yaml").write_text(yaml.safe_dump(config))
+    serve = Server(
+        [*LEVERGATE, "serve", "--config", str(gateway.root / "small-pages.yaml")],
+        port=port,
+        log=gateway.root / "small-pages.log",
+        cwd=gateway.root,
+        env=clean_env(LEVERGATE_ADMIN__TOKEN=ADMIN),
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        export = gateway.cli("log", "export", "--url", url)
+        assert len(export.stdout.splitlines()) == 6
+        report = gateway.cli("report", "--url", url, "-o", str(gateway.root / "s.html"), "--json")
+        assert json.loads(report.stdout)["totals"]["requests"] == 6
+        tail = gateway.cli("log", "tail", "--url", url, "--once", "-n", "5", "--json")
+        assert len(tail.stdout.splitlines()) == 5
+    finally:
+        serve.stop()

@@ -217,7 +217,7 @@ class Follow:
 def run_tail(args: argparse.Namespace, source: LogSource, where: LogFilter) -> int:
     if not 0 <= args.lines <= 10_000 or not 0.05 <= args.interval <= 3600:
         raise ConfigError("--lines must be 0 to 10000 and --interval 0.05 to 3600 seconds")
-    last = list(reversed(source.page(where, cursor=None, limit=args.lines).records))
+    last = list(reversed(_newest(source, where, args.lines)))
     follow = Follow(max((int(r["seq"]) for r in last), default=source.last_seq()))
     _show(last, as_json=args.as_json, head=True)
     if args.once:
@@ -227,6 +227,19 @@ def run_tail(args: argparse.Namespace, source: LogSource, where: LogFilter) -> i
         newer = follow.fresh(_after(source, where, follow.floor), time.monotonic())
         if newer:
             _show(newer, as_json=args.as_json, head=False)
+
+
+def _newest(source: LogSource, where: LogFilter, count: int) -> list[dict[str, Any]]:
+    """The newest `count` records, page by page: a gateway's pages may hold fewer."""
+    found: list[dict[str, Any]] = []
+    cursor = None
+    while len(found) < count:
+        page = source.page(where, cursor=cursor, limit=count - len(found))
+        found += page.records
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    return found
 
 
 def _after(source: LogSource, where: LogFilter, seq: int) -> list[dict[str, Any]]:

@@ -183,6 +183,7 @@ class HttpSource:
         self.where = base
         self._http = httpx.Client(base_url=base, timeout=30.0,
                                   headers={"authorization": f"Bearer {token}"})  # fmt: skip
+        self._most: int | None = None  # the gateway's largest page, once a 400 named it
 
     def _get(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -199,11 +200,26 @@ class HttpSource:
         found: dict[str, Any] = answer.json()
         return found
 
+    def _paged(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A page of `path`, its `limit` lowered to the gateway's `max_page_size` when that is
+        smaller (its 400 names it): export, report and tail ask for 1,000 a page, and a
+        gateway allowing fewer refused every one of them."""
+        if self._most is not None:
+            params = {**params, "limit": min(params["limit"], self._most)}
+        try:
+            return self._get(path, params)
+        except SourceError as exc:
+            most = re.search(r"'limit' must be an integer from 1 to (\d+)", str(exc))
+            if most is None or int(most.group(1)) >= params["limit"]:
+                raise
+            self._most = int(most.group(1))
+        return self._get(path, {**params, "limit": self._most})
+
     def page(self, where: LogFilter, *, cursor: str | None, limit: int) -> Page:
         params: dict[str, Any] = {**where.describe(), "limit": limit}
         if cursor:
             params["cursor"] = cursor
-        found = self._get("/admin/log", params)
+        found = self._paged("/admin/log", params)
         return Page(found["data"], found.get("next_cursor"))
 
     def after(self, seq: int, where: LogFilter, *, limit: int) -> list[dict[str, Any]]:
@@ -250,14 +266,7 @@ class HttpSource:
         params = {**_label_params(which), "limit": min(LABEL_PAGE, limit)}
         found: list[dict[str, Any]] = []
         while len(found) < limit:
-            try:
-                page = self._get("/admin/labels", params)
-            except SourceError as exc:  # a gateway whose max_page_size is below LABEL_PAGE
-                most = re.search(r"'limit' must be an integer from 1 to (\d+)", str(exc))
-                if most is None or int(most.group(1)) >= params["limit"]:
-                    raise
-                params["limit"] = int(most.group(1))
-                continue
+            page = self._paged("/admin/labels", params)  # a gateway's max_page_size may be less
             found.extend(page["data"][: limit - len(found)])
             if not page.get("next_cursor"):
                 break
