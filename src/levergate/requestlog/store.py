@@ -444,7 +444,9 @@ class SqliteLog(_Sql):
         self._defaults: tuple[object, ...] = ()  # each column's default, `COLUMNS` order
         self._manual = False  # the connection's automatic checkpoints off (`writing`)
         self._checkpointer: sqlite3.Connection | None = None  # `checkpoint`'s connection
-        self._file: tuple[int, int] | None = None  # the connected file's (device, inode)
+        # The (device, inode) of the file each connection opened (`_moved`).
+        self._file: tuple[int, int] | None = None
+        self._checkpointed_file: tuple[int, int] | None = None
         # SQLite's least bound on parameters (999, before 3.32) until connected.
         self._statements = Statements(TABLE, NAMES, limit=999)
 
@@ -474,19 +476,22 @@ class SqliteLog(_Sql):
         return (sqlite3.Error,)
 
     def _with(self, work: Any) -> Any:
-        """As every engine's, but first: is the file connected to still at `path`? Deleted or
-        replaced (an operator freeing the disk, logrotate), an open connection writes on into
-        the unlinked file, every record counted as written and none readable, all gone at the
-        next start. Then the call fails (the writer keeps its batch and retries; a reader's is
-        a 503) and the next connects anew, making the file again. A `stat` a call: a batch, a
-        prune or a read, never a record. The event loop's `writing` does not come here: its
-        records land in the unlinked file until the next prune (`prune_seconds`) finds it."""
+        """As every engine's, but first `_moved`."""
+        self._moved()
+        return super()._with(work)
+
+    def _moved(self) -> None:
+        """Is the file connected to still at `path`? Deleted or replaced (an operator freeing
+        the disk, logrotate), an open connection writes on into the unlinked file, every record
+        counted as written and none readable, all gone at the next start. Then the call fails
+        (the writer keeps its batch and retries; a reader's is a 503) and the next connects
+        anew, making the file again. A `stat` a call (a batch, on the loop or in the thread, a
+        prune or a read), never a record; the checkpoints' connection is let go by its own
+        thread (`checkpoint`)."""
         if self._conn is not None and _identity(self.path) != self._file:
-            self._close_checkpointer()
             self._drop()
             raise LogStoreError(f"request log: {self.path} was deleted or replaced: made anew "
                                 "at the next call")  # fmt: skip
-        return super()._with(work)
 
     def _transaction(self, conn: Any) -> Any:
         return _SqliteTransaction(conn)
@@ -530,6 +535,7 @@ class SqliteLog(_Sql):
         conn = self._conn
         if conn is None:
             raise LogStoreBusy("request log: not connected yet")
+        self._moved()
         done = False
         try:
             statement, once, values = self._prepared(rows)
@@ -572,9 +578,12 @@ class SqliteLog(_Sql):
         checkpoint and a writer run at once); one thread at a time calls it."""
         if self._conn is None:
             return
+        if self._checkpointer is not None and _identity(self.path) != self._checkpointed_file:
+            self._close_checkpointer()  # the file it opened is gone (`_moved`)
         try:
             if self._checkpointer is None:
                 self._checkpointer = connect(self.path, busy_ms=self._busy_ms, any_thread=True)
+                self._checkpointed_file = _identity(self.path)
             self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except (sqlite3.Error, OSError) as exc:
             self._close_checkpointer()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -176,30 +177,41 @@ def test_a_full_sqlite_file_fails_the_write_not_the_caller(tmp_path: Path) -> No
     store.close()
 
 
+def _write_on_the_loop(store: SqliteLog, batch: list[tuple[Any, ...]]) -> None:
+    for _ in store.writing(batch, at_once=64):  # as the writer's event loop runs it
+        pass
+
+
 @pytest.mark.parametrize("how", ["deleted", "replaced"])
+@pytest.mark.parametrize("where", ["thread", "loop"])
 def test_a_sqlite_file_deleted_or_replaced_under_the_store_is_made_anew(
-    how: str, tmp_path: Path
+    how: str, where: str, tmp_path: Path
 ) -> None:
     # Until 2026-12 the open connection wrote on into the unlinked file for good: every record
     # counted as written, none readable, all gone at the next start.
     path = tmp_path / "log.sqlite3"
     store = SqliteLog(str(path), timeout_seconds=1.0)
+    write = store.write if where == "thread" else partial(_write_on_the_loop, store)
     try:
         store.write(rows(2))
+        store.checkpoint()  # its connection open on the file too
         for name in ("log.sqlite3", "log.sqlite3-wal", "log.sqlite3-shm"):
             (tmp_path / name).unlink(missing_ok=True)
         if how == "replaced":  # logrotate's copy moved aside, an empty file in its place
             path.write_bytes(b"")
         with pytest.raises(LogStoreError, match="deleted or replaced"):
-            store.write(rows(1, start=START + 10))  # a failed batch: the writer keeps it
-        store.write(rows(1, start=START + 10))
+            write(rows(1, start=START + 10))  # a failed batch: the writer keeps it
+        store.write(rows(1, start=START + 10))  # connects anew
+        write(rows(1, start=START + 20))
+        store.checkpoint()  # on the new file: its rows copied in
         assert [r["ts"] for r in store.page(LogFilter(), cursor=None, limit=10).records] == [
-            START + 10
+            START + 20,
+            START + 10,
         ]
     finally:
         store.close()
     with closing(sqlite3.connect(path)) as reader:
-        assert reader.execute("SELECT COUNT(*) FROM lg_requests").fetchone() == (1,)
+        assert reader.execute("SELECT COUNT(*) FROM lg_requests").fetchone() == (2,)
 
 
 def test_a_tier_decision_reads_back(store: LogStore) -> None:
