@@ -19,9 +19,17 @@ JSON = "application/json"
 
 
 def query(request: Request) -> dict[str, str]:
+    """The query string's parameters, each given once: a repeated one (`tenant=a&tenant=b`)
+    is a 400 naming it, not its first value taken silently (asked for "a or b", the first
+    alone was answered)."""
     if len(request.query) > 4096:
         raise BadRequest("The query string is too long.")
-    return {k: v[0] for k, v in parse_qs(request.query).items()}
+    found = parse_qs(request.query)
+    for name, values in found.items():
+        if len(values) > 1:
+            raise BadRequest(f"'{name[:64]}' is given {len(values)} times; give it once.",
+                             param=name[:64])  # fmt: skip
+    return {k: v[0] for k, v in found.items()}
 
 
 def limit_of(params: dict[str, str], *, default: int, most: int) -> int:
