@@ -9,10 +9,12 @@ from __future__ import annotations
 import base64
 import csv
 import json
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +236,14 @@ def test_an_empty_range_and_bad_input_get_clear_messages(gateway: Gateway) -> No
     assert "401" in refused.stderr
     missing = gateway.cli("log", "query", "--db", str(gateway.root / "nope.db"), expect=2)
     assert "no request log" in missing.stderr
+    other = gateway.root / "other.sqlite3"  # another program's database, named by mistake
+    with closing(sqlite3.connect(other)) as conn, conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    for named in (other, gateway.root / "gateway.yaml"):
+        foreign = gateway.cli("log", "query", "--db", str(named), expect=2)
+        assert "is not a request log" in foreign.stderr
+    with closing(sqlite3.connect(other)) as conn:  # left as it was: no log tables made in it
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [("notes",)]
     with httpx.Client(base_url=gateway.url, headers={"authorization": f"Bearer {ADMIN}"}) as http:
         for params in ({"limit": "100000"}, {"cursor": "!!"}, {"bucket": "0", "since": "1h"}):
             path = "/admin/log/summary" if "bucket" in params else "/admin/log"

@@ -7,7 +7,9 @@ a running gateway over `GET /admin/log` (`--url`, with the admin token from `--a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,7 +22,7 @@ from levergate.errors import BadRequest, ConfigError
 from levergate.requestlog.extension import store_for
 from levergate.requestlog.labels import Labelled
 from levergate.requestlog.query import LogFilter, decode_cursor, parse_filter
-from levergate.requestlog.store import LogStore, LogStoreError, Page, SqliteLog
+from levergate.requestlog.store import TABLE, LogStore, LogStoreError, Page, SqliteLog
 from levergate.routing.labels import MAX_ROWS
 
 __all__ = [
@@ -124,12 +126,29 @@ def store_of(config: str | None, db: Path | None) -> tuple[LogStore, str]:
     if db is not None:
         if not db.is_file():
             raise ConfigError(f"no request log at {db}")
+        _a_log(db)
         return SqliteLog(str(db), timeout_seconds=10.0), str(db)
     settings = _settings(config)
     store = store_for(settings)
     if isinstance(store, SqliteLog) and not Path(store.path).is_file():
         raise ConfigError(f"no request log at {store.path} (is request_log.enabled on?)")
     return store, store.path if isinstance(store, SqliteLog) else "PostgreSQL"
+
+
+def _a_log(db: Path) -> None:
+    """Refuse a file that is not a request log before opening it as the log's store, which
+    makes the log's tables in the file it opens (another program's database, named by mistake,
+    was changed so)."""
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+        ) as conn:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                 (TABLE,)).fetchone()  # fmt: skip
+    except sqlite3.Error as exc:
+        raise ConfigError(f"{db} is not a request log: {exc}") from None
+    if found is None:
+        raise ConfigError(f"{db} is not a request log (it has no {TABLE} table)")
 
 
 def _settings(path: str | None) -> Settings:
