@@ -6,6 +6,7 @@ filter, page size and cursor, and empty charts without the request log."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,11 @@ import pytest
 
 from levergate.app import build_gateway
 from levergate.config import Settings
+from levergate.requestlog.row import row_of
+from levergate.requestlog.store import SqliteLog
 from levergate.server.run import serving
 from levergate.simulator import SimHandle
+from tests.unit.requestlog.records import record
 
 ADMIN = "admin-token-0123456789-dashboard"
 MODEL = "gpt-4o-mini"
@@ -183,3 +187,30 @@ async def test_the_dashboard_off_is_a_404(sim: SimHandle, tmp_path: Path) -> Non
         for path in ("/dashboard", "/dashboard/keys", "/dashboard/api/overview",
                      "/dashboard/static/uPlot.iife.min.js"):  # fmt: skip
             assert (await http.get(path, headers=bearer(ADMIN))).status_code == 404
+
+
+async def test_spend_lists_every_key_past_the_hundredth_and_says_when_it_was_cut(
+    sim: SimHandle, tmp_path: Path
+) -> None:
+    """A key with fewer requests than a hundred others once fell off the spend list (the log's
+    groups stop at 100, most requests first), and the keys page showed it spending $0.00."""
+    path = tmp_path / "requests.sqlite3"
+    now = time.time()
+    busy = [row_of(now - 60, record(n, key_id=f"key_busy{n}", tenant=f"t{n}", cost_usd=0.001))
+            for n in range(120) for _ in range(2)]  # fmt: skip
+    costly = row_of(now - 60, record(999, key_id="key_costly", tenant="rich", cost_usd=5.0))
+    log = SqliteLog(str(path), timeout_seconds=5)
+    log.write([*busy, costly])
+    log.close()
+    config = settings(sim, tmp_path, request_log={
+        "enabled": True, "store": {"sqlite_path": str(path)}})  # fmt: skip
+    async with (
+        build_gateway(config) as gw,
+        serving(gw) as url,
+        httpx.AsyncClient(base_url=url.removesuffix("/v1"), headers=bearer(ADMIN)) as http,
+    ):
+        spend = (await http.get("/dashboard/api/spend?range=1h")).json()
+        keys = {k["key_id"]: k["cost_usd"] for k in spend["keys"]}
+        tenants = {t["tenant"]: t["cost_usd"] for t in spend["tenants"]}
+        assert (len(keys), keys["key_costly"], tenants["rich"]) == (121, 5.0, 5.0)
+        assert (spend["keys_truncated"], spend["tenants_truncated"]) == (False, False)

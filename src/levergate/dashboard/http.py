@@ -14,6 +14,7 @@ data is JSON behind `access.viewer_of`:
                                            `cursor`; newest first, without bodies
     GET /dashboard/api/requests/{id}       one request's records; bodies for the admin only
     GET /dashboard/api/spend               spend and savings per tenant and per key over `range`
+                                           (up to MAX_SPEND_ROWS of each; `*_truncated`)
 
 A bad range, filter, page size or cursor is a 400 naming the parameter. Without the request
 log (`request_log.enabled` off) the log's charts are empty and `log.enabled` says why; the
@@ -65,6 +66,11 @@ _CSP = (
     "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 _TABLE_FILTERS = frozenset({"range", "limit", "cursor"})
+# Tenants and keys the spend lists hold at most (the most requests first), each list's
+# `*_truncated` saying when there were more. The log's default of 100 groups once left the
+# 101st key off, and the keys page showed it spending $0.00; 10,000 keys is the keyring's own
+# cache bound (layers/keys/keyring.py).
+MAX_SPEND_ROWS = 10_000
 
 
 @cache
@@ -112,6 +118,16 @@ def _from_log(store: LogStore, where: LogFilter, at: data.Window) -> dict[str, A
         "caches": data.caches(store.groups(where, by="cache")),
         "models": store.groups(where, by="model"),
     }
+
+
+def spend_of(store: LogStore, where: LogFilter, *, most: int = MAX_SPEND_ROWS) -> dict[str, Any]:
+    """Spend per tenant and per key, each list cut at `most` and saying whether it was."""
+    found: dict[str, Any] = {}
+    for name, by in (("tenants", "tenant"), ("keys", "key_id")):
+        groups = store.groups(where, by=by, limit=most + 1)
+        found[name] = groups[:most]
+        found[f"{name}_truncated"] = len(groups) > most
+    return found
 
 
 def _without_log(at: data.Window) -> dict[str, Any]:
@@ -236,8 +252,6 @@ class Handlers:
         found: dict[str, Any] = {"object": "dashboard.spend", "window": at.describe(),
                                  "log": {"enabled": log is not None}}  # fmt: skip
         if log is None:
-            return _json({**found, "tenants": [], "keys": []})
-        tenants, keys = await log.reader.run(
-            lambda store: (store.groups(where, by="tenant"), store.groups(where, by="key_id"))
-        )
-        return _json({**found, "tenants": tenants, "keys": keys})
+            return _json({**found, "tenants": [], "keys": [], "tenants_truncated": False,
+                          "keys_truncated": False})  # fmt: skip
+        return _json({**found, **await log.reader.run(lambda store: spend_of(store, where))})

@@ -62,7 +62,8 @@
     return el("td", {}, edit, " ", rotate, " ", revoke);
   }
 
-  function keyRow(record, spend, inRange) {
+  // `inRange`: the key's line of the spend list; none is $0.00 unless the list was cut short.
+  function keyRow(record, spend, inRange, cut) {
     const budget = (v) => (v === null || v === undefined ? "none" : usd(v));
     const spent = (period) => (spend ? usd(spend[period].spent_usd) : "–");
     return el("tr", { "data-key": record.id, class: record.revoked ? "revoked" : "" },
@@ -72,7 +73,7 @@
       el("td", {}, record.rpm ?? "–"), el("td", {}, record.tpm ?? "–"),
       el("td", {}, budget(record.daily_budget_usd)), el("td", {}, budget(record.monthly_budget_usd)),
       el("td", { class: "num" }, spent("day")), el("td", { class: "num" }, spent("month")),
-      el("td", { class: "num spend" }, inRange ? usd(inRange.cost_usd) : usd(0)),
+      el("td", { class: "num spend" }, inRange ? usd(inRange.cost_usd) : (cut ? "–" : usd(0))),
       el("td", { class: "state" }, record.revoked ? "revoked " + time(record.revoked) : "active"),
       actions(record));
   }
@@ -84,7 +85,7 @@
     const byKey = Object.fromEntries(spend.keys.map((k) => [k.key_id, k]));
     const budgets = await Promise.all(keys.data.map(spendOf));
     fill(document.querySelector("#keys tbody"),
-         keys.data.map((r, i) => keyRow(r, budgets[i], byKey[r.id])), "No keys yet.");
+         keys.data.map((r, i) => keyRow(r, budgets[i], byKey[r.id], spend.keys_truncated)), "No keys yet.");
     fill(document.querySelector("#tenants tbody"), spend.tenants.map((t) => el("tr", { "data-tenant": t.tenant },
       el("td", {}, t.tenant), el("td", {}, count(t.requests)), el("td", {}, count(t.errors)),
       el("td", { class: "num" }, usd(t.cost_usd)), el("td", { class: "num" }, usd(t.saved_usd)))),
