@@ -190,6 +190,29 @@ async def test_the_admin_api_is_off_by_default_and_guards_its_token(sim: SimHand
             assert answer.json()["error"]["message"]
 
 
+async def test_a_budget_or_rate_of_another_type_is_a_400_not_a_number_made_of_it(
+    sim: SimHandle,
+) -> None:
+    """`true` once made a $1 daily budget and an rpm of 1, `"5"` an rpm of 5: the admin API
+    took what JSON calls a boolean or a string as a number, silently."""
+    async with gateway(sim, **ON) as base:
+        made = await admin(base, "POST", "/admin/keys", json={"tenant": "acme", "rpm": 5,
+                                                              "daily_budget_usd": 2})  # fmt: skip
+        assert (made.status_code, made.json()["daily_budget_usd"]) == (201, 2.0)
+        key_id = made.json()["id"]
+        for field in ("rpm", "tpm", "daily_budget_usd", "monthly_budget_usd"):
+            for value in (True, False, "5", "1e3", [5]):
+                for path in ("/admin/keys", f"/admin/keys/{key_id}"):
+                    body = {"tenant": "acme", field: value} if path == "/admin/keys" else {
+                        field: value}  # fmt: skip
+                    refused = await admin(base, "POST", path, json=body)
+                    assert refused.status_code == 400, (path, field, value, refused.text)
+                    assert refused.json()["error"]["code"] == "invalid_key_request"
+        kept = (await admin(base, "GET", f"/admin/keys/{key_id}")).json()
+        assert (kept["rpm"], kept["daily_budget_usd"]) == (5, 2.0)
+        assert len((await admin(base, "GET", "/admin/keys")).json()["data"]) == 1
+
+
 async def spent_on(base: str, key_id: str, *, above: float) -> float:
     """The key's spend today as `base` reports it, once it is above `above`: a charge made on
     another replica arrives with that replica's next flush (bounded wait, not a timing check)."""

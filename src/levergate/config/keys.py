@@ -28,10 +28,12 @@ class KeyPolicySettings(_Strict):
     models: tuple[ModelName, ...] = Field((), max_length=MAX_KEY_MODELS)
     # Bounded like every number a client of the admin API sends: finite, and far above any
     # real rate or budget (a budget of `Infinity` would be no budget, said in a misleading way).
-    rpm: int | None = Field(None, ge=1, le=1_000_000_000)
-    tpm: int | None = Field(None, ge=1, le=1_000_000_000_000)
-    daily_budget_usd: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
-    monthly_budget_usd: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
+    # Numbers only (strict): `true` once made a $1 budget and an rpm of 1, `"5"` an rpm of 5.
+    rpm: int | None = Field(None, ge=1, le=1_000_000_000, strict=True)
+    tpm: int | None = Field(None, ge=1, le=1_000_000_000_000, strict=True)
+    daily_budget_usd: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False, strict=True)
+    monthly_budget_usd: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False,
+                                             strict=True)  # fmt: skip
     # What the key may do besides calling models: `dashboard` reads the dashboard (read-only:
     # no key changes, no prompt text).
     roles: tuple[Literal["dashboard"], ...] = Field((), max_length=4)
