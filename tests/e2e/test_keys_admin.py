@@ -213,6 +213,22 @@ async def test_a_budget_or_rate_of_another_type_is_a_400_not_a_number_made_of_it
         assert len((await admin(base, "GET", "/admin/keys")).json()["data"]) == 1
 
 
+async def test_an_unknown_key_id_is_a_bounded_404_whatever_its_length(sim: SimHandle) -> None:
+    """A 60,000-character id once came back whole in the 404's message."""
+    long_id = "key_" + "x" * 20_000
+    async with gateway(sim, **ON) as base:
+        for method, path in [("GET", f"/admin/keys/{long_id}"),
+                             ("GET", f"/admin/keys/{long_id}/spend"),
+                             ("POST", f"/admin/keys/{long_id}"),
+                             ("POST", f"/admin/keys/{long_id}/rotate"),
+                             ("POST", f"/admin/keys/{long_id}/revoke"),
+                             ("DELETE", f"/admin/keys/{long_id}")]:  # fmt: skip
+            missing = await admin(base, method, path, content=b"{}")
+            assert missing.status_code == 404, (method, path)
+            assert missing.json()["error"]["code"] == "key_not_found"
+            assert len(missing.content) < 1024, (method, path)
+
+
 async def spent_on(base: str, key_id: str, *, above: float) -> float:
     """The key's spend today as `base` reports it, once it is above `above`: a charge made on
     another replica arrives with that replica's next flush (bounded wait, not a timing check)."""

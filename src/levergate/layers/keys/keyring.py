@@ -154,7 +154,8 @@ class Keyring:
         for record in await self.list():
             if record.id == key_id:
                 return record
-        raise NotFound(f"No key with id '{key_id}'.", code="key_not_found")
+        # The id is the caller's (a path of any length): its start is enough to name it.
+        raise NotFound(f"No key with id {key_id[:128]!r}.", code="key_not_found")
 
     async def list(self, tenant: str | None = None) -> list[KeyRecord]:
         static = [r for r in self._static.values() if tenant is None or r.tenant == tenant]
