@@ -229,6 +229,23 @@ async def test_an_unknown_key_id_is_a_bounded_404_whatever_its_length(sim: SimHa
             assert len(missing.content) < 1024, (method, path)
 
 
+async def test_a_key_name_may_be_any_text_but_not_control_characters(sim: SimHandle) -> None:
+    """A NUL, a newline or a terminal escape was once kept in a key's name, and shown back by
+    every list (the keys page, a terminal reading the JSON)."""
+    async with gateway(sim, **ON) as base:
+        made = await admin(base, "POST", "/admin/keys", json={"tenant": "acme", "name": "Zoë 名前"})
+        assert (made.status_code, made.json()["name"]) == (201, "Zoë 名前")
+        key_id = made.json()["id"]
+        for name in ("a\x00b", "two\nlines", "\x1b[31mred", "tab\there", "c1\x85", "del\x7f"):
+            for path, body in (("/admin/keys", {"tenant": "acme", "name": name}),
+                               (f"/admin/keys/{key_id}", {"name": name})):  # fmt: skip
+                refused = await admin(base, "POST", path, json=body)
+                assert refused.status_code == 400, (path, name)
+                assert refused.json()["error"]["code"] == "invalid_key_request"
+        listed = (await admin(base, "GET", "/admin/keys")).json()["data"]
+        assert [r["name"] for r in listed] == ["Zoë 名前"]
+
+
 async def spent_on(base: str, key_id: str, *, above: float) -> float:
     """The key's spend today as `base` reports it, once it is above `above`: a charge made on
     another replica arrives with that replica's next flush (bounded wait, not a timing check)."""

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 JSON = "application/json"
 _ID = r"^[A-Za-z0-9_.:-]{1,128}$"
+# A key's name is any text but control characters (C0, DEL, C1): a NUL, a newline or a
+# terminal escape in a name was kept and shown back by every list of keys.
+_NAME = r"^[^\x00-\x1f\x7f-\x9f]*$"
 M = TypeVar("M", bound=KeyPolicySettings)
 
 
@@ -49,7 +52,7 @@ class NewKey(KeyPolicySettings):
     for tenant "default", which nobody asked for."""
 
     tenant: str = Field(pattern=_ID)
-    name: str = Field("", max_length=200)
+    name: str = Field("", max_length=200, pattern=_NAME)
 
 
 def enabled(settings: Settings) -> bool:
@@ -78,7 +81,7 @@ def _record(data: dict[str, Any]) -> dict[str, Any]:
 class KeyChange(KeyPolicySettings):
     """The body of `POST /admin/keys/{id}`: only the fields given change."""
 
-    name: str | None = Field(None, max_length=200)
+    name: str | None = Field(None, max_length=200, pattern=_NAME)
 
 
 def _parsed(model: type[M], body: bytes) -> M:
