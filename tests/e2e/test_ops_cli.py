@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import jsonschema
 import orjson
+import pytest
 import yaml
 
 from levergate.testing.ports import free_port
@@ -41,6 +42,25 @@ def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Completed
         [*LEVERGATE, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120,
         check=False,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args", [["catalog"], ["catalog", "--json"], ["config", "schema"], ["config", "reference"]]
+)
+def test_a_reader_that_leaves_early_ends_the_command_quietly(
+    args: list[str], tmp_path: Path
+) -> None:
+    """`levergate ... | head -c 10`: stdout's reader is gone before the command writes (the
+    pipe's read end closed at once): no BrokenPipeError traceback, exit code 1."""
+    proc = subprocess.Popen(
+        [*LEVERGATE, *args], env=environment(), cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, stderr = proc.communicate(timeout=120)
+    assert stderr.decode() == ""
+    assert proc.returncode == 1
 
 
 def test_version(tmp_path: Path) -> None:

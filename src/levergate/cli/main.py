@@ -9,13 +9,15 @@ imports only the invoked subcommand's module: the others are listed by name and 
 the gateway, pydantic or the HTTP stacks.
 Output conventions and exit codes (levergate/cli/output.py): the result on stdout (human text, or
 one JSON document with `--json`), progress and errors on stderr; 0 success, 1 the command ran
-and failed, 2 bad usage or configuration, 130 interrupted.
+and failed, 2 bad usage or configuration, 3 the gateway unreachable, 130 interrupted; a reader
+of stdout that left early (`levergate log export | head`) ends the command quietly with 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -61,7 +63,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.USAGE
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        _stdout_gone()
+        return ExitCode.FAILED
     return code
+
+
+def _stdout_gone() -> None:
+    """stdout's reader closed the pipe (`| head`): the rest of the output has nowhere to go, so
+    stdout becomes /dev/null (the interpreter's last flush at exit would raise again) and the
+    command ends without a traceback, as Python's signal documentation advises for SIGPIPE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":
