@@ -42,7 +42,10 @@ __all__ = [
     "span_id",
 ]  # fmt: skip
 
-_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+# W3C's `traceparent`: lower-case hex only (a parent id with other characters MUST be ignored);
+# a version above 00 is read for 00's fields and may carry more after a dash, 00 may not, and
+# ff is invalid (`begin`).
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 _MAX_ATTEMPTS = 64  # a request's attempts kept for spans (retries and fallbacks are bounded)
 _HEADER = "00-%032x-%016x-%s"
 _ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16  # W3C's invalid ids
@@ -235,20 +238,21 @@ def begin(
 ) -> Spans:
     """A request's trace context: it continues the client's `traceparent` (lower-cased header
     names, as `Context.headers` holds them), else `parent` (a library call's `Controls.trace`),
-    when valid, else starts a new trace sampled at `ratio`; `started`: when the request's span
-    starts (None: now). A function called positionally, the object made inline: the
-    classmethod with keywords and a helper's frame were ~1,600 instructions a request more."""
+    when valid by W3C's rules (`_TRACEPARENT`), else starts a new trace sampled at `ratio`;
+    `started`: when the request's span starts (None: now). A function called positionally, the
+    object made inline: the classmethod with keywords and a helper's frame were ~1,600
+    instructions a request more."""
     value = headers.get("traceparent") or parent
     spans = _new(Spans)
     spans.parent = None
     if value and len(value) <= 128:
-        found = _TRACEPARENT.fullmatch(value.strip().lower())
-        if found is not None:
-            trace, parent_span = found[1], found[2]
+        found = _TRACEPARENT.fullmatch(value.strip())
+        if found is not None and (found[5] is None or found[1] != "00") and found[1] != "ff":
+            trace, parent_span = found[2], found[3]
             if trace != _ZERO_TRACE and parent_span != _ZERO_SPAN:
                 spans.trace = bytes.fromhex(trace)
                 spans.parent = bytes.fromhex(parent_span)
-                spans.sampled = bool(int(found[3], 16) & 1)
+                spans.sampled = bool(int(found[4], 16) & 1)
     if spans.parent is None:  # none sent, or not valid: a new trace
         spans.trace = next(TRACE_IDS.ids, None) or TRACE_IDS.refill()
         # random() < 1.0 always: the default ratio draws nothing.

@@ -42,12 +42,33 @@ def test_attempts_are_bounded() -> None:
 def test_anything_else_starts_a_new_trace(value: str) -> None:
     spans = begin({"traceparent": value}, ratio=1.0)
     if spans.remote:  # only a well-formed header with non-zero ids is continued
-        assert value.strip().lower().startswith("00-")
+        assert value.strip()[2:3] == "-"
+        assert not value.strip().startswith("ff-")
         assert spans.parent_id
     else:
         assert spans.parent_id is None
         assert spans.sampled
     assert 0 < spans.trace_id < 2**128
+
+
+def test_only_lower_case_hex_is_valid() -> None:
+    """W3C: the ids are lower-case hex, and a parent id with other characters (upper case
+    included) MUST be ignored: a new trace, not the client's ids lower-cased."""
+    for bad in (VALID.upper(), VALID[:3] + VALID[3:35].upper() + VALID[35:],
+                VALID[:36] + VALID[36:52].upper() + VALID[52:]):  # fmt: skip
+        assert not begin({"traceparent": bad}).remote, bad
+
+
+def test_a_later_version_is_read_as_version_00() -> None:
+    """W3C: a version above 00 (not ff) is parsed for the fields 00 defines, and may carry more
+    after a dash; version 00 may not."""
+    later = "cc" + VALID[2:]
+    for value in (later, later + "-what-the-future-will-be-like"):
+        spans = begin({"traceparent": value})
+        assert (spans.trace_id, spans.parent_id) == (int(VALID[3:35], 16), int(VALID[36:52], 16))
+        assert spans.traceparent(None).startswith(f"00-{VALID[3:35]}-")  # sent as version 00
+    for bad in (later + ".what", later + "x", "ff" + VALID[2:], VALID + "-what"):
+        assert not begin({"traceparent": bad}).remote, bad
 
 
 def test_bad_values_are_ignored() -> None:
