@@ -116,7 +116,7 @@ async def test_spans_follow_the_genai_conventions_and_continue_the_clients_trace
         otel={"endpoint": collector, "export_interval_seconds": 0.05},
     )  # fmt: skip
     chat = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
-    parent = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
+    parent = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01", "tracestate": "congo=t61"}
     try:
         async with (
             build_gateway(settings) as gw,
@@ -136,7 +136,12 @@ async def test_spans_follow_the_genai_conventions_and_continue_the_clients_trace
     assert len(servers) == 3
     assert len(attempts) == 3
 
-    sent = [{k.lower(): v for k, v in h.items()}["traceparent"] for h in fake.headers]
+    went = [{k.lower(): v for k, v in h.items()} for h in fake.headers]
+    sent = [h["traceparent"] for h in went]
+    # The client's tracestate went up with its trace alone (W3C), not with a trace of ours.
+    ours = [h.get("tracestate") for h in went if CLIENT_TRACE in h["traceparent"]]
+    assert ours == ["congo=t61"]
+    assert all("tracestate" not in h for h in went if CLIENT_TRACE not in h["traceparent"])
     _the_whole_answer_continues_the_clients_trace(
         servers[whole.headers["x-request-id"]], attempts, sent
     )

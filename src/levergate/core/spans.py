@@ -4,9 +4,10 @@ Set on `Trace.spans` by `Measure` only when tracing is on (`otel.endpoint`); Non
 the path without tracing pays one `is None` test per attempt. The request's trace continues the
 client's `traceparent` (https://www.w3.org/TR/trace-context/) when it sent a valid one, else
 starts a new trace; each upstream attempt gets its own span id, sent upstream as `traceparent`
-so the provider's spans (a self-hosted vLLM with tracing on) hang under the attempt. The spans
-themselves are built after the request finished, from its record and these ids
-(levergate/otel/), never on the request path.
+(with the client's `tracestate`, when it continued the client's trace) so the provider's spans
+(a self-hosted vLLM with tracing on) hang under the attempt. The spans themselves are built
+after the request finished, from its record and these ids (levergate/otel/), never on the
+request path.
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ __all__ = [
 # a version above 00 is read for 00's fields and may carry more after a dash, 00 may not, and
 # ff is invalid (`begin`).
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+# W3C's `tracestate`, passed on upstream with the client's trace it belongs to: list-members
+# `key=value` (a key of lower-case letters, digits and `_-*/@`; a value of printable ASCII but
+# `,` and `=`, not ending in a space) separated by commas and optional blanks, empty members
+# allowed, at most 32 members; a header past 512 characters or not so is not passed on (W3C:
+# a vendor may discard it).
+_STATE_MEMBER = (r"[a-z0-9][_0-9a-z\-*/@]{0,255}"
+                 r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")  # fmt: skip
+_TRACESTATE = re.compile(rf"[ \t]*(?:{_STATE_MEMBER})?(?:[ \t]*,[ \t]*(?:{_STATE_MEMBER})?)*[ \t]*")
+_MAX_STATE, _MAX_STATE_MEMBERS = 512, 32
 _MAX_ATTEMPTS = 64  # a request's attempts kept for spans (retries and fallbacks are bounded)
 _HEADER = "00-%032x-%016x-%s"
 _ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16  # W3C's invalid ids
@@ -154,7 +164,7 @@ class Spans:
     `traceparent` (`bytes.hex`: a 128-bit int's `%032x` was ~1,800 instructions); `trace_id`,
     `span_id` and `parent_id` read them as numbers, and the constructor takes numbers."""
 
-    __slots__ = ("attempts", "parent", "sampled", "span", "started", "trace")
+    __slots__ = ("attempts", "parent", "sampled", "span", "started", "state", "trace")
 
     def __init__(
         self,
@@ -167,6 +177,7 @@ class Spans:
         self.trace = trace_id.to_bytes(16, "big")
         self.span = span_id.to_bytes(8, "big") if span_id else b""
         self.parent = None if parent_id is None else parent_id.to_bytes(8, "big")
+        self.state: str | None = None  # the client's `tracestate`, passed on (`begin`)
         self.sampled = sampled
         self.started = time.perf_counter() if started is None else started
         self.attempts: list[Attempt] = []
@@ -230,6 +241,18 @@ class Spans:
         return f"00-{self.trace.hex()}-{span.hex()}-{'01' if self.sampled else '00'}"
 
 
+def _state(value: str | None) -> str | None:
+    """A client's `tracestate` as passed on upstream (`_TRACESTATE`), None when it sent none or
+    one not passed on."""
+    if (not value or len(value) > _MAX_STATE or value.count(",") >= _MAX_STATE_MEMBERS * 2
+            or _TRACESTATE.fullmatch(value) is None):  # fmt: skip
+        return None
+    members = [m.strip() for m in value.split(",") if m.strip()]
+    if not members or len(members) > _MAX_STATE_MEMBERS:
+        return None
+    return ",".join(members)
+
+
 def begin(
     headers: Mapping[str, str],
     ratio: float = 1.0,
@@ -244,7 +267,7 @@ def begin(
     instructions a request more."""
     value = headers.get("traceparent") or parent
     spans = _new(Spans)
-    spans.parent = None
+    spans.parent = spans.state = None
     if value and len(value) <= 128:
         found = _TRACEPARENT.fullmatch(value.strip())
         if found is not None and (found[5] is None or found[1] != "00") and found[1] != "ff":
@@ -253,6 +276,7 @@ def begin(
                 spans.trace = bytes.fromhex(trace)
                 spans.parent = bytes.fromhex(parent_span)
                 spans.sampled = bool(int(found[4], 16) & 1)
+                spans.state = _state(headers.get("tracestate"))
     if spans.parent is None:  # none sent, or not valid: a new trace
         spans.trace = next(TRACE_IDS.ids, None) or TRACE_IDS.refill()
         # random() < 1.0 always: the default ratio draws nothing.

@@ -123,6 +123,8 @@ class OpenAIUpstream:
         if (spans := trace.spans) is not None:  # tracing on: this attempt's span, sent upstream
             headers = headers.copy()  # (`{**headers, ...}` was ~700 instructions more)
             attempt, headers["traceparent"] = spans.sent(self.name, model, started)
+            if spans.state is not None:  # the client's, with the trace it belongs to
+                headers["tracestate"] = spans.state
         try:
             response = await self._send(url, payload, headers, deadline=deadline)
         except UpstreamError as exc:

@@ -1,5 +1,6 @@
-"""`begin`: a client's W3C `traceparent` is continued when valid; anything else (hostile,
-oversized, all-zero ids, another version) starts a new trace, never an error."""
+"""`begin`: a client's W3C `traceparent` is continued when valid, its `tracestate` passed on with
+it; anything else (hostile, oversized, all-zero ids, another version) starts a new trace, never
+an error."""
 
 from __future__ import annotations
 
@@ -25,6 +26,41 @@ def test_a_valid_traceparent_is_continued() -> None:
     assert spans.own_span_id() not in (0, spans.parent_id)  # drawn when first needed
     attempt = spans.attempt("up", "m")
     assert spans.traceparent(attempt) == f"00-{VALID[3:35]}-{span_id(attempt):016x}-01"  # type: ignore[arg-type]
+
+
+def test_the_clients_tracestate_goes_with_its_trace() -> None:
+    # W3C: a vendor that continues a trace passes its `tracestate` on (until 2026-12, dropped).
+    state = "congo=t61rcWkgMzE, rojo=00f067aa0ba902b7,, tenant@vendor=a b"
+    spans = begin({"traceparent": VALID, "tracestate": state})
+    assert spans.state == "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7,tenant@vendor=a b"
+    assert begin({"traceparent": VALID}).state is None
+    assert begin({"tracestate": state}).state is None  # no trace of the client's to go with
+    assert begin({"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01",
+                  "tracestate": state}).state is None  # fmt: skip
+
+
+@pytest.mark.parametrize("state", [
+    "Congo=1",  # a key begins with a lower-case letter or a digit
+    "congo",  # no value
+    "congo=",  # an empty value
+    "congo=a=b",  # `=` in a value
+    "congo=a\x00b",  # a control character
+    ",".join(f"k{i}=v" for i in range(33)),  # 33 members: W3C's bound is 32
+    "k=" + "v" * 600,  # past 512 characters
+    "",
+])  # fmt: skip
+def test_a_tracestate_not_by_w3c_rules_is_not_passed_on(state: str) -> None:
+    assert begin({"traceparent": VALID, "tracestate": state}).state is None
+
+
+@given(st.text(max_size=600))
+def test_any_tracestate_is_passed_on_only_as_w3c_list_members(state: str) -> None:
+    passed = begin({"traceparent": VALID, "tracestate": state}).state
+    if passed is not None:
+        members = passed.split(",")
+        assert 1 <= len(members) <= 32
+        assert len(passed) <= 512
+        assert all("=" in m and m == m.strip() and m.isascii() for m in members)
 
 
 def test_the_clients_unsampled_flag_is_followed() -> None:
