@@ -222,7 +222,7 @@ async def test_in_process_summary_counts_the_exact_cache_savings(
         item["body"]["max_tokens"] = 1 + (i % 20) % 7
     source, out = write_input(tmp_path / "in.jsonl", lines), tmp_path / "out.jsonl"
     done = await asyncio.to_thread(run_cli, "run", str(source), "-o", str(out), "--config",
-                                   str(config), "--no-progress")  # fmt: skip
+                                   str(config), "--quiet")  # fmt: skip
     assert done.returncode == 0, done.stderr
     check_output(out, lines)
     assert upstream_calls(slow_sim) < len(lines)
@@ -246,7 +246,8 @@ async def test_run_over_url_prices_from_the_builtin_catalog(sim: SimHandle, tmp_
     await gateway.start()
     try:
         done = await asyncio.to_thread(run_cli, "run", str(source), "-o", str(out),
-                                       "--url", gateway.url, "--no-progress")  # fmt: skip
+                                       "--url", gateway.url,
+                                       "--no-progress")  # fmt: skip  # --quiet's old name
     finally:
         gateway.stop()
     assert done.returncode == 0, done.stderr
@@ -259,3 +260,36 @@ async def test_run_over_url_prices_from_the_builtin_catalog(sim: SimHandle, tmp_
     assert float(cost.split("$")[1].split()[0]) == pytest.approx(expected, abs=1e-6)
     assert "the built-in catalog" in cost
     assert "not priced (not in the built-in catalog): house-model" in done.stdout
+
+
+async def test_run_json_is_one_document_on_stdout_and_progress_plain_lines_on_stderr(
+    sim: SimHandle, tmp_path: Path
+) -> None:
+    """`--json`: the summary as one JSON document on stdout, nothing else there; off a terminal
+    the progress is plain lines on stderr (the first at once), and `--quiet` hides them. A batch
+    with a failed line exits 1, with or without `--json`."""
+    config = in_process_config(tmp_path, sim)
+    lines = requests(5)
+    lines[4]["body"]["messages"] = "not a list"  # the gateway answers this line 400
+    source, out = write_input(tmp_path / "in.jsonl", lines), tmp_path / "out.jsonl"
+    args = ("run", str(source), "-o", str(out), "--config", str(config))
+    done = await asyncio.to_thread(run_cli, *args, "--json")
+    assert done.returncode == 1, done.stderr
+    summary = orjson.loads(done.stdout)  # exactly one document: anything more would not parse
+    assert set(summary) >= {"id", "status", "endpoint", "completed", "failed", "tokens",
+                            "cost_usd", "savings_usd", "output", "errors", "output_file_id",
+                            "error_file_id"}  # fmt: skip
+    assert summary["id"].startswith("batch_")
+    assert (summary["status"], summary["completed"], summary["failed"]) == ("completed", 4, 1)
+    assert summary["output"] == str(out)
+    assert summary["errors"] == f"{out}.errors.jsonl"
+    assert summary["cost_usd"] > 0
+    assert f"started batch {summary['id']}" in done.stderr
+    progress = [line for line in done.stderr.splitlines() if line.startswith("batch ")]
+    assert progress, done.stderr  # plain lines, no terminal codes
+    assert all("\x1b" not in line and " lines" in line for line in progress)
+    assert "{" not in done.stderr
+    again = await asyncio.to_thread(run_cli, *args, "--quiet")
+    assert again.returncode == 1
+    assert again.stdout.startswith("batch completed: 4 completed, 1 failed")
+    assert again.stderr.splitlines() == [f"resuming batch {summary['id']} (/v1/chat/completions)"]

@@ -83,6 +83,16 @@ def test_an_unreachable_gateway(tmp_path: Path) -> None:
     refused(run_cli("cancel", "batch_x", "--url", url), 3, "cannot reach the gateway")
 
 
+def test_a_malformed_url_is_bad_usage_not_an_unreachable_gateway(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text(LINE % "a")
+    for argv in (("run", str(source), "-o", str(tmp_path / "o")), ("status", "b"), ("cancel", "b")):
+        result = run_cli(*argv, "--url", "notaurl")
+        assert result.returncode == 2, (argv, result.stderr)
+        assert "argument --url: must be an http(s)://host[:port] URL" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
 def test_a_missing_output_directory(tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text(LINE % "a")

@@ -12,8 +12,14 @@ summary prices the usage at the config's aliases (`--config`, or `--prices` with
 over `--url` from the built-in catalog by the model each line names.
 
 Exit codes: 0 every line answered; 1 the batch ended with failed lines, or failed, expired or
-was cancelled; 2 bad input (missing file, not JSONL, a request the gateway refused, a bad
-config); 3 the gateway could not be reached or failed; 130 interrupted.
+was cancelled; 2 bad usage or input (a `--url` that is not an http(s) URL, a missing file,
+not JSONL, a request the gateway refused, a bad config); 3 the gateway could not be reached or
+failed; 130 interrupted (output.py's `ExitCode`).
+
+Output (output.py's conventions): `run` prints the summary on stdout, or with `--json` the same
+as one JSON document (`batch_summary.document`, plus the batch's id, endpoint and file ids);
+the batch it started or resumed and its progress go to stderr (`output.Progress`: live on a
+terminal, a plain line every `PLAIN_EVERY_S` seconds otherwise, none with `--quiet`).
 
 The API key is `--api-key`, else the OpenAI SDK's own `OPENAI_API_KEY`; a gateway without
 auth takes any.
@@ -25,25 +31,27 @@ import argparse
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from levergate.cli import batch_run
-from levergate.cli.batch_summary import Tally, money, render
+from levergate.cli.batch_summary import Tally, document, money, render
 from levergate.cli.commands import SUMMARY
-from levergate.cli.output import add_json_flag, print_json
+from levergate.cli.output import PLAIN_EVERY_S, ExitCode, Progress, add_json_flag, print_json
 
 if TYPE_CHECKING:
     import openai
     from openai.types import Batch
-    from rich.console import Console
 
     from levergate.catalog import Catalog
     from levergate.layers.measure.record import RequestRecord
 
-OK, FAILED_LINES, BAD_INPUT, GATEWAY, INTERRUPTED = 0, 1, 2, 3, 130
+OK, FAILED_LINES, BAD_INPUT = ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE
+GATEWAY, INTERRUPTED = ExitCode.UNREACHABLE, ExitCode.INTERRUPTED
 IN_PROCESS_URL = "http://levergate.in-process/v1"
 MIN_POLL, MAX_POLL = 0.05, 60.0
 
@@ -55,18 +63,25 @@ def register(subparsers: Any) -> None:
     run.add_argument("input", type=Path, help="OpenAI batch input (JSONL)")
     run.add_argument("-o", "--output", type=Path, required=True, help="where answers go")
     target = run.add_mutually_exclusive_group(required=True)
-    target.add_argument("--url", help="a levergate gateway's base URL (…/v1)")
+    target.add_argument("--url", type=gateway_url, help="a levergate gateway's base URL (…/v1)")
     target.add_argument("--config", help="run in-process with this levergate YAML config")
     run.add_argument("--api-key", help="gateway key (default: the SDK's OPENAI_API_KEY)")
     run.add_argument("--prices", help="with --url: a levergate config whose model prices apply "
                      "(default: the built-in catalog, by the model each line names)")  # fmt: skip
     run.add_argument("--poll", type=_poll, default=0.5, help="seconds between status checks")
-    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--quiet", action="store_true",
+                     help="no progress on stderr (else live on a terminal, a plain line every "
+                     f"{PLAIN_EVERY_S:g} s otherwise)")  # fmt: skip
+    # The flag's name before --quiet, kept for scripts that pass it.
+    run.add_argument("--no-progress", dest="quiet", action="store_true", help=argparse.SUPPRESS)
+    add_json_flag(run, "the summary")
     run.set_defaults(func=run_command)
     for name, what in (("status", "show"), ("cancel", "cancel")):
         command = commands.add_parser(name, help=f"{what} a batch on a gateway")
         command.add_argument("id", help="the batch id (batch_...)")
-        command.add_argument("--url", required=True, help="the gateway's base URL (…/v1)")
+        command.add_argument(
+            "--url", type=gateway_url, required=True, help="the gateway's base URL (…/v1)"
+        )
         command.add_argument("--api-key", help="gateway key (default: OPENAI_API_KEY)")
         add_json_flag(command, "the batch")
         command.set_defaults(func=status_command if name == "status" else cancel_command)
@@ -80,6 +95,21 @@ def _poll(text: str) -> float:
     if not MIN_POLL <= seconds <= MAX_POLL:
         raise argparse.ArgumentTypeError(f"must be {MIN_POLL}-{MAX_POLL:g} seconds")
     return seconds
+
+
+def gateway_url(text: str) -> str:
+    """`--url` of every batch subcommand: http(s)://host[:port][/path], or a usage error (exit
+    2) here rather than a connection error (exit 3) from the SDK later."""
+    try:
+        parts = urlsplit(text)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # `.port`: not a number, or out of range
+        valid = False
+    if not valid:
+        raise argparse.ArgumentTypeError(
+            "must be an http(s)://host[:port] URL, e.g. http://127.0.0.1:8080/v1"
+        )
+    return text
 
 
 # ---- the sync edge ------------------------------------------------------------------------
@@ -105,10 +135,17 @@ def run_command(args: argparse.Namespace) -> int:
         return _fail(exc.message, exc.code)
     totals = batch_run.tally(plan)
     totals.lever_savings, totals.records = state.tally.lever_savings, state.tally.records
-    shown = render(totals, money(totals, prices), status=batch.status, output=str(plan.output),
-                   errors=errors, in_process=args.config is not None,
-                   builtin=bool(args.url) and not args.prices)  # fmt: skip
-    print("\n".join(shown))
+    facts: dict[str, Any] = {
+        "status": batch.status, "output": str(plan.output), "errors": errors,
+        "in_process": args.config is not None, "builtin": bool(args.url) and not args.prices,
+    }  # fmt: skip
+    if args.as_json:
+        print_json({"id": batch.id, "endpoint": batch.endpoint,
+                    **document(totals, money(totals, prices), **facts),
+                    "output_file_id": batch.output_file_id,
+                    "error_file_id": batch.error_file_id})  # fmt: skip
+    else:
+        print("\n".join(render(totals, money(totals, prices), **facts)))
     return OK if batch.status == "completed" and totals.failed == 0 else FAILED_LINES
 
 
@@ -152,7 +189,6 @@ def _fail(message: str, code: int) -> int:
 def _require_extras() -> None:
     try:
         import openai  # noqa: F401
-        import rich  # noqa: F401
     except ImportError as exc:
         from levergate.errors import ConfigError
 
@@ -213,15 +249,16 @@ async def _run(
 async def _drive(
     client: openai.AsyncOpenAI, plan: batch_run.Plan, args: argparse.Namespace, state: RunState
 ) -> tuple[Batch, str | None]:
-    from rich.console import Console
-
-    console = Console(stderr=True)
     found = await batch_run.find(client, plan.tag)
     batch = found or await batch_run.start(client, plan)
     state.batch_id = batch.id
-    console.print(f"{'resuming' if found else 'started'} batch {batch.id} ({plan.endpoint})")
-    with _Bar(console, enabled=not args.no_progress) as bar:
-        batch = await batch_run.watch(client, batch, poll=args.poll, progress=bar.show)
+    print(f"{'resuming' if found else 'started'} batch {batch.id} ({plan.endpoint})",
+          file=sys.stderr, flush=True)  # fmt: skip
+    line = ProgressLine(Progress(quiet=args.quiet))
+    try:
+        batch = await batch_run.watch(client, batch, poll=args.poll, progress=line.show)
+    finally:
+        line.close()
     try:
         errors = await batch_run.fetch_results(client, batch, plan)
     except OSError as exc:
@@ -284,52 +321,45 @@ async def _api(work: Any, *, url: str) -> Any:
         ) from None
 
 
-class _Bar:
-    """A rich progress bar of the lines done, with their rate and an ETA (stderr)."""
+class ProgressLine:
+    """The batch's progress as one line for `output.Progress`: its status, the lines done of
+    the total, the failed ones, their rate since this run began watching, and an ETA."""
 
-    def __init__(self, console: Console, *, enabled: bool) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TaskProgressColumn,
-            TextColumn,
-            TimeRemainingColumn,
-        )
+    __slots__ = ("_clock", "_first", "_out")
 
-        self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TaskProgressColumn(), _RateColumn(), TimeRemainingColumn(),
-            console=console, disable=not enabled,
-        )  # fmt: skip
-        self._task: Any = None
-
-    def __enter__(self) -> Self:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
+    def __init__(self, out: Progress, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._out = out
+        self._clock = clock
+        self._first: tuple[float, int] | None = None  # when and how many done at the first look
 
     def show(self, batch: Batch) -> None:
+        self._out.update(self.text(batch))
+
+    def text(self, batch: Batch) -> str:
         counts = batch.request_counts
-        total = counts.total if counts and counts.total else None
-        done = (counts.completed + counts.failed) if counts else 0
-        if self._task is None:
-            self._task = self._progress.add_task(batch.status, total=total, completed=done)
-        self._progress.update(self._task, description=batch.status, total=total, completed=done)
+        total = counts.total if counts else 0
+        failed = counts.failed if counts else 0
+        done = counts.completed + failed if counts else 0
+        now = self._clock()
+        if self._first is None:
+            self._first = (now, done)
+        since, done_then = self._first
+        text = f"batch {batch.status}: {done:,}/{total:,} lines"
+        if total:
+            text += f" ({100 * done // total}%)"
+        text += f", {failed:,} failed"
+        if now > since:
+            rate = (done - done_then) / (now - since)
+            text += f", {rate:,.1f} lines/s"
+            if rate > 0 and total > done and batch.status not in batch_run.TERMINAL:
+                text += f", ETA {_duration((total - done) / rate)}"
+        return text
+
+    def close(self) -> None:
+        self._out.close()
 
 
-def _rate_column() -> Any:
-    from rich.progress import ProgressColumn, Task
-    from rich.text import Text
-
-    class RateColumn(ProgressColumn):
-        def render(self, task: Task) -> Text:
-            speed = task.speed
-            return Text("…/s" if speed is None else f"{speed:,.1f} lines/s")
-
-    return RateColumn()
-
-
-_RateColumn = _rate_column
+def _duration(seconds: float) -> str:
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"

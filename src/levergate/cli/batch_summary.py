@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from levergate.core.json_bound import parse_json
 from levergate.policies.pricing import Lever, Tokens, cost, from_usage, prompt_cache_saving
@@ -163,3 +163,38 @@ def render(
     lines.append(f"output: {output}")
     lines.append(f"errors: {errors}" if errors else "errors: none")
     return lines
+
+
+def document(
+    tally: Tally,
+    worth: Money,
+    *,
+    status: str,
+    output: str,
+    errors: str | None,
+    in_process: bool,
+    builtin: bool = False,
+) -> dict[str, Any]:
+    """What `render` says, as one JSON-ready document (`levergate batch run --json`): the
+    amounts unrounded, `null` where the text says "not priced" / "none" / "not reported"."""
+    tokens = [u.tokens for u in tally.by_model.values()]
+    return {
+        "status": status,
+        "completed": tally.ok,
+        "failed": tally.failed,
+        "tokens": {
+            "prompt": sum(t.input for t in tokens),
+            "cached": sum(t.cached_read for t in tokens),
+            "completion": sum(t.output for t in tokens),
+        },
+        "cost_usd": worth.cost if worth.priced else None,
+        "usage_cost_usd": worth.usage_cost if worth.priced else None,
+        "priced_by": ("builtin_catalog" if builtin else "config_catalog") if worth.priced else None,
+        "unpriced_models": list(worth.unpriced),
+        "savings_usd": dict(sorted(worth.savings.items())),
+        # The gateway's own levers: counted from this run's requests in-process, not reported
+        # over --url (a cache hit's usage is then counted as paid).
+        "lever_requests": tally.records if in_process else None,
+        "output": output,
+        "errors": errors,
+    }

@@ -4,6 +4,7 @@ and the local input check and run tag (batch_run.plan)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from levergate.catalog import Catalog
 from levergate.cli.batch_run import InputError, plan
-from levergate.cli.batch_summary import Tally, money, render
+from levergate.cli.batch_summary import Tally, document, money, render
 from levergate.config import PriceSettings
 from levergate.policies.pricing import Lever
 
@@ -94,6 +95,33 @@ def test_a_model_no_alias_prices_is_named() -> None:
     assert "not priced (no alias matches): nope" in "\n".join(
         render(tally, worth, status="completed", output="o", errors="e", in_process=True)
     )
+
+
+def test_the_json_document_says_what_the_text_says() -> None:
+    tally = Tally()
+    tally.add_result(result("a", prompt=1_000_000, completion=0, cached=500_000), model="big")
+    tally.add_result(result("b", prompt=10), model="nope")
+    tally.add_result(result("c", status=429), model="big")
+    tally.add_record({Lever.EXACT: 0.5})
+    worth = money(tally, Catalog.of_prices({"big": BIG}))
+    facts: dict[str, Any] = {"status": "completed", "output": "o", "errors": "e"}
+    facts["in_process"] = True
+    shown = document(tally, worth, **facts)
+    assert shown == {
+        "status": "completed", "completed": 2, "failed": 1,
+        "tokens": {"prompt": 1_000_010, "cached": 500_000, "completion": 0},
+        "cost_usd": pytest.approx(worth.cost), "usage_cost_usd": pytest.approx(1.25),
+        "priced_by": "config_catalog", "unpriced_models": ["nope"],
+        "savings_usd": {"exact": 0.5, "prompt_cache": pytest.approx(0.75)},
+        "lever_requests": 1, "output": "o", "errors": "e",
+    }  # fmt: skip
+    text = "\n".join(render(tally, worth, **facts))
+    assert "batch completed: 2 completed, 1 failed" in text
+    assert f"cost: ${shown['cost_usd']:.6f}" in text
+    over_url = document(tally, money(tally, None), **{**facts, "in_process": False})
+    assert (over_url["cost_usd"], over_url["priced_by"], over_url["lever_requests"]) == (
+        None, None, None,
+    )  # fmt: skip
 
 
 @given(
