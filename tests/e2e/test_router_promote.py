@@ -3,7 +3,8 @@ in-process through the same `main`, to keep the embedder's start-up to one): sha
 request log, `levergate router train --from-log` (older labels train, newer ones evaluate),
 `levergate router promote` (the gate, on labels the candidate never trained on), `levergate
 router rollback`, and the refusals: too few labels, a candidate below the route's target, one
-trained for other models.
+trained for other models. With `--json` each prints one JSON document on stdout, and nothing else
+(the child process's stdout is read whole, so a stray line from the embedder would fail it).
 
 The labels are written to the log's store as the gateway's writer writes them (label_row); that
 the gateway writes them is tests/e2e/test_labels_from_traffic.py. Hard prompts (proofs, integrals)
@@ -19,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -45,11 +47,11 @@ HARD = ("Prove that the integral of x^{} over [0, 1] converges.",
 PLACES = ("France", "Peru", "Japan", "Kenya", "Norway", "Chile", "Egypt", "India")
 
 
-def child(*args: str) -> str:
+def child(*args: str) -> tuple[str, str]:
     done = subprocess.run([*LEVERGATE, *args], capture_output=True, text=True, timeout=120,
                           env=clean_env(), check=False)  # fmt: skip
     assert done.returncode == 0, (args, done.stdout, done.stderr)
-    return done.stdout
+    return done.stdout, done.stderr
 
 
 @pytest.fixture
@@ -115,23 +117,30 @@ Cli = Callable[..., tuple[str, str]]
 
 
 @pytest.fixture(scope="module")
-def trained(loop: tuple[Path, Path]) -> tuple[Path, str]:
-    """(a candidate trained on the log's older labels by the real command, what it printed)."""
+def trained(loop: tuple[Path, Path]) -> tuple[Path, dict[str, Any]]:
+    """(a candidate trained on the log's older labels by the real command, what it printed
+    with `--json`)."""
     config, router = loop
     candidate = router.with_name("candidate.json")
-    out = child("router", "train", "--from-log", "--route", "auto", "--config", str(config),
-                "-o", str(candidate), "--target-quality", "0.9")  # fmt: skip
-    return candidate, out
+    out, err = child("router", "train", "--from-log", "--route", "auto", "--config", str(config),
+                     "-o", str(candidate), "--target-quality", "0.9", "--json")  # fmt: skip
+    assert "held out:" not in out + err  # the human lines are not printed at all
+    return candidate, json.loads(out)
 
 
 def test_train_from_the_log_promote_through_the_gate_and_roll_back(
-    loop: tuple[Path, Path], trained: tuple[Path, str], cli: Cli
+    loop: tuple[Path, Path], trained: tuple[Path, dict[str, Any]], cli: Cli
 ) -> None:
     config, router = loop
-    candidate, trained_out = trained
-    assert "held out: the newest 72 labels" in trained_out
+    candidate, report = trained
     made, _ = load(candidate)
     log = made.training["log"]
+    assert report["held_out"] == log
+    assert report["router"] == {"file": str(candidate), "cheap": "mini", "strong": "big"}
+    assert (report["rows"], report["target_quality"], report["threshold"]) == (
+        168, 0.9, made.threshold)  # fmt: skip
+    assert report["retention_at_threshold"] >= 0.9
+    assert {"cheap_accuracy", "strong_accuracy", "saving_at_threshold"} < report.keys()
     assert (log["train_rows"], log["test_rows"], made.models.cheap) == (168, 72, "mini")
     assert log["split_ts"] == 1_000_000.0 + 60 * 168  # the newest 30% held back, by time
     assert log["test_saving"] > 0.3  # the easy prompts go to the cheap model
@@ -159,9 +168,17 @@ def test_train_from_the_log_promote_through_the_gate_and_roll_back(
     cli(*promote, str(candidate))
     assert previous_of(router).read_bytes() == candidate.read_bytes()
     previous_of(router).write_bytes(timid.read_bytes())  # as if the timid one had served before
-    cli("router", "rollback", "--route", "auto", "--config", str(config))
+    out, err = cli("router", "rollback", "--route", "auto", "--config", str(config), "--json")
     assert router.read_bytes() == timid.read_bytes()
     assert previous_of(router).read_bytes() == candidate.read_bytes()
+    assert json.loads(out) == {
+        "route": "auto", "route_file": str(router), "previous_file": str(previous_of(router)),
+        "sha256": hashlib.sha256(timid.read_bytes()).hexdigest(),
+        "previous_sha256": hashlib.sha256(candidate.read_bytes()).hexdigest()}  # fmt: skip
+    assert err == ""
+    out, _ = cli("router", "rollback", "--route", "auto", "--config", str(config))
+    assert out.startswith(f"rolled back: {router} is the router it replaced")
+    assert router.read_bytes() == candidate.read_bytes()
 
 
 def test_bad_candidates_and_too_few_labels_are_refused_by_name(
@@ -192,8 +209,10 @@ async def test_a_running_gateway_serves_the_router_a_rollback_puts_back(
 ) -> None:
     source, _ = loop
     trained = tmp_path / "trained.json"
-    cli("router", "train", "--from-log", "--route", "auto", "--config", str(source), "-o",
-        str(trained), "--target-quality", "0.9")  # fmt: skip
+    out, _ = cli("router", "train", "--from-log", "--route", "auto", "--config", str(source),
+                 "-o", str(trained), "--target-quality", "0.9")  # fmt: skip
+    assert "held out: the newest 72 labels" in out
+    assert "trained on 168 rows: mini" in out
     router = tmp_path / "router.json"
     router.write_bytes(trained.read_bytes())
     forged(trained, previous_of(router), threshold=1e9)  # everything to the cheap model
@@ -228,11 +247,13 @@ async def test_a_running_gateway_serves_the_router_a_rollback_puts_back(
             assert await answered_by() == "mini"  # no restart, no reload: the file was watched
 
 
-def test_a_challenger_losing_quality_live_is_refused_though_it_passes_offline(
-    loop: tuple[Path, Path], trained: tuple[Path, str], tmp_path: Path, cli: Cli
-) -> None:
-    """`router challenge` puts the candidate beside the route's file; its live labels (layer
-    `challenger`, carrying its digest) hold it to the target as the offline rows do."""
+Own = tuple[Path, Path, Path, Path]
+
+
+@pytest.fixture
+def own(loop: tuple[Path, Path], trained: tuple[Path, dict[str, Any]], tmp_path: Path) -> Own:
+    """(a copy of the candidate, a configuration whose route file and log are this test's own,
+    that route file (not there yet), that log)."""
     config, _ = loop
     candidate = tmp_path / "candidate.json"
     candidate.write_bytes(trained[0].read_bytes())
@@ -246,8 +267,18 @@ def test_a_challenger_losing_quality_live_is_refused_though_it_passes_offline(
     settings["request_log"]["store"]["sqlite_path"] = str(fresh)
     ours = tmp_path / "gateway.yaml"
     ours.write_text(yaml.safe_dump(settings))
+    return candidate, ours, router, fresh
+
+
+def test_a_challenger_losing_quality_live_is_refused_though_it_passes_offline(
+    own: Own, cli: Cli
+) -> None:
+    """`router challenge` puts the candidate beside the route's file; its live labels (layer
+    `challenger`, carrying its digest) hold it to the target as the offline rows do."""
+    candidate, ours, router, fresh = own
     out, _ = cli("router", "challenge", str(candidate), "--route", "auto", "--config", str(ours),
                  "--share", "0.25")  # fmt: skip
+    assert "challenges the route's router on 25.0% of its learned decisions" in out
     beside = challenger_path(str(router))
     challenge = json.loads(beside.read_text())["training"]["challenge"]
     digest = hashlib.sha256(candidate.read_bytes()).hexdigest()
@@ -281,5 +312,26 @@ def test_a_challenger_losing_quality_live_is_refused_though_it_passes_offline(
     assert not router.exists()
     cli("router", "challenge", str(candidate), "--route", "auto", "--config", str(ours))
     assert beside.exists()
-    cli("router", "challenge", "--stop", "--route", "auto", "--config", str(ours))
+    out, _ = cli("router", "challenge", "--stop", "--route", "auto", "--config", str(ours))
+    assert "no challenger" in out
     assert not beside.exists()
+
+
+def test_a_challenge_and_its_stop_print_one_json_document(own: Own, cli: Cli) -> None:
+    candidate, ours, router, _ = own
+    out, err = cli("router", "challenge", str(candidate), "--route", "auto", "--config",
+                   str(ours), "--json")  # fmt: skip
+    beside = challenger_path(str(router))
+    challenge = json.loads(beside.read_text())["training"]["challenge"]
+    assert json.loads(out) == {"route": "auto", "challenging": True,
+                               "challenger_file": str(beside), "candidate": str(candidate),
+                               "share": 0.05, "sha256": challenge["sha256"],
+                               "started": challenge["started"]}  # fmt: skip
+    assert err == ""
+    stop = ("router", "challenge", "--stop", "--route", "auto", "--config", str(ours), "--json")
+    out, err = cli(*stop)
+    assert not beside.exists()
+    assert json.loads(out) == {"route": "auto", "challenging": False,
+                               "challenger_file": str(beside), "removed": True}  # fmt: skip
+    assert err == ""
+    assert json.loads(cli(*stop)[0])["removed"] is False  # stopping twice is no error

@@ -17,7 +17,8 @@ target in 3 of 5 splits, where the upper bound never did: results/cache_threshol
 its measured false-hit rate is above the target or it has too few verifications. The choice is
 written to `cache.semantic.thresholds_file` (or `--file`) with the threshold it replaces;
 gateways load it within `cache.semantic.watch_seconds`. `rollback` swaps the two back.
-Fewer verifications than the minimum in all: refused, naming the minimum.
+Fewer verifications than the minimum in all: refused, naming the minimum. Both take `--json`:
+their report as one JSON document on stdout instead of the lines.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from levergate.cli.commands import SUMMARY
-from levergate.cli.output import ExitCode, emit_report
+from levergate.cli.output import ExitCode, add_json_flag, emit_report
 from levergate.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -65,12 +66,13 @@ def register(subparsers: Any) -> None:
     add("--file", help="the thresholds file (default: cache.semantic.thresholds_file)")
     add("--dry-run", action="store_true", help="print the curve and the choice; install nothing")
     add_label_source_flags(threshold)
-    add("--json", dest="as_json", action="store_true", help="the report as one JSON document")
+    add_json_flag(threshold, "the curve and the choice")
     threshold.set_defaults(func=run_threshold)
     back = commands.add_parser("rollback", help="swap a route's threshold and the one it replaced")
     back.add_argument("--route", required=True)
     back.add_argument("--config", help="the gateway's YAML settings")
     back.add_argument("--file", help="the thresholds file (default: the config's)")
+    add_json_flag(back, "the threshold now served and the one it replaced")
     back.set_defaults(func=run_rollback)
 
 
@@ -237,6 +239,12 @@ def run_rollback(args: argparse.Namespace) -> int:
     if not Path(path).is_file():
         raise ConfigError(f"no thresholds file at {path}")
     entry = rollback(path, args.route, default=settings.cache.semantic.threshold)
-    print(f"rolled back: {args.route} -> {entry.threshold:.4f} in {path} (was "
-          f"{entry.previous}); gateways load it within cache.semantic.watch_seconds")  # fmt: skip
+    report = {"route": args.route, "file": path, "threshold": entry.threshold,
+              "previous": entry.previous}  # fmt: skip
+    emit_report(report, args, render_rollback)
     return ExitCode.OK
+
+
+def render_rollback(r: dict[str, Any]) -> str:
+    return (f"rolled back: {r['route']} -> {r['threshold']:.4f} in {r['file']} (was "
+            f"{r['previous']}); gateways load it within cache.semantic.watch_seconds")  # fmt: skip

@@ -17,6 +17,9 @@ Cost is the RouteLLM convention: the share of calls sent to the strong model.
 `eval --confidence-col COL` evaluates a cascade instead of a router file: each row carries the
 score a cascade check would read from the cheap answer, and rows scoring below the threshold
 escalate (cli/cascade_eval.py).
+
+With `--json`, `train` and `eval` (and router_learn.py's commands) print their numbers as one JSON
+document on stdout instead of the lines (cli/output.py has the conventions).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from levergate.cli import router_learn
 from levergate.cli.commands import SUMMARY
-from levergate.cli.output import emit_report
+from levergate.cli.output import add_json_flag, emit_report
 from levergate.config import LocalEmbeddingsSettings, RoutingSettings
 from levergate.config.routing import TRAIN_C, TRAIN_FOLDS, TRAIN_TARGET_QUALITY
 from levergate.errors import ConfigError
@@ -71,6 +74,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--quantize", choices=("int8", "off"), default=serving.quantize,
         help="the embedder's MatMuls (default %(default)s, as routing.embeddings)")  # fmt: skip
     router_learn.add_from_log_flags(train)
+    add_json_flag(train, "what was trained (file, models, rows, threshold, numbers)")
     train.set_defaults(func=run_train)
     router_learn.register(commands)
     evaluate = commands.add_parser(
@@ -175,16 +179,32 @@ def run_train(args: argparse.Namespace) -> int:
         scorer = Scorer(router.network, inputs=x.shape[1])
         router = router_learn.held_out(router, scorer, held[0], held[1], features=lambda p: (
             features(p, embed=embed, text_chars=spec.text_chars)))  # fmt: skip
-        log = router.training["log"]
-        print(f"held out: the newest {log['test_rows']} labels: {log['test_retention']:.1%} of "
-              f"strong quality kept, {log['test_saving']:.1%} saved at the threshold")  # fmt: skip
     router.save(args.output)
     kept, share = router.measured_at(router.threshold)
-    print(f"trained on {len(labels)} rows: {models.cheap} {labels.cheap.mean():.1%} correct, "
-          f"{models.strong} {labels.strong.mean():.1%}")  # fmt: skip
-    print(f"threshold {router.threshold:.4f} (out of fold on the training rows: "
-          f"{kept:.1%} of strong quality, {1 - share:.1%} saved) -> {args.output}")  # fmt: skip
+    report = {"router": {"file": args.output, "cheap": models.cheap, "strong": models.strong},
+              "rows": len(labels), "cheap_accuracy": float(labels.cheap.mean()),
+              "strong_accuracy": float(labels.strong.mean()),
+              "target_quality": router.target_quality, "threshold": router.threshold,
+              "retention_at_threshold": float(kept), "saving_at_threshold": float(1 - share),
+              "held_out": None if held is None else router.training["log"]}  # fmt: skip
+    emit_report(report, args, render_train)
     return 0
+
+
+def render_train(r: dict[str, Any]) -> str:
+    """`train`'s lines; the threshold's numbers are out of fold on the training rows."""
+    lines: list[str] = []
+    router = r["router"]
+    if (log := r["held_out"]) is not None:
+        lines.append(f"held out: the newest {log['test_rows']} labels: "
+                     f"{log['test_retention']:.1%} of strong quality kept, "
+                     f"{log['test_saving']:.1%} saved at the threshold")  # fmt: skip
+    lines.append(f"trained on {r['rows']} rows: {router['cheap']} {r['cheap_accuracy']:.1%} "
+                 f"correct, {router['strong']} {r['strong_accuracy']:.1%}")  # fmt: skip
+    lines.append(f"threshold {r['threshold']:.4f} (out of fold on the training rows: "
+                 f"{r['retention_at_threshold']:.1%} of strong quality, "
+                 f"{r['saving_at_threshold']:.1%} saved) -> {router['file']}")  # fmt: skip
+    return "\n".join(lines)
 
 
 def run_eval(args: argparse.Namespace) -> int:

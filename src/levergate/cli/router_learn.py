@@ -13,7 +13,8 @@ the file (`training.log`). `promote` measures the candidate and the route's curr
 route's labels newer than the candidate's split (routing/promote.py has the rule), prints both
 curves, and installs the candidate only when it passes: the route's file is replaced atomically
 and the old one kept as `FILE.previous`; gateways serving the route load it within
-`routing.watch_seconds` (layers/route_watch.py). `rollback` swaps the two back.
+`routing.watch_seconds` (layers/route_watch.py). `rollback` swaps the two back. Each takes
+`--json`: its report as one JSON document on stdout instead of the lines.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from levergate.cli.labels import add_log_flags, window
-from levergate.cli.output import ExitCode, emit_report
+from levergate.cli.output import ExitCode, add_json_flag, emit_report
 from levergate.config import RouteSpecSettings, Settings
 from levergate.config.routing import LEARN_MIN_LABELS, LEARN_TEST_SHARE, TRAIN_TARGET_QUALITY
 from levergate.errors import ConfigError
@@ -74,7 +75,7 @@ def register(commands: Any) -> None:
         help="refuse to decide on fewer labels (default %(default)s)",
     )
     add_log_flags(promote)
-    promote.add_argument("--json", dest="as_json", action="store_true")
+    add_json_flag(promote, "the gate's numbers and decision")
     promote.set_defaults(func=run_promote)
     challenge = commands.add_parser("challenge", help="run a candidate router beside the "
                                     "route's on a share of live traffic")  # fmt: skip
@@ -85,11 +86,13 @@ def register(commands: Any) -> None:
                            help="the share of the route's learned decisions the candidate "
                            "decides too (default %(default)s)")  # fmt: skip
     challenge.add_argument("--stop", action="store_true", help="end the route's challenge")
+    add_json_flag(challenge, "the challenge started (or stopped)")
     challenge.set_defaults(func=run_challenge)
     back = commands.add_parser("rollback", help="swap a route's router file and the one its "
                                "last promotion replaced")  # fmt: skip
     back.add_argument("--route", required=True)
     back.add_argument("--config", required=True, help="the gateway's YAML settings")
+    add_json_flag(back, "the files swapped")
     back.set_defaults(func=run_rollback)
 
 
@@ -279,9 +282,11 @@ def run_challenge(args: argparse.Namespace) -> int:
     assert spec.learned is not None  # noqa: S101 - _route checked
     path = challenger_path(spec.learned.file)
     if args.stop:
+        report: dict[str, Any] = {"route": args.route, "challenging": False,
+                                  "challenger_file": str(path),
+                                  "removed": path.exists()}  # fmt: skip
         path.unlink(missing_ok=True)
-        print(f"route {args.route}: no challenger ({path} removed); gateways drop it within "
-              "routing.watch_seconds")  # fmt: skip
+        emit_report(report, args, render_challenge)
         return ExitCode.OK
     if args.candidate is None:
         raise ConfigError("router challenge needs the candidate router file (or --stop)")
@@ -299,10 +304,20 @@ def run_challenge(args: argparse.Namespace) -> int:
     beside = path.with_name(f".{path.name}.tmp")
     marked.save(beside)
     beside.replace(path)
-    print(f"route {args.route}: {args.candidate} challenges the route's router on {args.share:.1%} "
-          f"of its learned decisions ({path}); gateways start within routing.watch_seconds, and "
-          "`router promote` reads its live labels")  # fmt: skip
+    report = {"route": args.route, "challenging": True, "challenger_file": str(path),
+              "candidate": challenge["file"], "share": args.share,
+              "sha256": challenge["sha256"], "started": challenge["started"]}  # fmt: skip
+    emit_report(report, args, render_challenge)
     return ExitCode.OK
+
+
+def render_challenge(r: dict[str, Any]) -> str:
+    if not r["challenging"]:
+        return (f"route {r['route']}: no challenger ({r['challenger_file']} removed); gateways "
+                "drop it within routing.watch_seconds")  # fmt: skip
+    return (f"route {r['route']}: {r['candidate']} challenges the route's router on "
+            f"{r['share']:.1%} of its learned decisions ({r['challenger_file']}); gateways start "
+            "within routing.watch_seconds, and `router promote` reads its live labels")  # fmt: skip
 
 
 def _measure(
@@ -397,6 +412,14 @@ def run_rollback(args: argparse.Namespace) -> int:
     assert spec.learned is not None  # noqa: S101
     path = Path(spec.learned.file)
     rollback(path)
-    print(f"rolled back: {path} is the router it replaced (the one it was is now "
-          f"{previous_of(path)}); gateways load it within routing.watch_seconds")  # fmt: skip
+    previous = previous_of(path)
+    report = {"route": args.route, "route_file": str(path), "sha256": _digest(path),
+              "previous_file": str(previous),
+              "previous_sha256": _digest(previous) if previous.is_file() else None}  # fmt: skip
+    emit_report(report, args, render_rollback)
     return ExitCode.OK
+
+
+def render_rollback(r: dict[str, Any]) -> str:
+    return (f"rolled back: {r['route_file']} is the router it replaced (the one it was is now "
+            f"{r['previous_file']}); gateways load it within routing.watch_seconds")  # fmt: skip

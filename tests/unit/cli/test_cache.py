@@ -68,6 +68,12 @@ def test_the_curve_and_the_choice_are_printed_and_installed(
     out, _ = run(capsys, "rollback", "--route", "faq", "--file", str(file))
     assert "rolled back: faq -> 0.9000" in out
     assert load(file).routes["faq"].threshold == pytest.approx(0.90)
+    # --json: the threshold now served and the one it replaced; a second rollback undoes the first
+    out, err = run(capsys, "rollback", "--route", "faq", "--file", str(file), "--json")
+    assert json.loads(out) == {"route": "faq", "file": str(file), "threshold": pytest.approx(0.86),
+                               "previous": pytest.approx(0.90)}  # fmt: skip
+    assert err == ""
+    assert load(file).routes["faq"].threshold == pytest.approx(0.86)
 
 
 def test_refusals_name_what_is_wrong(

@@ -55,6 +55,18 @@ def test_train_then_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     router, _ = load(out)
     assert (router.models.cheap, router.models.strong) == ("mini", "big")
     assert router.training["labels"] == "train.csv"
+    # --json: what was trained, one document on stdout; the file written is the same router
+    again = tmp_path / "again.json"
+    assert main(["router", "train", str(train_file), "-o", str(again), *COLUMNS, *names,
+                 "--json"]) == 0  # fmt: skip
+    printed, err = capsys.readouterr()
+    trained = json.loads(printed)
+    assert trained["router"] == {"file": str(again), "cheap": "mini", "strong": "big"}
+    assert (trained["rows"], trained["threshold"], trained["held_out"]) == (
+        90, router.threshold, None)  # fmt: skip
+    assert trained["cheap_accuracy"] < trained["strong_accuracy"]
+    assert {"target_quality", "retention_at_threshold", "saving_at_threshold"} < trained.keys()
+    assert err == ""
     test_file = labelled(tmp_path / "test.jsonl", rows=60, seed=1, jsonl=True)
     report = tmp_path / "eval.json"
     assert main(["router", "eval", str(test_file), "--router", str(out), *COLUMNS,

@@ -147,21 +147,41 @@ def test_an_unknown_level_is_refused_by_the_settings() -> None:
 
 
 def test_the_cli_lists_builds_and_refuses(
-    source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    source: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """capfd: the quantizer (C) writes to the file descriptors, not to sys.stdout; with `--json`
+    stdout must still be the one document."""
     assert main(["local", "quantize", "--model", str(source), "--list"]) == 0
-    listing = capsys.readouterr().out
+    listing = capfd.readouterr().out
     assert "f16     no: its weights are already Q4_1" in listing
     assert "q4_k_m  yes" in listing
+    assert main(["local", "quantize", "--model", str(source), "--list", "--json"]) == 0
+    levels = json.loads(capfd.readouterr().out)
+    assert (levels["source"], levels["weight_type"]) == (str(source), "Q4_1")
+    can = {each["level"]: (each["possible"], each["reason"]) for each in levels["levels"]}
+    assert can["q4_k_m"] == (True, None)
+    assert can["f16"][0] is False
+    assert "already Q4_1" in can["f16"][1]
     cache = tmp_path / "cache"
     args = ["local", "quantize", "--model", str(source), "--cache-dir", str(cache)]
-    assert main([*args, "--level", "q5_0", "q4_1"]) == 0
-    out = capsys.readouterr().out
+    assert main([*args, "--level", "q5_0", "q4_1", "--json"]) == 0  # builds q5_0
+    out, err = capfd.readouterr()
     target = target_path(source, "q5_0", cache)
     sums = json.loads(target.with_suffix(".json").read_text())
-    assert f"sha256 {sums['sha256']}" in out
+    built, already = json.loads(out)["levels"]
+    assert built == {"level": "q5_0", "path": str(target), "is_source": False,
+                     "size": sums["size"], "sha256": sums["sha256"], "types": sums["types"],
+                     "cached": False}  # fmt: skip
+    assert already == {"level": "q4_1", "path": str(source), "is_source": True}
+    assert "sha256" not in err
+    assert main([*args, "--level", "q5_0", "q4_1"]) == 0  # from the cache now
+    out = capfd.readouterr().out
+    assert f"q5_0: {target}\n  {sums['size']:,} bytes, sha256 {sums['sha256']}\n" in out
     assert "the source already is q4_1" in out
-    assert main([*args, "--level", "f16"]) == 2
-    assert "Levels it can give: q8_0" in capsys.readouterr().err
+    assert main([*args, "--level", "q5_0", "--json"]) == 0
+    assert json.loads(capfd.readouterr().out)["levels"][0]["cached"] is True
+    assert main([*args, "--level", "f16", "--json"]) == 2
+    out, err = capfd.readouterr()
+    assert (out, "Levels it can give: q8_0" in err) == ("", True)
     assert main([*args, "--level", "q9_9"]) == 2
-    assert "unknown level 'q9_9'" in capsys.readouterr().err
+    assert "unknown level 'q9_9'" in capfd.readouterr().err
