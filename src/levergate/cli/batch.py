@@ -139,13 +139,13 @@ def run_command(args: argparse.Namespace) -> int:
         "status": batch.status, "output": str(plan.output), "errors": errors,
         "in_process": args.config is not None, "builtin": bool(args.url) and not args.prices,
     }  # fmt: skip
+    summary = document(totals, money(totals, prices), **facts)
     if args.as_json:
-        print_json({"id": batch.id, "endpoint": batch.endpoint,
-                    **document(totals, money(totals, prices), **facts),
+        print_json({"id": batch.id, "endpoint": batch.endpoint, **summary,
                     "output_file_id": batch.output_file_id,
                     "error_file_id": batch.error_file_id})  # fmt: skip
     else:
-        print("\n".join(render(totals, money(totals, prices), **facts)))
+        print("\n".join(render(summary)))
     return OK if batch.status == "completed" and totals.failed == 0 else FAILED_LINES
 
 

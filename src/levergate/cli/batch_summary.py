@@ -113,54 +113,46 @@ def money(tally: Tally, catalog: Catalog | None) -> Money:
     return Money(paid, spent, savings, priced=True, unpriced=tuple(sorted(unpriced)))
 
 
-def render(
-    tally: Tally,
-    worth: Money,
-    *,
-    status: str,
-    output: str,
-    errors: str | None,
-    in_process: bool,
-    builtin: bool = False,
-) -> list[str]:
-    """The summary as lines of plain text (the CLI prints them; tests read them). `builtin`:
-    priced by the built-in catalog (over --url without --prices), not by a config's aliases."""
-    tokens = [u.tokens for u in tally.by_model.values()]
-    prompt = sum(t.input for t in tokens)
-    completion = sum(t.output for t in tokens)
-    cached = sum(t.cached_read for t in tokens)
+def render(summary: dict[str, Any]) -> list[str]:
+    """The summary (`document`) as lines of plain text (the CLI prints them; tests read them)."""
+    tokens, done, failed = summary["tokens"], summary["completed"], summary["failed"]
+    prompt, cached, completion = tokens["prompt"], tokens["cached"], tokens["completion"]
     lines = [
-        f"batch {status}: {tally.ok} completed, {tally.failed} failed",
+        f"batch {summary['status']}: {done} completed, {failed} failed",
         f"tokens: {prompt} prompt ({cached} cached), {completion} completion",
     ]
-    if worth.priced:
-        less = worth.usage_cost - worth.cost
+    builtin = summary["priced_by"] == "builtin_catalog"
+    if summary["cost_usd"] is not None:
+        cost = summary["cost_usd"]
+        less = summary["usage_cost_usd"] - cost
         source = "the built-in catalog" if builtin else "the config's catalog"
         lines.append(
-            f"cost: ${worth.cost:.6f} (usage priced by the ledger at {source}"
+            f"cost: ${cost:.6f} (usage priced by the ledger at {source}"
             + (f", less ${less:.6f} answered by the gateway's caches)" if less > 0 else ")")
         )
-        if worth.unpriced:
+        if summary["unpriced_models"]:
             why = "not in the built-in catalog" if builtin else "no alias matches"
-            lines.append(f"  not priced ({why}): {', '.join(worth.unpriced)}")
+            lines.append(f"  not priced ({why}): {', '.join(summary['unpriced_models'])}")
         if builtin:
             lines.append("  (by the model each line names; --prices CONFIG.yaml prices the "
                          "gateway's own aliases)")  # fmt: skip
     else:
         lines.append("cost: not priced (pass --prices CONFIG.yaml to price the usage)")
-    if worth.savings:
-        for lever, dollars in sorted(worth.savings.items()):
+    if summary["savings_usd"]:
+        for lever, dollars in summary["savings_usd"].items():
             lines.append(f"saved by {lever}: ${dollars:.6f}")
     else:
         lines.append("savings: none recorded")
-    if in_process:
-        lines.append(f"  (gateway levers: from {tally.records} requests this run handled)")
+    if summary["lever_requests"] is not None:
+        lines.append(f"  (gateway levers: from {summary['lever_requests']} requests this run "
+                     "handled)")  # fmt: skip
     else:
         lines.append(
             "  (over --url the gateway's own levers are not reported: a cache hit's usage is "
             "counted as paid)"
         )
-    lines.append(f"output: {output}")
+    lines.append(f"output: {summary['output']}")
+    errors = summary["errors"]
     lines.append(f"errors: {errors}" if errors else "errors: none")
     return lines
 
@@ -175,8 +167,10 @@ def document(
     in_process: bool,
     builtin: bool = False,
 ) -> dict[str, Any]:
-    """What `render` says, as one JSON-ready document (`levergate batch run --json`): the
-    amounts unrounded, `null` where the text says "not priced" / "none" / "not reported"."""
+    """The summary as one JSON-ready document (`levergate batch run --json`; `render` writes it
+    as text): the amounts unrounded, `null` where the text says "not priced" / "not reported".
+    `builtin`: priced by the built-in catalog (over --url without --prices), not by a config's
+    aliases."""
     tokens = [u.tokens for u in tally.by_model.values()]
     return {
         "status": status,

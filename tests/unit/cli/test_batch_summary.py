@@ -62,8 +62,8 @@ def test_what_the_gateway_caches_answered_comes_off_the_cost() -> None:
     assert worth.usage_cost == pytest.approx(4.0)
     assert worth.cost == pytest.approx(2.0)
     assert worth.savings == {"exact": 2.0}
-    text = "\n".join(render(tally, worth, status="completed", output="o", errors=None,
-                            in_process=True))  # fmt: skip
+    text = "\n".join(render(document(tally, worth, status="completed", output="o", errors=None,
+                                     in_process=True)))  # fmt: skip
     assert (
         "cost: $2.000000 (usage priced by the ledger at the config's catalog, less $2.000000"
         in text
@@ -79,8 +79,8 @@ def test_without_prices_the_summary_says_so_and_keeps_the_gateway_levers() -> No
     worth = money(tally, None)
     assert not worth.priced
     assert worth.savings == {"exact": 0.75, "semantic": 1.0}
-    text = "\n".join(render(tally, worth, status="completed", output="o", errors=None,
-                            in_process=False))  # fmt: skip
+    text = "\n".join(render(document(tally, worth, status="completed", output="o", errors=None,
+                                     in_process=False)))  # fmt: skip
     assert "cost: not priced" in text
     assert "saved by exact: $0.750000" in text
     assert "tokens: 10 prompt (0 cached), 5 completion" in text
@@ -93,7 +93,7 @@ def test_a_model_no_alias_prices_is_named() -> None:
     worth = money(tally, Catalog.of_prices({"big": BIG}))
     assert worth.unpriced == ("nope",)
     assert "not priced (no alias matches): nope" in "\n".join(
-        render(tally, worth, status="completed", output="o", errors="e", in_process=True)
+        render(document(tally, worth, status="completed", output="o", errors="e", in_process=True))
     )
 
 
@@ -115,7 +115,7 @@ def test_the_json_document_says_what_the_text_says() -> None:
         "savings_usd": {"exact": 0.5, "prompt_cache": pytest.approx(0.75)},
         "lever_requests": 1, "output": "o", "errors": "e",
     }  # fmt: skip
-    text = "\n".join(render(tally, worth, **facts))
+    text = "\n".join(render(shown))
     assert "batch completed: 2 completed, 1 failed" in text
     assert f"cost: ${shown['cost_usd']:.6f}" in text
     over_url = document(tally, money(tally, None), **{**facts, "in_process": False})
