@@ -163,8 +163,9 @@ async def test_spans_follow_the_genai_conventions_and_continue_the_clients_trace
 async def test_the_openai_sdk_traced_whole_and_streamed_continues_its_trace(
     receiver: tuple[Receiver, str],
 ) -> None:
-    """The official OpenAI SDK as the client, its `traceparent` sent as an extra header: both
-    answers arrive whole, and the upstream gets the client's trace with an attempt's span."""
+    """The official OpenAI SDK as the client, its `traceparent` and `tracestate` sent as extra
+    headers: both answers arrive whole, and the upstream gets the client's trace with an
+    attempt's span, and its `tracestate`."""
     got, collector = receiver
     fake = FakeOpenAI(tokens=3)
     runner, upstream = await serve(fake)
@@ -174,7 +175,7 @@ async def test_the_openai_sdk_traced_whole_and_streamed_continues_its_trace(
         models=[{"name": "small", "upstream": "up", "upstream_model": "m-1"}],
         otel={"endpoint": collector, "export_interval_seconds": 0.05},
     )
-    parent = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
+    parent = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01", "tracestate": "rojo=00f067"}
     hi: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
     try:
         async with build_gateway(settings) as gw, serving(gw) as url:
@@ -202,8 +203,10 @@ async def test_the_openai_sdk_traced_whole_and_streamed_continues_its_trace(
     assert len(attempts) == 2
     assert {s.trace_id.hex() for s in got.spans} == {CLIENT_TRACE}
     assert all(s.parent_span_id.hex() == CLIENT_SPAN for s in servers)
-    sent = [{k.lower(): v for k, v in h.items()}["traceparent"] for h in fake.headers]
+    went = [{k.lower(): v for k, v in h.items()} for h in fake.headers]
+    sent = [h["traceparent"] for h in went]
     assert sorted(sent) == sorted(f"00-{CLIENT_TRACE}-{a.span_id.hex()}-01" for a in attempts)
+    assert [h.get("tracestate") for h in went] == ["rojo=00f067"] * 2  # W3C: passed on with it
 
 
 async def test_a_workflow_is_one_trace_its_calls_under_its_steps(
