@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from levergate.cli.commands import SUMMARY
-from levergate.cli.log_source import SourceError, add_filter_flags, filter_of, source_of
+from levergate.cli.log_source import (
+    SourceError,
+    add_filter_flags,
+    filter_of,
+    newest,
+    source_of,
+)
 from levergate.cli.output import ExitCode, Progress, add_json_flag, print_json, warn
 from levergate.config import Settings
 from levergate.errors import ConfigError
@@ -177,14 +183,8 @@ def _first(items: Iterator[Any], most: int) -> Iterator[Any]:
 
 
 def _pages(source: Any, where: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    cursor = None
-    while True:
-        page = source.page(where, cursor=cursor, limit=PAGE)
-        for record in page.records:
-            yield f"record {record.get('seq')}", record
-        if page.next_cursor is None:
-            return
-        cursor = page.next_cursor
+    for record in newest(source, where, page=PAGE):
+        yield f"record {record.get('seq')}", record
 
 
 def _trace(args: argparse.Namespace) -> Any:

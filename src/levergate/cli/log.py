@@ -33,6 +33,7 @@ from levergate.cli.log_source import (
     add_filter_flags,
     add_source_flags,
     filter_of,
+    newest,
     source_of,
 )
 from levergate.cli.output import ExitCode, add_json_flag, print_json, warn
@@ -217,7 +218,7 @@ class Follow:
 def run_tail(args: argparse.Namespace, source: LogSource, where: LogFilter) -> int:
     if not 0 <= args.lines <= 10_000 or not 0.05 <= args.interval <= 3600:
         raise ConfigError("--lines must be 0 to 10000 and --interval 0.05 to 3600 seconds")
-    last = list(reversed(_newest(source, where, args.lines)))
+    last = list(newest(source, where, page=args.lines, most=args.lines))[::-1]
     follow = Follow(max((int(r["seq"]) for r in last), default=source.last_seq()))
     _show(last, as_json=args.as_json, head=True)
     if args.once:
@@ -227,19 +228,6 @@ def run_tail(args: argparse.Namespace, source: LogSource, where: LogFilter) -> i
         newer = follow.fresh(_after(source, where, follow.floor), time.monotonic())
         if newer:
             _show(newer, as_json=args.as_json, head=False)
-
-
-def _newest(source: LogSource, where: LogFilter, count: int) -> list[dict[str, Any]]:
-    """The newest `count` records, page by page: a gateway's pages may hold fewer."""
-    found: list[dict[str, Any]] = []
-    cursor = None
-    while len(found) < count:
-        page = source.page(where, cursor=cursor, limit=count - len(found))
-        found += page.records
-        if page.next_cursor is None:
-            break
-        cursor = page.next_cursor
-    return found
 
 
 def _after(source: LogSource, where: LogFilter, seq: int) -> list[dict[str, Any]]:
@@ -273,7 +261,7 @@ def run_export(args: argparse.Namespace, source: LogSource, where: LogFilter) ->
         return finetune.run(args, source, where)
     if form == "parquet" and args.output is None:
         raise ConfigError("--format parquet needs -o FILE")
-    records = _all(source, where)
+    records = newest(source, where, page=EXPORT_PAGE)
     if form == "parquet":
         count = write_parquet(records, args.output)
     elif args.output is None:
@@ -288,16 +276,6 @@ def run_export(args: argparse.Namespace, source: LogSource, where: LogFilter) ->
 def _format_of(path: Path | None) -> str:
     suffix = path.suffix.lstrip(".").lower() if path is not None else ""
     return suffix if suffix in FORMATS else "jsonl"
-
-
-def _all(source: LogSource, where: LogFilter) -> Iterator[dict[str, Any]]:
-    cursor = None
-    while True:
-        page = source.page(where, cursor=cursor, limit=EXPORT_PAGE)
-        yield from page.records
-        if page.next_cursor is None:
-            return
-        cursor = page.next_cursor
 
 
 def _write_text(records: Iterator[dict[str, Any]], form: str, out: TextIO) -> int:

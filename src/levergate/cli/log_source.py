@@ -27,7 +27,7 @@ from levergate.routing.labels import MAX_ROWS
 
 __all__ = [
     "LabelSource", "LogSource", "add_filter_flags", "add_label_source_flags", "add_source_flags",
-    "filter_of", "labels_of", "source_of", "store_of",
+    "filter_of", "labels_of", "newest", "source_of", "store_of",
 ]  # fmt: skip
 
 FILTER_FLAGS = ("since", "until", "tenant", "key", "model", "feature", "workflow", "outcome",
@@ -133,6 +133,21 @@ def store_of(config: str | None, db: Path | None) -> tuple[LogStore, str]:
     if isinstance(store, SqliteLog) and not Path(store.path).is_file():
         raise ConfigError(f"no request log at {store.path} (is request_log.enabled on?)")
     return store, store.path if isinstance(store, SqliteLog) else "PostgreSQL"
+
+
+def newest(source: LogSource, where: LogFilter, *, page: int,
+           most: int | None = None) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """The records `where` selects, newest first, read `page` at a time by the log's cursor (a
+    gateway's pages may hold fewer), `most` of them at most (None: all)."""
+    cursor, left = None, most
+    while left is None or left > 0:
+        found = source.page(where, cursor=cursor, limit=page if left is None else min(page, left))
+        yield from found.records
+        if left is not None:
+            left -= len(found.records)
+        if found.next_cursor is None:
+            return
+        cursor = found.next_cursor
 
 
 def _a_log(db: Path) -> None:
@@ -243,20 +258,11 @@ class HttpSource:
 
     def after(self, seq: int, where: LogFilter, *, limit: int) -> list[dict[str, Any]]:
         newer: list[dict[str, Any]] = []
-        for record in self._newest(where):
+        for record in newest(self, where, page=1000):
             if record["seq"] <= seq or len(newer) >= limit:
                 break
             newer.append(record)
         return sorted(newer, key=lambda r: int(r["seq"]))
-
-    def _newest(self, where: LogFilter) -> Iterator[dict[str, Any]]:
-        cursor = None
-        while True:
-            page = self.page(where, cursor=cursor, limit=1000)
-            yield from page.records
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
 
     def last_seq(self) -> int:
         records = self.page(LogFilter(), cursor=None, limit=1).records
